@@ -1,0 +1,192 @@
+/*
+ * loom.h - the public interface of Loom, a collective communication library.
+ *
+ * This header compiles as C99, C11 and C++ and needs no other Loom header.
+ * Every function returns a loom_result_t (LOOM_SUCCESS == 0) unless stated
+ * otherwise; loom_strerror() turns it into text and loom_get_last_error()
+ * gives the detailed message of the calling thread's last failure.
+ */
+#ifndef LOOM_H
+#define LOOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_VERSION_MAJOR 0
+#define LOOM_VERSION_MINOR 1
+#define LOOM_VERSION_PATCH 0
+/* Single number for compile-time checks: major*10000 + minor*100 + patch. */
+#define LOOM_VERSION_CODE                                                      \
+    (LOOM_VERSION_MAJOR * 10000 + LOOM_VERSION_MINOR * 100 + LOOM_VERSION_PATCH)
+
+/* ---------------------------------------------------------------- results */
+
+typedef enum loom_result {
+    LOOM_SUCCESS = 0,
+    LOOM_ERR_SYSTEM = 2,           /* a system call failed (errno logged) */
+    LOOM_ERR_INTERNAL = 3,         /* a bug in Loom */
+    LOOM_ERR_INVALID_ARGUMENT = 4, /* a bad argument; nothing was touched */
+    LOOM_ERR_INVALID_USAGE = 5,    /* a call out of order or on a wrong object */
+    LOOM_ERR_REMOTE = 6,           /* a peer failed, closed or sent garbage */
+    LOOM_IN_PROGRESS = 7,          /* not an error: the operation goes on */
+    LOOM_ERR_TIMEOUT = 8,          /* a deadline passed */
+    LOOM_ERR_NO_MEMORY = 9,        /* an allocation failed */
+    LOOM_ERR_REVOKED = 10,         /* the communicator was revoked or aborted */
+    LOOM_ERR_UNSUPPORTED = 11,     /* not available in this build or here */
+    LOOM_ERR_MISMATCH = 12,        /* peers disagree (job, size, version) */
+    LOOM_ERR_CONNECT = 13          /* could not reach an address */
+} loom_result_t;
+
+/* Static text for a result code; never NULL. */
+const char *loom_strerror(loom_result_t result);
+
+/* The calling thread's most recent detailed error message (it names the
+ * argument, peer or address involved), or "" when none.  Valid until the
+ * thread's next failing Loom call. */
+const char *loom_get_last_error(void);
+
+/* Library version as numbers; any pointer may be NULL. */
+loom_result_t loom_get_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------ datatypes and ops */
+
+/* Values match NCCL's so that ported code can cast. */
+typedef enum loom_datatype {
+    LOOM_INT8 = 0,
+    LOOM_UINT8 = 1,
+    LOOM_INT32 = 2,
+    LOOM_UINT32 = 3,
+    LOOM_INT64 = 4,
+    LOOM_UINT64 = 5,
+    LOOM_FLOAT16 = 6,
+    LOOM_FLOAT32 = 7,
+    LOOM_FLOAT64 = 8,
+    LOOM_BFLOAT16 = 9,
+    LOOM_NUM_DATATYPES = 10
+} loom_datatype_t;
+
+typedef enum loom_op {
+    LOOM_SUM = 0,
+    LOOM_PROD = 1,
+    LOOM_MAX = 2,
+    LOOM_MIN = 3,
+    LOOM_AVG = 4,
+    LOOM_NUM_OPS = 5
+} loom_op_t;
+
+/* Size in bytes of one element, 0 for an invalid datatype. */
+size_t loom_datatype_size(loom_datatype_t dtype);
+
+/* -------------------------------------------------------------- config */
+
+#define LOOM_CONFIG_VERSION 1
+
+/*
+ * Options for creating a communicator.  The first member is the size of
+ * the structure the caller was compiled with, so later versions can grow
+ * it without breaking binaries: always initialise with loom_config_init()
+ * or LOOM_CONFIG_INITIALIZER.  A zero (or NULL string) member means
+ * "use the environment variable, else the default".
+ */
+typedef struct loom_config {
+    size_t size;               /* sizeof(loom_config_t) */
+    unsigned int version;      /* LOOM_CONFIG_VERSION */
+    int timeout_ms;            /* LOOM_TIMEOUT: no-progress deadline */
+    int tcp_streams;           /* LOOM_TCP_STREAMS: sockets per peer */
+    size_t chunk_bytes;        /* LOOM_CHUNK_SIZE: pipeline chunk */
+    const char *socket_ifname; /* LOOM_SOCKET_IFNAME */
+    const char *algo;          /* LOOM_ALGO */
+    const char *transport;     /* LOOM_TRANSPORT */
+} loom_config_t;
+
+#define LOOM_CONFIG_INITIALIZER                                                \
+    { sizeof(loom_config_t), LOOM_CONFIG_VERSION, 0, 0, 0, NULL, NULL, NULL }
+
+/* Fill *cfg with defaults (size and version set, everything else zero). */
+loom_result_t loom_config_init(loom_config_t *cfg);
+
+/* ------------------------------------------------------- communicators */
+
+typedef struct loom_comm *loom_comm_t;
+
+/* Opaque identity of a job, created by one process and passed to all
+ * others out of band (as NCCL's ncclUniqueId).  It holds the rendezvous
+ * address and the job's secret key. */
+#define LOOM_UNIQUE_ID_BYTES 128
+typedef struct loom_unique_id {
+    char internal[LOOM_UNIQUE_ID_BYTES];
+} loom_unique_id_t;
+
+/* Create a job identity and start its rendezvous service in this process.
+ * The service ends when every rank of the job has joined, or after the
+ * bootstrap deadline.  Call it once per job, in one process. */
+loom_result_t loom_get_unique_id(loom_unique_id_t *id);
+
+/* Join the job named by id as rank `rank` of `nranks`.  Blocks until all
+ * ranks have joined and are connected, or until the deadline. */
+loom_result_t loom_comm_init_rank(loom_comm_t *comm, int nranks,
+                                  const loom_unique_id_t *id, int rank,
+                                  const loom_config_t *cfg);
+
+/* Join the job described by the environment: LOOM_ROOT/LOOM_RANK/LOOM_SIZE
+ * (as set by loomrun), torchrun's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE,
+ * Slurm's SLURM_PROCID/SLURM_NTASKS or Open MPI's OMPI_COMM_WORLD_RANK/SIZE.
+ * cfg may be NULL. */
+loom_result_t loom_comm_init_env(loom_comm_t *comm, const loom_config_t *cfg);
+
+/* Release a communicator.  Every rank should call it; pending requests
+ * of this communicator become invalid.  comm may not be used afterwards. */
+loom_result_t loom_comm_destroy(loom_comm_t comm);
+
+/* Stop every operation of the communicator now and release it, without
+ * waiting for peers.  Peers see their pending operations fail. */
+loom_result_t loom_comm_abort(loom_comm_t comm);
+
+loom_result_t loom_comm_rank(loom_comm_t comm, int *rank);
+loom_result_t loom_comm_size(loom_comm_t comm, int *size);
+
+/* The first error that broke the communicator (LOOM_SUCCESS while it is
+ * healthy); the rank found responsible is stored in *failed_rank (-1 when
+ * none is known).  failed_rank may be NULL. */
+loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank);
+
+/* ------------------------------------------------------------ requests */
+
+typedef struct loom_request *loom_request_t;
+#define LOOM_REQUEST_NULL ((loom_request_t)0)
+
+/* Wait until the operation completes, release the request and set *req to
+ * LOOM_REQUEST_NULL.  Returns the operation's result.  Waiting on
+ * LOOM_REQUEST_NULL returns LOOM_SUCCESS at once. */
+loom_result_t loom_wait(loom_request_t *req);
+
+/* Make progress without blocking.  *done is set to 1 when the operation
+ * has completed; the request is then released, *req set to
+ * LOOM_REQUEST_NULL and the operation's result returned. */
+loom_result_t loom_test(loom_request_t *req, int *done);
+
+/* ---------------------------------------------------------- collectives */
+
+/* recvbuf[i] = op over all ranks of sendbuf[i], for i < count, on every
+ * rank.  sendbuf == recvbuf is the in-place form.  The buffers must not
+ * overlap otherwise. */
+loom_result_t loom_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                             loom_datatype_t dtype, loom_op_t op,
+                             loom_comm_t comm);
+
+/* Non-blocking allreduce: the buffers must not be touched until the
+ * request completes (loom_wait / loom_test). */
+loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf,
+                              size_t count, loom_datatype_t dtype,
+                              loom_op_t op, loom_comm_t comm,
+                              loom_request_t *req);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_H */
