@@ -1,0 +1,301 @@
+/* comm.c - communicator lifecycle. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "coll/coll.h"
+#include "comm/comm.h"
+#include "comm/net.h"
+#include "sched/sched.h"
+
+#define UID_MAGIC 0x4c4d4944u /* "LMID" */
+
+/* Layout of loom_unique_id_t's bytes. */
+struct uid_layout {
+    uint32_t magic;
+    uint32_t version;
+    unsigned char job_key[16];
+    char port[8];
+    char host[LOOM_UNIQUE_ID_BYTES - 32];
+};
+_Static_assert(sizeof(struct uid_layout) == LOOM_UNIQUE_ID_BYTES, "unique id layout");
+
+loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
+{
+    if (!comm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: comm is NULL", fn);
+    if (comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: comm is not a live communicator (destroyed or never created)", fn);
+    if (comm->error != LOOM_SUCCESS)
+        return loomi_fail(LOOM_ERR_REVOKED, comm->rank,
+                          "%s: the communicator is broken since an earlier failure: %s", fn,
+                          comm->errmsg);
+    return LOOM_SUCCESS;
+}
+
+void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, const char *fmt,
+                     ...)
+{
+    if (c->error != LOOM_SUCCESS) return;
+    c->error = code;
+    c->failed_rank = failed_rank;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+    LOOMI_WARN(c->rank, "communicator failed: %s (%s)", c->errmsg, loom_strerror(code));
+    /* Tell everyone at once, so that ranks not talking to the failed
+     * peer stop too instead of waiting for their deadline. */
+    if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
+}
+
+static void on_peer_failed(void *owner, int peer, int failed, loom_result_t code, const char *why)
+{
+    struct loom_comm *c = owner;
+    if (failed == peer || failed < 0)
+        loomi_comm_fail(c, code, peer, "rank %d failed: %s", peer, why);
+    else
+        loomi_comm_fail(c, code, failed, "rank %d reported that rank %d failed: %s", peer, failed,
+                        why);
+}
+
+static loom_result_t pick_transport(struct loom_comm *c, const char *caller)
+{
+    const char *want = c->set.transport;
+    if (want[0]) {
+        /* Only TCP exists so far; the list must allow it. */
+        int ok = 0;
+        for (const char *p = want; *p;) {
+            size_t len = strcspn(p, ",");
+            if (len == 3 && !strncmp(p, "tcp", 3)) ok = 1;
+            p += len;
+            if (*p) p++;
+        }
+        if (!ok)
+            return loomi_fail(LOOM_ERR_UNSUPPORTED, -1,
+                              "%s: LOOM_TRANSPORT=%s allows no transport of this build "
+                              "(available: tcp)",
+                              caller, want);
+    }
+    c->tops = &loomi_tcp_ops;
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *t, int rank,
+                                int nranks, const loom_config_t *cfg, const char *caller,
+                                bool run_root)
+{
+    struct loom_comm *c = calloc(1, sizeof *c);
+    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
+    c->rank = rank;
+    c->nranks = nranks;
+    c->failed_rank = -1;
+    memcpy(c->job_key, t->job_key, 16);
+    loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
+    if (r == LOOM_SUCCESS) r = loomi_algo_parse(c->set.algo, c->algo_forced, rank);
+    if (r == LOOM_SUCCESS) r = pick_transport(c, caller);
+    if (r != LOOM_SUCCESS) {
+        free(c);
+        return r;
+    }
+    uint64_t deadline = loomi_now_ms() + (uint64_t)c->set.timeout_ms;
+
+    if (run_root) {
+        char port[16];
+        snprintf(port, sizeof port, "%s", t->port);
+        r = loomi_root_start(t->host, port, sizeof port, t->job_key, nranks, c->set.timeout_ms, 1,
+                             NULL);
+        if (r != LOOM_SUCCESS) goto fail;
+    }
+    int bfd = -1;
+    struct sockaddr_storage local;
+    unsigned local_len = sizeof local;
+    r = loomi_boot_connect(t, rank, deadline, &bfd, &local, &local_len);
+    if (r != LOOM_SUCCESS) goto fail;
+
+    struct loomi_tctx ctx = {
+        .rank = rank,
+        .nranks = nranks,
+        .job_key = c->job_key,
+        .streams = c->set.tcp_streams,
+        .sockbuf = c->set.tcp_sockbuf,
+        .ifname = c->set.socket_ifname[0] ? c->set.socket_ifname : NULL,
+        .bind_hint = &local,
+        .bind_hint_len = local_len,
+        .peer_failed = on_peer_failed,
+        .owner = c,
+    };
+    r = c->tops->create(&ctx, &c->tstate);
+    if (r != LOOM_SUCCESS) {
+    close_fd:
+        close(bfd);
+        goto fail;
+    }
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    size_t alen = sizeof addr;
+    memset(addr, 0, sizeof addr);
+    r = c->tops->local_addr(c->tstate, addr, &alen);
+    if (r != LOOM_SUCCESS) goto close_fd;
+    unsigned char *all = malloc((size_t)nranks * LOOMI_ADDR_BYTES);
+    if (!all) {
+        r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
+        goto close_fd;
+    }
+    r = loomi_boot_exchange(bfd, t, rank, nranks, addr, alen, all, deadline);
+    if (r == LOOM_SUCCESS) r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline);
+    free(all);
+    if (r != LOOM_SUCCESS) goto fail;
+    c->magic = LOOMI_COMM_MAGIC;
+    LOOMI_INFO(rank, "communicator ready: rank %d of %d, transport %s, %d stream(s), chunk %zu",
+               rank, nranks, c->tops->name, c->set.tcp_streams, c->set.chunk_bytes);
+    *out = c;
+    return LOOM_SUCCESS;
+fail:
+    if (c->tstate) c->tops->destroy(c->tstate);
+    free(c);
+    return r;
+}
+
+loom_result_t loom_get_unique_id(loom_unique_id_t *id)
+{
+    if (!id) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_get_unique_id: id is NULL");
+    const struct loomi_env *e = loomi_env_get();
+    if (!e) return LOOM_ERR_INVALID_ARGUMENT;
+    struct uid_layout u;
+    memset(&u, 0, sizeof u);
+    u.magic = UID_MAGIC;
+    u.version = 1;
+    if (getrandom(u.job_key, sizeof u.job_key, 0) != (ssize_t)sizeof u.job_key)
+        return loomi_fail(LOOM_ERR_SYSTEM, -1, "loom_get_unique_id: getrandom: %s",
+                          strerror(errno));
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    const char *why = "";
+    char ifn[64];
+    if (loomi_pick_address(e->socket_ifname, &ss, &sl, ifn, sizeof ifn, &why))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_get_unique_id: %s (LOOM_SOCKET_IFNAME=%s)",
+                          why, e->socket_ifname ? e->socket_ifname : "");
+    char buf[96];
+    loomi_sockaddr_str((struct sockaddr *)&ss, buf, sizeof buf);
+    /* Strip the ":0" port (and brackets) for the host part. */
+    char *colon = strrchr(buf, ':');
+    if (colon) *colon = '\0';
+    char *h = buf;
+    if (*h == '[') {
+        h++;
+        h[strlen(h) - 1] = '\0';
+    }
+    snprintf(u.host, sizeof u.host, "%s", h);
+    char port[16] = "0";
+    loom_result_t r = loomi_root_start(u.host, port, sizeof port, u.job_key, 0, e->timeout_ms, 1,
+                                       NULL);
+    if (r != LOOM_SUCCESS) return r;
+    snprintf(u.port, sizeof u.port, "%.7s", port);
+    memcpy(id->internal, &u, sizeof u);
+    LOOMI_INFO(-1, "unique id: rendezvous at %s:%s (interface %s)", u.host, u.port, ifn);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_init_rank(loom_comm_t *comm, int nranks, const loom_unique_id_t *id,
+                                  int rank, const loom_config_t *cfg)
+{
+    const char *fn = "loom_comm_init_rank";
+    if (!comm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "%s: comm is NULL", fn);
+    if (!id) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "%s: id is NULL", fn);
+    if (nranks < 1 || nranks > (1 << 20))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "%s: nranks %d is not in 1..%d", fn,
+                          nranks, 1 << 20);
+    if (rank < 0 || rank >= nranks)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "%s: rank %d is not in 0..%d", fn,
+                          rank, nranks - 1);
+    struct uid_layout u;
+    memcpy(&u, id->internal, sizeof u);
+    if (u.magic != UID_MAGIC || u.version != 1 || !memchr(u.host, 0, sizeof u.host) ||
+        !memchr(u.port, 0, sizeof u.port))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
+                          "%s: id was not made by loom_get_unique_id (bad magic or version)", fn);
+    struct loomi_boot_target t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.host, sizeof t.host, "%s", u.host);
+    snprintf(t.port, sizeof t.port, "%s", u.port);
+    memcpy(t.job_key, u.job_key, 16);
+    *comm = NULL;
+    return loomi_comm_create(comm, &t, rank, nranks, cfg, fn, false);
+}
+
+loom_result_t loom_comm_init_env(loom_comm_t *comm, const loom_config_t *cfg)
+{
+    const char *fn = "loom_comm_init_env";
+    if (!comm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: comm is NULL", fn);
+    struct loomi_boot_target t;
+    int rank, nranks;
+    loom_result_t r = loomi_env_target(&t, &rank, &nranks);
+    if (r != LOOM_SUCCESS) return r;
+    *comm = NULL;
+    return loomi_comm_create(comm, &t, rank, nranks, cfg, fn, rank == 0);
+}
+
+static void comm_free(struct loom_comm *c)
+{
+    free(c->scratch);
+    free(c->backup);
+    c->magic = 0;
+    free(c);
+}
+
+loom_result_t loom_comm_destroy(loom_comm_t comm)
+{
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "loom_comm_destroy: comm is %s", comm ? "not a live communicator" : "NULL");
+    if (comm->nactive)
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "loom_comm_destroy: %d operation(s) still pending; wait for them first",
+                          comm->nactive);
+    comm->tops->destroy(comm->tstate);
+    comm_free(comm);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_abort(loom_comm_t comm)
+{
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "loom_comm_abort: comm is %s", comm ? "not a live communicator" : "NULL");
+    loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
+                    comm->rank);
+    loomi_engine_fail_all(comm);
+    comm->tops->destroy(comm->tstate);
+    comm_free(comm);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_rank(loom_comm_t comm, int *rank)
+{
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_comm_rank: comm is not a live communicator");
+    if (!rank) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_rank: rank is NULL");
+    *rank = comm->rank;
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_size(loom_comm_t comm, int *size)
+{
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_comm_size: comm is not a live communicator");
+    if (!size) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_size: size is NULL");
+    *size = comm->nranks;
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank)
+{
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "loom_comm_get_error: comm is not a live communicator");
+    if (failed_rank) *failed_rank = comm->error != LOOM_SUCCESS ? comm->failed_rank : -1;
+    return comm->error;
+}

@@ -1,0 +1,86 @@
+/* comm.h - the communicator as the rest of the library sees it. */
+#ifndef LOOMI_COMM_H
+#define LOOMI_COMM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "core/internal.h"
+#include "transports/transport.h"
+
+struct loomi_op;
+
+#define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
+#define LOOMI_MAX_COLLS 16
+
+struct loom_comm {
+    uint32_t magic;
+    int rank, nranks;
+    int algo_forced[LOOMI_MAX_COLLS]; /* from LOOM_ALGO */
+    struct loomi_settings set;
+    unsigned char job_key[16];
+
+    const struct loomi_transport_ops *tops;
+    void *tstate;
+
+    uint64_t next_seq;       /* collectives issued, same order on all ranks */
+    struct loomi_op *active; /* running operations (doubly linked) */
+    int nactive;
+    /* Buffers cached across operations (see engine.c). */
+    void *scratch, *backup;
+    size_t scratch_len, backup_len;
+    int scratch_busy, backup_busy;
+
+    /* First failure; once set the communicator is broken. */
+    loom_result_t error;
+    int failed_rank;
+    char errmsg[256];
+};
+
+/* Check that comm is a live communicator that can run operations
+ * (LOOM_ERR_INVALID_ARGUMENT for NULL/garbage, LOOM_ERR_REVOKED when broken). */
+loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn);
+
+/* Mark the communicator failed (first caller wins), fail its operations
+ * and tell the peers.  Safe to call more than once. */
+void loomi_comm_fail(struct loom_comm *comm, loom_result_t code, int failed_rank,
+                     const char *fmt, ...) LOOMI_PRINTF(4, 5);
+
+/* ------------------------------------------------------------ bootstrap */
+
+/* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t. */
+struct loomi_boot_target {
+    char host[256];
+    char port[16];
+    unsigned char job_key[16];
+};
+
+/* Start the rendezvous service for a job of nranks (or any size if
+ * nranks == 0: fixed by the first rank that arrives) on host:port
+ * ("0" = ephemeral); the chosen port is written back.  Runs in a thread
+ * of its own and ends when every rank has its reply or at the deadline. */
+loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
+                               const unsigned char job_key[16], int nranks,
+                               int timeout_ms, int detached, pthread_t *thread);
+
+/* Connect to the root before deadline_ms; `local` receives the address
+ * this process used to reach it (the interface to use for data when none
+ * is configured). */
+loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
+                                 uint64_t deadline_ms, int *fd, void *local, unsigned *local_len);
+/* Register with the root over fd (closed on return) and receive every
+ * rank's transport address (LOOMI_ADDR_BYTES each, rank order). */
+loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,
+                                  int nranks, const void *addr, size_t addr_len,
+                                  unsigned char *all_addrs, uint64_t deadline_ms);
+
+/* Read the launcher's environment: fills target, rank and nranks. */
+loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nranks);
+
+/* Create and connect a communicator (shared by init_rank and init_env).
+ * is_root_host: this process must run the root service (env mode, rank 0). */
+loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *t,
+                                int rank, int nranks, const loom_config_t *cfg,
+                                const char *caller, bool run_root);
+
+#endif

@@ -1,0 +1,188 @@
+/*
+ * env.c - finding the job in the launcher's environment: loomrun,
+ * torchrun, Slurm or Open MPI.  Loom is not a cluster manager; it runs
+ * under the launchers people already use.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/net.h"
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static int parse_int(const char *name, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                   "loom_comm_init_env: %s=%s is not an integer in %d..%d", name, s, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* "host:port" or "[v6]:port". */
+static int split_hostport(const char *s, struct loomi_boot_target *t)
+{
+    const char *colon;
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':') return -1;
+        snprintf(t->host, sizeof t->host, "%.*s", (int)(close - s - 1), s + 1);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || colon == s) return -1;
+        snprintf(t->host, sizeof t->host, "%.*s", (int)(colon - s), s);
+    }
+    const char *port = colon + 1;
+    if (!*port || strlen(port) >= sizeof t->port) return -1;
+    for (const char *p = port; *p; p++)
+        if (!isdigit((unsigned char)*p)) return -1;
+    if (atoi(port) < 1 || atoi(port) > 65535) return -1;
+    strcpy(t->port, port);
+    return 0;
+}
+
+/* First host of a Slurm node list: "n[01-04,07],m" -> "n01". */
+static void slurm_first_host(const char *list, char *out, size_t n)
+{
+    const char *br = strchr(list, '[');
+    const char *comma = strchr(list, ',');
+    if (!br || (comma && comma < br)) {
+        size_t len = comma ? (size_t)(comma - list) : strlen(list);
+        snprintf(out, n, "%.*s", (int)len, list);
+        return;
+    }
+    size_t num = strcspn(br + 1, "-,]");
+    const char *close = strchr(br, ']');
+    const char *suffix = close ? close + 1 : "";
+    size_t slen = strcspn(suffix, ",");
+    snprintf(out, n, "%.*s%.*s%.*s", (int)(br - list), list, (int)num, br + 1, (int)slen, suffix);
+}
+
+static void port_from_job(const char *job, struct loomi_boot_target *t)
+{
+    const char *p = env("LOOM_ROOT_PORT");
+    if (p) {
+        snprintf(t->port, sizeof t->port, "%s", p);
+        return;
+    }
+    unsigned char h[16];
+    loomi_hash128(job, strlen(job), h);
+    snprintf(t->port, sizeof t->port, "%u", 20000u + (unsigned)((h[0] | (h[1] << 8)) % 10000));
+}
+
+static int set_key(struct loomi_boot_target *t, const char *src)
+{
+    /* 32 hex digits are taken as the key itself (loomrun makes those). */
+    if (strlen(src) == 32) {
+        int ok = 1;
+        for (int i = 0; i < 16 && ok; i++) {
+            unsigned v;
+            ok = sscanf(src + 2 * i, "%2x", &v) == 1 && isxdigit((unsigned char)src[2 * i]) &&
+                 isxdigit((unsigned char)src[2 * i + 1]);
+            t->job_key[i] = (unsigned char)v;
+        }
+        if (ok) return 0;
+    }
+    loomi_hash128(src, strlen(src), t->job_key);
+    return 0;
+}
+
+loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nranks)
+{
+    const int maxr = 1 << 20;
+    memset(t, 0, sizeof *t);
+    const char *root = env("LOOM_ROOT");
+    const char *jobid = NULL;
+    char jobbuf[256] = "";
+    const char *rs, *ss, *rn, *sn;
+    if ((rs = env("LOOM_RANK")) && (ss = env("LOOM_SIZE"))) {
+        rn = "LOOM_RANK";
+        sn = "LOOM_SIZE";
+        if (!root)
+            return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
+                              "loom_comm_init_env: LOOM_RANK and LOOM_SIZE are set but LOOM_ROOT "
+                              "(host:port of rank 0) is not");
+    } else if ((rs = env("RANK")) && (ss = env("WORLD_SIZE"))) {
+        rn = "RANK";
+        sn = "WORLD_SIZE";
+        jobid = env("TORCHELASTIC_RUN_ID");
+    } else if ((rs = env("SLURM_PROCID")) && (ss = env("SLURM_NTASKS"))) {
+        rn = "SLURM_PROCID";
+        sn = "SLURM_NTASKS";
+        snprintf(jobbuf, sizeof jobbuf, "slurm-%s.%s", env("SLURM_JOB_ID") ? env("SLURM_JOB_ID") : "0",
+                 env("SLURM_STEP_ID") ? env("SLURM_STEP_ID") : "0");
+        jobid = jobbuf;
+    } else if ((rs = env("OMPI_COMM_WORLD_RANK")) && (ss = env("OMPI_COMM_WORLD_SIZE"))) {
+        rn = "OMPI_COMM_WORLD_RANK";
+        sn = "OMPI_COMM_WORLD_SIZE";
+        const char *j = env("OMPI_MCA_ess_base_jobid");
+        if (!j) j = env("PMIX_NAMESPACE");
+        if (!j) j = env("OMPI_MCA_orte_ess_jobid");
+        snprintf(jobbuf, sizeof jobbuf, "ompi-%s", j ? j : "0");
+        jobid = jobbuf;
+    } else {
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
+                          "loom_comm_init_env: no launcher environment found (looked for "
+                          "LOOM_RANK/LOOM_SIZE/LOOM_ROOT, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, "
+                          "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE); "
+                          "start the program with loomrun or another launcher");
+    }
+    if (parse_int(sn, ss, 1, maxr, nranks) || parse_int(rn, rs, 0, *nranks - 1, rank))
+        return LOOM_ERR_INVALID_ARGUMENT;
+
+    if (root) {
+        if (split_hostport(root, t))
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                              "loom_comm_init_env: LOOM_ROOT=%s is not host:port", root);
+    } else if (env("MASTER_ADDR") && env("MASTER_PORT")) {
+        snprintf(t->host, sizeof t->host, "%s", env("MASTER_ADDR"));
+        /* Under torchrun the agent's own store already listens on
+         * MASTER_PORT, so Loom's root takes the next port. */
+        if (env("LOOM_ROOT_PORT"))
+            snprintf(t->port, sizeof t->port, "%s", env("LOOM_ROOT_PORT"));
+        else if (env("TORCHELASTIC_RUN_ID"))
+            snprintf(t->port, sizeof t->port, "%d", atoi(env("MASTER_PORT")) + 1);
+        else
+            snprintf(t->port, sizeof t->port, "%s", env("MASTER_PORT"));
+        int pv;
+        if (parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65534, &pv) ||
+            parse_int("root port", t->port, 1, 65535, &pv))
+            return LOOM_ERR_INVALID_ARGUMENT;
+    } else if (!strcmp(rn, "SLURM_PROCID") && env("SLURM_STEP_NODELIST")) {
+        slurm_first_host(env("SLURM_STEP_NODELIST"), t->host, sizeof t->host);
+        port_from_job(jobid, t);
+    } else if (!strcmp(rn, "OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
+               !strcmp(env("OMPI_COMM_WORLD_LOCAL_SIZE"), ss)) {
+        strcpy(t->host, "127.0.0.1");
+        port_from_job(jobid, t);
+    } else {
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
+                          "loom_comm_init_env: %s/%s found but no rendezvous address: set "
+                          "LOOM_ROOT=host:port (or MASTER_ADDR and MASTER_PORT) to rank 0's host",
+                          rn, sn);
+    }
+    const char *key = env("LOOM_JOB_KEY");
+    if (key) set_key(t, key);
+    else if (jobid) set_key(t, jobid);
+    else {
+        /* Without a job id, ranks of one job share at least the root. */
+        char buf[300];
+        snprintf(buf, sizeof buf, "root-%s:%s-%d", t->host, t->port, *nranks);
+        set_key(t, buf);
+    }
+    return LOOM_SUCCESS;
+}

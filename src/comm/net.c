@@ -1,0 +1,266 @@
+/* net.c - socket helpers with deadlines. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/net.h"
+#include "core/internal.h"
+
+int loomi_sockaddr_to_wire(const struct sockaddr *sa, struct loomi_wire_addr *w)
+{
+    memset(w, 0, sizeof *w);
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        w->family = 4;
+        w->port = in->sin_port;
+        memcpy(w->ip, &in->sin_addr, 4);
+        return 0;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        w->family = 6;
+        w->port = in6->sin6_port;
+        w->scope = in6->sin6_scope_id;
+        memcpy(w->ip, &in6->sin6_addr, 16);
+        return 0;
+    }
+    return -1;
+}
+
+int loomi_wire_to_sockaddr(const struct loomi_wire_addr *w, struct sockaddr_storage *ss,
+                           socklen_t *len)
+{
+    memset(ss, 0, sizeof *ss);
+    if (w->family == 4) {
+        struct sockaddr_in *in = (void *)ss;
+        in->sin_family = AF_INET;
+        in->sin_port = w->port;
+        memcpy(&in->sin_addr, w->ip, 4);
+        *len = sizeof *in;
+        return 0;
+    }
+    if (w->family == 6) {
+        struct sockaddr_in6 *in6 = (void *)ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = w->port;
+        in6->sin6_scope_id = w->scope;
+        memcpy(&in6->sin6_addr, w->ip, 16);
+        *len = sizeof *in6;
+        return 0;
+    }
+    return -1;
+}
+
+void loomi_sockaddr_str(const struct sockaddr *sa, char *buf, size_t n)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(buf, n, "%s:%u", ip, ntohs(in->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip);
+        snprintf(buf, n, "[%s]:%u", ip, ntohs(in6->sin6_port));
+    } else {
+        snprintf(buf, n, "(family %d)", sa->sa_family);
+    }
+}
+
+/* Does interface `name` match one entry of the spec list? */
+static int spec_match(const char *spec, const char *name)
+{
+    int exact = 0;
+    if (*spec == '=') { exact = 1; spec++; }
+    while (*spec) {
+        size_t len = strcspn(spec, ",");
+        if (len && (exact ? (strlen(name) == len && !strncmp(name, spec, len))
+                          : !strncmp(name, spec, len)))
+            return 1;
+        spec += len;
+        if (*spec) spec++;
+    }
+    return 0;
+}
+
+int loomi_pick_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len,
+                       char *ifname, size_t ifname_len, const char **why)
+{
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs) != 0) {
+        *why = "getifaddrs failed";
+        return -1;
+    }
+    int exclude = spec && *spec == '^';
+    const char *list = spec ? spec + exclude : NULL;
+    struct ifaddrs *best = NULL, *lo = NULL;
+    /* Two passes: IPv4 first (what most clusters route), then IPv6. */
+    for (int fam = 0; fam < 2 && !best; fam++) {
+        int want = fam == 0 ? AF_INET : AF_INET6;
+        for (i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != want) continue;
+            if (!(i->ifa_flags & IFF_UP)) continue;
+            if (want == AF_INET6) {
+                const struct sockaddr_in6 *a6 = (const void *)i->ifa_addr;
+                if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+            }
+            if (list && *list) {
+                if (spec_match(list, i->ifa_name) == exclude) continue;
+                best = i;
+                break;
+            }
+            if (i->ifa_flags & IFF_LOOPBACK) {
+                if (!lo) lo = i;
+                continue;
+            }
+            best = i;
+            break;
+        }
+    }
+    if (!best && !(list && *list)) best = lo;
+    if (!best) {
+        freeifaddrs(ifs);
+        *why = "no interface that is up matches LOOM_SOCKET_IFNAME";
+        return -1;
+    }
+    size_t l = best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                    : sizeof(struct sockaddr_in6);
+    memset(ss, 0, sizeof *ss);
+    memcpy(ss, best->ifa_addr, l);
+    *len = (socklen_t)l;
+    if (ifname) snprintf(ifname, ifname_len, "%s", best->ifa_name);
+    freeifaddrs(ifs);
+    return 0;
+}
+
+static int wait_fd(int fd, short ev, uint64_t deadline_ms)
+{
+    for (;;) {
+        int left = loomi_ms_left(deadline_ms);
+        if (left == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd p = {fd, ev, 0};
+        int n = poll(&p, 1, left);
+        if (n > 0) return 0;
+        if (n < 0 && errno != EINTR) return -1;
+    }
+}
+
+int loomi_connect_retry(const struct sockaddr *sa, socklen_t len, uint64_t deadline_ms,
+                        char *msg, size_t msglen)
+{
+    char addr[80];
+    loomi_sockaddr_str(sa, addr, sizeof addr);
+    int backoff = 5, last = 0;
+    for (;;) {
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            snprintf(msg, msglen, "socket() for %s: %s", addr, strerror(errno));
+            return -1;
+        }
+        int rc = connect(fd, sa, len);
+        if (rc != 0 && errno == EINPROGRESS) {
+            if (wait_fd(fd, POLLOUT, deadline_ms) == 0) {
+                int err = 0;
+                socklen_t el = sizeof err;
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+                rc = err ? -1 : 0;
+                errno = err;
+            } else {
+                rc = -1;
+            }
+        }
+        if (rc == 0) {
+            int fl = fcntl(fd, F_GETFL);
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            return fd;
+        }
+        last = errno;
+        close(fd);
+        /* Refused or unreachable now may work later: the root may still
+         * be starting.  Anything else, and the deadline, end it. */
+        if (last != ECONNREFUSED && last != ENETUNREACH && last != EHOSTUNREACH &&
+            last != ECONNRESET && last != EAGAIN && last != ETIMEDOUT)
+            break;
+        int left = loomi_ms_left(deadline_ms);
+        if (left == 0) break;
+        usleep((useconds_t)LOOMI_MIN(backoff, left) * 1000u);
+        if (backoff < 200) backoff *= 2;
+    }
+    if (loomi_ms_left(deadline_ms) == 0)
+        snprintf(msg, msglen, "could not connect to %s before the deadline (last error: %s)",
+                 addr, strerror(last));
+    else
+        snprintf(msg, msglen, "could not connect to %s: %s", addr, strerror(last));
+    return -1;
+}
+
+int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(fd, POLLOUT, deadline_ms)) return -1;
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+        if (r > 0) {
+            p += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (wait_fd(fd, POLLIN, deadline_ms)) return -1;
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+void loomi_hash128(const void *data, size_t len, unsigned char out[16])
+{
+    /* Two FNV-1a lanes with different offsets, then mixed. */
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h1 = (h1 ^ p[i]) * 0x100000001b3ull;
+        h2 = (h2 ^ p[i]) * 0x100000001b3ull;
+        h2 ^= h2 >> 29;
+    }
+    h1 ^= h1 >> 33;
+    h1 *= 0xff51afd7ed558ccdull;
+    h1 ^= h1 >> 33;
+    memcpy(out, &h1, 8);
+    memcpy(out + 8, &h2, 8);
+}

@@ -1,0 +1,47 @@
+/* net.h - socket helpers shared by the bootstrap and the TCP transport. */
+#ifndef LOOMI_NET_H
+#define LOOMI_NET_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "loom.h"
+
+/* Endpoint addresses travel as this fixed-size, byte-order-defined blob. */
+#define LOOMI_ADDR_BYTES 64
+struct loomi_wire_addr {
+    uint16_t family; /* 4 or 6 */
+    uint16_t port;   /* network order */
+    uint32_t scope;
+    unsigned char ip[16];
+};
+
+int loomi_sockaddr_to_wire(const struct sockaddr *sa, struct loomi_wire_addr *w);
+int loomi_wire_to_sockaddr(const struct loomi_wire_addr *w, struct sockaddr_storage *ss,
+                           socklen_t *len);
+/* "a.b.c.d:port" or "[v6]:port". */
+void loomi_sockaddr_str(const struct sockaddr *sa, char *buf, size_t n);
+
+/* Pick the local address to use: by LOOM_SOCKET_IFNAME-style spec (comma
+ * separated prefixes, leading ^ to exclude, leading = for exact names), or
+ * when spec is empty the first interface that is up and not loopback,
+ * else loopback.  Returns 0 or -1 with *why set. */
+int loomi_pick_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len,
+                       char *ifname, size_t ifname_len, const char **why);
+
+/* Connect to host:port before deadline_ms, retrying while refused (the
+ * peer may not be listening yet).  Returns a blocking fd, or -1 with
+ * msg describing what was tried. */
+int loomi_connect_retry(const struct sockaddr *sa, socklen_t len, uint64_t deadline_ms,
+                        char *msg, size_t msglen);
+
+/* Write / read exactly n bytes on a blocking or non-blocking fd, waiting
+ * with poll until deadline_ms.  Return 0, or -1 (errno set; ETIMEDOUT on
+ * the deadline, ECONNRESET on EOF while reading). */
+int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);
+int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms);
+
+/* Hash bytes into 16 (job keys from launcher strings); not cryptographic. */
+void loomi_hash128(const void *data, size_t len, unsigned char out[16]);
+
+#endif

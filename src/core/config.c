@@ -1,0 +1,155 @@
+/*
+ * config.c - every LOOM_* tuning variable in one table, parsed once.
+ * (Launcher variables such as LOOM_ROOT are read by src/comm/env.c.)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum kind { K_INT, K_SIZE, K_STR };
+
+struct var {
+    const char *name;
+    enum kind kind;
+    long long min, max; /* K_INT and K_SIZE bounds */
+    size_t offset;      /* into struct loomi_env */
+    const char *deflt;
+};
+
+#define OFF(m) offsetof(struct loomi_env, m)
+static const struct var vars[] = {
+    {"LOOM_TIMEOUT", K_INT, 1, 86400000, OFF(timeout_ms), "60000"},
+    {"LOOM_TCP_STREAMS", K_INT, 1, 16, OFF(tcp_streams), "2"},
+    {"LOOM_TCP_SOCKBUF", K_SIZE, 4096, 1LL << 30, OFF(tcp_sockbuf), "4M"},
+    {"LOOM_CHUNK_SIZE", K_SIZE, 4096, 1LL << 30, OFF(chunk_bytes), "1M"},
+    {"LOOM_SOCKET_IFNAME", K_STR, 0, 0, OFF(socket_ifname), NULL},
+    {"LOOM_ALGO", K_STR, 0, 0, OFF(algo), NULL},
+    {"LOOM_TRANSPORT", K_STR, 0, 0, OFF(transport), NULL},
+};
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static struct loomi_env env;
+static char env_error[256];
+
+static int parse_var(const struct var *v, const char *s)
+{
+    char *p = (char *)&env + v->offset;
+    if (v->kind == K_STR) {
+        *(const char **)p = (s && *s) ? s : NULL;
+        return 0;
+    }
+    long long val;
+    if (v->kind == K_INT) {
+        char *end;
+        errno = 0;
+        val = strtoll(s, &end, 10);
+        if (errno || end == s || *end) goto bad;
+    } else {
+        size_t z;
+        if (loomi_parse_size(s, &z)) goto bad;
+        val = (long long)z;
+    }
+    if (val < v->min || val > v->max) goto bad;
+    if (v->kind == K_INT) *(int *)p = (int)val;
+    else *(size_t *)p = (size_t)val;
+    return 0;
+bad:
+    snprintf(env_error, sizeof env_error,
+             "environment variable %s=%s is invalid (expected %s from %lld to %lld)",
+             v->name, s, v->kind == K_INT ? "an integer" : "a size such as 512K",
+             v->min, v->max);
+    return -1;
+}
+
+static void env_init(void)
+{
+    for (size_t i = 0; i < LOOMI_ARRAY_LEN(vars); i++) {
+        if (vars[i].deflt) parse_var(&vars[i], vars[i].deflt);
+        const char *s = getenv(vars[i].name);
+        if (s && *s && parse_var(&vars[i], s) && vars[i].deflt)
+            parse_var(&vars[i], vars[i].deflt);
+    }
+}
+
+const struct loomi_env *loomi_env_get(void)
+{
+    pthread_once(&env_once, env_init);
+    if (env_error[0]) {
+        loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s", env_error);
+        return NULL;
+    }
+    return &env;
+}
+
+loom_result_t loom_config_init(loom_config_t *cfg)
+{
+    if (!cfg)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_config_init: cfg is NULL");
+    memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
+    cfg->version = LOOM_CONFIG_VERSION;
+    return LOOM_SUCCESS;
+}
+
+static int copy_str(char *dst, size_t n, const char *src)
+{
+    if (!src) { dst[0] = '\0'; return 0; }
+    if (strlen(src) >= n) return -1;
+    strcpy(dst, src);
+    return 0;
+}
+
+loom_result_t loomi_settings_resolve(struct loomi_settings *out,
+                                     const loom_config_t *cfg, const char *caller)
+{
+    const struct loomi_env *e = loomi_env_get();
+    if (!e) return LOOM_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    out->timeout_ms = e->timeout_ms;
+    out->tcp_streams = e->tcp_streams;
+    out->tcp_sockbuf = e->tcp_sockbuf;
+    out->chunk_bytes = e->chunk_bytes;
+    const char *ifn = e->socket_ifname, *algo = e->algo, *tr = e->transport;
+    if (cfg) {
+        /* Older callers pass a smaller struct: read only what they have. */
+        if (cfg->size < offsetof(loom_config_t, timeout_ms) || cfg->size > 4096)
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                              "%s: cfg->size %zu is not a loom_config_t size (use loom_config_init)",
+                              caller, cfg->size);
+        if (cfg->version < 1 || cfg->version > LOOM_CONFIG_VERSION)
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                              "%s: cfg->version %u is not supported (this library knows 1..%d)",
+                              caller, cfg->version, LOOM_CONFIG_VERSION);
+#define HAS(m) (cfg->size >= offsetof(loom_config_t, m) + sizeof cfg->m)
+        if (HAS(timeout_ms) && cfg->timeout_ms) {
+            if (cfg->timeout_ms < 0)
+                return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: cfg->timeout_ms %d is negative", caller, cfg->timeout_ms);
+            out->timeout_ms = cfg->timeout_ms;
+        }
+        if (HAS(tcp_streams) && cfg->tcp_streams) {
+            if (cfg->tcp_streams < 1 || cfg->tcp_streams > 16)
+                return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: cfg->tcp_streams %d is not in 1..16", caller, cfg->tcp_streams);
+            out->tcp_streams = cfg->tcp_streams;
+        }
+        if (HAS(chunk_bytes) && cfg->chunk_bytes) {
+            if (cfg->chunk_bytes < 4096 || cfg->chunk_bytes > (1u << 30))
+                return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: cfg->chunk_bytes %zu is not in 4096..1G", caller, cfg->chunk_bytes);
+            out->chunk_bytes = cfg->chunk_bytes;
+        }
+        if (HAS(socket_ifname) && cfg->socket_ifname) ifn = cfg->socket_ifname;
+        if (HAS(algo) && cfg->algo) algo = cfg->algo;
+        if (HAS(transport) && cfg->transport) tr = cfg->transport;
+#undef HAS
+    }
+    if (copy_str(out->socket_ifname, sizeof out->socket_ifname, ifn))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: socket interface name '%s' is too long", caller, ifn);
+    if (copy_str(out->algo, sizeof out->algo, algo))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: algorithm string is too long", caller);
+    if (copy_str(out->transport, sizeof out->transport, tr))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: transport string '%s' is too long", caller, tr);
+    return LOOM_SUCCESS;
+}

@@ -1,0 +1,108 @@
+/*
+ * internal.h - what every part of the library shares: errors, logging,
+ * configuration, time.  Internal names are loomi_*.
+ */
+#ifndef LOOMI_INTERNAL_H
+#define LOOMI_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+#define LOOMI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define LOOMI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LOOMI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define LOOMI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define LOOMI_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------- logging */
+
+enum loomi_log_level {
+    LOOMI_LOG_NONE = 0,
+    LOOMI_LOG_WARN = 1,
+    LOOMI_LOG_INFO = 2,
+    LOOMI_LOG_TRACE = 3
+};
+
+/* Current level (LOOM_DEBUG), read once. */
+int loomi_log_level(void);
+void loomi_log_write(int level, int rank, const char *fmt, ...)
+    LOOMI_PRINTF(3, 4);
+
+#define LOOMI_LOG(lvl, rank, ...)                                              \
+    do {                                                                       \
+        if (loomi_log_level() >= (lvl))                                        \
+            loomi_log_write((lvl), (rank), __VA_ARGS__);                       \
+    } while (0)
+#define LOOMI_WARN(rank, ...) LOOMI_LOG(LOOMI_LOG_WARN, rank, __VA_ARGS__)
+#define LOOMI_INFO(rank, ...) LOOMI_LOG(LOOMI_LOG_INFO, rank, __VA_ARGS__)
+#define LOOMI_TRACE(rank, ...) LOOMI_LOG(LOOMI_LOG_TRACE, rank, __VA_ARGS__)
+
+/* --------------------------------------------------------------- errors */
+
+/* Record the calling thread's detailed error (loom_get_last_error), log it
+ * at warn level with the rank (-1 when none) and return `code`. */
+loom_result_t loomi_fail(loom_result_t code, int rank, const char *fmt, ...)
+    LOOMI_PRINTF(3, 4);
+/* Same, keeping an already-recorded message (used when an inner call has
+ * set it and the outer one only passes the code on). */
+void loomi_clear_error(void);
+
+/* ----------------------------------------------------------- config */
+
+/* Process-wide settings from the environment, parsed once (read-only
+ * afterwards, so communicators cannot trample each other).  A loom_config_t
+ * given to init overrides them per communicator. */
+struct loomi_env {
+    int timeout_ms;
+    int tcp_streams;
+    size_t tcp_sockbuf;
+    size_t chunk_bytes;
+    const char *socket_ifname; /* NULL: automatic */
+    const char *algo;          /* NULL: automatic */
+    const char *transport;     /* NULL: any */
+};
+
+/* NULL-safe: returns the parsed environment or, when a variable holds a
+ * bad value, sets the last error (naming it) and returns NULL. */
+const struct loomi_env *loomi_env_get(void);
+
+/* Parse "123", "4K", "2M", "1G" (powers of 1024).  Returns 0 on success. */
+int loomi_parse_size(const char *s, size_t *out);
+
+/* Per-communicator settings: environment merged with a loom_config_t. */
+struct loomi_settings {
+    int timeout_ms;
+    int tcp_streams;
+    size_t tcp_sockbuf;
+    size_t chunk_bytes;
+    char socket_ifname[64];
+    char algo[256];
+    char transport[64];
+};
+
+loom_result_t loomi_settings_resolve(struct loomi_settings *out,
+                                     const loom_config_t *cfg,
+                                     const char *caller);
+
+/* ------------------------------------------------------------ time */
+
+/* Monotonic clock in nanoseconds / milliseconds. */
+uint64_t loomi_now_ns(void);
+static inline uint64_t loomi_now_ms(void) { return loomi_now_ns() / 1000000u; }
+
+/* Milliseconds left until deadline_ms (0 when passed), clamped to INT_MAX. */
+int loomi_ms_left(uint64_t deadline_ms);
+
+/* Names for messages. */
+const char *loomi_dtype_name(loom_datatype_t dt);
+const char *loomi_op_name(loom_op_t op);
+
+#endif

@@ -1,0 +1,46 @@
+/* util.c - clocks and small parsers. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "internal.h"
+
+uint64_t loomi_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int loomi_ms_left(uint64_t deadline_ms)
+{
+    uint64_t now = loomi_now_ms();
+    if (now >= deadline_ms) return 0;
+    uint64_t d = deadline_ms - now;
+    return d > INT_MAX ? INT_MAX : (int)d;
+}
+
+int loomi_parse_size(const char *s, size_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end != '\0') return -1;
+    if (shift && v > (ULLONG_MAX >> shift)) return -1;
+    v <<= shift;
+    if (v > SIZE_MAX) return -1;
+    *out = (size_t)v;
+    return 0;
+}

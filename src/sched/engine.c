@@ -1,0 +1,371 @@
+/*
+ * engine.c - runs schedules.
+ *
+ * Every step whose dependencies are done is "ready".  Ready sends and
+ * receives are handed to the transport at once (so every chunk that can
+ * be in flight is), ready local steps (reduce, copy, avg) run inline.
+ * Completions arrive from the transport's progress(); they only mark
+ * steps done and release successors, so the transport is never re-entered
+ * from its own callbacks.  Failures are likewise recorded in callbacks and
+ * acted on (cancel, restore, tell peers) after progress() returns.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "reduce/reduce.h"
+#include "sched/sched.h"
+
+struct loomi_op {
+    struct loom_comm *comm;
+    struct loomi_sched s;
+    unsigned char *bufs[LOOMI_NBUFS];
+    uint64_t seq;
+    uint16_t *pending;
+    struct loomi_xfer *xfers; /* indexed by step */
+    uint8_t *posted;          /* step handed to the transport, not completed */
+    uint32_t *ready, rhead, rtail;
+    uint32_t ndone;
+    loom_result_t status; /* first failure seen by a callback */
+    int failed_peer;
+    char errmsg[256];
+    int finished;
+    /* In-place safety: the caller's bytes, put back on failure. */
+    void *backup;
+    void *inplace_buf;
+    size_t inplace_len;
+    int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
+    uint64_t last_progress_ms;
+    struct loomi_op *next, *prev;
+};
+
+/* ---------------------------------------------------------------- lists */
+
+static void active_add(struct loom_comm *c, struct loomi_op *op)
+{
+    op->prev = NULL;
+    op->next = c->active;
+    if (c->active) c->active->prev = op;
+    c->active = op;
+    c->nactive++;
+}
+
+static void active_remove(struct loom_comm *c, struct loomi_op *op)
+{
+    if (op->prev) op->prev->next = op->next;
+    else if (c->active == op) c->active = op->next;
+    else return; /* not listed */
+    if (op->next) op->next->prev = op->prev;
+    op->next = op->prev = NULL;
+    c->nactive--;
+}
+
+/* -------------------------------------------------------- step handling */
+
+static void push_ready(struct loomi_op *op, uint32_t i) { op->ready[op->rtail++] = i; }
+
+static void step_done(struct loomi_op *op, uint32_t i)
+{
+    const struct loomi_sched *s = &op->s;
+    op->ndone++;
+    for (uint32_t k = s->succ_start[i]; k < s->succ_start[i + 1]; k++) {
+        uint32_t j = s->succ[k];
+        if (--op->pending[j] == 0) push_ready(op, j);
+    }
+}
+
+static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
+{
+    struct loomi_op *op = x->owner;
+    uint32_t i = (uint32_t)(x - op->xfers);
+    op->posted[i] = 0;
+    if (status != LOOM_SUCCESS) {
+        if (op->status == LOOM_SUCCESS) {
+            op->status = status;
+            op->failed_peer = x->peer;
+            snprintf(op->errmsg, sizeof op->errmsg, "%s from rank %d failed",
+                     op->s.steps[i].kind == LOOMI_STEP_SEND ? "send to" : "receive",
+                     x->peer);
+        }
+        return;
+    }
+    op->last_progress_ms = loomi_now_ms();
+    step_done(op, i);
+}
+
+static void op_note_failure(struct loomi_op *op, loom_result_t code, const char *msg)
+{
+    if (op->status != LOOM_SUCCESS) return;
+    op->status = code;
+    snprintf(op->errmsg, sizeof op->errmsg, "%s", msg);
+}
+
+/* Run ready steps until none is left. */
+static void op_run_ready(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    const struct loomi_sched *s = &op->s;
+    while (op->rhead < op->rtail && op->status == LOOM_SUCCESS) {
+        uint32_t i = op->ready[op->rhead++];
+        const struct loomi_step *st = &s->steps[i];
+        size_t bytes = st->count * s->esize;
+        switch (st->kind) {
+        case LOOMI_STEP_SEND:
+        case LOOMI_STEP_RECV: {
+            struct loomi_xfer *x = &op->xfers[i];
+            memset(x, 0, sizeof *x);
+            x->peer = st->peer;
+            x->tag = (op->seq << 32) | st->tag;
+            x->len = bytes;
+            x->complete = xfer_complete;
+            x->owner = op;
+            op->posted[i] = 1;
+            loom_result_t r;
+            if (st->kind == LOOMI_STEP_SEND) {
+                x->buf = op->bufs[st->src] + st->src_off;
+                r = c->tops->isend(c->tstate, x);
+            } else {
+                x->buf = op->bufs[st->dst] + st->dst_off;
+                r = c->tops->irecv(c->tstate, x);
+            }
+            if (r != LOOM_SUCCESS) {
+                op->posted[i] = 0;
+                char m[128];
+                snprintf(m, sizeof m, "could not post %s rank %d",
+                         st->kind == LOOMI_STEP_SEND ? "send to" : "receive from", st->peer);
+                op_note_failure(op, r, m);
+            }
+            break;
+        }
+        case LOOMI_STEP_REDUCE:
+            loomi_reduce_out(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off,
+                             op->bufs[st->src2] + st->src2_off, st->count, s->dtype, s->op);
+            step_done(op, i);
+            break;
+        case LOOMI_STEP_COPY:
+            if (op->bufs[st->dst] + st->dst_off != op->bufs[st->src] + st->src_off)
+                memcpy(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off, bytes);
+            step_done(op, i);
+            break;
+        case LOOMI_STEP_AVG:
+            loomi_reduce_finish_avg(op->bufs[st->dst] + st->dst_off, st->count, s->dtype,
+                                    s->nranks);
+            step_done(op, i);
+            break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static void op_release_buffers(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    if (op->own_scratch) free(op->bufs[LOOMI_BUF_SCRATCH]);
+    else if (op->bufs[LOOMI_BUF_SCRATCH]) c->scratch_busy = 0;
+    op->bufs[LOOMI_BUF_SCRATCH] = NULL;
+    if (op->backup) {
+        if (op->backup == c->backup) c->backup_busy = 0;
+        else free(op->backup);
+        op->backup = NULL;
+    }
+}
+
+static void op_finish(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    if (op->finished) return;
+    op->finished = 1;
+    if (op->status != LOOM_SUCCESS) {
+        /* Withdraw what the transport still holds before the memory goes. */
+        for (uint32_t i = 0; i < op->s.nsteps; i++)
+            if (op->posted[i]) {
+                c->tops->cancel(c->tstate, &op->xfers[i]);
+                op->posted[i] = 0;
+            }
+        if (op->backup && op->inplace_buf)
+            memcpy(op->inplace_buf, op->backup, op->inplace_len);
+    }
+    op_release_buffers(op);
+    active_remove(c, op);
+}
+
+static void op_free(struct loomi_op *op)
+{
+    loomi_sched_free(&op->s);
+    free(op->pending);
+    free(op->xfers);
+    free(op->posted);
+    free(op->ready);
+    free(op);
+}
+
+/* Buffers reused across operations: most jobs run one collective at a
+ * time, and fresh large allocations would page-fault on every call. */
+static void *comm_buffer(void **cache, size_t *cache_len, int *busy, size_t len,
+                         int *own)
+{
+    *own = 0;
+    if (!*busy) {
+        if (*cache_len < len) {
+            void *p = malloc(len);
+            if (!p) return NULL;
+            free(*cache);
+            *cache = p;
+            *cache_len = len;
+        }
+        *busy = 1;
+        return *cache;
+    }
+    *own = 1;
+    return malloc(len);
+}
+
+loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
+                             const void *sendbuf, void *recvbuf, int inplace,
+                             struct loomi_op **out)
+{
+    loom_result_t r = loomi_sched_finish(s);
+    if (r != LOOM_SUCCESS) {
+        loomi_sched_free(s);
+        return r;
+    }
+    struct loomi_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        loomi_sched_free(s);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+    }
+    op->comm = c;
+    op->failed_peer = -1;
+    op->s = *s;
+    memset(s, 0, sizeof *s);
+    uint32_t n = op->s.nsteps;
+    op->pending = malloc((n ? n : 1) * sizeof *op->pending);
+    op->xfers = malloc((n ? n : 1) * sizeof *op->xfers);
+    op->posted = calloc(n ? n : 1, 1);
+    op->ready = malloc((n ? n : 1) * sizeof *op->ready);
+    if (!op->pending || !op->xfers || !op->posted || !op->ready) goto nomem;
+    op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
+    op->bufs[LOOMI_BUF_RECV] = recvbuf;
+    size_t sl = op->s.buf_bytes[LOOMI_BUF_SCRATCH];
+    if (sl) {
+        op->bufs[LOOMI_BUF_SCRATCH] =
+            comm_buffer(&c->scratch, &c->scratch_len, &c->scratch_busy, sl, &op->own_scratch);
+        if (!op->bufs[LOOMI_BUF_SCRATCH]) goto nomem;
+    }
+    if (inplace && op->s.buf_bytes[LOOMI_BUF_RECV]) {
+        int own;
+        op->inplace_len = op->s.buf_bytes[LOOMI_BUF_RECV];
+        op->backup = comm_buffer(&c->backup, &c->backup_len, &c->backup_busy,
+                                 op->inplace_len, &own);
+        if (!op->backup) goto nomem;
+        memcpy(op->backup, recvbuf, op->inplace_len);
+        op->inplace_buf = recvbuf;
+    }
+    op->seq = c->next_seq++;
+    op->last_progress_ms = loomi_now_ms();
+    for (uint32_t i = 0; i < n; i++) {
+        op->pending[i] = op->s.ndeps[i];
+        if (!op->pending[i]) push_ready(op, i);
+    }
+    active_add(c, op);
+    if (n == 0) op_finish(op);
+    else op_run_ready(op);
+    if (op->ndone == n && op->status == LOOM_SUCCESS) op_finish(op);
+    *out = op;
+    return LOOM_SUCCESS;
+nomem:
+    op_release_buffers(op);
+    op_free(op);
+    return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory for a schedule");
+}
+
+/* After progress: run what became ready, finish what completed, and turn
+ * any failure into a broken communicator. */
+static void engine_advance(struct loom_comm *c)
+{
+    struct loomi_op *op = c->active, *next;
+    for (; op; op = next) {
+        next = op->next;
+        op_run_ready(op);
+        if (op->status != LOOM_SUCCESS) {
+            if (c->error == LOOM_SUCCESS)
+                loomi_comm_fail(c, op->status, op->failed_peer, "%s", op->errmsg);
+        } else if (op->ndone == op->s.nsteps) {
+            op_finish(op);
+        }
+    }
+    if (c->error != LOOM_SUCCESS) loomi_engine_fail_all(c);
+}
+
+void loomi_engine_fail_all(struct loom_comm *c)
+{
+    struct loomi_op *op;
+    while ((op = c->active) != NULL) {
+        if (op->status == LOOM_SUCCESS) {
+            op->status = c->error;
+            snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
+        } else if (c->errmsg[0] && op->status == LOOM_ERR_REMOTE) {
+            /* The communicator's message names the failed peer. */
+            snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
+        }
+        op_finish(op);
+    }
+}
+
+/* One round: progress the transport for at most wait_ms, then advance. */
+static loom_result_t engine_round(struct loom_comm *c, int wait_ms)
+{
+    loom_result_t r = c->tops->progress(c->tstate, wait_ms);
+    if (r != LOOM_SUCCESS && c->error == LOOM_SUCCESS)
+        loomi_comm_fail(c, r, -1, "transport %s failed: %s", c->tops->name,
+                        loom_get_last_error());
+    engine_advance(c);
+    /* Deadlines: an operation that moved nothing for timeout_ms fails. */
+    uint64_t now = loomi_now_ms();
+    for (struct loomi_op *op = c->active; op; op = op->next)
+        if (now - op->last_progress_ms >= (uint64_t)c->set.timeout_ms) {
+            loomi_comm_fail(c, LOOM_ERR_TIMEOUT, -1,
+                            "operation %llu made no progress for %d ms (LOOM_TIMEOUT); "
+                            "%u of %u steps done",
+                            (unsigned long long)op->seq, c->set.timeout_ms, op->ndone,
+                            op->s.nsteps);
+            loomi_engine_fail_all(c);
+            break;
+        }
+    return LOOM_SUCCESS;
+}
+
+static loom_result_t op_result(struct loomi_op *op)
+{
+    loom_result_t r = op->status;
+    if (r != LOOM_SUCCESS)
+        loomi_fail(r, op->comm->rank, "%s", op->errmsg[0] ? op->errmsg : loom_strerror(r));
+    op_free(op);
+    return r;
+}
+
+loom_result_t loomi_op_wait(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    while (!op->finished) {
+        int wait = c->set.timeout_ms;
+        uint64_t now = loomi_now_ms();
+        uint64_t due = op->last_progress_ms + (uint64_t)c->set.timeout_ms;
+        wait = due > now ? (int)LOOMI_MIN(due - now, 1000u) : 0;
+        engine_round(c, wait);
+    }
+    return op_result(op);
+}
+
+loom_result_t loomi_op_test(struct loomi_op *op, int *done)
+{
+    if (!op->finished) engine_round(op->comm, 0);
+    if (!op->finished) {
+        *done = 0;
+        return LOOM_SUCCESS;
+    }
+    *done = 1;
+    return op_result(op);
+}

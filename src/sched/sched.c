@@ -1,0 +1,193 @@
+/* sched.c - building and checking schedules. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "sched/sched.h"
+
+int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,
+                     loom_datatype_t dtype, loom_op_t op)
+{
+    memset(s, 0, sizeof *s);
+    s->rank = rank;
+    s->nranks = nranks;
+    s->dtype = dtype;
+    s->op = op;
+    s->esize = loom_datatype_size(dtype);
+    s->ok = 1;
+    return 0;
+}
+
+static int grow(struct loomi_sched *s)
+{
+    uint32_t cap = s->cap ? s->cap * 2 : 64;
+    struct loomi_step *st = realloc(s->steps, cap * sizeof *st);
+    if (st) s->steps = st;
+    uint8_t *nd = realloc(s->ndeps, cap);
+    if (nd) s->ndeps = nd;
+    uint32_t(*dp)[LOOMI_MAX_DEPS] = realloc(s->deps, cap * sizeof *dp);
+    if (dp) s->deps = dp;
+    if (!st || !nd || !dp) return -1;
+    s->cap = cap;
+    return 0;
+}
+
+uint32_t loomi_sched_add(struct loomi_sched *s, const struct loomi_step *st,
+                         const uint32_t *deps, int ndeps)
+{
+    if (!s->ok) return LOOMI_NO_DEP;
+    if (s->nsteps == s->cap && grow(s)) {
+        s->ok = 0;
+        return LOOMI_NO_DEP;
+    }
+    uint32_t i = s->nsteps++;
+    s->steps[i] = *st;
+    int n = 0;
+    for (int d = 0; d < ndeps; d++) {
+        if (deps[d] == LOOMI_NO_DEP) continue;
+        if (deps[d] >= i || n == LOOMI_MAX_DEPS) { s->ok = 0; continue; }
+        s->deps[i][n++] = deps[d];
+    }
+    s->ndeps[i] = (uint8_t)n;
+    return i;
+}
+
+static struct loomi_step mk(int kind)
+{
+    struct loomi_step st;
+    memset(&st, 0, sizeof st);
+    st.kind = (uint8_t)kind;
+    st.peer = -1;
+    return st;
+}
+
+uint32_t loomi_sched_send(struct loomi_sched *s, int peer, uint32_t tag, int buf,
+                          size_t off, size_t count, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_SEND);
+    st.peer = peer;
+    st.tag = tag;
+    st.src = (uint8_t)buf;
+    st.src_off = off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_recv(struct loomi_sched *s, int peer, uint32_t tag, int buf,
+                          size_t off, size_t count, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_RECV);
+    st.peer = peer;
+    st.tag = tag;
+    st.dst = (uint8_t)buf;
+    st.dst_off = off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_reduce(struct loomi_sched *s, int dst, size_t dst_off, int a,
+                            size_t a_off, int b, size_t b_off, size_t count,
+                            const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_REDUCE);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)a;
+    st.src_off = a_off;
+    st.src2 = (uint8_t)b;
+    st.src2_off = b_off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                          size_t src_off, size_t count, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_COPY);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t bytes)
+{
+    if (buf < 0 || buf >= LOOMI_NBUFS) return 0;
+    return off <= s->buf_bytes[buf] && bytes <= s->buf_bytes[buf] - off;
+}
+
+loom_result_t loomi_sched_finish(struct loomi_sched *s)
+{
+    if (!s->ok)
+        return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank,
+                          "schedule: out of memory or too many dependencies while building");
+    for (uint32_t i = 0; i < s->nsteps; i++) {
+        const struct loomi_step *st = &s->steps[i];
+        size_t bytes = st->count * s->esize;
+        int ok = 1;
+        switch (st->kind) {
+        case LOOMI_STEP_SEND:
+            ok = in_range(s, st->src, st->src_off, bytes) && st->peer >= 0 &&
+                 st->peer < s->nranks && st->peer != s->rank;
+            break;
+        case LOOMI_STEP_RECV:
+            ok = in_range(s, st->dst, st->dst_off, bytes) && st->peer >= 0 &&
+                 st->peer < s->nranks && st->peer != s->rank;
+            break;
+        case LOOMI_STEP_REDUCE:
+            ok = in_range(s, st->src2, st->src2_off, bytes);
+            /* fall through */
+        case LOOMI_STEP_COPY:
+            ok = ok && in_range(s, st->src, st->src_off, bytes);
+            /* fall through */
+        case LOOMI_STEP_AVG:
+            ok = ok && in_range(s, st->dst, st->dst_off, bytes);
+            break;
+        default:
+            ok = 0;
+        }
+        if (!ok)
+            return loomi_fail(LOOM_ERR_INTERNAL, s->rank,
+                              "schedule: step %u (kind %d) is out of range or names a bad peer",
+                              i, st->kind);
+    }
+    /* Successor lists in CSR form: count, prefix-sum, fill. */
+    s->succ_start = calloc((size_t)s->nsteps + 1, sizeof *s->succ_start);
+    size_t ne = 0;
+    for (uint32_t i = 0; i < s->nsteps; i++) ne += s->ndeps[i];
+    s->succ = malloc((ne ? ne : 1) * sizeof *s->succ);
+    if (!s->succ_start || !s->succ)
+        return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "schedule: out of memory");
+    for (uint32_t i = 0; i < s->nsteps; i++)
+        for (int d = 0; d < s->ndeps[i]; d++) s->succ_start[s->deps[i][d] + 1]++;
+    for (uint32_t i = 0; i < s->nsteps; i++) s->succ_start[i + 1] += s->succ_start[i];
+    uint32_t *fill = malloc(((size_t)s->nsteps + 1) * sizeof *fill);
+    if (!fill) return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "schedule: out of memory");
+    memcpy(fill, s->succ_start, ((size_t)s->nsteps + 1) * sizeof *fill);
+    for (uint32_t i = 0; i < s->nsteps; i++)
+        for (int d = 0; d < s->ndeps[i]; d++) s->succ[fill[s->deps[i][d]]++] = i;
+    free(fill);
+    return LOOM_SUCCESS;
+}
+
+void loomi_sched_free(struct loomi_sched *s)
+{
+    free(s->steps);
+    free(s->ndeps);
+    free(s->deps);
+    free(s->succ_start);
+    free(s->succ);
+    memset(s, 0, sizeof *s);
+}
+
+uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t count,
+                         const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_AVG);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}

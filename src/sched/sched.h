@@ -1,0 +1,100 @@
+/*
+ * sched.h - schedules (what algorithms emit) and the engine that runs them.
+ *
+ * A schedule is a DAG of steps for one rank.  Buffers are named, not
+ * pointed to (send, recv, scratch), so one schedule can be run over any
+ * user buffers and checked or simulated without them.  Sends and
+ * receives carry a step tag; a send on rank A and the receive on rank B
+ * with the same tag are one message.
+ */
+#ifndef LOOMI_SCHED_H
+#define LOOMI_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+enum loomi_step_kind {
+    LOOMI_STEP_SEND,   /* send buf[src]+src_off, count elements, to peer */
+    LOOMI_STEP_RECV,   /* receive count elements from peer into dst */
+    LOOMI_STEP_REDUCE, /* dst = src OP src2 (dst may be src or src2) */
+    LOOMI_STEP_COPY,   /* dst = src */
+    LOOMI_STEP_AVG     /* dst /= nranks (the end of LOOM_AVG) */
+};
+
+enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
+                 LOOMI_NBUFS = 3 };
+
+#define LOOMI_MAX_DEPS 4
+
+struct loomi_step {
+    uint8_t kind;
+    uint8_t src, src2, dst; /* enum loomi_buf */
+    int32_t peer;           /* SEND/RECV */
+    uint32_t tag;           /* SEND/RECV: equal on both sides of a message */
+    size_t src_off, src2_off, dst_off; /* bytes */
+    size_t count;                      /* elements */
+};
+
+struct loomi_sched {
+    int nranks, rank;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    size_t esize;
+    size_t buf_bytes[LOOMI_NBUFS]; /* extent each buffer must have */
+    uint32_t nsteps, cap;
+    struct loomi_step *steps;
+    uint8_t *ndeps;         /* per step */
+    uint32_t (*deps)[LOOMI_MAX_DEPS];
+    /* Successor lists, built by loomi_sched_finish (CSR form). */
+    uint32_t *succ_start, *succ;
+    int ok; /* 0 after an allocation failure: finish() reports it */
+};
+
+int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,
+                     loom_datatype_t dtype, loom_op_t op);
+/* Append a step depending on `deps` (indices of earlier steps; entries
+ * equal to UINT32_MAX are ignored).  Returns its index. */
+uint32_t loomi_sched_add(struct loomi_sched *s, const struct loomi_step *st,
+                         const uint32_t *deps, int ndeps);
+/* Check ranges against buf_bytes and build successor lists. */
+loom_result_t loomi_sched_finish(struct loomi_sched *s);
+void loomi_sched_free(struct loomi_sched *s);
+
+#define LOOMI_NO_DEP UINT32_MAX
+
+/* Helpers for algorithms. */
+uint32_t loomi_sched_send(struct loomi_sched *s, int peer, uint32_t tag, int buf,
+                          size_t off, size_t count, const uint32_t *deps, int ndeps);
+uint32_t loomi_sched_recv(struct loomi_sched *s, int peer, uint32_t tag, int buf,
+                          size_t off, size_t count, const uint32_t *deps, int ndeps);
+uint32_t loomi_sched_reduce(struct loomi_sched *s, int dst, size_t dst_off, int a,
+                            size_t a_off, int b, size_t b_off, size_t count,
+                            const uint32_t *deps, int ndeps);
+uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                          size_t src_off, size_t count, const uint32_t *deps, int ndeps);
+
+uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t count,
+                         const uint32_t *deps, int ndeps);
+
+/* ------------------------------------------------------------- engine */
+
+struct loom_comm;
+struct loomi_op;
+
+/* Start running `s` (ownership passes to the op) over the given buffers;
+ * progress happens in loomi_op_progress / loomi_op_wait.  inplace_backup:
+ * recv buffer of an in-place operation, saved and put back on failure. */
+loom_result_t loomi_op_start(struct loom_comm *comm, struct loomi_sched *s,
+                             const void *sendbuf, void *recvbuf, int inplace,
+                             struct loomi_op **out);
+/* Block until done or failed; frees the op; returns its result. */
+loom_result_t loomi_op_wait(struct loomi_op *op);
+/* Non-blocking: *done=1 and result returned (op freed) when complete. */
+loom_result_t loomi_op_test(struct loomi_op *op, int *done);
+
+/* Fail every running op of comm (called when the communicator breaks). */
+void loomi_engine_fail_all(struct loom_comm *comm);
+
+#endif

@@ -1,0 +1,910 @@
+/*
+ * tcp.c - the TCP transport.
+ *
+ * Every pair of ranks is joined by `streams` sockets.  A message is cut
+ * into pieces spread over the least-loaded streams; each piece carries a
+ * header (tag, message length, offset, piece length), so pieces may
+ * arrive in any order and land straight in the receiver's buffer when its
+ * receive is posted (zero copy), or in an unexpected-message buffer when
+ * it is not yet.  Sockets are non-blocking, driven by one epoll set per
+ * communicator, written with scatter-gather sendmsg.  Every header is
+ * range-checked before its payload is read anywhere.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "comm/net.h"
+#include "core/internal.h"
+#include "transports/transport.h"
+
+#define TCP_MAGIC 0x4c4d5450u      /* "LMTP" */
+#define HELLO_MAGIC 0x4c4d4848u    /* "LMHH" */
+#define MAX_MSG (1ull << 40)       /* larger than any buffer a rank can hold */
+#define SPLIT_MIN (64u * 1024u)    /* below this a message is one piece */
+#define UNEXP_LIMIT (2ull << 30)   /* bytes buffered for receives not yet posted */
+#define NBUCKETS 64
+#define IOV_BATCH 64
+
+enum { T_DATA = 1, T_ABORT = 2, T_BYE = 3 };
+
+struct wire_hdr {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t flags;
+    uint64_t tag;    /* DATA: message tag; ABORT: result code */
+    uint64_t total;  /* DATA: message length */
+    uint64_t offset; /* DATA: where this piece goes */
+    uint32_t len;    /* DATA: piece length */
+    int32_t aux;     /* ABORT: the failed rank */
+};
+
+struct hello {
+    uint32_t magic;
+    unsigned char job_key[16];
+    int32_t src, dst, stream, nstreams;
+};
+
+struct piece {
+    struct loomi_xfer *x; /* NULL: control message */
+    struct wire_hdr h;
+    size_t hdr_sent, sent;
+    const char *data;
+    struct piece *next;
+};
+
+struct unexp {
+    uint64_t tag;
+    size_t total, got;
+    char *buf;
+    struct loomi_xfer *waiter;
+    struct unexp *next;
+};
+
+struct peer;
+struct stream {
+    int fd;
+    int idx;
+    struct peer *peer;
+    struct piece *sq_head, *sq_tail;
+    size_t queued;
+    int writable;
+    /* receive state */
+    struct wire_hdr rh;
+    size_t rh_got;
+    int in_payload;
+    char *rdst;     /* NULL: discard */
+    size_t rleft;
+    struct loomi_xfer *rx;
+    struct unexp *ru;
+    int bye; /* the peer said goodbye on this stream: its end is no failure */
+};
+
+struct peer {
+    int rank;
+    int failed;
+    int open; /* streams still connected */
+    struct stream *s;
+    struct loomi_xfer *recvs[NBUCKETS]; /* posted, by tag */
+    struct unexp *unexp[NBUCKETS];
+    int nposted; /* sends and receives in flight */
+};
+
+struct tcp {
+    struct loomi_tctx ctx;
+    int nstreams;
+    int lfd, epfd;
+    struct sockaddr_storage laddr;
+    socklen_t laddr_len;
+    struct peer *peers;
+    size_t unexp_bytes;
+    int aborted;
+    struct piece *free_pieces;
+    char discard[65536];
+};
+
+static unsigned bucket(uint64_t tag) { return (unsigned)((tag ^ (tag >> 32) ^ (tag >> 17)) % NBUCKETS); }
+
+/* ------------------------------------------------------------- helpers */
+
+static void set_sock_opts(struct tcp *t, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (t->ctx.sockbuf) {
+        int b = (int)LOOMI_MIN(t->ctx.sockbuf, (size_t)1 << 30);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+    }
+}
+
+static struct piece *piece_new(struct tcp *t)
+{
+    struct piece *p = t->free_pieces;
+    if (p) t->free_pieces = p->next;
+    else p = malloc(sizeof *p);
+    if (p) memset(p, 0, sizeof *p);
+    return p;
+}
+
+static void piece_free(struct tcp *t, struct piece *p)
+{
+    p->next = t->free_pieces;
+    t->free_pieces = p;
+}
+
+/* Transfer lists: doubly linked through t_next/t_prev. */
+static void xlist_add(struct loomi_xfer **head, struct loomi_xfer *x)
+{
+    x->t_prev = NULL;
+    x->t_next = *head;
+    if (*head) (*head)->t_prev = x;
+    *head = x;
+}
+
+static void xlist_del(struct loomi_xfer **head, struct loomi_xfer *x)
+{
+    if (x->t_prev) x->t_prev->t_next = x->t_next;
+    else *head = x->t_next;
+    if (x->t_next) x->t_next->t_prev = x->t_prev;
+    x->t_next = x->t_prev = NULL;
+}
+
+static struct loomi_xfer *find_recv(struct peer *p, uint64_t tag)
+{
+    for (struct loomi_xfer *x = p->recvs[bucket(tag)]; x; x = x->t_next)
+        if (x->tag == tag) return x;
+    return NULL;
+}
+
+static struct unexp *find_unexp(struct peer *p, uint64_t tag, struct unexp ***link)
+{
+    struct unexp **l = &p->unexp[bucket(tag)];
+    for (; *l; l = &(*l)->next)
+        if ((*l)->tag == tag) {
+            if (link) *link = l;
+            return *l;
+        }
+    return NULL;
+}
+
+/* Marker that a send transfer has already been completed with an error
+ * (its other pieces must not complete it again). */
+#define XFER_DEAD ((size_t)-1)
+
+static void complete_once(struct loomi_xfer *x, loom_result_t st)
+{
+    if (x->t_posted == XFER_DEAD) return;
+    x->t_posted = XFER_DEAD;
+    x->complete(x, st);
+}
+
+/* Close a peer's sockets and fail everything it holds.  `notify`: tell
+ * the core through ctx.peer_failed. */
+static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t code,
+                      const char *why, int notify)
+{
+    if (p->failed) return;
+    p->failed = 1;
+    p->open = 0;
+    for (int i = 0; i < t->nstreams; i++) {
+        struct stream *s = &p->s[i];
+        if (s->fd >= 0) {
+            close(s->fd);
+            s->fd = -1;
+        }
+        struct piece *pc = s->sq_head;
+        while (pc) {
+            struct piece *n = pc->next;
+            if (pc->x) complete_once(pc->x, code);
+            piece_free(t, pc);
+            pc = n;
+        }
+        s->sq_head = s->sq_tail = NULL;
+        s->queued = 0;
+        s->rx = NULL;
+        s->ru = NULL;
+    }
+    for (int b = 0; b < NBUCKETS; b++) {
+        struct loomi_xfer *x;
+        while ((x = p->recvs[b]) != NULL) {
+            xlist_del(&p->recvs[b], x);
+            complete_once(x, code);
+        }
+        struct unexp *u = p->unexp[b], *n;
+        for (; u; u = n) {
+            n = u->next;
+            if (u->waiter) complete_once(u->waiter, code);
+            t->unexp_bytes -= u->total;
+            free(u->buf);
+            free(u);
+        }
+        p->unexp[b] = NULL;
+    }
+    p->nposted = 0;
+    if (notify && t->ctx.peer_failed)
+        t->ctx.peer_failed(t->ctx.owner, p->rank, failed, code, why);
+}
+
+static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
+    LOOMI_PRINTF(4, 5);
+static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    LOOMI_WARN(t->ctx.rank, "tcp: peer rank %d: %s", p->rank, why);
+    peer_down(t, p, p->rank, code, why, 1);
+}
+
+/* ------------------------------------------------------------- sending */
+
+static void stream_flush(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    while (s->sq_head && s->writable && !p->failed) {
+        struct iovec iov[IOV_BATCH];
+        int n = 0;
+        for (struct piece *pc = s->sq_head; pc && n + 2 <= IOV_BATCH; pc = pc->next) {
+            if (pc->hdr_sent < sizeof pc->h) {
+                iov[n].iov_base = (char *)&pc->h + pc->hdr_sent;
+                iov[n++].iov_len = sizeof pc->h - pc->hdr_sent;
+            }
+            if (pc->sent < pc->h.len) {
+                iov[n].iov_base = (char *)pc->data + pc->sent;
+                iov[n++].iov_len = pc->h.len - pc->sent;
+            }
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                s->writable = 0;
+                return;
+            }
+            peer_error(t, p, LOOM_ERR_REMOTE, "send failed: %s", strerror(errno));
+            return;
+        }
+        size_t left = (size_t)w;
+        while (left && s->sq_head) {
+            struct piece *pc = s->sq_head;
+            size_t h = LOOMI_MIN(left, sizeof pc->h - pc->hdr_sent);
+            pc->hdr_sent += h;
+            left -= h;
+            size_t d = LOOMI_MIN(left, (size_t)pc->h.len - pc->sent);
+            pc->sent += d;
+            left -= d;
+            if (pc->hdr_sent == sizeof pc->h && pc->sent == pc->h.len) {
+                s->sq_head = pc->next;
+                if (!s->sq_head) s->sq_tail = NULL;
+                s->queued -= pc->h.len + sizeof pc->h;
+                struct loomi_xfer *x = pc->x;
+                if (x && x->t_posted != XFER_DEAD) {
+                    x->t_done += pc->h.len;
+                    if (x->t_done == x->len) {
+                        p->nposted--;
+                        complete_once(x, LOOM_SUCCESS);
+                    }
+                }
+                piece_free(t, pc);
+            }
+        }
+    }
+}
+
+static void stream_enqueue(struct stream *s, struct piece *pc)
+{
+    pc->next = NULL;
+    if (s->sq_tail) s->sq_tail->next = pc;
+    else s->sq_head = pc;
+    s->sq_tail = pc;
+    s->queued += pc->h.len + sizeof pc->h;
+}
+
+static struct stream *least_loaded(struct tcp *t, struct peer *p)
+{
+    struct stream *best = NULL;
+    for (int i = 0; i < t->nstreams; i++)
+        if (p->s[i].fd >= 0 && (!best || p->s[i].queued < best->queued)) best = &p->s[i];
+    return best;
+}
+
+static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
+{
+    struct tcp *t = state;
+    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank)
+        return loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: send to bad peer %d", x->peer);
+    struct peer *p = &t->peers[x->peer];
+    if (p->failed || t->aborted || p->open == 0)
+        return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d is unreachable (%s)",
+                          x->peer, p->failed ? "failed" : "it closed the communicator");
+    x->t_done = 0;
+    x->t_posted = 0;
+    size_t npieces = 1;
+    if (x->len > SPLIT_MIN && t->nstreams > 1) {
+        npieces = (size_t)t->nstreams;
+        while (npieces > 1 && x->len / npieces < SPLIT_MIN / 2) npieces--;
+    }
+    /* Pieces must fit the header's 32-bit length. */
+    size_t maxp = (size_t)1 << 30;
+    if ((x->len + npieces - 1) / npieces > maxp) npieces = (x->len + maxp - 1) / maxp;
+    size_t per = npieces ? (x->len + npieces - 1) / npieces : 0;
+    struct stream *touched[16];
+    int nt = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < npieces; i++) {
+        size_t len = LOOMI_MIN(per, x->len - off);
+        struct piece *pc = piece_new(t);
+        if (!pc) {
+            if (i == 0) return loomi_fail(LOOM_ERR_NO_MEMORY, t->ctx.rank, "tcp: out of memory");
+            /* Pieces already queued will finish; make the rest an error. */
+            peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory queueing a send");
+            return LOOM_SUCCESS;
+        }
+        pc->x = x;
+        pc->h.magic = TCP_MAGIC;
+        pc->h.type = T_DATA;
+        pc->h.tag = x->tag;
+        pc->h.total = x->len;
+        pc->h.offset = off;
+        pc->h.len = (uint32_t)len;
+        pc->data = (const char *)x->buf + off;
+        struct stream *s = least_loaded(t, p);
+        stream_enqueue(s, pc);
+        int seen = 0;
+        for (int k = 0; k < nt; k++) seen |= touched[k] == s;
+        if (!seen && nt < 16) touched[nt++] = s;
+        off += len;
+    }
+    p->nposted++;
+    for (int k = 0; k < nt; k++) stream_flush(t, touched[k]);
+    return LOOM_SUCCESS;
+}
+
+/* ----------------------------------------------------------- receiving */
+
+static void recv_done(struct tcp *t, struct peer *p, struct loomi_xfer *x, size_t len)
+{
+    x->t_done += len;
+    if (x->t_done == x->len) {
+        xlist_del(&p->recvs[bucket(x->tag)], x);
+        p->nposted--;
+        complete_once(x, LOOM_SUCCESS);
+    }
+    (void)t;
+}
+
+static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t len)
+{
+    u->got += len;
+    if (u->got < u->total || !u->waiter) return;
+    struct unexp **link = NULL;
+    find_unexp(p, u->tag, &link);
+    *link = u->next;
+    struct loomi_xfer *x = u->waiter;
+    memcpy(x->buf, u->buf, u->total);
+    t->unexp_bytes -= u->total;
+    free(u->buf);
+    free(u);
+    p->nposted--;
+    complete_once(x, LOOM_SUCCESS);
+}
+
+/* A header has arrived: check it, then find where its payload goes. */
+static int handle_header(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    const struct wire_hdr *h = &s->rh;
+    if (h->magic != TCP_MAGIC) {
+        peer_error(t, p, LOOM_ERR_REMOTE, "protocol error: bad magic 0x%08x", h->magic);
+        return -1;
+    }
+    if (h->type == T_BYE) {
+        s->bye = 1;
+        return 0;
+    }
+    if (h->type == T_ABORT) {
+        int failed = h->aux;
+        if (failed < -1 || failed >= t->ctx.nranks) failed = -1;
+        loom_result_t code = (h->tag >= 1 && h->tag <= 13) ? (loom_result_t)h->tag : LOOM_ERR_REMOTE;
+        if (code == LOOM_ERR_REVOKED || code == LOOM_ERR_TIMEOUT || code == LOOM_ERR_MISMATCH)
+            ; /* keep: the reason the peer gave */
+        else
+            code = LOOM_ERR_REMOTE;
+        peer_down(t, p, failed, code, "the peer aborted the communicator", 1);
+        return -1;
+    }
+    if (h->type != T_DATA || h->total > MAX_MSG || h->offset > h->total ||
+        h->len > h->total - h->offset) {
+        peer_error(t, p, LOOM_ERR_REMOTE,
+                   "protocol error: bad header (type %u, total %llu, offset %llu, len %u)",
+                   h->type, (unsigned long long)h->total, (unsigned long long)h->offset, h->len);
+        return -1;
+    }
+    s->rx = NULL;
+    s->ru = find_unexp(p, h->tag, NULL);
+    if (s->ru) {
+        if (s->ru->total != h->total) goto size_mismatch;
+        s->rdst = s->ru->buf + h->offset;
+    } else if ((s->rx = find_recv(p, h->tag)) != NULL) {
+        if (s->rx->len != h->total) {
+            size_t want = s->rx->len;
+            peer_error(t, p, LOOM_ERR_MISMATCH,
+                       "rank %d sent a message of %llu bytes where this rank expects %zu: do all "
+                       "ranks call the same collectives in the same order with the same count "
+                       "and datatype?",
+                       p->rank, (unsigned long long)h->total, want);
+            return -1;
+        }
+        s->rdst = (char *)s->rx->buf + h->offset;
+    } else {
+        if (t->unexp_bytes + h->total > UNEXP_LIMIT) {
+            peer_error(t, p, LOOM_ERR_REMOTE,
+                       "more than %llu bytes arrived for receives not posted",
+                       (unsigned long long)UNEXP_LIMIT);
+            return -1;
+        }
+        struct unexp *u = calloc(1, sizeof *u);
+        if (u) u->buf = malloc(h->total ? h->total : 1);
+        if (!u || !u->buf) {
+            free(u);
+            peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
+            return -1;
+        }
+        u->tag = h->tag;
+        u->total = h->total;
+        LOOMI_TRACE(t->ctx.rank, "tcp: early message from rank %d, tag %llx, %zu bytes (buffered)",
+                    p->rank, (unsigned long long)h->tag, u->total);
+        struct unexp **head = &p->unexp[bucket(h->tag)];
+        u->next = *head;
+        *head = u;
+        t->unexp_bytes += u->total;
+        s->ru = u;
+        s->rdst = u->buf + h->offset;
+    }
+    s->rleft = h->len;
+    s->in_payload = 1;
+    return 0;
+size_mismatch:
+    peer_error(t, p, LOOM_ERR_MISMATCH,
+               "rank %d sent pieces of one message with different lengths", p->rank);
+    return -1;
+}
+
+static void payload_done(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    s->in_payload = 0;
+    s->rh_got = 0;
+    if (s->ru) unexp_done(t, p, s->ru, s->rh.len);
+    else if (s->rx) recv_done(t, p, s->rx, s->rh.len);
+    s->rx = NULL;
+    s->ru = NULL;
+}
+
+static void stream_read(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    while (s->fd >= 0 && !p->failed) {
+        ssize_t r;
+        if (!s->in_payload) {
+            r = recv(s->fd, (char *)&s->rh + s->rh_got, sizeof s->rh - s->rh_got, MSG_DONTWAIT);
+        } else if (s->rleft == 0) {
+            payload_done(t, s);
+            continue;
+        } else if (s->rdst) {
+            r = recv(s->fd, s->rdst, s->rleft, MSG_DONTWAIT);
+        } else {
+            r = recv(s->fd, t->discard, LOOMI_MIN(s->rleft, sizeof t->discard), MSG_DONTWAIT);
+        }
+        if (r == 0) {
+            if (s->bye && !s->in_payload && s->rh_got == 0) {
+                /* A polite close of this stream: everything sent on it
+                 * before the goodbye has been read. */
+                close(s->fd);
+                s->fd = -1;
+                if (--p->open == 0 && p->nposted)
+                    peer_error(t, p, LOOM_ERR_REMOTE,
+                               "the peer destroyed the communicator with operations pending here");
+                return;
+            }
+            peer_error(t, p, LOOM_ERR_REMOTE, "connection closed by the peer");
+            return;
+        }
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            peer_error(t, p, LOOM_ERR_REMOTE, "receive failed: %s", strerror(errno));
+            return;
+        }
+        if (!s->in_payload) {
+            s->rh_got += (size_t)r;
+            if (s->rh_got < sizeof s->rh) continue;
+            if (handle_header(t, s)) return;
+            if (!s->in_payload) s->rh_got = 0; /* control message consumed */
+        } else {
+            if (s->rdst) s->rdst += r;
+            s->rleft -= (size_t)r;
+            if (s->rleft == 0) payload_done(t, s);
+        }
+    }
+}
+
+static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
+{
+    struct tcp *t = state;
+    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank)
+        return loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: receive from bad peer %d", x->peer);
+    struct peer *p = &t->peers[x->peer];
+    if (p->failed || t->aborted || p->open == 0)
+        return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d is unreachable (%s)",
+                          x->peer, p->failed ? "failed" : "it closed the communicator");
+    x->t_done = 0;
+    x->t_posted = 0;
+    p->nposted++;
+    struct unexp *u = find_unexp(p, x->tag, NULL);
+    if (u) {
+        if (u->total != x->len) {
+            peer_error(t, p, LOOM_ERR_MISMATCH,
+                       "rank %d sent a message of %zu bytes where this rank expects %zu: do all "
+                       "ranks call the same collectives in the same order with the same count "
+                       "and datatype?",
+                       p->rank, u->total, x->len);
+            return LOOM_SUCCESS; /* x was completed with the error */
+        }
+        u->waiter = x;
+        unexp_done(t, p, u, 0);
+        return LOOM_SUCCESS;
+    }
+    xlist_add(&p->recvs[bucket(x->tag)], x);
+    if (x->len == 0) {
+        /* Zero-length messages still travel (as a header), so the
+         * receive completes when it arrives. */
+    }
+    return LOOM_SUCCESS;
+}
+
+static void tcp_cancel(void *state, struct loomi_xfer *x)
+{
+    struct tcp *t = state;
+    if (x->peer < 0 || x->peer >= t->ctx.nranks) return;
+    struct peer *p = &t->peers[x->peer];
+    x->t_posted = XFER_DEAD;
+    for (int i = 0; i < t->nstreams; i++) {
+        struct stream *s = &p->s[i];
+        if (s->rx == x) {
+            s->rx = NULL;
+            s->rdst = NULL; /* read the rest of this piece into the void */
+        }
+        struct piece **l = &s->sq_head, *prev = NULL;
+        while (*l) {
+            struct piece *pc = *l;
+            /* A piece half on the wire must finish or the stream desyncs. */
+            if (pc->x == x && pc->hdr_sent == 0) {
+                *l = pc->next;
+                s->queued -= pc->h.len + sizeof pc->h;
+                if (s->sq_tail == pc) s->sq_tail = prev;
+                piece_free(t, pc);
+                continue;
+            }
+            if (pc->x == x) pc->x = NULL;
+            prev = pc;
+            l = &pc->next;
+        }
+    }
+    for (struct loomi_xfer *y = p->recvs[bucket(x->tag)]; y; y = y->t_next)
+        if (y == x) {
+            xlist_del(&p->recvs[bucket(x->tag)], x);
+            break;
+        }
+    for (int b = 0; b < NBUCKETS; b++)
+        for (struct unexp *u = p->unexp[b]; u; u = u->next)
+            if (u->waiter == x) u->waiter = NULL;
+}
+
+/* ------------------------------------------------------------ progress */
+
+static loom_result_t tcp_progress(void *state, int timeout_ms)
+{
+    struct tcp *t = state;
+    struct epoll_event ev[64];
+    int n = epoll_wait(t->epfd, ev, 64, timeout_ms);
+    if (n < 0) {
+        if (errno == EINTR) return LOOM_SUCCESS;
+        return loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank, "tcp: epoll_wait: %s", strerror(errno));
+    }
+    for (int i = 0; i < n; i++) {
+        struct stream *s = ev[i].data.ptr;
+        if (s->fd < 0) continue;
+        if (ev[i].events & EPOLLOUT) {
+            s->writable = 1;
+            stream_flush(t, s);
+        }
+        if (s->fd >= 0 && (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
+            stream_read(t, s);
+    }
+    return LOOM_SUCCESS;
+}
+
+static int tcp_wait_fd(void *state) { return ((struct tcp *)state)->epfd; }
+
+/* -------------------------------------------------------------- set-up */
+
+static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
+{
+    struct tcp *t = calloc(1, sizeof *t);
+    if (!t) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "tcp: out of memory");
+    t->ctx = *ctx;
+    t->nstreams = ctx->streams < 1 ? 1 : ctx->streams;
+    t->lfd = t->epfd = -1;
+    t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
+    if (!t->peers) goto nomem;
+    for (int r = 0; r < ctx->nranks; r++) {
+        t->peers[r].rank = r;
+        t->peers[r].s = calloc((size_t)t->nstreams, sizeof(struct stream));
+        if (!t->peers[r].s) goto nomem;
+        for (int i = 0; i < t->nstreams; i++) {
+            t->peers[r].s[i].fd = -1;
+            t->peers[r].s[i].idx = i;
+            t->peers[r].s[i].peer = &t->peers[r];
+        }
+    }
+    *state = t; /* from here on, destroy() cleans up */
+    const char *why = NULL;
+    if (ctx->ifname) {
+        if (loomi_pick_address(ctx->ifname, &t->laddr, &t->laddr_len, NULL, 0, &why))
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, ctx->rank, "tcp: LOOM_SOCKET_IFNAME=%s: %s",
+                              ctx->ifname, why);
+    } else if (ctx->bind_hint && ctx->bind_hint_len <= sizeof t->laddr) {
+        memcpy(&t->laddr, ctx->bind_hint, ctx->bind_hint_len);
+        t->laddr_len = (socklen_t)ctx->bind_hint_len;
+    } else if (loomi_pick_address(NULL, &t->laddr, &t->laddr_len, NULL, 0, &why)) {
+        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: no usable interface: %s", why);
+    }
+    if (t->laddr.ss_family == AF_INET) ((struct sockaddr_in *)&t->laddr)->sin_port = 0;
+    else ((struct sockaddr_in6 *)&t->laddr)->sin6_port = 0;
+    t->lfd = socket(t->laddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (t->lfd < 0) return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: socket: %s", strerror(errno));
+    set_sock_opts(t, t->lfd); /* accepted sockets inherit the buffer sizes */
+    char a[80];
+    loomi_sockaddr_str((struct sockaddr *)&t->laddr, a, sizeof a);
+    if (bind(t->lfd, (struct sockaddr *)&t->laddr, t->laddr_len) != 0 ||
+        listen(t->lfd, 4096) != 0 ||
+        getsockname(t->lfd, (struct sockaddr *)&t->laddr, &t->laddr_len) != 0)
+        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: cannot listen on %s: %s", a,
+                          strerror(errno));
+    t->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (t->epfd < 0)
+        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: epoll_create1: %s", strerror(errno));
+    return LOOM_SUCCESS;
+nomem:
+    if (t->peers)
+        for (int r = 0; r < ctx->nranks; r++) free(t->peers[r].s);
+    free(t->peers);
+    free(t);
+    return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "tcp: out of memory");
+}
+
+static loom_result_t tcp_local_addr(void *state, void *buf, size_t *len)
+{
+    struct tcp *t = state;
+    struct loomi_wire_addr w;
+    if (*len < sizeof w || loomi_sockaddr_to_wire((struct sockaddr *)&t->laddr, &w))
+        return loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: cannot describe local address");
+    memcpy(buf, &w, sizeof w);
+    *len = sizeof w;
+    return LOOM_SUCCESS;
+}
+
+static loom_result_t attach(struct tcp *t, int peer, int idx, int fd)
+{
+    struct stream *s = &t->peers[peer].s[idx];
+    if (s->fd >= 0) {
+        close(fd);
+        return loomi_fail(LOOM_ERR_MISMATCH, t->ctx.rank,
+                          "tcp: rank %d opened stream %d twice", peer, idx);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        close(fd);
+        return loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank, "tcp: fcntl: %s", strerror(errno));
+    }
+    set_sock_opts(t, fd);
+    s->fd = fd;
+    s->writable = 1;
+    t->peers[peer].open++;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = s};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank, "tcp: epoll_ctl: %s", strerror(errno));
+    return LOOM_SUCCESS;
+}
+
+static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, size_t addr_len,
+                                     uint64_t deadline_ms)
+{
+    struct tcp *t = state;
+    const int me = t->ctx.rank, n = t->ctx.nranks, ns = t->nstreams;
+    struct hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = HELLO_MAGIC;
+    memcpy(h.job_key, t->ctx.job_key, 16);
+    h.src = me;
+    h.nstreams = ns;
+    /* Lower ranks listen for us; their backlog takes the connection even
+     * while they are busy connecting elsewhere, so this cannot deadlock. */
+    for (int peer = 0; peer < me; peer++) {
+        struct loomi_wire_addr w;
+        memcpy(&w, addrs + (size_t)peer * addr_len, sizeof w);
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        if (loomi_wire_to_sockaddr(&w, &ss, &sl))
+            return loomi_fail(LOOM_ERR_MISMATCH, me, "tcp: rank %d published an invalid address",
+                              peer);
+        for (int i = 0; i < ns; i++) {
+            char msg[256];
+            int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
+            if (fd < 0) return loomi_fail(LOOM_ERR_CONNECT, me, "tcp: rank %d: %s", peer, msg);
+            h.dst = peer;
+            h.stream = i;
+            if (loomi_write_full(fd, &h, sizeof h, deadline_ms)) {
+                int e = errno;
+                close(fd);
+                return loomi_fail(LOOM_ERR_CONNECT, me, "tcp: greeting rank %d: %s", peer,
+                                  strerror(e));
+            }
+            loom_result_t r = attach(t, peer, i, fd);
+            if (r != LOOM_SUCCESS) return r;
+        }
+    }
+    int expected = (n - 1 - me) * ns, got = 0;
+    while (got < expected) {
+        int left = loomi_ms_left(deadline_ms);
+        struct pollfd pf = {t->lfd, POLLIN, 0};
+        int k = left ? poll(&pf, 1, left) : 0;
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int missing = -1;
+            for (int peer = me + 1; peer < n && missing < 0; peer++)
+                for (int i = 0; i < ns; i++)
+                    if (t->peers[peer].s[i].fd < 0) missing = peer;
+            return loomi_fail(LOOM_ERR_TIMEOUT, me,
+                              "tcp: %d of %d connections from higher ranks arrived before the "
+                              "deadline; rank %d did not connect",
+                              got, expected, missing);
+        }
+        int fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        struct hello in;
+        /* A stranger gets a short deadline, then is dropped. */
+        uint64_t d = loomi_now_ms() + 5000;
+        if (loomi_read_full(fd, &in, sizeof in, d < deadline_ms ? d : deadline_ms) ||
+            in.magic != HELLO_MAGIC || memcmp(in.job_key, t->ctx.job_key, 16) != 0 ||
+            in.dst != me || in.src <= me || in.src >= n || in.stream < 0 || in.stream >= ns ||
+            in.nstreams != ns) {
+            LOOMI_WARN(me, "tcp: dropped a connection that is not from this job "
+                           "(bad greeting, job key, rank or stream count)");
+            close(fd);
+            continue;
+        }
+        loom_result_t r = attach(t, in.src, in.stream, fd);
+        if (r != LOOM_SUCCESS) return r;
+        got++;
+    }
+    close(t->lfd);
+    t->lfd = -1;
+    return LOOM_SUCCESS;
+}
+
+/* Best effort: a control header written only where no piece is half
+ * sent (else the stream would desync); never blocks. */
+static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux)
+{
+    struct wire_hdr h;
+    memset(&h, 0, sizeof h);
+    h.magic = TCP_MAGIC;
+    h.type = (uint16_t)type;
+    h.tag = tag;
+    h.aux = aux;
+    for (int i = 0; i < t->nstreams; i++) {
+        struct stream *s = &p->s[i];
+        if (s->fd < 0) continue;
+        if (s->sq_head && (s->sq_head->hdr_sent || s->sq_head->sent)) continue;
+        ssize_t w = send(s->fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w == (ssize_t)sizeof h) return;
+        if (w > 0) return; /* partial: the stream is now garbage, but it closes next */
+    }
+}
+
+static void tcp_abort_all(void *state, int failed, loom_result_t code)
+{
+    struct tcp *t = state;
+    if (t->aborted) return;
+    t->aborted = 1;
+    for (int r = 0; r < t->ctx.nranks; r++) {
+        struct peer *p = &t->peers[r];
+        if (r == t->ctx.rank || p->failed) continue;
+        send_control(t, p, T_ABORT, (uint64_t)code, failed);
+        peer_down(t, p, failed, code, "communicator aborted", 0);
+    }
+}
+
+static void tcp_destroy(void *state)
+{
+    struct tcp *t = state;
+    if (!t) return;
+    /* Polite close: goodbye on every stream, then wait (bounded) for the
+     * peers' end of stream so no unread byte turns our close into a reset
+     * that could destroy data they have not read yet. */
+    uint64_t deadline = loomi_now_ms() + 10000;
+    for (int r = 0; r < t->ctx.nranks && !t->aborted; r++) {
+        struct peer *p = &t->peers[r];
+        if (r == t->ctx.rank || p->failed) continue;
+        for (int i = 0; i < t->nstreams; i++) {
+            struct stream *s = &p->s[i];
+            if (s->fd < 0 || s->sq_head) continue;
+            struct wire_hdr h;
+            memset(&h, 0, sizeof h);
+            h.magic = TCP_MAGIC;
+            h.type = T_BYE;
+            if (loomi_write_full(s->fd, &h, sizeof h, deadline) == 0) shutdown(s->fd, SHUT_WR);
+        }
+    }
+    for (int r = 0; r < t->ctx.nranks && !t->aborted; r++) {
+        struct peer *p = &t->peers[r];
+        for (int i = 0; i < t->nstreams && !p->failed; i++) {
+            struct stream *s = &p->s[i];
+            while (s->fd >= 0) {
+                int left = loomi_ms_left(deadline);
+                struct pollfd pf = {s->fd, POLLIN, 0};
+                if (!left || poll(&pf, 1, left) <= 0) break;
+                ssize_t k = recv(s->fd, t->discard, sizeof t->discard, MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
+            }
+        }
+    }
+    for (int r = 0; r < t->ctx.nranks; r++) {
+        struct peer *p = &t->peers[r];
+        if (!p->s) continue;
+        peer_down(t, p, -1, LOOM_ERR_REVOKED, "communicator destroyed", 0);
+        free(p->s);
+    }
+    free(t->peers);
+    while (t->free_pieces) {
+        struct piece *pc = t->free_pieces;
+        t->free_pieces = pc->next;
+        free(pc);
+    }
+    if (t->lfd >= 0) close(t->lfd);
+    if (t->epfd >= 0) close(t->epfd);
+    free(t);
+}
+
+const struct loomi_transport_ops loomi_tcp_ops = {
+    .name = "tcp",
+    .caps = LOOMI_TCAP_TWO_SIDED,
+    .create = tcp_create,
+    .local_addr = tcp_local_addr,
+    .connect_all = tcp_connect_all,
+    .mem_register = NULL,
+    .mem_deregister = NULL,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .iwrite = NULL,
+    .progress = tcp_progress,
+    .wait_fd = tcp_wait_fd,
+    .cancel = tcp_cancel,
+    .abort_all = tcp_abort_all,
+    .destroy = tcp_destroy,
+};

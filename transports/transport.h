@@ -1,0 +1,132 @@
+/*
+ * transport.h - the one door between the core and transports/.
+ *
+ * A transport moves bytes between ranks of one communicator; it knows
+ * nothing about collectives.  The table is shaped for the hardest
+ * transport (RDMA verbs, CUDA peer memory): memory is registered before
+ * use, one-sided writes that signal the receiver are a first-class
+ * operation, and two-sided send/recv match on a 64-bit tag.  TCP and
+ * shared memory implement what they can and say so in `caps`; the engine
+ * uses what each transport offers.
+ *
+ * Nothing on the data path blocks: isend/irecv/iwrite only queue work;
+ * progress() moves it and calls completion callbacks.  All calls for one
+ * communicator come from one thread at a time (the communicator's owner).
+ */
+#ifndef LOOMI_TRANSPORT_H
+#define LOOMI_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+/* Capabilities. */
+#define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
+#define LOOMI_TCAP_WRITE_IMM 0x2u  /* iwrite: one-sided write + signal */
+#define LOOMI_TCAP_MEM_REG 0x4u    /* mem_register does real work */
+#define LOOMI_TCAP_DEVICE_MEM 0x8u /* can move GPU memory */
+
+enum loomi_mem_kind { LOOMI_MEM_HOST = 0, LOOMI_MEM_CUDA = 1 };
+
+/* A registered memory region.  `desc` is what a peer needs to write into
+ * it (verbs: address + rkey; CUDA: an IPC handle); `desc_len` is 0 for
+ * transports that need nothing. */
+#define LOOMI_MR_DESC_MAX 64
+struct loomi_mr {
+    void *addr;
+    size_t len;
+    enum loomi_mem_kind kind;
+    void *handle; /* transport-private */
+    uint32_t desc_len;
+    unsigned char desc[LOOMI_MR_DESC_MAX];
+};
+
+/* One posted transfer.  The engine owns the memory and fills the first
+ * block; the transport owns the rest until it calls complete(), exactly
+ * once, from inside isend/irecv/iwrite or progress(). */
+struct loomi_xfer {
+    int peer;
+    uint64_t tag; /* matched between isend and irecv (two-sided) */
+    void *buf;
+    size_t len; /* a receive must match the sender's length exactly */
+    struct loomi_mr *mr; /* may be NULL where caps lack MEM_REG */
+    void (*complete)(struct loomi_xfer *x, loom_result_t status);
+    void *owner; /* for complete(): the engine's step */
+
+    /* Transport-private state. */
+    size_t t_done;  /* bytes fully sent or received */
+    size_t t_posted; /* bytes handed to streams (senders) */
+    void *t_link;
+    struct loomi_xfer *t_next, *t_prev;
+};
+
+/* What the transport is given at creation, and how it reports trouble. */
+struct loomi_tctx {
+    int rank, nranks;
+    const unsigned char *job_key; /* 16 bytes: checked in every handshake */
+    int streams;                   /* connections per peer, where that applies */
+    size_t sockbuf;                /* socket buffer size, where that applies */
+    const char *ifname;            /* interface selection (LOOM_SOCKET_IFNAME) */
+    const void *bind_hint;         /* struct sockaddr * for the local address, or NULL */
+    unsigned bind_hint_len;
+    /* A peer failed (connection broken, protocol violation, or it sent an
+     * abort notice naming `failed`).  Called from progress(); the
+     * transport has already failed that peer's posted transfers. */
+    void (*peer_failed)(void *owner, int peer, int failed, loom_result_t code,
+                        const char *why);
+    void *owner;
+};
+
+struct loomi_transport_ops {
+    const char *name;
+    unsigned caps;
+
+    /* Create per-communicator state and a listening endpoint.  Init time:
+     * may block up to the deadline.  Errors: SYSTEM, NO_MEMORY,
+     * INVALID_ARGUMENT (bad ifname). */
+    loom_result_t (*create)(const struct loomi_tctx *ctx, void **state);
+    /* Bytes describing the endpoint (published over the bootstrap);
+     * *len in: capacity, out: used.  Does not block. */
+    loom_result_t (*local_addr)(void *state, void *buf, size_t *len);
+    /* Connect to every peer, given all ranks' endpoint descriptions of
+     * `addr_len` bytes each (rank order).  Init time: blocks until every
+     * connection is up and its handshake checked, or deadline_ms.
+     * Errors: CONNECT (names the peer and address), MISMATCH, TIMEOUT. */
+    loom_result_t (*connect_all)(void *state, const unsigned char *addrs,
+                                 size_t addr_len, uint64_t deadline_ms);
+    /* Register memory for transfers.  May block (pinning); never called
+     * per chunk (the engine caches).  NULL when caps lacks MEM_REG. */
+    loom_result_t (*mem_register)(void *state, void *addr, size_t len,
+                                  enum loomi_mem_kind kind, struct loomi_mr *mr);
+    void (*mem_deregister)(void *state, struct loomi_mr *mr);
+    /* Queue a send / a receive.  Never blocks.  Errors: REMOTE if the peer
+     * is already known failed (complete() is then not called). */
+    loom_result_t (*isend)(void *state, struct loomi_xfer *x);
+    loom_result_t (*irecv)(void *state, struct loomi_xfer *x);
+    /* One-sided write of x->buf to the peer's region `remote` (a desc
+     * from its mem_register) at `offset`, delivering `imm` to the peer as
+     * a completed irecv with tag imm.  NULL when caps lacks WRITE_IMM. */
+    loom_result_t (*iwrite)(void *state, struct loomi_xfer *x,
+                            const struct loomi_mr *remote, size_t offset,
+                            uint64_t imm);
+    /* Move data and call completions.  Waits up to timeout_ms (0: poll)
+     * for something to happen.  Errors: SYSTEM (the transport itself is
+     * broken); peer trouble goes through ctx->peer_failed instead. */
+    loom_result_t (*progress)(void *state, int timeout_ms);
+    /* A descriptor that becomes readable when progress() has work, or -1,
+     * so that several transports can be waited on together. */
+    int (*wait_fd)(void *state);
+    /* Withdraw a posted transfer without completing it (abort path). */
+    void (*cancel)(void *state, struct loomi_xfer *x);
+    /* Tell every reachable peer that this communicator failed because of
+     * `failed` (best effort, bounded by a short deadline), then close
+     * every connection. */
+    void (*abort_all)(void *state, int failed, loom_result_t code);
+    /* Close politely (peers see a goodbye, not a failure) and free. */
+    void (*destroy)(void *state);
+};
+
+extern const struct loomi_transport_ops loomi_tcp_ops;
+
+#endif
