@@ -15,7 +15,11 @@
 
 /* dst[i] = dst[i] OP src[i] for i < count.  LOOM_AVG reduces as LOOM_SUM
  * (the division happens once, in loomi_reduce_finish_avg).  dst and src
- * may be the same pointer, but must not overlap otherwise. */
+ * may be the same pointer, but must not overlap otherwise.
+ * Integers wrap on overflow.  Float LOOM_MAX/LOOM_MIN return NaN if either
+ * operand is NaN (unlike fmax or NCCL, which drop it), and order -0 below
+ * +0.  NaN results are quiet; with two NaN operands which payload wins is
+ * unspecified.  Buffers need no alignment. */
 void loomi_reduce_inplace(void *dst, const void *src, size_t count,
                           loom_datatype_t dtype, loom_op_t op);
 
@@ -39,5 +43,10 @@ float loomi_bf16_to_fp32(uint16_t b);
  * for logs and loom-info. LOOM_REDUCE_ISA=generic|avx2|avx512 can force a
  * lower one (for tests and comparisons). */
 const char *loomi_reduce_isa(void);
+
+/* Test hook: switch every later call to the kernel set `name` ("generic",
+ * "avx2", "avx512").  Returns 0, or -1 (nothing changed) when the name is
+ * unknown or this CPU cannot run it. */
+int loomi_reduce_set_isa(const char *name);
 
 #endif
