@@ -1,0 +1,92 @@
+/*
+ * mp_kill.c - one rank of the kill test.
+ *
+ * All ranks start a large allreduce; the victim rank waits until the
+ * operation is under way, notes the time and SIGKILLs itself.  Every
+ * survivor must see the operation fail (never succeed, never hang) with
+ * an error, and report how long after the kill it did.  The communicator
+ * must then refuse further work with LOOM_ERR_REVOKED.
+ *
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT]
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: mp_kill VICTIM STAMP_FILE [COUNT]\n");
+        return 2;
+    }
+    int victim = atoi(argv[1]);
+    const char *stamp = argv[2];
+    size_t count = argc > 3 ? strtoull(argv[3], NULL, 10) : 16u << 20;
+    loom_comm_t comm;
+    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
+        fprintf(stderr, "init: %s\n", loom_get_last_error());
+        return 2;
+    }
+    int rank, n;
+    loom_comm_rank(comm, &rank);
+    loom_comm_size(comm, &n);
+    float *buf = malloc(count * sizeof *buf);
+    for (size_t i = 0; i < count; i++) buf[i] = 1.0f;
+    /* One full operation first: every connection is proven to work. */
+    if (loom_allreduce(buf, buf, 1024, LOOM_FLOAT32, LOOM_SUM, comm) != LOOM_SUCCESS) {
+        fprintf(stderr, "rank %d: warm-up failed: %s\n", rank, loom_get_last_error());
+        return 2;
+    }
+    for (size_t i = 0; i < count; i++) buf[i] = (float)rank;
+    loom_request_t req;
+    loom_result_t r = loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
+    if (r != LOOM_SUCCESS) return 2;
+    if (rank == victim) {
+        /* Drive the operation until it is well under way, then die. */
+        double t0 = now_ms();
+        int done = 0;
+        while (now_ms() - t0 < 30 && !done) loom_test(&req, &done);
+        FILE *f = fopen(stamp, "w");
+        fprintf(f, "%.3f\n", now_ms());
+        fclose(f);
+        kill(getpid(), SIGKILL);
+    }
+    r = loom_wait(&req);
+    double t_err = now_ms();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", loom_get_last_error());
+    /* The in-place buffer must hold what it held before the call. */
+    size_t changed = 0;
+    for (size_t i = 0; i < count; i++) changed += buf[i] != (float)rank;
+    FILE *f = NULL;
+    for (int i = 0; i < 500 && !(f = fopen(stamp, "r")); i++) usleep(10000);
+    double t_kill = 0;
+    if (f) {
+        if (fscanf(f, "%lf", &t_kill) != 1) t_kill = 0;
+        fclose(f);
+    }
+    int failed_rank = -2;
+    loom_result_t ce = loom_comm_get_error(comm, &failed_rank);
+    float x = 1;
+    loom_result_t again = loom_allreduce(&x, &x, 1, LOOM_FLOAT32, LOOM_SUM, comm);
+    int good = r != LOOM_SUCCESS && ce != LOOM_SUCCESS && again == LOOM_ERR_REVOKED &&
+               changed == 0 && t_kill > 0;
+    printf("rank %d: %s after %.1f ms: %s [%s]; failed rank %d; buffer restored: %s; later op: %s\n",
+           rank, good ? "OK" : "WRONG", t_err - t_kill, loom_strerror(r), msg,
+           failed_rank, changed ? "NO" : "yes", loom_strerror(again));
+    loom_comm_destroy(comm);
+    free(buf);
+    return good ? 0 : 1;
+}

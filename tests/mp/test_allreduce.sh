@@ -1,0 +1,22 @@
+#!/bin/bash
+# Allreduce across 1, 2, 3, 4, 5 and 8 real processes: every datatype and
+# op, counts 0, 1, 7, n-1, n+1, 4099 and about a million (odd), in place
+# and out of place, each element compared with a reference.
+. "$(dirname "$0")/../lib.sh"
+prog=$BUILDDIR/tests/mp/mp_allreduce
+for n in 1 2 3 4 5 8; do
+    # 8 ranks on 2 cores: keep the largest count but fewer op combinations.
+    mode=full; [ "$n" -ge 5 ] && mode=quick; [ -n "${LOOM_TEST_QUICK:-}" ] && mode=quick
+    out=$(timeout 600 "$LOOMRUN" -n "$n" --timeout 580 "$prog" $mode 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then ok "allreduce on $n ranks ($mode): $(echo "$out" | grep 'rank 0 of')"
+    else bad "allreduce on $n ranks ($mode) exit $rc"; echo "$out" | tail -20; fi
+done
+# Several streams per peer and small chunks: the pieces of one message
+# arrive over different sockets in any order.
+out=$(LOOM_TCP_STREAMS=4 LOOM_CHUNK_SIZE=8K timeout 300 "$LOOMRUN" -n 3 --timeout 280 "$prog" quick 2>&1)
+check "allreduce on 3 ranks, 4 streams, 8K chunks" [ $? -eq 0 ]
+[ $? -eq 0 ] || echo "$out" | tail -20
+out=$(LOOM_TCP_STREAMS=1 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
+check "allreduce on 4 ranks, 1 stream" [ $? -eq 0 ]
+finish

@@ -1,0 +1,29 @@
+#!/bin/bash
+# A rank SIGKILLed in the middle of a large allreduce: every other rank
+# must return an error well within the deadline (here LOOM_TIMEOUT=20 s;
+# we require < 5 s, since a dead process's sockets close at once).
+. "$(dirname "$0")/../lib.sh"
+prog=$BUILDDIR/tests/mp/mp_kill
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for n in 2 4 5; do
+    for victim in 1 $((n - 1)); do
+        rm -f "$tmp/stamp"; rm -rf "$tmp/out"
+        LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+            --output "$tmp/out" "$prog" "$victim" "$tmp/stamp" >/dev/null 2>&1
+        good=1 worst=0
+        for r in $(seq 0 $((n - 1))); do
+            [ "$r" -eq "$victim" ] && continue
+            line=$(cat "$tmp/out/rank.$r.out" 2>/dev/null)
+            case "$line" in *": OK after "*) ;; *) good=0; echo "  rank $r: ${line:-no output}"; cat "$tmp/out/rank.$r.err" 2>/dev/null | tail -3;; esac
+            ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
+            [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
+        done
+        if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
+            ok "kill rank $victim of $n mid-allreduce: all survivors failed cleanly, slowest after $worst ms"
+        else
+            bad "kill rank $victim of $n mid-allreduce (slowest $worst ms)"
+        fi
+    done
+done
+finish

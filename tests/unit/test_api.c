@@ -1,0 +1,210 @@
+/*
+ * test_api.c - argument validation of every public function: a bad
+ * argument gives the documented code, a message naming the argument, and
+ * leaves every buffer untouched.  A one-rank communicator (made through
+ * the unique-id path in this process) serves the calls that need one.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom.h"
+
+static loom_comm_t comm;
+
+static void setup(void)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    loom_unique_id_t id;
+    cr_assert_eq(loom_get_unique_id(&id), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(loom_comm_init_rank(&comm, 1, &id, 0, NULL), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+}
+
+static void teardown(void)
+{
+    if (comm) cr_assert_eq(loom_comm_destroy(comm), LOOM_SUCCESS);
+    comm = NULL;
+}
+
+TestSuite(api, .init = setup, .fini = teardown);
+
+#define EXPECT_ERR(call, code, word)                                                         \
+    do {                                                                                     \
+        loom_result_t r_ = (call);                                                           \
+        cr_assert_eq(r_, (code), "%s returned %d (%s)", #call, r_, loom_get_last_error());   \
+        cr_assert(strstr(loom_get_last_error(), (word)) != NULL,                             \
+                  "message '%s' does not name '%s'", loom_get_last_error(), (word));         \
+    } while (0)
+
+Test(api, strerror_covers_every_code)
+{
+    for (int c = 0; c <= 13; c++) {
+        const char *s = loom_strerror((loom_result_t)c);
+        cr_assert(s != NULL && *s);
+    }
+    cr_assert_str_eq(loom_strerror(LOOM_SUCCESS), "success");
+    cr_assert_str_eq(loom_strerror((loom_result_t)999), "unknown result code");
+}
+
+Test(api, datatype_sizes)
+{
+    size_t want[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+    for (int t = 0; t < LOOM_NUM_DATATYPES; t++)
+        cr_assert_eq(loom_datatype_size((loom_datatype_t)t), want[t], "type %d", t);
+    cr_assert_eq(loom_datatype_size((loom_datatype_t)-1), 0);
+    cr_assert_eq(loom_datatype_size(LOOM_NUM_DATATYPES), 0);
+}
+
+Test(api, config_init)
+{
+    loom_config_t c;
+    memset(&c, 0xff, sizeof c);
+    cr_assert_eq(loom_config_init(&c), LOOM_SUCCESS);
+    cr_assert_eq(c.size, sizeof c);
+    cr_assert_eq(c.version, LOOM_CONFIG_VERSION);
+    cr_assert_eq(c.timeout_ms, 0);
+    cr_assert_null(c.algo);
+    EXPECT_ERR(loom_config_init(NULL), LOOM_ERR_INVALID_ARGUMENT, "cfg");
+}
+
+Test(api, version)
+{
+    int a = -1, b = -1, c = -1;
+    cr_assert_eq(loom_get_version(&a, &b, &c), LOOM_SUCCESS);
+    cr_assert_eq(a * 10000 + b * 100 + c, LOOM_VERSION_CODE);
+    cr_assert_eq(loom_get_version(NULL, NULL, NULL), LOOM_SUCCESS);
+}
+
+Test(api, rank_size_and_error)
+{
+    int r = -1, n = -1, f = 7;
+    cr_assert_eq(loom_comm_rank(comm, &r), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_size(comm, &n), LOOM_SUCCESS);
+    cr_assert_eq(r, 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(loom_comm_get_error(comm, &f), LOOM_SUCCESS);
+    cr_assert_eq(f, -1);
+    EXPECT_ERR(loom_comm_rank(comm, NULL), LOOM_ERR_INVALID_ARGUMENT, "rank");
+    EXPECT_ERR(loom_comm_size(comm, NULL), LOOM_ERR_INVALID_ARGUMENT, "size");
+    EXPECT_ERR(loom_comm_rank(NULL, &r), LOOM_ERR_INVALID_ARGUMENT, "comm");
+    EXPECT_ERR(loom_comm_size(NULL, &n), LOOM_ERR_INVALID_ARGUMENT, "comm");
+    EXPECT_ERR(loom_comm_get_error(NULL, &f), LOOM_ERR_INVALID_ARGUMENT, "comm");
+}
+
+Test(api, allreduce_bad_arguments_touch_nothing)
+{
+    float s[8], d[8];
+    for (int i = 0; i < 8; i++) s[i] = (float)i, d[i] = -1.0f;
+    EXPECT_ERR(loom_allreduce(s, d, 8, (loom_datatype_t)42, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_ERR(loom_allreduce(s, d, 8, LOOM_FLOAT32, (loom_op_t)9, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "op");
+    EXPECT_ERR(loom_allreduce(NULL, d, 8, LOOM_FLOAT32, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "sendbuf");
+    EXPECT_ERR(loom_allreduce(s, NULL, 8, LOOM_FLOAT32, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "recvbuf");
+    EXPECT_ERR(loom_allreduce(s, s + 1, 4, LOOM_FLOAT32, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "overlap");
+    EXPECT_ERR(loom_allreduce(s, d, SIZE_MAX / 2, LOOM_FLOAT32, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "count");
+    EXPECT_ERR(loom_allreduce(s, d, 8, LOOM_FLOAT32, LOOM_SUM, NULL),
+               LOOM_ERR_INVALID_ARGUMENT, "comm");
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(s[i], (float)i);
+        cr_assert_eq(d[i], -1.0f);
+    }
+    /* count 0 with NULL buffers is a valid no-op. */
+    cr_assert_eq(loom_allreduce(NULL, NULL, 0, LOOM_FLOAT32, LOOM_SUM, comm), LOOM_SUCCESS);
+    /* ... and the communicator still works. */
+    cr_assert_eq(loom_allreduce(s, d, 8, LOOM_FLOAT32, LOOM_AVG, comm), LOOM_SUCCESS);
+    for (int i = 0; i < 8; i++) cr_assert_eq(d[i], (float)i);
+}
+
+Test(api, iallreduce_wait_test)
+{
+    double s[5] = {1, 2, 3, 4, 5}, d[5] = {0};
+    loom_request_t req = LOOM_REQUEST_NULL;
+    EXPECT_ERR(loom_iallreduce(s, d, 5, LOOM_FLOAT64, LOOM_SUM, comm, NULL),
+               LOOM_ERR_INVALID_ARGUMENT, "req");
+    EXPECT_ERR(loom_iallreduce(s, d, 5, (loom_datatype_t)-3, LOOM_SUM, comm, &req),
+               LOOM_ERR_INVALID_ARGUMENT, "dtype");
+    cr_assert_eq(req, LOOM_REQUEST_NULL);
+    cr_assert_eq(loom_iallreduce(s, d, 5, LOOM_FLOAT64, LOOM_MAX, comm, &req), LOOM_SUCCESS);
+    int done = 0;
+    for (int i = 0; i < 1000 && !done; i++)
+        cr_assert_eq(loom_test(&req, &done), LOOM_SUCCESS);
+    cr_assert_eq(done, 1);
+    cr_assert_eq(req, LOOM_REQUEST_NULL);
+    for (int i = 0; i < 5; i++) cr_assert_eq(d[i], s[i]);
+    cr_assert_eq(loom_wait(&req), LOOM_SUCCESS, "waiting on a null request is a no-op");
+    EXPECT_ERR(loom_wait(NULL), LOOM_ERR_INVALID_ARGUMENT, "req");
+    EXPECT_ERR(loom_test(NULL, &done), LOOM_ERR_INVALID_ARGUMENT, "req");
+    EXPECT_ERR(loom_test(&req, NULL), LOOM_ERR_INVALID_ARGUMENT, "done");
+}
+
+Test(api, destroy_with_pending_request_refused)
+{
+    float x = 1;
+    loom_request_t req;
+    cr_assert_eq(loom_iallreduce(&x, &x, 1, LOOM_FLOAT32, LOOM_SUM, comm, &req), LOOM_SUCCESS);
+    /* On one rank the copy finishes at once; a pending one must block destroy. */
+    if (req != LOOM_REQUEST_NULL) {
+        int done = 0;
+        loom_test(&req, &done);
+        if (!done) EXPECT_ERR(loom_comm_destroy(comm), LOOM_ERR_INVALID_USAGE, "pending");
+        cr_assert_eq(loom_wait(&req), LOOM_SUCCESS);
+    }
+    EXPECT_ERR(loom_comm_destroy(NULL), LOOM_ERR_INVALID_ARGUMENT, "comm");
+    EXPECT_ERR(loom_comm_abort(NULL), LOOM_ERR_INVALID_ARGUMENT, "comm");
+}
+
+Test(api, abort_makes_the_handle_dead)
+{
+    cr_assert_eq(loom_comm_abort(comm), LOOM_SUCCESS);
+    comm = NULL;
+}
+
+Test(api_init, init_bad_arguments)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    loom_unique_id_t id;
+    loom_comm_t c = (loom_comm_t)0x1;
+    memset(&id, 0, sizeof id);
+    EXPECT_ERR(loom_comm_init_rank(NULL, 2, &id, 0, NULL), LOOM_ERR_INVALID_ARGUMENT, "comm");
+    EXPECT_ERR(loom_comm_init_rank(&c, 2, NULL, 0, NULL), LOOM_ERR_INVALID_ARGUMENT, "id");
+    EXPECT_ERR(loom_comm_init_rank(&c, 0, &id, 0, NULL), LOOM_ERR_INVALID_ARGUMENT, "nranks");
+    EXPECT_ERR(loom_comm_init_rank(&c, 2, &id, 2, NULL), LOOM_ERR_INVALID_ARGUMENT, "rank");
+    EXPECT_ERR(loom_comm_init_rank(&c, 2, &id, -1, NULL), LOOM_ERR_INVALID_ARGUMENT, "rank");
+    EXPECT_ERR(loom_comm_init_rank(&c, 2, &id, 0, NULL), LOOM_ERR_INVALID_ARGUMENT, "loom_get_unique_id");
+    cr_assert_eq(c, (loom_comm_t)0x1, "comm untouched on argument errors");
+    EXPECT_ERR(loom_get_unique_id(NULL), LOOM_ERR_INVALID_ARGUMENT, "id");
+    EXPECT_ERR(loom_comm_init_env(NULL, NULL), LOOM_ERR_INVALID_ARGUMENT, "comm");
+}
+
+Test(api_init, bad_config)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    loom_unique_id_t id;
+    loom_comm_t c = NULL;
+    cr_assert_eq(loom_get_unique_id(&id), LOOM_SUCCESS);
+    loom_config_t cfg;
+    loom_config_init(&cfg);
+    cfg.tcp_streams = 99;
+    EXPECT_ERR(loom_comm_init_rank(&c, 1, &id, 0, &cfg), LOOM_ERR_INVALID_ARGUMENT, "tcp_streams");
+    loom_config_init(&cfg);
+    cfg.size = 3;
+    EXPECT_ERR(loom_comm_init_rank(&c, 1, &id, 0, &cfg), LOOM_ERR_INVALID_ARGUMENT, "size");
+    loom_config_init(&cfg);
+    cfg.algo = "allreduce:nonsense";
+    EXPECT_ERR(loom_comm_init_rank(&c, 1, &id, 0, &cfg), LOOM_ERR_INVALID_ARGUMENT, "ring");
+    loom_config_init(&cfg);
+    cfg.transport = "carrier-pigeon";
+    EXPECT_ERR(loom_comm_init_rank(&c, 1, &id, 0, &cfg), LOOM_ERR_UNSUPPORTED, "tcp");
+    /* A good config still works on the same id. */
+    loom_config_init(&cfg);
+    cfg.algo = "allreduce:ring";
+    cfg.tcp_streams = 3;
+    cr_assert_eq(loom_comm_init_rank(&c, 1, &id, 0, &cfg), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(loom_comm_destroy(c), LOOM_SUCCESS);
+}
