@@ -104,6 +104,7 @@ static void *root_main(void *arg)
         int k = poll(pf, (nfds_t)n + 1, left);
         if (k < 0 && errno != EINTR) goto out;
         if (k <= 0) continue;
+        int polled = n; /* clients accepted below have no pollfd yet */
         if (pf[0].revents & POLLIN) {
             int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd >= 0) {
@@ -117,7 +118,7 @@ static void *root_main(void *arg)
                 cl[n++].fd = fd;
             }
         }
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < polled; i++) {
             struct root_client *c = &cl[i];
             if (c->fd < 0 || c->got >= sizeof c->h || !(pf[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
@@ -259,7 +260,9 @@ loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
     a->lfd = fd;
     memcpy(a->key, job_key, 16);
     a->nranks = nranks;
-    a->deadline_ms = loomi_now_ms() + (uint64_t)timeout_ms;
+    /* A little longer than the ranks' own deadline, so that a rank whose
+     * job never completes hears "timed out" from itself, not a reset. */
+    a->deadline_ms = loomi_now_ms() + (uint64_t)timeout_ms + 1000;
     snprintf(a->name, sizeof a->name, "%s:%s", host, port);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
