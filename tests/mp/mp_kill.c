@@ -7,7 +7,12 @@
  * an error, and report how long after the kill it did.  The communicator
  * must then refuse further work with LOOM_ERR_REVOKED.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT]
+ * With MODE "stop" the victim SIGSTOPs itself instead: it stays alive but
+ * silent, and the survivors must fail once LOOM_TIMEOUT passes without
+ * progress (the neighbours by their deadline, the rest at once when the
+ * neighbours abort).  Rank 0 then kills the stopped victim.
+ *
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +39,7 @@ int main(int argc, char **argv)
     int victim = atoi(argv[1]);
     const char *stamp = argv[2];
     size_t count = argc > 3 ? strtoull(argv[3], NULL, 10) : 16u << 20;
+    int stop = argc > 4 && !strcmp(argv[4], "stop");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -57,11 +63,16 @@ int main(int argc, char **argv)
         /* Drive the operation until it is well under way, then die. */
         double t0 = now_ms();
         int done = 0;
-        while (now_ms() - t0 < 30 && !done) loom_test(&req, &done);
+        while (!stop && now_ms() - t0 < 10 && !done) loom_test(&req, &done);
+        if (done) {
+            fprintf(stderr, "victim: the operation finished before the kill; use a larger count\n");
+            return 2;
+        }
         FILE *f = fopen(stamp, "w");
-        fprintf(f, "%.3f\n", now_ms());
+        fprintf(f, "%.3f %d\n", now_ms(), (int)getpid());
         fclose(f);
-        kill(getpid(), SIGKILL);
+        kill(getpid(), stop ? SIGSTOP : SIGKILL);
+        return 1;
     }
     r = loom_wait(&req);
     double t_err = now_ms();
@@ -73,8 +84,9 @@ int main(int argc, char **argv)
     FILE *f = NULL;
     for (int i = 0; i < 500 && !(f = fopen(stamp, "r")); i++) usleep(10000);
     double t_kill = 0;
+    int vpid = 0;
     if (f) {
-        if (fscanf(f, "%lf", &t_kill) != 1) t_kill = 0;
+        if (fscanf(f, "%lf %d", &t_kill, &vpid) != 2) t_kill = 0;
         fclose(f);
     }
     int failed_rank = -2;
@@ -88,5 +100,6 @@ int main(int argc, char **argv)
            failed_rank, changed ? "NO" : "yes", loom_strerror(again));
     loom_comm_destroy(comm);
     free(buf);
+    if (stop && rank == 0 && vpid > 0) kill(vpid, SIGKILL);
     return good ? 0 : 1;
 }

@@ -26,4 +26,24 @@ for n in 2 4 5; do
         fi
     done
 done
+# A silent rank (SIGSTOPped: alive, sockets open, says nothing): every
+# other rank must fail once LOOM_TIMEOUT (3 s here) passes, never hang.
+for n in 2 4; do
+    rm -f "$tmp/stamp"; rm -rf "$tmp/out"
+    LOOM_TIMEOUT=3000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+        --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((4 << 20)) stop >/dev/null 2>&1
+    good=1 worst=0
+    for r in $(seq 0 $((n - 1))); do
+        [ "$r" -eq 1 ] && continue
+        line=$(cat "$tmp/out/rank.$r.out" 2>/dev/null)
+        case "$line" in *": OK after "*) ;; *) good=0; echo "  rank $r: ${line:-no output}";; esac
+        ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
+        [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
+    done
+    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 6000)}"; then
+        ok "SIGSTOP rank 1 of $n mid-allreduce: all survivors failed by the 3 s deadline, slowest after $worst ms"
+    else
+        bad "SIGSTOP rank 1 of $n mid-allreduce (slowest $worst ms)"
+    fi
+done
 finish
