@@ -56,6 +56,19 @@ out=$(clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=1 LOOM_SIZE=3 LOOM_JOB_KEY=k L
     timeout 30 "$prog" expect 12 2000)
 check "a rank with another job size refused with LOOM_ERR_MISMATCH ($out)" [ $? -eq 0 ]
 wait
+check "LOOM_SOCKET_IFNAME=lo: data over the named interface" \
+    env LOOM_SOCKET_IFNAME=lo timeout 60 "$LOOMRUN" -n 3 "$prog" env
+out=$(LOOM_SOCKET_IFNAME==nosuchif0 LOOM_TIMEOUT=2000 timeout 60 "$LOOMRUN" -n 2 "$prog" env 2>&1)
+check "LOOM_SOCKET_IFNAME naming no interface: an error that says so" \
+    bash -c "grep -q 'LOOM_SOCKET_IFNAME' <<<'$out'"
+# Logging: LOOM_DEBUG=info lines carry the rank; LOOM_DEBUG_FILE with %r
+# gives one file per rank.
+logdir=$(mktemp -d)
+LOOM_DEBUG=info LOOM_DEBUG_FILE="$logdir/loom.%r.log" timeout 60 "$LOOMRUN" -n 2 "$prog" env
+check "LOOM_DEBUG_FILE=%r: one log per rank, lines prefixed with the rank" \
+    bash -c "grep -q 'rank 0\] INFO .*communicator ready' '$logdir/loom.0.log' &&
+             grep -q 'rank 1\] INFO .*communicator ready' '$logdir/loom.1.log'"
+rm -rf "$logdir"
 out=$(clean_env timeout 10 "$prog" expect 5 1000)
 check "no launcher environment: LOOM_ERR_INVALID_USAGE naming the variables ($out)" [ $? -eq 0 ]
 finish
