@@ -66,6 +66,7 @@ struct unexp {
     uint64_t tag;
     size_t total, got;
     char *buf;
+    size_t cap; /* of buf */
     struct loomi_xfer *waiter;
     struct unexp *next;
 };
@@ -109,8 +110,55 @@ struct tcp {
     size_t unexp_bytes;
     int aborted;
     struct piece *free_pieces;
+    /* Buffers of early messages, kept for reuse: a peer that starts the
+     * next collective first sends into them every time, and fresh large
+     * allocations would page-fault on every message. */
+    struct ubuf {
+        char *p;
+        size_t cap;
+    } pool[16];
+    int npool;
+    size_t pool_bytes;
     char discard[65536];
 };
+
+#define POOL_MAX_BYTES (256u << 20)
+
+static char *ubuf_get(struct tcp *t, size_t len, size_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < t->npool; i++)
+        if (t->pool[i].cap >= len && (best < 0 || t->pool[i].cap < t->pool[best].cap)) best = i;
+    if (best >= 0) {
+        char *p = t->pool[best].p;
+        *cap = t->pool[best].cap;
+        t->pool_bytes -= *cap;
+        t->pool[best] = t->pool[--t->npool];
+        return p;
+    }
+    *cap = len ? len : 1;
+    return malloc(*cap);
+}
+
+static void ubuf_put(struct tcp *t, char *p, size_t cap)
+{
+    if (t->npool == (int)LOOMI_ARRAY_LEN(t->pool) || t->pool_bytes + cap > POOL_MAX_BYTES) {
+        /* Full: drop the smallest kept buffer if this one is larger. */
+        int small = -1;
+        for (int i = 0; i < t->npool; i++)
+            if (small < 0 || t->pool[i].cap < t->pool[small].cap) small = i;
+        if (small < 0 || t->pool[small].cap >= cap || t->pool_bytes - t->pool[small].cap + cap > POOL_MAX_BYTES) {
+            free(p);
+            return;
+        }
+        free(t->pool[small].p);
+        t->pool_bytes -= t->pool[small].cap;
+        t->pool[small] = t->pool[--t->npool];
+    }
+    t->pool[t->npool].p = p;
+    t->pool[t->npool++].cap = cap;
+    t->pool_bytes += cap;
+}
 
 static unsigned bucket(uint64_t tag) { return (unsigned)((tag ^ (tag >> 32) ^ (tag >> 17)) % NBUCKETS); }
 
@@ -225,7 +273,7 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
             n = u->next;
             if (u->waiter) complete_once(u->waiter, code);
             t->unexp_bytes -= u->total;
-            free(u->buf);
+            ubuf_put(t, u->buf, u->cap);
             free(u);
         }
         p->unexp[b] = NULL;
@@ -396,7 +444,7 @@ static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t le
     struct loomi_xfer *x = u->waiter;
     memcpy(x->buf, u->buf, u->total);
     t->unexp_bytes -= u->total;
-    free(u->buf);
+    ubuf_put(t, u->buf, u->cap);
     free(u);
     p->nposted--;
     complete_once(x, LOOM_SUCCESS);
@@ -457,7 +505,7 @@ static int handle_header(struct tcp *t, struct stream *s)
             return -1;
         }
         struct unexp *u = calloc(1, sizeof *u);
-        if (u) u->buf = malloc(h->total ? h->total : 1);
+        if (u) u->buf = ubuf_get(t, h->total, &u->cap);
         if (!u || !u->buf) {
             free(u);
             peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
@@ -881,6 +929,7 @@ static void tcp_destroy(void *state)
         free(p->s);
     }
     free(t->peers);
+    for (int i = 0; i < t->npool; i++) free(t->pool[i].p);
     while (t->free_pieces) {
         struct piece *pc = t->free_pieces;
         t->free_pieces = pc->next;
