@@ -30,7 +30,6 @@ up)
         ip netns exec $A tc qdisc add dev vethA root tbf rate "$1" burst 256kb latency 50ms
         ip netns exec $B tc qdisc add dev vethB root tbf rate "$1" burst 256kb latency 50ms
     fi
-    ip netns exec $A ping -c 1 -W 2 $IPB >/dev/null
     ;;
 down)
     ip netns del $A 2>/dev/null || true

@@ -122,7 +122,9 @@ loom_result_t loomi_allreduce_ring(struct loomi_sched *s, size_t count, int inpl
             chunk(seg_len(&g, rs), C, c, &o, &n);
             ag_prev[c] = LOOMI_NO_DEP;
             if (!n) continue;
-            uint32_t dep = rs_send[(size_t)k * C + c];
+            /* The RS send of step k read this range of recvbuf (unless it
+             * read sendbuf: step 0 out of place); overwrite it only after. */
+            uint32_t dep = (k || inplace) ? rs_send[(size_t)k * C + c] : LOOMI_NO_DEP;
             ag_prev[c] = loomi_sched_recv(s, left, tag, LOOMI_BUF_RECV,
                                           (seg_start(&g, rs) + o) * es, n, &dep, 1);
         }
