@@ -74,11 +74,6 @@ static void slurm_first_host(const char *list, char *out, size_t n)
 
 static void port_from_job(const char *job, struct loomi_boot_target *t)
 {
-    const char *p = env("LOOM_ROOT_PORT");
-    if (p) {
-        snprintf(t->port, sizeof t->port, "%s", p);
-        return;
-    }
     unsigned char h[16];
     loomi_hash128(job, strlen(job), h);
     snprintf(t->port, sizeof t->port, "%u", 20000u + (unsigned)((h[0] | (h[1] << 8)) % 10000));
@@ -144,36 +139,40 @@ loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nran
     if (parse_int(sn, ss, 1, maxr, nranks) || parse_int(rn, rs, 0, *nranks - 1, rank))
         return LOOM_ERR_INVALID_ARGUMENT;
 
+    int slurm = !strcmp(rn, "SLURM_PROCID"), ompi = !strcmp(rn, "OMPI_COMM_WORLD_RANK");
     if (root) {
         if (split_hostport(root, t))
             return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                               "loom_comm_init_env: LOOM_ROOT=%s is not host:port", root);
-    } else if (env("MASTER_ADDR") && env("MASTER_PORT")) {
-        snprintf(t->host, sizeof t->host, "%s", env("MASTER_ADDR"));
-        /* Under torchrun the agent's own store already listens on
-         * MASTER_PORT, so Loom's root takes the next port. */
-        if (env("LOOM_ROOT_PORT"))
-            snprintf(t->port, sizeof t->port, "%s", env("LOOM_ROOT_PORT"));
-        else if (env("TORCHELASTIC_RUN_ID"))
-            snprintf(t->port, sizeof t->port, "%d", atoi(env("MASTER_PORT")) + 1);
-        else
-            snprintf(t->port, sizeof t->port, "%s", env("MASTER_PORT"));
-        int pv;
-        if (parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65534, &pv) ||
-            parse_int("root port", t->port, 1, 65535, &pv))
-            return LOOM_ERR_INVALID_ARGUMENT;
-    } else if (!strcmp(rn, "SLURM_PROCID") && env("SLURM_STEP_NODELIST")) {
-        slurm_first_host(env("SLURM_STEP_NODELIST"), t->host, sizeof t->host);
-        port_from_job(jobid, t);
-    } else if (!strcmp(rn, "OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
-               !strcmp(env("OMPI_COMM_WORLD_LOCAL_SIZE"), ss)) {
-        strcpy(t->host, "127.0.0.1");
-        port_from_job(jobid, t);
     } else {
-        return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
-                          "loom_comm_init_env: %s/%s found but no rendezvous address: set "
-                          "LOOM_ROOT=host:port (or MASTER_ADDR and MASTER_PORT) to rank 0's host",
-                          rn, sn);
+        /* Host: MASTER_ADDR, else what the launcher implies. */
+        if (env("MASTER_ADDR"))
+            snprintf(t->host, sizeof t->host, "%s", env("MASTER_ADDR"));
+        else if (slurm && env("SLURM_STEP_NODELIST"))
+            slurm_first_host(env("SLURM_STEP_NODELIST"), t->host, sizeof t->host);
+        else if (ompi && env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
+                 !strcmp(env("OMPI_COMM_WORLD_LOCAL_SIZE"), ss))
+            strcpy(t->host, "127.0.0.1");
+        /* Port: LOOM_ROOT_PORT, else MASTER_PORT (the next one under
+         * torchrun, whose agent store already listens on MASTER_PORT),
+         * else one derived from the launcher's job id. */
+        int pv;
+        if (env("LOOM_ROOT_PORT")) {
+            if (parse_int("LOOM_ROOT_PORT", env("LOOM_ROOT_PORT"), 1, 65535, &pv))
+                return LOOM_ERR_INVALID_ARGUMENT;
+            snprintf(t->port, sizeof t->port, "%d", pv);
+        } else if (env("MASTER_PORT")) {
+            if (parse_int("MASTER_PORT", env("MASTER_PORT"), 1, 65534, &pv))
+                return LOOM_ERR_INVALID_ARGUMENT;
+            snprintf(t->port, sizeof t->port, "%d", env("TORCHELASTIC_RUN_ID") ? pv + 1 : pv);
+        } else if (slurm || ompi) {
+            port_from_job(jobid, t);
+        }
+        if (!t->host[0] || !t->port[0])
+            return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
+                              "loom_comm_init_env: %s/%s found but no rendezvous address: set "
+                              "LOOM_ROOT=host:port (or MASTER_ADDR and MASTER_PORT) to rank 0's host",
+                              rn, sn);
     }
     const char *key = env("LOOM_JOB_KEY");
     if (key) set_key(t, key);
