@@ -251,10 +251,10 @@ loom_result_t loom_comm_destroy(loom_comm_t comm)
     if (!comm || comm->magic != LOOMI_COMM_MAGIC)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "loom_comm_destroy: comm is %s", comm ? "not a live communicator" : "NULL");
-    if (comm->nactive)
+    if (comm->nlive)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",
-                          comm->nactive);
+                          comm->nlive);
     comm->tops->destroy(comm->tstate);
     comm_free(comm);
     return LOOM_SUCCESS;
@@ -267,7 +267,7 @@ loom_result_t loom_comm_abort(loom_comm_t comm)
                           "loom_comm_abort: comm is %s", comm ? "not a live communicator" : "NULL");
     loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
                     comm->rank);
-    loomi_engine_fail_all(comm);
+    loomi_engine_free_all(comm);
     comm->tops->destroy(comm->tstate);
     comm_free(comm);
     return LOOM_SUCCESS;

@@ -25,7 +25,9 @@ struct loom_comm {
 
     uint64_t next_seq;       /* collectives issued, same order on all ranks */
     struct loomi_op *active; /* running operations (doubly linked) */
+    struct loomi_op *live;   /* every operation not yet waited for */
     int nactive;
+    int nlive; /* operations started and not yet waited for (requests held) */
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;

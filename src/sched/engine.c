@@ -37,7 +37,8 @@ struct loomi_op {
     size_t inplace_len;
     int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
     uint64_t last_progress_ms;
-    struct loomi_op *next, *prev;
+    struct loomi_op *next, *prev;           /* comm->active: still running */
+    struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
 };
 
 /* ---------------------------------------------------------------- lists */
@@ -193,6 +194,11 @@ static void op_finish(struct loomi_op *op)
 
 static void op_free(struct loomi_op *op)
 {
+    struct loom_comm *c = op->comm;
+    if (op->live_prev) op->live_prev->live_next = op->live_next;
+    else if (c->live == op) c->live = op->live_next;
+    if (op->live_next) op->live_next->live_prev = op->live_prev;
+    c->nlive--;
     loomi_sched_free(&op->s);
     free(op->pending);
     free(op->xfers);
@@ -270,6 +276,10 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
         if (!op->pending[i]) push_ready(op, i);
     }
     active_add(c, op);
+    op->live_next = c->live;
+    if (c->live) c->live->live_prev = op;
+    c->live = op;
+    c->nlive++;
     if (n == 0) op_finish(op);
     else op_run_ready(op);
     if (op->ndone == n && op->status == LOOM_SUCCESS) op_finish(op);
@@ -277,6 +287,10 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
     return LOOM_SUCCESS;
 nomem:
     op_release_buffers(op);
+    op->live_next = c->live; /* op_free unlinks it */
+    if (c->live) c->live->live_prev = op;
+    c->live = op;
+    c->nlive++;
     op_free(op);
     return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory for a schedule");
 }
@@ -297,6 +311,12 @@ static void engine_advance(struct loom_comm *c)
         }
     }
     if (c->error != LOOM_SUCCESS) loomi_engine_fail_all(c);
+}
+
+void loomi_engine_free_all(struct loom_comm *c)
+{
+    loomi_engine_fail_all(c);
+    while (c->live) op_free(c->live);
 }
 
 void loomi_engine_fail_all(struct loom_comm *c)

@@ -96,5 +96,8 @@ loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
 /* Fail every running op of comm (called when the communicator breaks). */
 void loomi_engine_fail_all(struct loom_comm *comm);
+/* Fail and free every op, waited for or not (loom_comm_abort): the
+ * application's requests of this communicator become invalid. */
+void loomi_engine_free_all(struct loom_comm *comm);
 
 #endif

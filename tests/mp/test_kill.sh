@@ -6,19 +6,27 @@
 prog=$BUILDDIR/tests/mp/mp_kill
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Read every survivor's report: sets good (all said OK) and worst (the
+# slowest time from the kill to its error, ms).
+survivors() { # survivors N VICTIM
+    good=1 worst=0
+    for r in $(seq 0 $(($1 - 1))); do
+        [ "$r" -eq "$2" ] && continue
+        line=$(cat "$tmp/out/rank.$r.out" 2>/dev/null)
+        case "$line" in
+        *": OK after "*) ;;
+        *) good=0; echo "  rank $r: ${line:-no output}"; tail -3 "$tmp/out/rank.$r.err" 2>/dev/null ;;
+        esac
+        ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
+        [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
+    done
+}
 for n in 2 4 5; do
     for victim in 1 $((n - 1)); do
         rm -f "$tmp/stamp"; rm -rf "$tmp/out"
         LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
             --output "$tmp/out" "$prog" "$victim" "$tmp/stamp" >/dev/null 2>&1
-        good=1 worst=0
-        for r in $(seq 0 $((n - 1))); do
-            [ "$r" -eq "$victim" ] && continue
-            line=$(cat "$tmp/out/rank.$r.out" 2>/dev/null)
-            case "$line" in *": OK after "*) ;; *) good=0; echo "  rank $r: ${line:-no output}"; cat "$tmp/out/rank.$r.err" 2>/dev/null | tail -3;; esac
-            ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
-            [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
-        done
+        survivors "$n" "$victim"
         if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
             ok "kill rank $victim of $n mid-allreduce: all survivors failed cleanly, slowest after $worst ms"
         else
@@ -32,14 +40,7 @@ for n in 2 4; do
     rm -f "$tmp/stamp"; rm -rf "$tmp/out"
     LOOM_TIMEOUT=3000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
         --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((4 << 20)) stop >/dev/null 2>&1
-    good=1 worst=0
-    for r in $(seq 0 $((n - 1))); do
-        [ "$r" -eq 1 ] && continue
-        line=$(cat "$tmp/out/rank.$r.out" 2>/dev/null)
-        case "$line" in *": OK after "*) ;; *) good=0; echo "  rank $r: ${line:-no output}";; esac
-        ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
-        [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
-    done
+    survivors "$n" 1
     if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 6000)}"; then
         ok "SIGSTOP rank 1 of $n mid-allreduce: all survivors failed by the 3 s deadline, slowest after $worst ms"
     else

@@ -369,17 +369,31 @@ static struct stream *least_loaded(struct tcp *t, struct peer *p)
     return best;
 }
 
+/* The peer a new transfer goes to or comes from, or NULL (error set) when
+ * it cannot: a bad rank, or a peer failed or gone. */
+static struct peer *xfer_peer(struct tcp *t, struct loomi_xfer *x, loom_result_t *r)
+{
+    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank) {
+        *r = loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: transfer with bad peer %d", x->peer);
+        return NULL;
+    }
+    struct peer *p = &t->peers[x->peer];
+    if (p->failed || t->aborted || p->open == 0) {
+        *r = loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d is unreachable (%s)", x->peer,
+                        p->failed ? "failed" : "it closed the communicator");
+        return NULL;
+    }
+    x->t_done = 0;
+    x->t_posted = 0;
+    return p;
+}
+
 static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
 {
     struct tcp *t = state;
-    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank)
-        return loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: send to bad peer %d", x->peer);
-    struct peer *p = &t->peers[x->peer];
-    if (p->failed || t->aborted || p->open == 0)
-        return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d is unreachable (%s)",
-                          x->peer, p->failed ? "failed" : "it closed the communicator");
-    x->t_done = 0;
-    x->t_posted = 0;
+    loom_result_t r;
+    struct peer *p = xfer_peer(t, x, &r);
+    if (!p) return r;
     size_t npieces = 1;
     if (x->len > SPLIT_MIN && t->nstreams > 1) {
         npieces = (size_t)t->nstreams;
@@ -593,14 +607,9 @@ static void stream_read(struct tcp *t, struct stream *s)
 static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
 {
     struct tcp *t = state;
-    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank)
-        return loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: receive from bad peer %d", x->peer);
-    struct peer *p = &t->peers[x->peer];
-    if (p->failed || t->aborted || p->open == 0)
-        return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d is unreachable (%s)",
-                          x->peer, p->failed ? "failed" : "it closed the communicator");
-    x->t_done = 0;
-    x->t_posted = 0;
+    loom_result_t r;
+    struct peer *p = xfer_peer(t, x, &r);
+    if (!p) return r;
     p->nposted++;
     struct unexp *u = find_unexp(p, x->tag, NULL);
     if (u) {
