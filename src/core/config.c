@@ -24,6 +24,7 @@ struct var {
 static const struct var vars[] = {
     {"LOOM_TIMEOUT", K_INT, 1, 86400000, OFF(timeout_ms), "60000"},
     {"LOOM_TCP_STREAMS", K_INT, 1, 16, OFF(tcp_streams), "2"},
+    {"LOOM_SPIN_US", K_INT, 0, 1000000, OFF(spin_us), "0"},
     {"LOOM_TCP_SOCKBUF", K_SIZE, 0, 1LL << 30, OFF(tcp_sockbuf), "4M"}, /* 0: kernel autotuning */
     {"LOOM_CHUNK_SIZE", K_SIZE, 4096, 1LL << 30, OFF(chunk_bytes), "1M"},
     {"LOOM_SOCKET_IFNAME", K_STR, 0, 0, OFF(socket_ifname), NULL},
@@ -110,6 +111,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     if (!e) return LOOM_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
     out->timeout_ms = e->timeout_ms;
+    out->spin_us = e->spin_us;
     out->tcp_streams = e->tcp_streams;
     out->tcp_sockbuf = e->tcp_sockbuf;
     out->chunk_bytes = e->chunk_bytes;

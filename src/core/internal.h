@@ -62,6 +62,7 @@ void loomi_clear_error(void);
  * given to init overrides them per communicator. */
 struct loomi_env {
     int timeout_ms;
+    int spin_us;
     int tcp_streams;
     size_t tcp_sockbuf;
     size_t chunk_bytes;
@@ -80,6 +81,7 @@ int loomi_parse_size(const char *s, size_t *out);
 /* Per-communicator settings: environment merged with a loom_config_t. */
 struct loomi_settings {
     int timeout_ms;
+    int spin_us;
     int tcp_streams;
     size_t tcp_sockbuf;
     size_t chunk_bytes;

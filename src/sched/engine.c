@@ -370,6 +370,17 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
 {
     struct loom_comm *c = op->comm;
     while (!op->finished) {
+        /* Poll without sleeping for up to spin_us after the last progress:
+         * a sleep and wake-up costs more than the wait when cores are free. */
+        if (c->set.spin_us) {
+            uint64_t t0 = loomi_now_ns();
+            while (!op->finished && loomi_now_ns() - t0 < (uint64_t)c->set.spin_us * 1000u) {
+                uint32_t before = op->ndone;
+                engine_round(c, 0);
+                if (op->ndone != before) t0 = loomi_now_ns();
+            }
+            if (op->finished) break;
+        }
         int wait = c->set.timeout_ms;
         uint64_t now = loomi_now_ms();
         uint64_t due = op->last_progress_ms + (uint64_t)c->set.timeout_ms;
