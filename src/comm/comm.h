@@ -28,6 +28,7 @@ struct loom_comm {
     struct loomi_op *live;   /* every operation not yet waited for */
     int nactive;
     int nlive; /* operations started and not yet waited for (requests held) */
+    uint64_t last_progress_ms; /* a step completed (the deadline's clock) */
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;

@@ -36,7 +36,6 @@ struct loomi_op {
     void *inplace_buf;
     size_t inplace_len;
     int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
-    uint64_t last_progress_ms;
     struct loomi_op *next, *prev;           /* comm->active: still running */
     struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
 };
@@ -85,13 +84,13 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
         if (op->status == LOOM_SUCCESS) {
             op->status = status;
             op->failed_peer = x->peer;
-            snprintf(op->errmsg, sizeof op->errmsg, "%s from rank %d failed",
-                     op->s.steps[i].kind == LOOMI_STEP_SEND ? "send to" : "receive",
+            snprintf(op->errmsg, sizeof op->errmsg, "%s rank %d failed",
+                     op->s.steps[i].kind == LOOMI_STEP_SEND ? "send to" : "receive from",
                      x->peer);
         }
         return;
     }
-    op->last_progress_ms = loomi_now_ms();
+    op->comm->last_progress_ms = loomi_now_ms();
     step_done(op, i);
 }
 
@@ -270,7 +269,9 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
         op->inplace_buf = recvbuf;
     }
     op->seq = c->next_seq++;
-    op->last_progress_ms = loomi_now_ms();
+    /* The deadline counts from the last progress of the communicator,
+     * or from now when nothing was running. */
+    if (!c->nactive) c->last_progress_ms = loomi_now_ms();
     for (uint32_t i = 0; i < n; i++) {
         op->pending[i] = op->s.ndeps[i];
         if (!op->pending[i]) push_ready(op, i);
@@ -334,27 +335,47 @@ void loomi_engine_fail_all(struct loom_comm *c)
     }
 }
 
-/* One round: progress the transport for at most wait_ms, then advance. */
-static loom_result_t engine_round(struct loom_comm *c, int wait_ms)
+/* Milliseconds until the no-progress deadline of the running operations. */
+static int ms_to_deadline(const struct loom_comm *c)
+{
+    return loomi_ms_left(c->last_progress_ms + (uint64_t)c->set.timeout_ms);
+}
+
+/* The peer a stalled communicator waits on: the source of a receive still
+ * posted, else the destination of a send (-1 when none).  A guess: only
+ * heartbeats can tell a silent rank from one stalled behind it. */
+static int silent_peer(const struct loom_comm *c)
+{
+    int send_peer = -1;
+    for (const struct loomi_op *op = c->active; op; op = op->next)
+        for (uint32_t i = 0; i < op->s.nsteps; i++) {
+            if (!op->posted[i]) continue;
+            if (op->s.steps[i].kind == LOOMI_STEP_RECV) return op->s.steps[i].peer;
+            if (send_peer < 0) send_peer = op->s.steps[i].peer;
+        }
+    return send_peer;
+}
+
+/* One round: progress the transport for at most wait_ms, then advance and
+ * enforce the deadline: running operations fail when the communicator has
+ * moved nothing for timeout_ms. */
+static void engine_round(struct loom_comm *c, int wait_ms)
 {
     loom_result_t r = c->tops->progress(c->tstate, wait_ms);
     if (r != LOOM_SUCCESS && c->error == LOOM_SUCCESS)
         loomi_comm_fail(c, r, -1, "transport %s failed: %s", c->tops->name,
                         loom_get_last_error());
     engine_advance(c);
-    /* Deadlines: an operation that moved nothing for timeout_ms fails. */
-    uint64_t now = loomi_now_ms();
-    for (struct loomi_op *op = c->active; op; op = op->next)
-        if (now - op->last_progress_ms >= (uint64_t)c->set.timeout_ms) {
-            loomi_comm_fail(c, LOOM_ERR_TIMEOUT, -1,
-                            "operation %llu made no progress for %d ms (LOOM_TIMEOUT); "
-                            "%u of %u steps done",
-                            (unsigned long long)op->seq, c->set.timeout_ms, op->ndone,
-                            op->s.nsteps);
-            loomi_engine_fail_all(c);
-            break;
-        }
-    return LOOM_SUCCESS;
+    if (c->active && ms_to_deadline(c) == 0) {
+        const struct loomi_op *op = c->active;
+        int suspect = silent_peer(c);
+        loomi_comm_fail(c, LOOM_ERR_TIMEOUT, suspect,
+                        "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
+                        "waiting on rank %d; operation %llu had %u of %u steps done",
+                        c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq,
+                        op->ndone, op->s.nsteps);
+        loomi_engine_fail_all(c);
+    }
 }
 
 static loom_result_t op_result(struct loomi_op *op)
@@ -370,6 +391,11 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
 {
     struct loom_comm *c = op->comm;
     while (!op->finished) {
+        /* Work or a failure may already be pending (a send that failed
+         * while it was posted): act on it before sleeping on sockets that
+         * may all be closed by now. */
+        engine_advance(c);
+        if (op->finished) break;
         /* Poll without sleeping for up to spin_us after the last progress:
          * a sleep and wake-up costs more than the wait when cores are free. */
         if (c->set.spin_us) {
@@ -381,17 +407,14 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
             }
             if (op->finished) break;
         }
-        int wait = c->set.timeout_ms;
-        uint64_t now = loomi_now_ms();
-        uint64_t due = op->last_progress_ms + (uint64_t)c->set.timeout_ms;
-        wait = due > now ? (int)LOOMI_MIN(due - now, 1000u) : 0;
-        engine_round(c, wait);
+        engine_round(c, ms_to_deadline(c));
     }
     return op_result(op);
 }
 
 loom_result_t loomi_op_test(struct loomi_op *op, int *done)
 {
+    if (!op->finished) engine_advance(op->comm);
     if (!op->finished) engine_round(op->comm, 0);
     if (!op->finished) {
         *done = 0;

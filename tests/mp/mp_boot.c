@@ -68,14 +68,22 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc >= 3 && !strcmp(argv[1], "uid")) {
+        /* Fork the ranks first and pass the id through a pipe, as a job
+         * passes it out of band: forking after loom_get_unique_id would
+         * copy its rendezvous thread's locks into the children. */
         int n = atoi(argv[2]);
-        loom_unique_id_t id;
-        if (loom_get_unique_id(&id) != LOOM_SUCCESS) {
-            fprintf(stderr, "get_unique_id: %s\n", loom_get_last_error());
-            return 1;
-        }
+        int fds[2];
+        if (n < 1 || pipe(fds) != 0) return 2;
         for (int i = 0; i < n; i++) {
             if (fork() == 0) {
+                close(fds[1]);
+                loom_unique_id_t id;
+                size_t got = 0;
+                while (got < sizeof id) {
+                    ssize_t k = read(fds[0], (char *)&id + got, sizeof id - got);
+                    if (k <= 0) _exit(3);
+                    got += (size_t)k;
+                }
                 loom_comm_t comm;
                 loom_result_t r = loom_comm_init_rank(&comm, n, &id, i, NULL);
                 if (r != LOOM_SUCCESS) {
@@ -87,8 +95,23 @@ int main(int argc, char **argv)
                 _exit(bad);
             }
         }
+        close(fds[0]);
+        loom_unique_id_t id;
+        if (loom_get_unique_id(&id) != LOOM_SUCCESS) {
+            fprintf(stderr, "get_unique_id: %s\n", loom_get_last_error());
+            return 1;
+        }
+        for (int i = 0; i < n; i++)
+            if (write(fds[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+        close(fds[1]);
         int bad = 0, st;
-        while (wait(&st) > 0) bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        while (wait(&st) > 0) {
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                fprintf(stderr, "a rank %s %d\n", WIFEXITED(st) ? "exited with" : "died of signal",
+                        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                bad = 1;
+            }
+        }
         return bad;
     }
     fprintf(stderr, "usage: mp_boot env | expect CODE MS | uid N\n");

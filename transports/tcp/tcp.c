@@ -102,7 +102,9 @@ struct peer {
 
 struct tcp {
     struct loomi_tctx ctx;
-    int nstreams;
+    int nstreams; /* data streams per peer; one more, the last, carries
+                   * only control messages, so an abort notice never waits
+                   * behind a half-sent piece of data */
     int lfd, epfd;
     struct sockaddr_storage laddr;
     socklen_t laddr_len;
@@ -163,6 +165,9 @@ static void ubuf_put(struct tcp *t, char *p, size_t cap)
 static unsigned bucket(uint64_t tag) { return (unsigned)((tag ^ (tag >> 32) ^ (tag >> 17)) % NBUCKETS); }
 
 /* ------------------------------------------------------------- helpers */
+
+/* Streams per peer: the data streams and the control stream. */
+static int all_streams(const struct tcp *t) { return t->nstreams + 1; }
 
 static void set_sock_opts(struct tcp *t, int fd)
 {
@@ -244,7 +249,7 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
     if (p->failed) return;
     p->failed = 1;
     p->open = 0;
-    for (int i = 0; i < t->nstreams; i++) {
+    for (int i = 0; i < all_streams(t); i++) {
         struct stream *s = &p->s[i];
         if (s->fd >= 0) {
             close(s->fd);
@@ -285,6 +290,21 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
 
 static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
     LOOMI_PRINTF(4, 5);
+static void stream_read(struct tcp *t, struct stream *s);
+
+/* A connection to p broke.  A peer that aborts writes its notice on the
+ * control stream before it closes, so read that first: the notice names
+ * the rank that really failed, where the broken connection would only
+ * name p. */
+static void connection_lost(struct tcp *t, struct stream *s, const char *what, int err)
+{
+    struct peer *p = s->peer;
+    struct stream *ctrl = &p->s[t->nstreams];
+    if (s != ctrl && ctrl->fd >= 0) stream_read(t, ctrl);
+    if (p->failed) return;
+    if (err) peer_error(t, p, LOOM_ERR_REMOTE, "%s failed: %s", what, strerror(err));
+    else peer_error(t, p, LOOM_ERR_REMOTE, "connection closed by the peer");
+}
 static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
     char why[200];
@@ -322,7 +342,7 @@ static void stream_flush(struct tcp *t, struct stream *s)
                 s->writable = 0;
                 return;
             }
-            peer_error(t, p, LOOM_ERR_REMOTE, "send failed: %s", strerror(errno));
+            connection_lost(t, s, "send", errno);
             return;
         }
         size_t left = (size_t)w;
@@ -582,13 +602,13 @@ static void stream_read(struct tcp *t, struct stream *s)
                                "the peer destroyed the communicator with operations pending here");
                 return;
             }
-            peer_error(t, p, LOOM_ERR_REMOTE, "connection closed by the peer");
+            connection_lost(t, s, "receive", 0);
             return;
         }
         if (r < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-            peer_error(t, p, LOOM_ERR_REMOTE, "receive failed: %s", strerror(errno));
+            connection_lost(t, s, "receive", errno);
             return;
         }
         if (!s->in_payload) {
@@ -639,7 +659,7 @@ static void tcp_cancel(void *state, struct loomi_xfer *x)
     if (x->peer < 0 || x->peer >= t->ctx.nranks) return;
     struct peer *p = &t->peers[x->peer];
     x->t_posted = XFER_DEAD;
-    for (int i = 0; i < t->nstreams; i++) {
+    for (int i = 0; i < all_streams(t); i++) {
         struct stream *s = &p->s[i];
         if (s->rx == x) {
             s->rx = NULL;
@@ -710,9 +730,9 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
     if (!t->peers) goto nomem;
     for (int r = 0; r < ctx->nranks; r++) {
         t->peers[r].rank = r;
-        t->peers[r].s = calloc((size_t)t->nstreams, sizeof(struct stream));
+        t->peers[r].s = calloc((size_t)all_streams(t), sizeof(struct stream));
         if (!t->peers[r].s) goto nomem;
-        for (int i = 0; i < t->nstreams; i++) {
+        for (int i = 0; i < all_streams(t); i++) {
             t->peers[r].s[i].fd = -1;
             t->peers[r].s[i].idx = i;
             t->peers[r].s[i].peer = &t->peers[r];
@@ -809,7 +829,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         if (loomi_wire_to_sockaddr(&w, &ss, &sl))
             return loomi_fail(LOOM_ERR_MISMATCH, me, "tcp: rank %d published an invalid address",
                               peer);
-        for (int i = 0; i < ns; i++) {
+        for (int i = 0; i <= ns; i++) { /* data streams, then control */
             char msg[256];
             int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
             if (fd < 0) return loomi_fail(LOOM_ERR_CONNECT, me, "tcp: rank %d: %s", peer, msg);
@@ -825,7 +845,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
             if (r != LOOM_SUCCESS) return r;
         }
     }
-    int expected = (n - 1 - me) * ns, got = 0;
+    int expected = (n - 1 - me) * (ns + 1), got = 0;
     while (got < expected) {
         int left = loomi_ms_left(deadline_ms);
         struct pollfd pf = {t->lfd, POLLIN, 0};
@@ -834,7 +854,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         if (k <= 0) {
             int missing = -1;
             for (int peer = me + 1; peer < n && missing < 0; peer++)
-                for (int i = 0; i < ns; i++)
+                for (int i = 0; i <= ns; i++)
                     if (t->peers[peer].s[i].fd < 0) missing = peer;
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
                               "tcp: %d of %d connections from higher ranks arrived before the "
@@ -848,7 +868,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         uint64_t d = loomi_now_ms() + 5000;
         if (loomi_read_full(fd, &in, sizeof in, d < deadline_ms ? d : deadline_ms) ||
             in.magic != HELLO_MAGIC || memcmp(in.job_key, t->ctx.job_key, 16) != 0 ||
-            in.dst != me || in.src <= me || in.src >= n || in.stream < 0 || in.stream >= ns ||
+            in.dst != me || in.src <= me || in.src >= n || in.stream < 0 || in.stream > ns ||
             in.nstreams != ns) {
             LOOMI_WARN(me, "tcp: dropped a connection that is not from this job "
                            "(bad greeting, job key, rank or stream count)");
@@ -874,8 +894,9 @@ static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, 
     h.type = (uint16_t)type;
     h.tag = tag;
     h.aux = aux;
-    for (int i = 0; i < t->nstreams; i++) {
-        struct stream *s = &p->s[i];
+    /* The control stream first: nothing else is ever queued on it. */
+    for (int k = 0; k < all_streams(t); k++) {
+        struct stream *s = &p->s[(k + t->nstreams) % all_streams(t)];
         if (s->fd < 0) continue;
         if (s->sq_head && (s->sq_head->hdr_sent || s->sq_head->sent)) continue;
         ssize_t w = send(s->fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -908,7 +929,7 @@ static void tcp_destroy(void *state)
     for (int r = 0; r < t->ctx.nranks && !t->aborted; r++) {
         struct peer *p = &t->peers[r];
         if (r == t->ctx.rank || p->failed) continue;
-        for (int i = 0; i < t->nstreams; i++) {
+        for (int i = 0; i < all_streams(t); i++) {
             struct stream *s = &p->s[i];
             if (s->fd < 0 || s->sq_head) continue;
             struct wire_hdr h;
@@ -920,7 +941,7 @@ static void tcp_destroy(void *state)
     }
     for (int r = 0; r < t->ctx.nranks && !t->aborted; r++) {
         struct peer *p = &t->peers[r];
-        for (int i = 0; i < t->nstreams && !p->failed; i++) {
+        for (int i = 0; i < all_streams(t) && !p->failed; i++) {
             struct stream *s = &p->s[i];
             while (s->fd >= 0) {
                 int left = loomi_ms_left(deadline);
