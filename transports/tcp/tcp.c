@@ -457,7 +457,7 @@ static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
 
 /* ----------------------------------------------------------- receiving */
 
-static void recv_done(struct tcp *t, struct peer *p, struct loomi_xfer *x, size_t len)
+static void recv_done(struct peer *p, struct loomi_xfer *x, size_t len)
 {
     x->t_done += len;
     if (x->t_done == x->len) {
@@ -465,7 +465,6 @@ static void recv_done(struct tcp *t, struct peer *p, struct loomi_xfer *x, size_
         p->nposted--;
         complete_once(x, LOOM_SUCCESS);
     }
-    (void)t;
 }
 
 static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t len)
@@ -571,7 +570,7 @@ static void payload_done(struct tcp *t, struct stream *s)
     s->in_payload = 0;
     s->rh_got = 0;
     if (s->ru) unexp_done(t, p, s->ru, s->rh.len);
-    else if (s->rx) recv_done(t, p, s->rx, s->rh.len);
+    else if (s->rx) recv_done(p, s->rx, s->rh.len);
     s->rx = NULL;
     s->ru = NULL;
 }
@@ -646,10 +645,8 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
         return LOOM_SUCCESS;
     }
     xlist_add(&p->recvs[bucket(x->tag)], x);
-    if (x->len == 0) {
-        /* Zero-length messages still travel (as a header), so the
-         * receive completes when it arrives. */
-    }
+    /* Zero-length messages travel too (a header alone), so even an empty
+     * receive completes only when its message arrives. */
     return LOOM_SUCCESS;
 }
 
