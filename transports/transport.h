@@ -56,8 +56,7 @@ struct loomi_xfer {
 
     /* Transport-private state. */
     size_t t_done;  /* bytes fully sent or received */
-    size_t t_posted; /* bytes handed to streams (senders) */
-    void *t_link;
+    size_t t_posted; /* XFER_DEAD once completed with an error (tcp) */
     struct loomi_xfer *t_next, *t_prev;
 };
 

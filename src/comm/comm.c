@@ -23,12 +23,20 @@ struct uid_layout {
 };
 _Static_assert(sizeof(struct uid_layout) == LOOM_UNIQUE_ID_BYTES, "unique id layout");
 
-loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
+/* comm is a communicator that exists (broken or not). */
+static loom_result_t comm_live(const struct loom_comm *comm, const char *fn)
 {
     if (!comm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: comm is NULL", fn);
     if (comm->magic != LOOMI_COMM_MAGIC)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "%s: comm is not a live communicator (destroyed or never created)", fn);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
+{
+    loom_result_t r = comm_live(comm, fn);
+    if (r != LOOM_SUCCESS) return r;
     if (comm->error != LOOM_SUCCESS)
         return loomi_fail(LOOM_ERR_REVOKED, comm->rank,
                           "%s: the communicator is broken since an earlier failure: %s", fn,
@@ -248,9 +256,8 @@ static void comm_free(struct loom_comm *c)
 
 loom_result_t loom_comm_destroy(loom_comm_t comm)
 {
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "loom_comm_destroy: comm is %s", comm ? "not a live communicator" : "NULL");
+    loom_result_t r = comm_live(comm, "loom_comm_destroy");
+    if (r != LOOM_SUCCESS) return r;
     if (comm->nlive)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",
@@ -262,9 +269,8 @@ loom_result_t loom_comm_destroy(loom_comm_t comm)
 
 loom_result_t loom_comm_abort(loom_comm_t comm)
 {
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "loom_comm_abort: comm is %s", comm ? "not a live communicator" : "NULL");
+    loom_result_t r = comm_live(comm, "loom_comm_abort");
+    if (r != LOOM_SUCCESS) return r;
     loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
                     comm->rank);
     loomi_engine_free_all(comm);
@@ -275,8 +281,8 @@ loom_result_t loom_comm_abort(loom_comm_t comm)
 
 loom_result_t loom_comm_rank(loom_comm_t comm, int *rank)
 {
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_comm_rank: comm is not a live communicator");
+    loom_result_t r = comm_live(comm, "loom_comm_rank");
+    if (r != LOOM_SUCCESS) return r;
     if (!rank) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_rank: rank is NULL");
     *rank = comm->rank;
     return LOOM_SUCCESS;
@@ -284,8 +290,8 @@ loom_result_t loom_comm_rank(loom_comm_t comm, int *rank)
 
 loom_result_t loom_comm_size(loom_comm_t comm, int *size)
 {
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_comm_size: comm is not a live communicator");
+    loom_result_t r = comm_live(comm, "loom_comm_size");
+    if (r != LOOM_SUCCESS) return r;
     if (!size) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_size: size is NULL");
     *size = comm->nranks;
     return LOOM_SUCCESS;
@@ -293,9 +299,8 @@ loom_result_t loom_comm_size(loom_comm_t comm, int *size)
 
 loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank)
 {
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "loom_comm_get_error: comm is not a live communicator");
+    loom_result_t r = comm_live(comm, "loom_comm_get_error");
+    if (r != LOOM_SUCCESS) return r;
     if (failed_rank) *failed_rank = comm->error != LOOM_SUCCESS ? comm->failed_rank : -1;
     return comm->error;
 }

@@ -75,30 +75,29 @@ static void step_done(struct loomi_op *op, uint32_t i)
     }
 }
 
+/* The first failure of a send or receive step: it fails the operation
+ * (acted on after progress returns) and names the peer. */
+static void step_failed(struct loomi_op *op, uint32_t i, loom_result_t code, const char *what)
+{
+    const struct loomi_step *st = &op->s.steps[i];
+    if (op->status != LOOM_SUCCESS) return;
+    op->status = code;
+    op->failed_peer = st->peer;
+    snprintf(op->errmsg, sizeof op->errmsg, "%s %s rank %d failed", what,
+             st->kind == LOOMI_STEP_SEND ? "send to" : "receive from", st->peer);
+}
+
 static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
 {
     struct loomi_op *op = x->owner;
     uint32_t i = (uint32_t)(x - op->xfers);
     op->posted[i] = 0;
     if (status != LOOM_SUCCESS) {
-        if (op->status == LOOM_SUCCESS) {
-            op->status = status;
-            op->failed_peer = x->peer;
-            snprintf(op->errmsg, sizeof op->errmsg, "%s rank %d failed",
-                     op->s.steps[i].kind == LOOMI_STEP_SEND ? "send to" : "receive from",
-                     x->peer);
-        }
+        step_failed(op, i, status, "the");
         return;
     }
     op->comm->last_progress_ms = loomi_now_ms();
     step_done(op, i);
-}
-
-static void op_note_failure(struct loomi_op *op, loom_result_t code, const char *msg)
-{
-    if (op->status != LOOM_SUCCESS) return;
-    op->status = code;
-    snprintf(op->errmsg, sizeof op->errmsg, "%s", msg);
 }
 
 /* Run ready steps until none is left. */
@@ -131,10 +130,7 @@ static void op_run_ready(struct loomi_op *op)
             }
             if (r != LOOM_SUCCESS) {
                 op->posted[i] = 0;
-                char m[128];
-                snprintf(m, sizeof m, "could not post %s rank %d",
-                         st->kind == LOOMI_STEP_SEND ? "send to" : "receive from", st->peer);
-                op_note_failure(op, r, m);
+                step_failed(op, i, r, "posting the");
             }
             break;
         }

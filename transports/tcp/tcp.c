@@ -881,9 +881,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     return LOOM_SUCCESS;
 }
 
-/* Best effort: a control header written only where no piece is half
- * sent (else the stream would desync); never blocks. */
-static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux)
+static struct wire_hdr control_hdr(int type, uint64_t tag, int aux)
 {
     struct wire_hdr h;
     memset(&h, 0, sizeof h);
@@ -891,6 +889,14 @@ static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, 
     h.type = (uint16_t)type;
     h.tag = tag;
     h.aux = aux;
+    return h;
+}
+
+/* Best effort: a control header written only where no piece is half
+ * sent (else the stream would desync); never blocks. */
+static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux)
+{
+    struct wire_hdr h = control_hdr(type, tag, aux);
     /* The control stream first: nothing else is ever queued on it. */
     for (int k = 0; k < all_streams(t); k++) {
         struct stream *s = &p->s[(k + t->nstreams) % all_streams(t)];
@@ -929,10 +935,7 @@ static void tcp_destroy(void *state)
         for (int i = 0; i < all_streams(t); i++) {
             struct stream *s = &p->s[i];
             if (s->fd < 0 || s->sq_head) continue;
-            struct wire_hdr h;
-            memset(&h, 0, sizeof h);
-            h.magic = TCP_MAGIC;
-            h.type = T_BYE;
+            struct wire_hdr h = control_hdr(T_BYE, 0, 0);
             if (loomi_write_full(s->fd, &h, sizeof h, deadline) == 0) shutdown(s->fd, SHUT_WR);
         }
     }
