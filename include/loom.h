@@ -185,6 +185,120 @@ loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf,
                               loom_op_t op, loom_comm_t comm,
                               loom_request_t *req);
 
+/* Every collective below has a non-blocking form, loom_iNAME, taking the
+ * same arguments plus a request (the last argument).  All ranks of the
+ * communicator call each collective in the same order.  Counts are in
+ * elements of dtype.  In-place forms follow NCCL's rules. */
+
+/* recvbuf (recvcount elements) = op over all ranks of block `rank` of
+ * sendbuf (nranks * recvcount elements).  In place: recvbuf ==
+ * sendbuf + rank * recvcount elements. */
+loom_result_t loom_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, loom_datatype_t dtype,
+                                  loom_op_t op, loom_comm_t comm);
+loom_result_t loom_ireduce_scatter(const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, loom_datatype_t dtype,
+                                   loom_op_t op, loom_comm_t comm,
+                                   loom_request_t *req);
+
+/* Block r of recvbuf (nranks * sendcount elements) = sendbuf of rank r.
+ * In place: sendbuf == recvbuf + rank * sendcount elements. */
+loom_result_t loom_allgather(const void *sendbuf, void *recvbuf,
+                             size_t sendcount, loom_datatype_t dtype,
+                             loom_comm_t comm);
+loom_result_t loom_iallgather(const void *sendbuf, void *recvbuf,
+                              size_t sendcount, loom_datatype_t dtype,
+                              loom_comm_t comm, loom_request_t *req);
+
+/* Block r of recvbuf = block `rank` of rank r's sendbuf; blocks are
+ * count elements, nranks of them in each buffer.  In place: sendbuf ==
+ * recvbuf. */
+loom_result_t loom_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                            loom_datatype_t dtype, loom_comm_t comm);
+loom_result_t loom_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                             loom_datatype_t dtype, loom_comm_t comm,
+                             loom_request_t *req);
+
+/* All-to-all with a count and a displacement (in elements) per peer, as
+ * MPI_Alltoallv: sendcounts[r] elements from sendbuf + sdispls[r] go to
+ * rank r, which receives them at recvbuf + rdispls[rank].  recvcounts[r]
+ * must equal rank r's sendcounts[rank].  The buffers must not overlap. */
+loom_result_t loom_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                             const size_t *sdispls, void *recvbuf,
+                             const size_t *recvcounts, const size_t *rdispls,
+                             loom_datatype_t dtype, loom_comm_t comm);
+loom_result_t loom_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                              const size_t *sdispls, void *recvbuf,
+                              const size_t *recvcounts, const size_t *rdispls,
+                              loom_datatype_t dtype, loom_comm_t comm,
+                              loom_request_t *req);
+
+/* recvbuf on every rank = sendbuf of root (read on root only).  In place:
+ * sendbuf == recvbuf on root. */
+loom_result_t loom_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                             loom_datatype_t dtype, int root, loom_comm_t comm);
+loom_result_t loom_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                              loom_datatype_t dtype, int root, loom_comm_t comm,
+                              loom_request_t *req);
+
+/* recvbuf on root = op over all ranks of sendbuf (recvbuf is used on root
+ * only and may be NULL elsewhere).  In place: sendbuf == recvbuf. */
+loom_result_t loom_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                          loom_datatype_t dtype, loom_op_t op, int root,
+                          loom_comm_t comm);
+loom_result_t loom_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                           loom_datatype_t dtype, loom_op_t op, int root,
+                           loom_comm_t comm, loom_request_t *req);
+
+/* Block r of recvbuf on root (nranks * sendcount elements) = sendbuf of
+ * rank r.  In place on root: sendbuf == recvbuf + root * sendcount. */
+loom_result_t loom_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                          loom_datatype_t dtype, int root, loom_comm_t comm);
+loom_result_t loom_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                           loom_datatype_t dtype, int root, loom_comm_t comm,
+                           loom_request_t *req);
+
+/* recvbuf of rank r = block r of root's sendbuf (nranks * recvcount
+ * elements, read on root only).  In place on root: recvbuf == sendbuf +
+ * root * recvcount. */
+loom_result_t loom_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                           loom_datatype_t dtype, int root, loom_comm_t comm);
+loom_result_t loom_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                            loom_datatype_t dtype, int root, loom_comm_t comm,
+                            loom_request_t *req);
+
+/* Returns on each rank once every rank has entered it. */
+loom_result_t loom_barrier(loom_comm_t comm);
+loom_result_t loom_ibarrier(loom_comm_t comm, loom_request_t *req);
+
+/* ------------------------------------------------------- point to point */
+
+/* Send count elements to peer / receive them from peer.  Messages between
+ * two ranks are matched in the order they were posted; the counts of a
+ * send and its receive must be equal.  A send may complete before the
+ * receive is posted (the data is buffered). */
+loom_result_t loom_send(const void *buf, size_t count, loom_datatype_t dtype,
+                        int peer, loom_comm_t comm);
+loom_result_t loom_recv(void *buf, size_t count, loom_datatype_t dtype,
+                        int peer, loom_comm_t comm);
+loom_result_t loom_isend(const void *buf, size_t count, loom_datatype_t dtype,
+                         int peer, loom_comm_t comm, loom_request_t *req);
+loom_result_t loom_irecv(void *buf, size_t count, loom_datatype_t dtype,
+                         int peer, loom_comm_t comm, loom_request_t *req);
+
+/* --------------------------------------------------------------- groups */
+
+/* Between loom_group_start and loom_group_end (per thread, nestable),
+ * blocking collectives and sends/receives are queued instead of run;
+ * the outermost loom_group_end starts them all and returns when all are
+ * complete, so sends and receives in one group never deadlock whatever
+ * order the ranks queue them in.  Non-blocking calls are not allowed in
+ * a group (LOOM_ERR_INVALID_USAGE).  loom_group_end returns the first
+ * failure; the arguments of every queued call are checked when it is
+ * queued. */
+loom_result_t loom_group_start(void);
+loom_result_t loom_group_end(void);
+
 #ifdef __cplusplus
 }
 #endif

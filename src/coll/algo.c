@@ -1,24 +1,121 @@
-/* algo.c - algorithm names, LOOM_ALGO parsing and selection. */
+/* algo.c - algorithm names, generators, LOOM_ALGO parsing and selection. */
 #include <stdio.h>
 #include <string.h>
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "core/internal.h"
 
-static const char *const coll_names[LOOMI_NUM_COLLS] = {"allreduce"};
-static const char *const algo_names[LOOMI_NUM_ALGOS] = {"auto", "ring"};
-/* Which algorithms each collective has (bit per enum loomi_algo). */
-static const unsigned coll_algos[LOOMI_NUM_COLLS] = {1u << LOOMI_ALGO_RING};
+static const char *const coll_names[LOOMI_NUM_COLLS] = {
+    "allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv",
+    "broadcast", "reduce",         "gather",    "scatter",  "barrier"};
+static const char *const algo_names[LOOMI_NUM_ALGOS] = {
+    "auto", "ring", "recursive_doubling", "halving_doubling", "tree", "pairwise", "bruck",
+    "scatter_allgather"};
+
+static const loomi_gen_fn gens[LOOMI_NUM_COLLS][LOOMI_NUM_ALGOS] = {
+    [LOOMI_COLL_ALLREDUCE] = {[LOOMI_ALGO_RING] = loomi_gen_allreduce_ring,
+                              [LOOMI_ALGO_RECURSIVE_DOUBLING] = loomi_gen_allreduce_rd,
+                              [LOOMI_ALGO_HALVING_DOUBLING] = loomi_gen_allreduce_hd,
+                              [LOOMI_ALGO_TREE] = loomi_gen_allreduce_tree},
+    [LOOMI_COLL_REDUCE_SCATTER] = {[LOOMI_ALGO_RING] = loomi_gen_reduce_scatter_ring,
+                                   [LOOMI_ALGO_HALVING_DOUBLING] = loomi_gen_reduce_scatter_hd},
+    [LOOMI_COLL_ALLGATHER] = {[LOOMI_ALGO_RING] = loomi_gen_allgather_ring,
+                              [LOOMI_ALGO_RECURSIVE_DOUBLING] = loomi_gen_allgather_rd,
+                              [LOOMI_ALGO_BRUCK] = loomi_gen_allgather_bruck},
+    [LOOMI_COLL_ALLTOALL] = {[LOOMI_ALGO_PAIRWISE] = loomi_gen_alltoall_pairwise,
+                             [LOOMI_ALGO_BRUCK] = loomi_gen_alltoall_bruck},
+    [LOOMI_COLL_ALLTOALLV] = {[LOOMI_ALGO_PAIRWISE] = loomi_gen_alltoallv_pairwise},
+    [LOOMI_COLL_BROADCAST] = {[LOOMI_ALGO_TREE] = loomi_gen_broadcast_tree,
+                              [LOOMI_ALGO_SCATTER_ALLGATHER] = loomi_gen_broadcast_sag},
+    [LOOMI_COLL_REDUCE] = {[LOOMI_ALGO_TREE] = loomi_gen_reduce_tree,
+                           [LOOMI_ALGO_SCATTER_ALLGATHER] = loomi_gen_reduce_sag},
+    [LOOMI_COLL_GATHER] = {[LOOMI_ALGO_TREE] = loomi_gen_gather_tree,
+                           [LOOMI_ALGO_PAIRWISE] = loomi_gen_gather_pairwise},
+    [LOOMI_COLL_SCATTER] = {[LOOMI_ALGO_TREE] = loomi_gen_scatter_tree,
+                            [LOOMI_ALGO_PAIRWISE] = loomi_gen_scatter_pairwise},
+    [LOOMI_COLL_BARRIER] = {[LOOMI_ALGO_BRUCK] = loomi_gen_barrier_bruck,
+                            [LOOMI_ALGO_TREE] = loomi_gen_barrier_tree},
+};
+
+loomi_gen_fn loomi_algo_gen(int coll, int algo)
+{
+    if (coll < 0 || coll >= LOOMI_NUM_COLLS || algo <= 0 || algo >= LOOMI_NUM_ALGOS) return NULL;
+    return gens[coll][algo];
+}
+
+const char *loomi_coll_name(int coll)
+{
+    return coll >= 0 && coll < LOOMI_NUM_COLLS ? coll_names[coll] : "?";
+}
+
+const char *loomi_algo_name(int algo)
+{
+    return algo >= 0 && algo < LOOMI_NUM_ALGOS ? algo_names[algo] : "?";
+}
+
+unsigned loomi_coll_algos(int coll)
+{
+    unsigned m = 0;
+    for (int a = 1; a < LOOMI_NUM_ALGOS; a++)
+        if (loomi_algo_gen(coll, a)) m |= 1u << a;
+    return m;
+}
+
+/* Until the topology-aware cost model lands, fixed thresholds from the
+ * textbook costs: latency-optimal algorithms for small messages,
+ * bandwidth-optimal ones for large. */
+int loomi_algo_default(int coll, int nranks, size_t bytes)
+{
+    (void)nranks;
+    switch (coll) {
+    case LOOMI_COLL_ALLREDUCE:
+        if (bytes <= 32 * 1024) return LOOMI_ALGO_RECURSIVE_DOUBLING;
+        if (bytes <= 1024 * 1024) return LOOMI_ALGO_HALVING_DOUBLING;
+        return LOOMI_ALGO_RING;
+    case LOOMI_COLL_REDUCE_SCATTER:
+        return bytes <= 1024 * 1024 ? LOOMI_ALGO_HALVING_DOUBLING : LOOMI_ALGO_RING;
+    case LOOMI_COLL_ALLGATHER:
+        return bytes <= 64 * 1024 ? LOOMI_ALGO_BRUCK : LOOMI_ALGO_RING;
+    case LOOMI_COLL_ALLTOALL:
+        return bytes <= 4 * 1024 ? LOOMI_ALGO_BRUCK : LOOMI_ALGO_PAIRWISE;
+    case LOOMI_COLL_ALLTOALLV:
+        return LOOMI_ALGO_PAIRWISE;
+    case LOOMI_COLL_BROADCAST:
+    case LOOMI_COLL_REDUCE:
+        return bytes <= 512 * 1024 ? LOOMI_ALGO_TREE : LOOMI_ALGO_SCATTER_ALLGATHER;
+    case LOOMI_COLL_GATHER:
+    case LOOMI_COLL_SCATTER:
+        return bytes <= 64 * 1024 ? LOOMI_ALGO_TREE : LOOMI_ALGO_PAIRWISE;
+    case LOOMI_COLL_BARRIER:
+    default:
+        return LOOMI_ALGO_BRUCK;
+    }
+}
+
+loom_result_t loomi_coll_build(struct loomi_sched *s, int rank, int nranks,
+                               loom_datatype_t dtype, loom_op_t op,
+                               const struct loomi_coll_args *a, int algo)
+{
+    loomi_sched_init(s, rank, nranks, dtype, op);
+    if (algo == LOOMI_ALGO_AUTO)
+        algo = loomi_algo_default(a->coll, nranks, a->count * s->esize);
+    loomi_gen_fn g = loomi_algo_gen(a->coll, algo);
+    if (!g)
+        return loomi_fail(LOOM_ERR_INTERNAL, rank, "%s has no algorithm %s",
+                          loomi_coll_name(a->coll), loomi_algo_name(algo));
+    loom_result_t r = g(s, a);
+    if (r != LOOM_SUCCESS) loomi_sched_free(s);
+    return r;
+}
 
 static void list_valid(char *buf, size_t n)
 {
     size_t o = 0;
-    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+    for (int c = 0; c < LOOMI_NUM_COLLS && o < n; c++) {
         o += (size_t)snprintf(buf + o, n - o, "%s%s:", c ? "; " : "", coll_names[c]);
         for (int a = 1; a < LOOMI_NUM_ALGOS && o < n; a++)
-            if (coll_algos[c] & (1u << a))
-                o += (size_t)snprintf(buf + o, n - o, " %s", algo_names[a]);
-        if (o >= n) break;
+            if (loomi_algo_gen(c, a)) o += (size_t)snprintf(buf + o, n - o, " %s", algo_names[a]);
     }
 }
 
@@ -33,7 +130,7 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
 {
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) forced[c] = LOOMI_ALGO_AUTO;
     if (!spec || !*spec) return LOOM_SUCCESS;
-    char valid[512];
+    char valid[1024];
     const char *p = spec;
     while (*p) {
         size_t len = strcspn(p, ";,");
@@ -53,7 +150,9 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
             alen = len - (size_t)(an - p);
         }
         int a = find(algo_names, LOOMI_NUM_ALGOS, an, alen);
-        int ok = a >= 0 && (a == LOOMI_ALGO_AUTO || coll < 0 || (coll_algos[coll] & (1u << a)));
+        int any = 0; /* a bare name must apply to some collective */
+        for (int c = 0; c < LOOMI_NUM_COLLS && a > 0; c++) any |= loomi_algo_gen(c, a) != NULL;
+        int ok = a >= 0 && (a == LOOMI_ALGO_AUTO || (coll >= 0 ? loomi_algo_gen(coll, a) != NULL : any));
         if (!ok) {
             list_valid(valid, sizeof valid);
             return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
@@ -61,8 +160,9 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
                               (int)alen, an, coll >= 0 ? coll_names[coll] : "any collective",
                               valid);
         }
+        /* A bare name forces every collective that has that algorithm. */
         for (int c = 0; c < LOOMI_NUM_COLLS; c++)
-            if (c == coll || (coll < 0 && (a == LOOMI_ALGO_AUTO || (coll_algos[c] & (1u << a)))))
+            if (c == coll || (coll < 0 && (a == LOOMI_ALGO_AUTO || loomi_algo_gen(c, a))))
                 forced[c] = a;
         p += len;
         if (*p) p++;
@@ -72,7 +172,6 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
 
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes)
 {
-    (void)bytes;
     if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
-    return LOOMI_ALGO_RING; /* the only one so far */
+    return loomi_algo_default(coll, comm->nranks, bytes);
 }

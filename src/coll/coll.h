@@ -1,17 +1,137 @@
-/* coll.h - algorithms: each writes a schedule, none touches a socket. */
+/*
+ * coll.h - algorithms: each writes a schedule, none touches a socket.
+ *
+ * A generator fills one rank's schedule (s->rank, s->nranks, s->dtype,
+ * s->op and s->esize are set by loomi_sched_init) for the collective
+ * described by `a`, and sets s->buf_bytes[] to the extent it uses of each
+ * buffer.  The same generator output runs on every transport, in the sim
+ * transport, in the validator and in the timing model.
+ *
+ * Buffers, per collective (counts in elements, "es" = s->esize):
+ *
+ *   allreduce       SEND count, RECV count.  In place: SEND unused (0
+ *                   bytes), RECV holds the input.
+ *   reduce_scatter  SEND p*count, RECV count (a->count is recvcount).
+ *                   In place: RECV aliases SEND block `rank`; generators
+ *                   may write RECV only when nothing more reads that
+ *                   block of SEND.
+ *   allgather       SEND count, RECV p*count (a->count is sendcount).
+ *                   In place: SEND unused, own block already in RECV.
+ *   alltoall        SEND p*count, RECV p*count.  In place: SEND unused,
+ *                   RECV holds the input (generators stage through
+ *                   SCRATCH).
+ *   alltoallv       SEND/RECV extents from a->counts/displs (send side)
+ *                   and a->rcounts/rdispls; never in place.
+ *   broadcast       RECV count on every rank; SEND count on root only
+ *                   (0 elsewhere).  In place (root): SEND unused.
+ *   reduce          SEND count; RECV count on root only (0 elsewhere:
+ *                   non-roots accumulate in SCRATCH).  In place (root):
+ *                   SEND unused, RECV holds the input.
+ *   gather          SEND count; RECV p*count on root only.  In place
+ *                   (root): SEND unused, own block already in RECV.
+ *   scatter         SEND p*count on root only; RECV count.  In place
+ *                   (root): RECV unused, own block stays in SEND.
+ *   barrier         no buffers (zero-length messages).
+ *
+ * Tags: any 32-bit values, unique per (sender, receiver) pair within one
+ * schedule; the engine adds the operation's sequence number.
+ */
 #ifndef LOOMI_COLL_H
 #define LOOMI_COLL_H
 
 #include "sched/sched.h"
 
-/* Ring allreduce: reduce-scatter then allgather around the ring, every
- * segment cut into chunks of about chunk_bytes so that the hops pipeline. */
+/* Collectives and algorithms by name (LOOM_ALGO). */
+enum loomi_coll {
+    LOOMI_COLL_ALLREDUCE = 0,
+    LOOMI_COLL_REDUCE_SCATTER,
+    LOOMI_COLL_ALLGATHER,
+    LOOMI_COLL_ALLTOALL,
+    LOOMI_COLL_ALLTOALLV,
+    LOOMI_COLL_BROADCAST,
+    LOOMI_COLL_REDUCE,
+    LOOMI_COLL_GATHER,
+    LOOMI_COLL_SCATTER,
+    LOOMI_COLL_BARRIER,
+    LOOMI_NUM_COLLS
+};
+
+enum loomi_algo {
+    LOOMI_ALGO_AUTO = 0,
+    LOOMI_ALGO_RING,
+    LOOMI_ALGO_RECURSIVE_DOUBLING,
+    LOOMI_ALGO_HALVING_DOUBLING,
+    LOOMI_ALGO_TREE,
+    LOOMI_ALGO_PAIRWISE,
+    LOOMI_ALGO_BRUCK,
+    LOOMI_ALGO_SCATTER_ALLGATHER,
+    LOOMI_NUM_ALGOS
+};
+
+struct loomi_coll_args {
+    int coll;     /* enum loomi_coll */
+    size_t count; /* elements; see the table above for each collective */
+    /* alltoallv only: per peer, in elements (send side / receive side). */
+    const size_t *counts, *displs;
+    const size_t *rcounts, *rdispls;
+    int root;          /* broadcast, reduce, gather, scatter */
+    int inplace;       /* the in-place form (see the table above) */
+    size_t chunk_bytes; /* pipelining unit for algorithms that cut chunks */
+};
+
+typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);
+
+/* The generator of an algorithm for a collective, NULL when it has none. */
+loomi_gen_fn loomi_algo_gen(int coll, int algo);
+const char *loomi_coll_name(int coll);
+const char *loomi_algo_name(int algo);
+/* Bit (1u << algo) for each algorithm the collective has. */
+unsigned loomi_coll_algos(int coll);
+/* Build one rank's schedule for args with a forced algorithm (AUTO: the
+ * default choice for the size).  Shared by the engine path, sim and
+ * loom-info.  On failure s is freed. */
+loom_result_t loomi_coll_build(struct loomi_sched *s, int rank, int nranks,
+                               loom_datatype_t dtype, loom_op_t op,
+                               const struct loomi_coll_args *a, int algo);
+/* The algorithm the library picks without LOOM_ALGO. */
+int loomi_algo_default(int coll, int nranks, size_t bytes);
+
+/* ------------------------------------------------------ the generators */
+
+/* ring.c */
 loom_result_t loomi_allreduce_ring(struct loomi_sched *s, size_t count, int inplace,
                                    size_t chunk_bytes);
+loom_result_t loomi_gen_allreduce_ring(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_reduce_scatter_ring(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_allgather_ring(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* recdbl.c */
+loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_allgather_rd(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* halving.c: Rabenseifner allreduce; recursive-halving reduce-scatter */
+loom_result_t loomi_gen_allreduce_hd(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_reduce_scatter_hd(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* tree.c: pipelined tree allreduce */
+loom_result_t loomi_gen_allreduce_tree(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* bruck.c: Bruck allgather */
+loom_result_t loomi_gen_allgather_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* rooted.c */
+loom_result_t loomi_gen_broadcast_tree(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_broadcast_sag(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_reduce_tree(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_reduce_sag(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_gather_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_scatter_tree(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_scatter_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* alltoall.c */
+loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_alltoall_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_alltoallv_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* barrier.c */
+loom_result_t loomi_gen_barrier_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_coll_args *a);
 
-/* Collectives and algorithms by name (LOOM_ALGO). */
-enum loomi_coll { LOOMI_COLL_ALLREDUCE = 0, LOOMI_NUM_COLLS };
-enum loomi_algo { LOOMI_ALGO_AUTO = 0, LOOMI_ALGO_RING, LOOMI_NUM_ALGOS };
+/* ------------------------------------------------------ LOOM_ALGO */
 
 struct loom_comm;
 /* Parse a LOOM_ALGO string into forced[LOOMI_NUM_COLLS]; an unknown name is

@@ -135,3 +135,20 @@ loom_result_t loomi_allreduce_ring(struct loomi_sched *s, size_t count, int inpl
     free(ag_prev);
     return LOOM_SUCCESS;
 }
+
+loom_result_t loomi_gen_allreduce_ring(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    return loomi_allreduce_ring(s, a->count, a->inplace, a->chunk_bytes);
+}
+
+loom_result_t loomi_gen_reduce_scatter_ring(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    (void)a;
+    return loomi_fail(LOOM_ERR_UNSUPPORTED, s->rank, "reduce_scatter ring: not written yet");
+}
+
+loom_result_t loomi_gen_allgather_ring(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    (void)a;
+    return loomi_fail(LOOM_ERR_UNSUPPORTED, s->rank, "allgather ring: not written yet");
+}

@@ -250,6 +250,7 @@ static void comm_free(struct loom_comm *c)
 {
     free(c->scratch);
     free(c->backup);
+    free(c->p2p_seq);
     c->magic = 0;
     free(c);
 }

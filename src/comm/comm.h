@@ -34,6 +34,11 @@ struct loom_comm {
     size_t scratch_len, backup_len;
     int scratch_busy, backup_busy;
 
+    /* Point-to-point message counters, allocated on first use: [2q] sent
+     * to rank q, [2q+1] received from it (they make the tags, so that
+     * messages between two ranks match in the order they were posted). */
+    uint32_t *p2p_seq;
+
     /* First failure; once set the communicator is broken. */
     loom_result_t error;
     int failed_rank;

@@ -17,6 +17,10 @@
 #include "reduce/reduce.h"
 #include "sched/sched.h"
 
+/* Point-to-point tags live apart from collective ones, whose top bits are
+ * the collective's sequence number. */
+#define LOOMI_P2P_TAG (UINT64_C(1) << 63)
+
 struct loomi_op {
     struct loom_comm *comm;
     struct loomi_sched s;
@@ -115,7 +119,7 @@ static void op_run_ready(struct loomi_op *op)
             struct loomi_xfer *x = &op->xfers[i];
             memset(x, 0, sizeof *x);
             x->peer = st->peer;
-            x->tag = (op->seq << 32) | st->tag;
+            x->tag = s->p2p ? LOOMI_P2P_TAG | st->tag : (op->seq << 32) | st->tag;
             x->len = bytes;
             x->complete = xfer_complete;
             x->owner = op;
@@ -264,7 +268,7 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
         memcpy(op->backup, recvbuf, op->inplace_len);
         op->inplace_buf = recvbuf;
     }
-    op->seq = c->next_seq++;
+    if (!op->s.p2p) op->seq = c->next_seq++;
     /* The deadline counts from the last progress of the communicator,
      * or from now when nothing was running. */
     if (!c->nactive) c->last_progress_ms = loomi_now_ms();

@@ -50,6 +50,9 @@ struct loomi_sched {
     /* Successor lists, built by loomi_sched_finish (CSR form). */
     uint32_t *succ_start, *succ;
     int ok; /* 0 after an allocation failure: finish() reports it */
+    /* Point-to-point: not a collective, so it takes no collective sequence
+     * number; each step's tag is the per-peer message counter. */
+    int p2p;
 };
 
 int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,

@@ -1,0 +1,16 @@
+/* barrier.c - barrier */
+#include "coll/coll.h"
+#include "coll/coll_util.h"
+#include "core/internal.h"
+
+loom_result_t loomi_gen_barrier_bruck(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    (void)a;
+    return loomi_fail(LOOM_ERR_UNSUPPORTED, s->rank, "loomi_gen_barrier_bruck: not written yet");
+}
+
+loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    (void)a;
+    return loomi_fail(LOOM_ERR_UNSUPPORTED, s->rank, "loomi_gen_barrier_tree: not written yet");
+}

@@ -1,0 +1,497 @@
+/*
+ * collectives.c - the public collective calls: check the arguments, pick
+ * the algorithm, build the schedule, then run it now (blocking), hand back
+ * a request (non-blocking) or queue it (inside a group).
+ *
+ * Every check happens before anything is touched, so a call rejected for
+ * its arguments leaves every buffer as it was.
+ */
+#include <string.h>
+
+#include "coll/coll.h"
+#include "coll/group.h"
+#include "comm/comm.h"
+#include "core/internal.h"
+
+/* What one call asks for, after its arguments were checked. */
+struct call {
+    const char *fn;
+    struct loom_comm *comm;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    const void *sendbuf;
+    void *recvbuf;
+    struct loomi_coll_args a;
+};
+
+static loom_result_t bad(const struct call *c, const char *fmt, const char *what)
+{
+    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->comm->rank, fmt, c->fn, what);
+}
+
+/* Checks every call shares: the communicator, the type, the op (for
+ * reductions), the root, and that nranks * count elements fit. */
+static loom_result_t check_common(struct call *c, loom_comm_t comm, int reduces, int rooted,
+                                  size_t count, size_t blocks)
+{
+    loom_result_t r = loomi_comm_check(comm, c->fn);
+    if (r != LOOM_SUCCESS) return r;
+    c->comm = comm;
+    size_t es = loom_datatype_size(c->dtype);
+    if (!es)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: dtype %d is not a valid datatype", c->fn, (int)c->dtype);
+    if (reduces && (unsigned)c->op >= LOOM_NUM_OPS)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: op %d is not a valid reduction op", c->fn, (int)c->op);
+    if (rooted && (c->a.root < 0 || c->a.root >= comm->nranks))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: root %d is not a rank of this communicator (size %d)", c->fn,
+                          c->a.root, comm->nranks);
+    if (blocks && count > SIZE_MAX / 4 / es / blocks)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: count %zu is too large", c->fn, count);
+    return LOOM_SUCCESS;
+}
+
+static int overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* sendbuf (slen bytes) and recvbuf (rlen) must be non-NULL where they have
+ * bytes, and must not overlap unless the call is in place. */
+static loom_result_t check_bufs(const struct call *c, size_t slen, size_t rlen, int inplace)
+{
+    if (slen && !c->sendbuf) return bad(c, "%s: %s is NULL", "sendbuf");
+    if (rlen && !c->recvbuf) return bad(c, "%s: %s is NULL", "recvbuf");
+    if (!inplace && overlap(c->sendbuf, slen, c->recvbuf, rlen))
+        return bad(c, "%s: %s overlap without being the in-place form",
+                   "sendbuf and recvbuf");
+    return LOOM_SUCCESS;
+}
+
+/* Build the schedule and run it, hand it out as a request, or queue it. */
+static loom_result_t launch(struct call *c, loom_request_t *req)
+{
+    struct loom_comm *comm = c->comm;
+    int group = loomi_group_active();
+    if (req && group)
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: non-blocking calls are not allowed between loom_group_start and "
+                          "loom_group_end (use the blocking form: loom_group_end completes it)",
+                          c->fn);
+    size_t es = loom_datatype_size(c->dtype);
+    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es);
+    if (algo == LOOMI_ALGO_AUTO) algo = loomi_algo_default(c->a.coll, comm->nranks, c->a.count * es);
+    c->a.chunk_bytes = comm->set.chunk_bytes;
+    struct loomi_sched s;
+    loom_result_t r = loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype, c->op, &c->a, algo);
+    if (r != LOOM_SUCCESS) return r;
+    LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s", c->fn, c->a.count,
+                loomi_dtype_name(c->dtype), loomi_algo_name(algo), s.nsteps,
+                c->a.inplace ? ", in place" : "");
+    if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, c->a.inplace);
+    struct loomi_op *op;
+    r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, c->a.inplace, &op);
+    if (r != LOOM_SUCCESS) return r;
+    if (req) {
+        *req = (loom_request_t)op;
+        return LOOM_SUCCESS;
+    }
+    return loomi_op_wait(op);
+}
+
+static loom_result_t need_req(const char *fn, loom_request_t *req)
+{
+    if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: req is NULL", fn);
+    *req = LOOM_REQUEST_NULL;
+    return LOOM_SUCCESS;
+}
+
+static struct call call_init(const char *fn, int coll, const void *sendbuf, void *recvbuf,
+                             size_t count, loom_datatype_t dtype, loom_op_t op, int root)
+{
+    struct call c;
+    memset(&c, 0, sizeof c);
+    c.fn = fn;
+    c.dtype = dtype;
+    c.op = op;
+    c.sendbuf = sendbuf;
+    c.recvbuf = recvbuf;
+    c.a.coll = coll;
+    c.a.count = count;
+    c.a.root = root;
+    return c;
+}
+
+/* ------------------------------------------------------------ allreduce */
+
+static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                               loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                               loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0);
+    loom_result_t r = check_common(&c, comm, 1, 0, count, 2);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = count * loom_datatype_size(dtype);
+    c.a.inplace = sendbuf == recvbuf;
+    if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                             loom_datatype_t dtype, loom_op_t op, loom_comm_t comm)
+{
+    return allreduce("loom_allreduce", sendbuf, recvbuf, count, dtype, op, comm, NULL);
+}
+
+loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                              loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                              loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_iallreduce", req);
+    if (r != LOOM_SUCCESS) return r;
+    return allreduce("loom_iallreduce", sendbuf, recvbuf, count, dtype, op, comm, req);
+}
+
+/* ------------------------------------------------------- reduce_scatter */
+
+static loom_result_t reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
+                                    size_t recvcount, loom_datatype_t dtype, loom_op_t op,
+                                    loom_comm_t comm, loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
+    loom_result_t r = check_common(&c, comm, 1, 0, recvcount, (size_t)comm->nranks + 1);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = recvcount * loom_datatype_size(dtype);
+    c.a.inplace = sendbuf && (const char *)sendbuf + (size_t)comm->rank * n == recvbuf;
+    if ((r = check_bufs(&c, n * (size_t)comm->nranks, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                  loom_datatype_t dtype, loom_op_t op, loom_comm_t comm)
+{
+    return reduce_scatter("loom_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, op, comm,
+                          NULL);
+}
+
+loom_result_t loom_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                   loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                                   loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ireduce_scatter", req);
+    if (r != LOOM_SUCCESS) return r;
+    return reduce_scatter("loom_ireduce_scatter", sendbuf, recvbuf, recvcount, dtype, op, comm,
+                          req);
+}
+
+/* ------------------------------------------------------------ allgather */
+
+static loom_result_t allgather(const char *fn, const void *sendbuf, void *recvbuf,
+                               size_t sendcount, loom_datatype_t dtype, loom_comm_t comm,
+                               loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, comm, 0, 0, sendcount, (size_t)comm->nranks + 1);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = sendcount * loom_datatype_size(dtype);
+    c.a.inplace = recvbuf && (const char *)recvbuf + (size_t)comm->rank * n == sendbuf;
+    if ((r = check_bufs(&c, n, n * (size_t)comm->nranks, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                             loom_datatype_t dtype, loom_comm_t comm)
+{
+    return allgather("loom_allgather", sendbuf, recvbuf, sendcount, dtype, comm, NULL);
+}
+
+loom_result_t loom_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                              loom_datatype_t dtype, loom_comm_t comm, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_iallgather", req);
+    if (r != LOOM_SUCCESS) return r;
+    return allgather("loom_iallgather", sendbuf, recvbuf, sendcount, dtype, comm, req);
+}
+
+/* ------------------------------------------------------------- alltoall */
+
+static loom_result_t alltoall(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                              loom_datatype_t dtype, loom_comm_t comm, loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, comm, 0, 0, count, 2 * (size_t)comm->nranks);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = count * loom_datatype_size(dtype) * (size_t)comm->nranks;
+    c.a.inplace = sendbuf == recvbuf;
+    if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                            loom_datatype_t dtype, loom_comm_t comm)
+{
+    return alltoall("loom_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL);
+}
+
+loom_result_t loom_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                             loom_datatype_t dtype, loom_comm_t comm, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ialltoall", req);
+    if (r != LOOM_SUCCESS) return r;
+    return alltoall("loom_ialltoall", sendbuf, recvbuf, count, dtype, comm, req);
+}
+
+/* ------------------------------------------------------------ alltoallv */
+
+/* The extent (elements) counts/displs span; 0 with *ok = 0 on overflow. */
+static size_t extent(const size_t *counts, const size_t *displs, int p, size_t es, int *ok)
+{
+    size_t end = 0;
+    *ok = 1;
+    for (int i = 0; i < p; i++) {
+        if (!counts[i]) continue;
+        if (displs[i] > SIZE_MAX / 4 / es - counts[i]) {
+            *ok = 0;
+            return 0;
+        }
+        if (displs[i] + counts[i] > end) end = displs[i] + counts[i];
+    }
+    return end;
+}
+
+static loom_result_t alltoallv(const char *fn, const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, loom_datatype_t dtype, loom_comm_t comm,
+                               loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, comm, 0, 0, 0, 0);
+    if (r != LOOM_SUCCESS) return r;
+    if (!sendcounts) return bad(&c, "%s: %s is NULL", "sendcounts");
+    if (!sdispls) return bad(&c, "%s: %s is NULL", "sdispls");
+    if (!recvcounts) return bad(&c, "%s: %s is NULL", "recvcounts");
+    if (!rdispls) return bad(&c, "%s: %s is NULL", "rdispls");
+    size_t es = loom_datatype_size(dtype);
+    int ok1, ok2;
+    size_t se = extent(sendcounts, sdispls, comm->nranks, es, &ok1);
+    size_t re = extent(recvcounts, rdispls, comm->nranks, es, &ok2);
+    if (!ok1) return bad(&c, "%s: %s reach beyond the address space", "sendcounts + sdispls");
+    if (!ok2) return bad(&c, "%s: %s reach beyond the address space", "recvcounts + rdispls");
+    /* Receive blocks must not overlap each other: two peers would write
+     * the same bytes in an order nobody chose. */
+    for (int i = 0; i < comm->nranks; i++)
+        for (int j = i + 1; j < comm->nranks && recvcounts[i]; j++)
+            if (recvcounts[j] && rdispls[i] < rdispls[j] + recvcounts[j] &&
+                rdispls[j] < rdispls[i] + recvcounts[i])
+                return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                                  "%s: rdispls: the blocks of ranks %d and %d overlap", fn, i, j);
+    if ((r = check_bufs(&c, se * es, re * es, 0)) != LOOM_SUCCESS) return r;
+    c.a.counts = sendcounts;
+    c.a.displs = sdispls;
+    c.a.rcounts = recvcounts;
+    c.a.rdispls = rdispls;
+    c.a.count = se > re ? se : re; /* for the algorithm choice */
+    return launch(&c, req);
+}
+
+loom_result_t loom_alltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                             void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                             loom_datatype_t dtype, loom_comm_t comm)
+{
+    return alltoallv("loom_alltoallv", sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                     dtype, comm, NULL);
+}
+
+loom_result_t loom_ialltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                              void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                              loom_datatype_t dtype, loom_comm_t comm, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ialltoallv", req);
+    if (r != LOOM_SUCCESS) return r;
+    return alltoallv("loom_ialltoallv", sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                     rdispls, dtype, comm, req);
+}
+
+/* ------------------------------------------------------------ broadcast */
+
+static loom_result_t broadcast(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                               loom_datatype_t dtype, int root, loom_comm_t comm,
+                               loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM,
+                              root);
+    loom_result_t r = check_common(&c, comm, 0, 1, count, 2);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = count * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && sendbuf == recvbuf;
+    if (!is_root) c.sendbuf = NULL; /* read on root only */
+    if ((r = check_bufs(&c, is_root ? n : 0, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                             loom_datatype_t dtype, int root, loom_comm_t comm)
+{
+    return broadcast("loom_broadcast", sendbuf, recvbuf, count, dtype, root, comm, NULL);
+}
+
+loom_result_t loom_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                              loom_datatype_t dtype, int root, loom_comm_t comm,
+                              loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ibroadcast", req);
+    if (r != LOOM_SUCCESS) return r;
+    return broadcast("loom_ibroadcast", sendbuf, recvbuf, count, dtype, root, comm, req);
+}
+
+/* --------------------------------------------------------------- reduce */
+
+static loom_result_t reduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                            loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t comm,
+                            loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+    loom_result_t r = check_common(&c, comm, 1, 1, count, 2);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = count * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && sendbuf == recvbuf;
+    if (!is_root) c.recvbuf = NULL; /* used on root only */
+    if ((r = check_bufs(&c, n, is_root ? n : 0, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                          loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t comm)
+{
+    return reduce("loom_reduce", sendbuf, recvbuf, count, dtype, op, root, comm, NULL);
+}
+
+loom_result_t loom_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                           loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t comm,
+                           loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ireduce", req);
+    if (r != LOOM_SUCCESS) return r;
+    return reduce("loom_ireduce", sendbuf, recvbuf, count, dtype, op, root, comm, req);
+}
+
+/* --------------------------------------------------------------- gather */
+
+static loom_result_t gather(const char *fn, const void *sendbuf, void *recvbuf, size_t sendcount,
+                            loom_datatype_t dtype, int root, loom_comm_t comm,
+                            loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root);
+    loom_result_t r = check_common(&c, comm, 0, 1, sendcount, (size_t)comm->nranks + 1);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = sendcount * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && recvbuf && (const char *)recvbuf + (size_t)root * n == sendbuf;
+    if (!is_root) c.recvbuf = NULL;
+    if ((r = check_bufs(&c, n, is_root ? n * (size_t)comm->nranks : 0, c.a.inplace)) !=
+        LOOM_SUCCESS)
+        return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                          loom_datatype_t dtype, int root, loom_comm_t comm)
+{
+    return gather("loom_gather", sendbuf, recvbuf, sendcount, dtype, root, comm, NULL);
+}
+
+loom_result_t loom_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                           loom_datatype_t dtype, int root, loom_comm_t comm, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_igather", req);
+    if (r != LOOM_SUCCESS) return r;
+    return gather("loom_igather", sendbuf, recvbuf, sendcount, dtype, root, comm, req);
+}
+
+/* -------------------------------------------------------------- scatter */
+
+static loom_result_t scatter(const char *fn, const void *sendbuf, void *recvbuf, size_t recvcount,
+                             loom_datatype_t dtype, int root, loom_comm_t comm,
+                             loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root);
+    loom_result_t r = check_common(&c, comm, 0, 1, recvcount, (size_t)comm->nranks + 1);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = recvcount * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && sendbuf && (const char *)sendbuf + (size_t)root * n == recvbuf;
+    if (!is_root) c.sendbuf = NULL;
+    if ((r = check_bufs(&c, is_root ? n * (size_t)comm->nranks : 0, n, c.a.inplace)) !=
+        LOOM_SUCCESS)
+        return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                           loom_datatype_t dtype, int root, loom_comm_t comm)
+{
+    return scatter("loom_scatter", sendbuf, recvbuf, recvcount, dtype, root, comm, NULL);
+}
+
+loom_result_t loom_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                            loom_datatype_t dtype, int root, loom_comm_t comm,
+                            loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_iscatter", req);
+    if (r != LOOM_SUCCESS) return r;
+    return scatter("loom_iscatter", sendbuf, recvbuf, recvcount, dtype, root, comm, req);
+}
+
+/* -------------------------------------------------------------- barrier */
+
+static loom_result_t barrier(const char *fn, loom_comm_t comm, loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_BARRIER, NULL, NULL, 0, LOOM_UINT8, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, comm, 0, 0, 0, 0);
+    if (r != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+loom_result_t loom_barrier(loom_comm_t comm) { return barrier("loom_barrier", comm, NULL); }
+
+loom_result_t loom_ibarrier(loom_comm_t comm, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ibarrier", req);
+    if (r != LOOM_SUCCESS) return r;
+    return barrier("loom_ibarrier", comm, req);
+}
+
+/* ------------------------------------------------------------- requests */
+
+/* Requests are operations; the cast keeps the public type opaque. */
+loom_result_t loom_wait(loom_request_t *req)
+{
+    if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_wait: req is NULL");
+    if (*req == LOOM_REQUEST_NULL) return LOOM_SUCCESS;
+    struct loomi_op *o = (struct loomi_op *)*req;
+    *req = LOOM_REQUEST_NULL;
+    return loomi_op_wait(o);
+}
+
+loom_result_t loom_test(loom_request_t *req, int *done)
+{
+    if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_test: req is NULL");
+    if (!done) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_test: done is NULL");
+    if (*req == LOOM_REQUEST_NULL) {
+        *done = 1;
+        return LOOM_SUCCESS;
+    }
+    loom_result_t r = loomi_op_test((struct loomi_op *)*req, done);
+    if (*done) *req = LOOM_REQUEST_NULL;
+    return r;
+}

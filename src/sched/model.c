@@ -1,0 +1,3 @@
+/* model.c - placeholder, being written. */
+#include "core/internal.h"
+typedef int loomi_placeholder_model;

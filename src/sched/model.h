@@ -1,0 +1,3 @@
+#ifndef LOOMI_MODEL_H
+#define LOOMI_MODEL_H
+#endif

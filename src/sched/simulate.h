@@ -1,0 +1,3 @@
+#ifndef LOOMI_SIMULATE_H
+#define LOOMI_SIMULATE_H
+#endif

@@ -1,0 +1,3 @@
+/* validate.c - placeholder, being written. */
+#include "core/internal.h"
+typedef int loomi_placeholder_validate;

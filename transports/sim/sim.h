@@ -1,0 +1,3 @@
+#ifndef LOOMI_SIM_H
+#define LOOMI_SIM_H
+#endif
