@@ -104,6 +104,8 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
     step_done(op, i);
 }
 
+static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes);
+
 /* Run ready steps until none is left. */
 static void op_run_ready(struct loomi_op *op)
 {
@@ -125,11 +127,14 @@ static void op_run_ready(struct loomi_op *op)
             x->owner = op;
             op->posted[i] = 1;
             loom_result_t r;
+            /* Zero-length messages (barriers) may name a buffer that is
+             * NULL: give the transport an address it may pass to memcpy. */
+            static unsigned char no_bytes[1];
             if (st->kind == LOOMI_STEP_SEND) {
-                x->buf = op->bufs[st->src] + st->src_off;
+                x->buf = bytes ? op->bufs[st->src] + st->src_off : no_bytes;
                 r = c->tops->isend(c->tstate, x);
             } else {
-                x->buf = op->bufs[st->dst] + st->dst_off;
+                x->buf = bytes ? op->bufs[st->dst] + st->dst_off : no_bytes;
                 r = c->tops->irecv(c->tstate, x);
             }
             if (r != LOOM_SUCCESS) {
@@ -139,21 +144,32 @@ static void op_run_ready(struct loomi_op *op)
             break;
         }
         case LOOMI_STEP_REDUCE:
-            loomi_reduce_out(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off,
-                             op->bufs[st->src2] + st->src2_off, st->count, s->dtype, s->op);
-            step_done(op, i);
-            break;
         case LOOMI_STEP_COPY:
-            if (op->bufs[st->dst] + st->dst_off != op->bufs[st->src] + st->src_off)
-                memcpy(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off, bytes);
-            step_done(op, i);
-            break;
         case LOOMI_STEP_AVG:
-            loomi_reduce_finish_avg(op->bufs[st->dst] + st->dst_off, st->count, s->dtype,
-                                    s->nranks);
+            if (st->count) run_local(op, st, bytes);
             step_done(op, i);
             break;
         }
+    }
+}
+
+/* A reduce, copy or avg step on at least one element. */
+static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
+{
+    const struct loomi_sched *s = &op->s;
+    switch (st->kind) {
+    case LOOMI_STEP_REDUCE:
+        loomi_reduce_out(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off,
+                         op->bufs[st->src2] + st->src2_off, st->count, s->dtype, s->op);
+        break;
+    case LOOMI_STEP_COPY:
+        if (op->bufs[st->dst] + st->dst_off != op->bufs[st->src] + st->src_off)
+            memcpy(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off, bytes);
+        break;
+    case LOOMI_STEP_AVG:
+        loomi_reduce_finish_avg(op->bufs[st->dst] + st->dst_off, st->count, s->dtype,
+                                s->nranks);
+        break;
     }
 }
 
