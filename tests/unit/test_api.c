@@ -210,3 +210,87 @@ Test(api_init, bad_config)
     cr_assert_eq(loom_comm_init_rank(&c, 1, &id, 0, &cfg), LOOM_SUCCESS, "%s", loom_get_last_error());
     cr_assert_eq(loom_comm_destroy(c), LOOM_SUCCESS);
 }
+
+/* Every new collective: each bad argument named, nothing touched. */
+Test(api, collectives_bad_arguments_touch_nothing)
+{
+    int32_t a[8], b[8];
+    for (int i = 0; i < 8; i++) a[i] = i, b[i] = 100 + i;
+    size_t one = 1, zero = 0;
+    EXPECT_ERR(loom_reduce_scatter(NULL, b, 4, LOOM_INT32, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "sendbuf");
+    EXPECT_ERR(loom_reduce_scatter(a, b, 4, LOOM_INT32, (loom_op_t)77, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "op");
+    EXPECT_ERR(loom_reduce_scatter(a, a + 1, 4, LOOM_INT32, LOOM_SUM, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "overlap");
+    EXPECT_ERR(loom_allgather(a, NULL, 4, LOOM_INT32, comm), LOOM_ERR_INVALID_ARGUMENT, "recvbuf");
+    EXPECT_ERR(loom_allgather(a, b, SIZE_MAX / 2, LOOM_INT32, comm), LOOM_ERR_INVALID_ARGUMENT,
+               "count");
+    EXPECT_ERR(loom_alltoall(a, b, 4, (loom_datatype_t)42, comm), LOOM_ERR_INVALID_ARGUMENT,
+               "dtype");
+    EXPECT_ERR(loom_alltoall(a, a + 2, 4, LOOM_INT32, comm), LOOM_ERR_INVALID_ARGUMENT, "overlap");
+    EXPECT_ERR(loom_alltoallv(a, NULL, &zero, b, &one, &zero, LOOM_INT32, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "sendcounts");
+    EXPECT_ERR(loom_alltoallv(a, &one, &zero, b, &one, NULL, LOOM_INT32, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "rdispls");
+    size_t huge = SIZE_MAX - 1;
+    EXPECT_ERR(loom_alltoallv(a, &one, &huge, b, &one, &zero, LOOM_INT32, comm),
+               LOOM_ERR_INVALID_ARGUMENT, "sdispls");
+    EXPECT_ERR(loom_broadcast(a, b, 4, LOOM_INT32, 1, comm), LOOM_ERR_INVALID_ARGUMENT, "root");
+    EXPECT_ERR(loom_broadcast(a, b, 4, LOOM_INT32, -1, comm), LOOM_ERR_INVALID_ARGUMENT, "root");
+    EXPECT_ERR(loom_broadcast(NULL, b, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_ARGUMENT,
+               "sendbuf");
+    EXPECT_ERR(loom_reduce(a, NULL, 4, LOOM_INT32, LOOM_MAX, 0, comm), LOOM_ERR_INVALID_ARGUMENT,
+               "recvbuf");
+    EXPECT_ERR(loom_reduce(a, b, 4, LOOM_INT32, LOOM_MAX, 5, comm), LOOM_ERR_INVALID_ARGUMENT,
+               "root");
+    EXPECT_ERR(loom_gather(a, a + 1, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_ARGUMENT, "overlap");
+    EXPECT_ERR(loom_scatter(NULL, b, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_ARGUMENT, "sendbuf");
+    EXPECT_ERR(loom_barrier(NULL), LOOM_ERR_INVALID_ARGUMENT, "comm");
+    EXPECT_ERR(loom_ibarrier(comm, NULL), LOOM_ERR_INVALID_ARGUMENT, "req");
+    EXPECT_ERR(loom_send(a, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_ARGUMENT, "itself");
+    EXPECT_ERR(loom_recv(b, 4, LOOM_INT32, 3, comm), LOOM_ERR_INVALID_ARGUMENT, "peer");
+    EXPECT_ERR(loom_group_end(), LOOM_ERR_INVALID_USAGE, "no group");
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(a[i], i, "sendbuf touched at %d", i);
+        cr_assert_eq(b[i], 100 + i, "recvbuf touched at %d", i);
+    }
+}
+
+/* One rank: every collective is a copy (or nothing), in place or not. */
+Test(api, collectives_on_one_rank)
+{
+    int32_t a[4] = {1, 2, 3, 4}, b[4] = {0};
+    cr_assert_eq(loom_reduce_scatter(a, b, 4, LOOM_INT32, LOOM_SUM, comm), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    cr_assert_eq(loom_allgather(a, b, 4, LOOM_INT32, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    cr_assert_eq(loom_alltoall(a, b, 4, LOOM_INT32, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    size_t c = 4, d = 0;
+    cr_assert_eq(loom_alltoallv(a, &c, &d, b, &c, &d, LOOM_INT32, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    cr_assert_eq(loom_broadcast(a, b, 4, LOOM_INT32, 0, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    cr_assert_eq(loom_reduce(a, b, 4, LOOM_INT32, LOOM_PROD, 0, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    cr_assert_eq(loom_gather(a, b, 4, LOOM_INT32, 0, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    memset(b, 0, sizeof b);
+    cr_assert_eq(loom_scatter(a, b, 4, LOOM_INT32, 0, comm), LOOM_SUCCESS);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    cr_assert_eq(loom_barrier(comm), LOOM_SUCCESS);
+    /* In place. */
+    cr_assert_eq(loom_allgather(a, a, 4, LOOM_INT32, comm), LOOM_SUCCESS);
+    cr_assert_eq(loom_alltoall(a, a, 4, LOOM_INT32, comm), LOOM_SUCCESS);
+    cr_assert_eq(loom_reduce(a, a, 4, LOOM_INT32, LOOM_SUM, 0, comm), LOOM_SUCCESS);
+    int32_t want[4] = {1, 2, 3, 4};
+    cr_assert_eq(memcmp(a, want, sizeof a), 0);
+}
