@@ -4,6 +4,8 @@
 #include "perf_common.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "loom.h"
 
@@ -59,66 +61,229 @@ static int be_init(int *argc, char ***argv, char *err, size_t errlen)
     return 0;
 }
 
+/* The library reads LOOM_ALGO itself (and rejects a bad value at init);
+ * the header repeats it, as nccl-tests repeats NCCL_ALGO's effect. */
+static void be_describe(char *buf, size_t len)
+{
+    const char *algo = getenv("LOOM_ALGO");
+    int major = 0, minor = 0, patch = 0;
+
+    loom_get_version(&major, &minor, &patch);
+    snprintf(buf, len, "Loom %d.%d.%d  algorithm: %s%s", major, minor, patch,
+             algo && *algo ? "LOOM_ALGO=" : "auto",
+             algo && *algo ? algo : "");
+}
+
 static int be_rank(void) { return my_rank; }
 static int be_size(void) { return nranks; }
 
-/* No loom_barrier yet: a one-element allreduce synchronises as well. */
-static int be_barrier(char *err, size_t errlen)
-{
-    int32_t token = 0;
-    loom_result_t res =
-        loom_allreduce(&token, &token, 1, LOOM_INT32, LOOM_SUM, comm);
-
-    return res == LOOM_SUCCESS ? 0 : fail(res, "barrier", err, errlen);
-}
-
+/* Every collective of the harness is in loom.h; whether it runs is the
+ * library's answer (LOOM_ERR_UNSUPPORTED otherwise, reported per call).
+ * Only sendrecv on one rank, a send to oneself, is outside the API. */
 static int be_supports(const perf_call_t *call, const char **why)
 {
-    if (call->coll == PERF_ALLREDUCE)
-        return 1;
-    *why = "collective not in loom.h yet";
+    if (call->coll == PERF_SENDRECV && call->peer == my_rank) {
+        *why = "loom_send and loom_recv take no peer equal to the caller";
+        return 0;
+    }
+    return 1;
+}
+
+/* A non-blocking call's request, waited on; a blocking call's result. */
+static int finish(loom_result_t res, loom_request_t *req, const char *what,
+                  char *err, size_t errlen)
+{
+    if (res != LOOM_SUCCESS)
+        return fail(res, what, err, errlen);
+    if (req) {
+        res = loom_wait(req);
+        if (res != LOOM_SUCCESS)
+            return fail(res, "loom_wait", err, errlen);
+    }
     return 0;
 }
+
+/* Receive buffer of an in-place sendrecv (see sendrecv()). */
+static void *stage;
+static size_t stage_size;
+
+/*
+ * sendrecv as nccl-tests does it: a send and a receive in one group, so
+ * that the ring of sends cannot deadlock; without blocking (-z 0), a
+ * non-blocking send and receive (groups take blocking calls only).
+ *
+ * In place, the received data replaces the data sent, as with
+ * MPI_Sendrecv_replace.  loom.h does not define a send and a receive on
+ * the same memory (the incoming bytes may overwrite bytes not yet sent),
+ * so the data is received into a staging buffer and copied, as Open MPI's
+ * MPI_Sendrecv_replace does; the copy is timed with the transfer.
+ */
+static int sendrecv(const perf_call_t *call, char *err, size_t errlen)
+{
+    loom_datatype_t dtype = (loom_datatype_t)call->dtype;
+    loom_request_t rq[2] = {LOOM_REQUEST_NULL, LOOM_REQUEST_NULL};
+    size_t bytes = call->count * loom_datatype_size(dtype);
+    void *rb = call->recvbuf;
+    loom_result_t res, res2;
+
+    if (call->sendbuf == call->recvbuf) {
+        if (stage_size < bytes) {
+            void *p = realloc(stage, bytes);
+            if (!p) {
+                snprintf(err, errlen, "out of memory for %zu bytes", bytes);
+                return -1;
+            }
+            stage = p;
+            stage_size = bytes;
+        }
+        rb = stage;
+    }
+    if (call->blocking) {
+        res = loom_group_start();
+        if (res != LOOM_SUCCESS)
+            return fail(res, "loom_group_start", err, errlen);
+        res = loom_send(call->sendbuf, call->count, dtype, call->peer, comm);
+        if (res != LOOM_SUCCESS) {
+            loom_group_end();
+            return fail(res, "loom_send", err, errlen);
+        }
+        res = loom_recv(rb, call->count, dtype, call->recv_peer, comm);
+        if (res != LOOM_SUCCESS) {
+            loom_group_end();
+            return fail(res, "loom_recv", err, errlen);
+        }
+        res = loom_group_end();
+        if (res != LOOM_SUCCESS)
+            return fail(res, "loom_group_end", err, errlen);
+    } else {
+        res = loom_irecv(rb, call->count, dtype, call->recv_peer, comm,
+                         &rq[0]);
+        if (res != LOOM_SUCCESS)
+            return fail(res, "loom_irecv", err, errlen);
+        res = loom_isend(call->sendbuf, call->count, dtype, call->peer, comm,
+                         &rq[1]);
+        if (res != LOOM_SUCCESS) {
+            loom_wait(&rq[0]);
+            return fail(res, "loom_isend", err, errlen);
+        }
+        res = loom_wait(&rq[0]);
+        res2 = loom_wait(&rq[1]);
+        if (res != LOOM_SUCCESS)
+            return fail(res, "loom_wait (receive)", err, errlen);
+        if (res2 != LOOM_SUCCESS)
+            return fail(res2, "loom_wait (send)", err, errlen);
+    }
+    if (rb != call->recvbuf)
+        memcpy(call->recvbuf, rb, bytes);
+    return 0;
+}
+
+/* CALL(name, args...): loom_name(args..., comm) or, without blocking,
+ * loom_iname(args..., comm, &req) and loom_wait. */
+#define CALL(name, ...)                                                        \
+    finish(call->blocking ? loom_##name(__VA_ARGS__, comm)                     \
+                          : loom_i##name(__VA_ARGS__, comm, &req),             \
+           call->blocking ? NULL : &req,                                       \
+           call->blocking ? "loom_" #name : "loom_i" #name, err, errlen)
 
 static int be_run(const perf_call_t *call, char *err, size_t errlen)
 {
     loom_datatype_t dtype = (loom_datatype_t)call->dtype;
     loom_op_t op = (loom_op_t)call->op;
     loom_request_t req = LOOM_REQUEST_NULL;
-    loom_result_t res;
+    const void *sb = call->sendbuf;
+    void *rb = call->recvbuf;
+    size_t n = call->count;
+    int root = call->root;
 
     switch (call->coll) {
-    case PERF_ALLREDUCE:
-        if (call->blocking) {
-            res = loom_allreduce(call->sendbuf, call->recvbuf, call->count,
-                                 dtype, op, comm);
-            if (res != LOOM_SUCCESS)
-                return fail(res, "loom_allreduce", err, errlen);
-            return 0;
-        }
-        res = loom_iallreduce(call->sendbuf, call->recvbuf, call->count,
-                              dtype, op, comm, &req);
-        if (res != LOOM_SUCCESS)
-            return fail(res, "loom_iallreduce", err, errlen);
-        res = loom_wait(&req);
-        if (res != LOOM_SUCCESS)
-            return fail(res, "loom_wait", err, errlen);
-        return 0;
+    case PERF_ALLREDUCE: return CALL(allreduce, sb, rb, n, dtype, op);
+    case PERF_REDUCE_SCATTER:
+        return CALL(reduce_scatter, sb, rb, n, dtype, op);
+    case PERF_ALLGATHER: return CALL(allgather, sb, rb, n, dtype);
+    case PERF_ALLTOALL: return CALL(alltoall, sb, rb, n, dtype);
+    case PERF_BROADCAST: return CALL(broadcast, sb, rb, n, dtype, root);
+    case PERF_REDUCE: return CALL(reduce, sb, rb, n, dtype, op, root);
+    case PERF_GATHER: return CALL(gather, sb, rb, n, dtype, root);
+    case PERF_SCATTER: return CALL(scatter, sb, rb, n, dtype, root);
+    case PERF_SENDRECV: return sendrecv(call, err, errlen);
     default:
-        snprintf(err, errlen, "collective %d not in loom.h yet",
+        snprintf(err, errlen, "collective %d unknown to backend_loom.c",
                  (int)call->coll);
         return -1;
     }
 }
 
+/*
+ * The harness's own bookkeeping (barriers, times, error counts) runs over
+ * point-to-point messages through rank 0, never over a collective: so it
+ * does not depend on the collective under test, nor on the algorithm
+ * LOOM_ALGO forces, and a broken algorithm shows up as #wrong rather than
+ * as a harness failure.  The values are a few doubles per row.
+ */
 static int be_allreduce_doubles(double *vals, size_t n, perf_op_t op,
                                 char *err, size_t errlen)
 {
-    loom_result_t res =
-        loom_allreduce(vals, vals, n, LOOM_FLOAT64, (loom_op_t)op, comm);
+    double *all = NULL;
+    loom_result_t res = LOOM_SUCCESS, end;
 
+    if (nranks == 1)
+        return 0;
+    all = malloc((size_t)nranks * n * sizeof *all);
+    if (!all) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (my_rank != 0) {
+        /* One group: the send to rank 0 and the receive of the result. */
+        loom_group_start();
+        res = loom_send(vals, n, LOOM_FLOAT64, 0, comm);
+        if (res == LOOM_SUCCESS)
+            res = loom_recv(all, n, LOOM_FLOAT64, 0, comm);
+        end = loom_group_end();
+        if (res == LOOM_SUCCESS)
+            res = end;
+        if (res == LOOM_SUCCESS)
+            memcpy(vals, all, n * sizeof *vals);
+        free(all);
+        return res == LOOM_SUCCESS ? 0
+                                   : fail(res, "harness exchange", err, errlen);
+    }
+    loom_group_start();
+    for (int r = 1; r < nranks && res == LOOM_SUCCESS; r++)
+        res = loom_recv(all + (size_t)r * n, n, LOOM_FLOAT64, r, comm);
+    end = loom_group_end();
+    if (res == LOOM_SUCCESS)
+        res = end;
+    if (res == LOOM_SUCCESS) {
+        for (int r = 1; r < nranks; r++) {
+            for (size_t i = 0; i < n; i++) {
+                double v = all[(size_t)r * n + i];
+                if (op == PERF_MIN)
+                    vals[i] = v < vals[i] ? v : vals[i];
+                else if (op == PERF_MAX)
+                    vals[i] = v > vals[i] ? v : vals[i];
+                else
+                    vals[i] += v;
+            }
+        }
+        loom_group_start();
+        for (int r = 1; r < nranks && res == LOOM_SUCCESS; r++)
+            res = loom_send(vals, n, LOOM_FLOAT64, r, comm);
+        end = loom_group_end();
+        if (res == LOOM_SUCCESS)
+            res = end;
+    }
+    free(all);
     return res == LOOM_SUCCESS ? 0
-                               : fail(res, "allreduce of doubles", err, errlen);
+                               : fail(res, "harness exchange", err, errlen);
+}
+
+static int be_barrier(char *err, size_t errlen)
+{
+    double token = 0;
+
+    return be_allreduce_doubles(&token, 1, PERF_SUM, err, errlen);
 }
 
 static void be_abort(void)
@@ -132,6 +297,10 @@ static int be_finalize(char *err, size_t errlen)
 {
     loom_result_t res;
 
+    free(stage);
+    stage = NULL;
+    stage_size = 0;
+
     if (!comm)
         return 0;
     res = loom_comm_destroy(comm);
@@ -143,6 +312,7 @@ static int be_finalize(char *err, size_t errlen)
 const perf_backend_t perf_backend = {
     .name = "loom",
     .init = be_init,
+    .describe = be_describe,
     .rank = be_rank,
     .size = be_size,
     .barrier = be_barrier,

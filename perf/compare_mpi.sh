@@ -1,42 +1,149 @@
 #!/bin/bash
-# compare_mpi.sh - Loom against Open MPI in the same run, with the same
-# benchmark harness (perf/peers/backend_mpi.c), alternating the two so
-# that drift on a shared machine hits both alike; prints each run's busbw
-# and the medians.
+# compare_mpi.sh - one collective, Loom against Open MPI, with the same
+# benchmark harness on both sides (X_perf.c + perf_common.c, linked with
+# backend_loom.c or with perf/peers/backend_mpi.c).  The two are run in
+# turn, REPEATS times each, so that drift on a shared machine hits both
+# alike; the table gives, per size, the median time and busbw of each and
+# the ratio of the busbw (above 1: Loom is faster).
 #
-#   perf/compare_mpi.sh [-n RANKS] [-r REPEATS] [-m "MPIRUN OPTIONS"] [-- PERF FLAGS]
+#   perf/compare_mpi.sh [-c COLL] [-n RANKS] [-b MIN] [-e MAX] [-f FACTOR]
+#                       [-r REPEATS] [-m "MPIRUN OPTIONS"] [-- PERF FLAGS]
 #
-# Run from a build directory (it uses ./loomrun and ./all_reduce_perf).
-# Default: 4 ranks, 5 repeats, Open MPI over TCP only (--mca btl tcp,self),
-# 64 MiB float sum, out of place and in place.
-set -eu
-ranks=4 reps=5 mopts="--mca btl tcp,self"
-while getopts "n:r:m:" o; do
-    case $o in n) ranks=$OPTARG ;; r) reps=$OPTARG ;; m) mopts=$OPTARG ;; *) exit 2 ;; esac
+#   COLL      all_reduce (default), reduce_scatter, all_gather, alltoall,
+#             broadcast, reduce, gather, scatter or sendrecv (NCCL's and
+#             MPI's spellings work too: allreduce, allgather, bcast, ...)
+#   RANKS     4;  MIN, MAX: 8 and 16M;  FACTOR: 4;  REPEATS: 5
+#   MPIRUN OPTIONS   "--mca btl tcp,self": Open MPI over TCP only, as Loom
+#   PERF FLAGS       passed to both binaries after -n 10 -w 3 -c 1 (which
+#                    they override), e.g. -- -d double -r 1 -n 50
+#
+# Run it from a build directory (it uses ./loomrun and ./COLL_perf), or
+# set BUILDDIR.  The MPI twin is built with mpicc into MPI_PERF_DIR
+# (default: a per-user directory under ${TMPDIR:-/tmp}) when missing or
+# older than its sources.  Rows whose results were wrong in any run are
+# marked "!"; a run that fails is reported and left out.
+set -u
+coll=all_reduce ranks=4 minb=8 maxb=16M factor=4 reps=5
+mopts="--mca btl tcp,self"
+usage() { sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
+die() { echo "compare_mpi.sh: $*; try -h" >&2; exit 2; }
+while getopts "c:n:b:e:f:r:m:h" o; do
+    case $o in
+    c) coll=$OPTARG ;; n) ranks=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
+    f) factor=$OPTARG ;; r) reps=$OPTARG ;; m) mopts=$OPTARG ;; h) usage ;;
+    *) die "bad option" ;;
+    esac
 done
 shift $((OPTIND - 1))
 [ "${1:-}" = -- ] && shift
-flags=("$@")
-[ ${#flags[@]} -eq 0 ] && flags=(-b 64M -e 64M -c 1 -n 10 -w 3)
+extra=(-n 10 -w 3 -c 1 "$@") # later flags win
+case $coll in
+allreduce | all_reduce) coll=all_reduce ;;
+reducescatter | reduce_scatter | reduce_scatter_block) coll=reduce_scatter ;;
+allgather | all_gather) coll=all_gather ;;
+alltoall | all_to_all) coll=alltoall ;;
+bcast | broadcast) coll=broadcast ;;
+reduce | gather | scatter | sendrecv) ;;
+*) die "unknown collective '$coll'" ;;
+esac
+case "$ranks$reps" in *[!0-9]*) die "-n and -r take numbers" ;; esac
+
 src=$(cd "$(dirname "$0")/.." && pwd)
-mpi=${MPI_PERF:-$(mktemp -d)/mpi_all_reduce_perf}
-if [ ! -x "$mpi" ]; then
-    mpicc -std=c11 -O2 -D_GNU_SOURCE -o "$mpi" "$src/perf/all_reduce_perf.c" \
-        "$src/perf/perf_common.c" "$src/perf/peers/backend_mpi.c" -lm -pthread
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Last data row: columns 8 and 12 are the out-of-place and in-place busbw.
-row() { grep -v '^#' | awk 'NF >= 13 {o=$8; i=$12} END {print o, i}'; }
-med() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-lo=() li=() mo=() mi=()
-for r in $(seq "$reps"); do
-    read -r a b < <(./loomrun -n "$ranks" ./all_reduce_perf "${flags[@]}" | row)
-    read -r c d < <(mpirun $mopts --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" 2>/dev/null | row)
-    echo "run $r: loom busbw $a (out of place) $b (in place)   open mpi $c $d"
-    lo+=("$a") li+=("$b") mo+=("$c") mi+=("$d")
+bld=${BUILDDIR:-.}
+loom=$bld/${coll}_perf
+for f in "$bld/loomrun" "$loom"; do
+    [ -x "$f" ] || die "no $f: run from a build directory or set BUILDDIR"
 done
-LO=$(printf '%s\n' "${lo[@]}" | med) LI=$(printf '%s\n' "${li[@]}" | med)
-MO=$(printf '%s\n' "${mo[@]}" | med) MI=$(printf '%s\n' "${mi[@]}" | med)
-echo "median busbw GB/s: loom $LO / $LI, open mpi $MO / $MI (out of place / in place)"
-awk -v a="$LO" -v b="$LI" -v c="$MO" -v d="$MI" \
-    'BEGIN {printf "ratio loom/open mpi: %.2f out of place, %.2f in place\n", a/c, b/d}'
+dir=${MPI_PERF_DIR:-${TMPDIR:-/tmp}/loom-mpi-perf.$(id -u)}
+mpi=$dir/mpi_${coll}_perf
+srcs=("$src/perf/${coll}_perf.c" "$src/perf/perf_common.c" "$src/perf/peers/backend_mpi.c")
+stale=0
+[ -x "$mpi" ] || stale=1
+for f in "${srcs[@]}" "$src/perf/perf_common.h"; do [ "$f" -nt "$mpi" ] && stale=1; done
+if [ $stale = 1 ]; then
+    mkdir -p "$dir" &&
+        mpicc -std=c11 -O2 -D_GNU_SOURCE -o "$mpi" "${srcs[@]}" -lm -pthread || {
+        echo "compare_mpi.sh: building $mpi with mpicc failed" >&2; exit 1; }
+fi
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=$(mktemp -d) || exit 1
+trap 'rm -rf "$out"' EXIT
+flags=(-b "$minb" -e "$maxb" -f "$factor" "${extra[@]}")
+echo "# $coll, $ranks ranks, ${flags[*]}; $reps runs each, alternating"
+echo "# Loom: $loom via loomrun${LOOM_ALGO:+, LOOM_ALGO=$LOOM_ALGO}"
+echo "# Open MPI: $mpi via mpirun $mopts"
+for k in $(seq "$reps"); do
+    line="# run $k:"
+    t0=$(date +%s.%N)
+    "$bld/loomrun" -n "$ranks" "$loom" "${flags[@]}" -J "$out/loom.$k" >"$out/loom.$k.out" 2>"$out/loom.$k.err"
+    rc=$?
+    t1=$(date +%s.%N)
+    line+=$(awk -v a="$t0" -v b="$t1" -v rc=$rc 'BEGIN { printf " loom %s %.1f s,", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
+    # shellcheck disable=SC2086 # mopts is a list of options
+    mpirun $mopts --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k" >"$out/mpi.$k.out" 2>"$out/mpi.$k.err"
+    rc2=$?
+    t2=$(date +%s.%N)
+    line+=$(awk -v a="$t1" -v b="$t2" -v rc=$rc2 'BEGIN { printf " open mpi %s %.1f s", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
+    echo "$line"
+    [ $rc -eq 0 ] || grep -v '^loom\[' "$out/loom.$k.err" | head -3 | sed 's/^/#   loom: /'
+    [ $rc2 -eq 0 ] || grep -v '^-\|^ *$' "$out/mpi.$k.err" | head -3 | sed 's/^/#   mpi: /'
+    [ $k -eq 1 ] && grep -h '^# Skipping' "$out/loom.$k.out" "$out/mpi.$k.out"
+done
+
+# The -J records: one JSON object a line, a row of the table each, with
+# more precision than the table.
+awk '
+function median(list,    n, v, i, j, t) {
+    n = split(list, v, " ")
+    if (n == 0) return ""
+    for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
+function get(name,    v) { # a field of this record; quotes removed
+    if (!match($0, "\"" name "\":[^,}]*")) return ""
+    v = substr($0, RSTART + length(name) + 3, RLENGTH - length(name) - 3)
+    gsub(/"/, "", v)
+    return v
+}
+function tm(t) { return t == "" ? "-" : t < 1e4 ? sprintf("%.1f", t) : sprintf("%.0f", t) }
+function bw(b) { return b == "" ? "-" : sprintf("%.4f", b) }
+FNR == 1 { side = FILENAME ~ /\/loom\.[0-9]+$/ ? "L" : "M" }
+/^\{/ {
+    key = get("size") SUBSEP get("type") SUBSEP get("redop") SUBSEP get("root")
+    if (!(key in seen)) { seen[key] = ++nkeys; keys[nkeys] = key }
+    series[get("type") " " get("redop") " " get("root")] = 1
+    for (m = 0; m < 2; m++) {
+        p = m ? "ip_" : "oop_"
+        T[side, m, key] = T[side, m, key] " " get(p "time_us")
+        B[side, m, key] = B[side, m, key] " " get(p "busbw")
+        w = get(p "wrong")
+        if (w != "0" && w != "null") bad[side, m, key] = 1
+    }
+}
+END {
+    ns = 0; for (s in series) ns++
+    pad = ns > 1 ? sprintf(" %-17s", "") : ""
+    printf "#%9s%s  %-38s    %s\n", "", pad, "--------------- out of place ---------------", "----------------- in place -----------------"
+    pad = ns > 1 ? sprintf(" %-17s", "type redop root") : ""
+    printf "#%9s%s %10s %8s %10s %8s %5s   %10s %8s %10s %8s %5s\n", "size", pad, "loom us", "busbw", "ompi us", "busbw", "ratio", "loom us", "busbw", "ompi us", "busbw", "ratio"
+    for (i = 1; i <= nkeys; i++) {
+        k = keys[i]; split(k, q, SUBSEP)
+        line = sprintf("%10s", q[1])
+        if (ns > 1) line = line sprintf(" %-17s", q[2] " " q[3] " " q[4])
+        for (m = 0; m < 2; m++) {
+            lt = median(T["L", m, k]); lb = median(B["L", m, k])
+            mt = median(T["M", m, k]); mb = median(B["M", m, k])
+            # The ratio of the times is that of the busbw, and exact at
+            # sizes where the busbw rounds to 0 (or is 0: one rank).
+            r = (lt != "" && mt != "" && lt > 0) ? sprintf("%.2f", mt / lt) : "-"
+            lm = bad["L", m, k] ? "!" : " "
+            mm = bad["M", m, k] ? "!" : " "
+            line = line sprintf(" %10s%s%8s %10s%s%8s %5s", tm(lt), lm, bw(lb), tm(mt), mm, bw(mb), r)
+            if (m == 0) line = line " "
+        }
+        print line
+    }
+    if (nkeys == 0) print "# no rows: every run failed"
+    print "# us: median time; busbw: median, GB/s; ratio: Open MPI time / Loom time (> 1: Loom faster); !: wrong results in a run"
+}' $(for k in $(seq "$reps"); do for s in loom mpi; do [ -s "$out/$s.$k" ] && echo "$out/$s.$k"; done; done) </dev/null

@@ -347,7 +347,8 @@ static size_t count_wrong(const perf_check_t *c, const perf_coll_desc_t *coll,
 struct opts {
     size_t minbytes, maxbytes, stepbytes;
     unsigned long stepfactor;
-    int iters, warmup, check, blocking, average, timeout, root;
+    int iters, warmup, check, blocking, average, timeout;
+    int root;  /* -1: every rank in turn */
     int dtype; /* -1: all */
     int op;    /* -1: all */
     const char *json;
@@ -386,6 +387,11 @@ static int usage_error(const char *fmt, ...)
 
 static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
 {
+    static const char ignored_op[] =
+        "\n                        (ignored: no reduction)";
+    static const char ignored_root[] =
+        "\n                        (ignored: no root)";
+
     if (env_rank_hint() > 0)
         return;
     printf("Usage: %s [options]\n"
@@ -401,14 +407,14 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
            "  -c, --check 0|1       check every result (default 1)\n"
            "  -o, --op OP           sum, prod, min, max, avg or all"
-           " (default sum)\n"
+           " (default sum)%s\n"
            "  -d, --datatype TYPE   int8, uint8, int32, uint32, int64, uint64,"
            "\n"
            "                        half (fp16), float (fp32), double"
            " (fp64),\n"
            "                        bfloat16 (bf16) or all (default float)\n"
-           "  -r, --root N          root rank of rooted collectives"
-           " (default 0)\n"
+           "  -r, --root N|all      root rank, or all ranks in turn"
+           " (default 0)%s\n"
            "  -z, --blocking 0|1    1: blocking calls, 0: non-blocking call"
            " and\n"
            "                        wait (default 1)\n"
@@ -421,7 +427,8 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            "  -J, --json FILE       also write one JSON record per row to"
            " FILE\n"
            "  -h, --help            this help\n",
-           prog, coll->name, be->name);
+           prog, coll->name, be->name, coll->reduces ? "" : ignored_op,
+           coll->rooted ? "" : ignored_root);
 }
 
 /* A byte count: digits with an optional K, M or G (powers of 1024). */
@@ -541,7 +548,12 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
         case 'o': bad = parse_op(optarg, &o->op); break;
         case 'd': bad = parse_dtype(optarg, &o->dtype); break;
-        case 'r': bad = parse_int(optarg, 0, INT_MAX, &o->root); break;
+        case 'r':
+            if (!strcmp(optarg, "all"))
+                o->root = -1;
+            else
+                bad = parse_int(optarg, 0, INT_MAX, &o->root);
+            break;
         case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
         case 'a': bad = parse_int(optarg, 0, 3, &o->average); break;
         case 'T': bad = parse_int(optarg, 0, INT_MAX, &o->timeout); break;
@@ -567,7 +579,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 ['d'] = "int8, uint8, int32, uint32, int64, uint64, half, "
                         "float, double, bfloat16 (fp16, fp32, fp64, bf16) "
                         "or all",
-                ['r'] = "an integer >= 0",
+                ['r'] = "a rank (an integer >= 0) or all",
                 ['z'] = "0 or 1",
                 ['a'] = "0, 1, 2 or 3",
                 ['T'] = "a number of seconds >= 0",
@@ -697,11 +709,15 @@ static void fail_call(struct run *r, const perf_call_t *call,
                       const perf_sizes_t *s, const char *where,
                       const char *err)
 {
+    char root[32] = "";
+
+    if (call->root >= 0)
+        snprintf(root, sizeof root, ", root %d", call->root);
     fprintf(stderr,
             "%s: rank %d: %s failed at size %zu B (count %zu), type %s, "
-            "op %s, %s: %s\n",
+            "op %s%s, %s: %s\n",
             prog, r->rank, r->coll->name, s->bytes, call->count,
-            dtypes[call->dtype].name, op_name(call->op), where, err);
+            dtypes[call->dtype].name, op_name(call->op), root, where, err);
     fflush(stdout);
     fflush(stderr);
     r->be->abort();
@@ -942,26 +958,77 @@ static void *alloc_buffer(size_t bytes)
 static void print_banner(struct run *r)
 {
     char host[256] = "?";
-    char step[64];
+    char step[64], root[32], extra[512] = "";
 
     gethostname(host, sizeof host - 1);
     if (r->o.stepfactor > 1)
         snprintf(step, sizeof step, "%lu(factor)", r->o.stepfactor);
     else
         snprintf(step, sizeof step, "%zu(bytes)", r->o.stepbytes);
+    if (!r->coll->rooted)
+        snprintf(root, sizeof root, "-1");
+    else if (r->o.root < 0)
+        snprintf(root, sizeof root, "all");
+    else
+        snprintf(root, sizeof root, "%d", r->o.root);
     printf("# %s: backend %s, nranks %d\n", prog, r->be->name, r->nranks);
+    if (r->be->describe)
+        r->be->describe(extra, sizeof extra);
+    if (*extra)
+        printf("# %s\n", extra);
     printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %d "
            "iters: %d validation: %d blocking: %d average: %d timeout: %d\n",
            r->o.minbytes, r->o.maxbytes, step, r->o.warmup, r->o.iters,
            r->o.check, r->o.blocking, r->o.average, r->o.timeout);
-    printf("# datatype: %s  op: %s  root: %d  json: %s\n",
+    printf("# datatype: %s  op: %s  root: %s  json: %s\n",
            r->o.dtype < 0 ? "all" : dtypes[r->o.dtype].name,
            !r->coll->reduces ? "none"
            : r->o.op < 0     ? "all"
                              : op_names[r->o.op],
-           r->coll->rooted ? r->o.root : -1, r->o.json ? r->o.json : "-");
+           root, r->o.json ? r->o.json : "-");
     printf("#\n#  Rank %2d Pid %6ld on %s\n#\n", r->rank, (long)getpid(),
            host);
+}
+
+/* One (type, op, root) series: a row per size. */
+static void run_series(struct run *r, perf_check_t *check, perf_dtype_t t,
+                       perf_op_t op, int root)
+{
+    perf_call_t call = {
+        .coll = r->coll->id, .dtype = t, .op = op, .root = root,
+        .peer = -1, .recv_peer = -1, .blocking = r->o.blocking};
+    const char *why = "";
+    size_t last_bytes = SIZE_MAX;
+
+    if (r->coll->peered) {
+        call.peer = (r->rank + 1) % r->nranks;
+        call.recv_peer = (r->rank + r->nranks - 1) % r->nranks;
+    }
+    if (!r->be->supports(&call, &why)) {
+        int first_root = r->o.root < 0 ? 0 : r->o.root;
+
+        /* Once per type and op, not per root. */
+        if (r->rank == 0 && (root < 0 || root == first_root)) {
+            printf("# Skipping %s %s: not supported by the %s backend (%s)\n",
+                   dtypes[t].name, op_name(op), r->be->name, why);
+            fflush(stdout);
+        }
+        return;
+    }
+    set_phase("type %s, op %s, root %d: computing expected values",
+              dtypes[t].name, op_name(op), root);
+    check_setup(check, t, op, r->nranks, r->rank, root);
+    for (size_t k = 0; k < r->nsizes; k++) {
+        perf_sizes_t s = {0};
+
+        r->coll->sizes(r->sizes[k], dtypes[t].size, r->nranks, r->rank, &s);
+        /* Sizes below one element (per rank, where the size is the total
+         * buffer), or that round down to the row before, add nothing. */
+        if (s.count == 0 || s.bytes == last_bytes)
+            continue;
+        last_bytes = s.bytes;
+        run_row(r, check, &call, &s);
+    }
 }
 
 int perf_main(int argc, char **argv, const perf_backend_t *be,
@@ -972,7 +1039,7 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
     char err[PERF_ERRLEN] = "";
     size_t max_send = 0, max_recv = 0;
     perf_check_t *check;
-    int rc, t_lo, t_hi, o_lo, o_hi;
+    int rc, t_lo, t_hi, o_lo, o_hi, r_lo, r_hi;
 
     if (argv && argv[0]) {
         const char *slash = strrchr(argv[0], '/');
@@ -1027,6 +1094,8 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
     o_hi = !coll->reduces ? PERF_OP_NONE
            : r->o.op < 0  ? PERF_NUM_OPS - 1
                           : r->o.op;
+    r_lo = !coll->rooted ? -1 : r->o.root < 0 ? 0 : r->o.root;
+    r_hi = !coll->rooted ? -1 : r->o.root < 0 ? r->nranks - 1 : r->o.root;
 
     /* Buffers for the largest row of any type. */
     rc = plan_sizes(r) == 0;
@@ -1067,39 +1136,8 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
     }
     for (int t = t_lo; t <= t_hi; t++) {
         for (int op = o_lo; op <= o_hi; op++) {
-            perf_call_t call = {
-                .coll = coll->id, .dtype = (perf_dtype_t)t,
-                .op = (perf_op_t)op, .root = coll->rooted ? r->o.root : -1,
-                .peer = coll->peered ? (r->rank + 1) % r->nranks : -1,
-                .blocking = r->o.blocking};
-            const char *why = "";
-            size_t last_bytes = SIZE_MAX;
-
-            if (!be->supports(&call, &why)) {
-                if (r->rank == 0) {
-                    printf("# Skipping %s %s: not supported by the %s "
-                           "backend (%s)\n",
-                           dtypes[t].name, op_name(call.op), be->name, why);
-                    fflush(stdout);
-                }
-                continue;
-            }
-            set_phase("type %s, op %s: computing expected values",
-                      dtypes[t].name, op_name(call.op));
-            check_setup(check, call.dtype, call.op, r->nranks, r->rank,
-                        call.root);
-            for (size_t k = 0; k < r->nsizes; k++) {
-                perf_sizes_t s = {0};
-
-                coll->sizes(r->sizes[k], dtypes[t].size, r->nranks, r->rank,
-                            &s);
-                /* Sizes below one element, or that round down to the
-                 * row before, add nothing. */
-                if (s.count == 0 || s.bytes == last_bytes)
-                    continue;
-                last_bytes = s.bytes;
-                run_row(r, check, &call, &s);
-            }
+            for (int root = r_lo; root <= r_hi; root++)
+                run_series(r, check, (perf_dtype_t)t, (perf_op_t)op, root);
         }
     }
 

@@ -51,6 +51,8 @@ typedef enum perf_coll {
     PERF_ALLTOALL,
     PERF_BROADCAST,
     PERF_REDUCE,
+    PERF_GATHER,
+    PERF_SCATTER,
     PERF_SENDRECV,
     PERF_NUM_COLLS
 } perf_coll_t;
@@ -67,8 +69,8 @@ typedef struct perf_call {
     perf_dtype_t dtype;
     perf_op_t op;       /* PERF_OP_NONE for data movement */
     int root;           /* -1 when the collective has none */
-    int peer;           /* sendrecv: send to peer, receive from the other
-                           side of the ring; -1 otherwise */
+    int peer;           /* sendrecv: send to peer, receive from recv_peer; */
+    int recv_peer;      /* -1 otherwise */
     int blocking;       /* -z: 1 = blocking call, 0 = non-blocking + wait */
 } perf_call_t;
 
@@ -80,6 +82,10 @@ typedef struct perf_call {
 typedef struct perf_backend {
     const char *name; /* "loom", "mpi": shown in the header and JSON */
     int (*init)(int *argc, char ***argv, char *err, size_t errlen);
+    /* Optional (may be NULL): settings worth a header line, such as an
+     * algorithm forced by the environment, in buf (len bytes, "" for
+     * none).  Called on rank 0 after init(). */
+    void (*describe)(char *buf, size_t len);
     int (*rank)(void);
     int (*size)(void);
     int (*barrier)(char *err, size_t errlen);
@@ -120,7 +126,8 @@ typedef struct perf_coll_desc {
     const char *name; /* "all_reduce": messages and JSON */
     int reduces;      /* runs once per -o op; else redop "none" */
     int rooted;       /* takes -r; else root -1 */
-    int peered;       /* sendrecv-like: perf_call_t.peer is set */
+    int peered;       /* sendrecv: perf_call_t.peer = rank + 1 and
+                         recv_peer = rank - 1 (mod nranks) */
     double (*busbw_factor)(int nranks);
     /* Fill *s for a requested size; round down to whole elements (and to
      * a multiple of nranks where the size is the total buffer). */

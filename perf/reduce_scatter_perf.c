@@ -1,2 +1,49 @@
-/* placeholder, being written */
-int main(void) { return 77; }
+/*
+ * reduce_scatter_perf - reduce-scatter benchmark in the nccl-tests format.
+ *
+ * As in nccl-tests, the size of a row is the whole send buffer (nranks
+ * blocks); the count column is the per-rank receive count.
+ */
+#include "perf_common.h"
+
+/* Each rank sends and receives (n-1)/n of the buffer in a ring. */
+static double busbw_factor(int nranks)
+{
+    return (double)(nranks - 1) / nranks;
+}
+
+static void sizes(size_t bytes, size_t type_size, int nranks, int rank,
+                  perf_sizes_t *s)
+{
+    size_t per = bytes / type_size / (size_t)nranks;
+
+    s->count = s->elems = s->recv_elems = per;
+    s->send_elems = per * (size_t)nranks;
+    s->bytes = s->send_elems * type_size;
+    /* In place (loom.h, NCCL): recvbuf == sendbuf + rank * recvcount. */
+    s->ip_send_off = 0;
+    s->ip_recv_off = (size_t)rank * per;
+}
+
+/* Element j of block `rank`, reduced over all ranks. */
+static int expected(const perf_check_t *c, int rank, size_t j, double *value)
+{
+    *value = perf_reduced(c, (size_t)rank * perf_check_sizes(c)->count + j);
+    return 1;
+}
+
+static const perf_coll_desc_t reduce_scatter = {
+    .id = PERF_REDUCE_SCATTER,
+    .name = "reduce_scatter",
+    .reduces = 1,
+    .rooted = 0,
+    .peered = 0,
+    .busbw_factor = busbw_factor,
+    .sizes = sizes,
+    .expected = expected,
+};
+
+int main(int argc, char **argv)
+{
+    return perf_main(argc, argv, &perf_backend, &reduce_scatter);
+}

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <mpi.h>
 
@@ -64,6 +65,17 @@ static int be_init(int *argc, char ***argv, char *err, size_t errlen)
     return 0;
 }
 
+/* The library's own version line, so that tables say what they measured. */
+static void be_describe(char *buf, size_t len)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int n = 0;
+
+    MPI_Get_library_version(v, &n);
+    v[strcspn(v, ",\n")] = '\0';
+    snprintf(buf, len, "MPI: %s", v);
+}
+
 static int be_rank(void) { return my_rank; }
 static int be_size(void) { return nranks; }
 
@@ -76,10 +88,6 @@ static int be_barrier(char *err, size_t errlen)
 
 static int be_supports(const perf_call_t *call, const char **why)
 {
-    if (call->coll != PERF_ALLREDUCE) {
-        *why = "collective not wired up in backend_mpi.c yet";
-        return 0;
-    }
     if (mpi_type(call->dtype) == MPI_DATATYPE_NULL) {
         *why = "no MPI datatype";
         return 0;
@@ -109,41 +117,148 @@ static void divide(void *buf, size_t count, perf_dtype_t t)
     }
 }
 
+/* Completes a non-blocking call, or passes a blocking one's status on. */
+static int finish(int rc, MPI_Request *req, const char *what, char *err,
+                  size_t errlen)
+{
+    if (rc != MPI_SUCCESS)
+        return fail(rc, what, err, errlen);
+    if (req) {
+        rc = MPI_Wait(req, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return fail(rc, "MPI_Wait", err, errlen);
+    }
+    return 0;
+}
+
+/*
+ * One call.  The harness lays out in-place buffers by NCCL's rules
+ * (loom.h); MPI_IN_PLACE means the same for every collective here but
+ * reduce-scatter, whose MPI result lands at the start of the buffer
+ * rather than at block `rank`: it is moved there, inside the timing, so
+ * that both libraries deliver the same thing.  avg, which MPI lacks, is a
+ * sum and a local division, timed too.
+ */
 static int be_run(const perf_call_t *call, char *err, size_t errlen)
 {
-    const void *send =
-        call->sendbuf == call->recvbuf ? MPI_IN_PLACE : call->sendbuf;
     MPI_Datatype type = mpi_type(call->dtype);
-    MPI_Request req;
-    int rc;
+    MPI_Op op = mpi_op(call->op);
+    MPI_Comm w = MPI_COMM_WORLD;
+    MPI_Request req = MPI_REQUEST_NULL, *rq = call->blocking ? NULL : &req;
+    const char *sb = call->sendbuf;
+    char *rb = call->recvbuf;
+    int n = (int)call->count, root = call->root, tsize = 0, rc;
+    size_t block;
+    int is_root = my_rank == root;
 
-    if (call->coll != PERF_ALLREDUCE) {
-        snprintf(err, errlen, "collective %d not wired up in backend_mpi.c",
-                 (int)call->coll);
-        return -1;
-    }
     if (call->count > (size_t)INT_MAX) {
         snprintf(err, errlen, "count %zu exceeds MPI's int count",
                  call->count);
         return -1;
     }
-    if (call->blocking) {
-        rc = MPI_Allreduce(send, call->recvbuf, (int)call->count, type,
-                           mpi_op(call->op), MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS)
-            return fail(rc, "MPI_Allreduce", err, errlen);
-    } else {
-        rc = MPI_Iallreduce(send, call->recvbuf, (int)call->count, type,
-                            mpi_op(call->op), MPI_COMM_WORLD, &req);
-        if (rc != MPI_SUCCESS)
-            return fail(rc, "MPI_Iallreduce", err, errlen);
-        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return fail(rc, "MPI_Wait", err, errlen);
+    MPI_Type_size(type, &tsize);
+    block = call->count * (size_t)tsize; /* bytes of one rank's block */
+
+    switch (call->coll) {
+    case PERF_ALLREDUCE: {
+        const void *s = sb == rb ? MPI_IN_PLACE : sb;
+        rc = rq ? MPI_Iallreduce(s, rb, n, type, op, w, rq)
+                : MPI_Allreduce(s, rb, n, type, op, w);
+        if ((rc = finish(rc, rq, "MPI_Allreduce", err, errlen)) != 0)
+            return rc;
+        if (call->op == PERF_AVG)
+            divide(rb, call->count, call->dtype);
+        return 0;
     }
-    if (call->op == PERF_AVG)
-        divide(call->recvbuf, call->count, call->dtype);
-    return 0;
+    case PERF_REDUCE_SCATTER: {
+        int ip = rb == sb + (size_t)my_rank * block;
+        void *out = ip ? (void *)sb : rb;
+        const void *s = ip ? MPI_IN_PLACE : sb;
+        rc = rq ? MPI_Ireduce_scatter_block(s, out, n, type, op, w, rq)
+                : MPI_Reduce_scatter_block(s, out, n, type, op, w);
+        if ((rc = finish(rc, rq, "MPI_Reduce_scatter_block", err, errlen)) != 0)
+            return rc;
+        if (ip && my_rank != 0)
+            memmove(rb, out, block);
+        if (call->op == PERF_AVG)
+            divide(rb, call->count, call->dtype);
+        return 0;
+    }
+    case PERF_ALLGATHER: {
+        int ip = sb == rb + (size_t)my_rank * block;
+        rc = rq ? MPI_Iallgather(ip ? MPI_IN_PLACE : sb, n, type, rb, n, type,
+                                 w, rq)
+                : MPI_Allgather(ip ? MPI_IN_PLACE : sb, n, type, rb, n, type,
+                                w);
+        return finish(rc, rq, "MPI_Allgather", err, errlen);
+    }
+    case PERF_ALLTOALL: {
+        const void *s = sb == rb ? MPI_IN_PLACE : sb;
+        rc = rq ? MPI_Ialltoall(s, n, type, rb, n, type, w, rq)
+                : MPI_Alltoall(s, n, type, rb, n, type, w);
+        return finish(rc, rq, "MPI_Alltoall", err, errlen);
+    }
+    case PERF_BROADCAST:
+        /* NCCL's broadcast also fills the root's receive buffer. */
+        if (is_root && sb != rb)
+            memcpy(rb, sb, block);
+        rc = rq ? MPI_Ibcast(rb, n, type, root, w, rq)
+                : MPI_Bcast(rb, n, type, root, w);
+        return finish(rc, rq, "MPI_Bcast", err, errlen);
+    case PERF_REDUCE: {
+        /* MPI_IN_PLACE is for the root only. */
+        const void *s = is_root && sb == rb ? MPI_IN_PLACE : sb;
+        rc = rq ? MPI_Ireduce(s, rb, n, type, op, root, w, rq)
+                : MPI_Reduce(s, rb, n, type, op, root, w);
+        if ((rc = finish(rc, rq, "MPI_Reduce", err, errlen)) != 0)
+            return rc;
+        if (is_root && call->op == PERF_AVG)
+            divide(rb, call->count, call->dtype);
+        return 0;
+    }
+    case PERF_GATHER: {
+        const void *s =
+            is_root && sb == rb + (size_t)root * block ? MPI_IN_PLACE : sb;
+        rc = rq ? MPI_Igather(s, n, type, rb, n, type, root, w, rq)
+                : MPI_Gather(s, n, type, rb, n, type, root, w);
+        return finish(rc, rq, "MPI_Gather", err, errlen);
+    }
+    case PERF_SCATTER: {
+        void *r = is_root && rb == sb + (size_t)root * block ? MPI_IN_PLACE
+                                                              : (void *)rb;
+        rc = rq ? MPI_Iscatter(sb, n, type, r, n, type, root, w, rq)
+                : MPI_Scatter(sb, n, type, r, n, type, root, w);
+        return finish(rc, rq, "MPI_Scatter", err, errlen);
+    }
+    case PERF_SENDRECV: {
+        MPI_Request two[2];
+        /* One buffer both ways is MPI_Sendrecv_replace, which has no
+         * non-blocking form before MPI 4: it serves -z 0 too. */
+        if (sb == rb) {
+            rc = MPI_Sendrecv_replace(rb, n, type, call->peer, 0,
+                                      call->recv_peer, 0, w,
+                                      MPI_STATUS_IGNORE);
+            return finish(rc, NULL, "MPI_Sendrecv_replace", err, errlen);
+        }
+        if (!rq) {
+            rc = MPI_Sendrecv(sb, n, type, call->peer, 0, rb, n, type,
+                              call->recv_peer, 0, w, MPI_STATUS_IGNORE);
+            return finish(rc, NULL, "MPI_Sendrecv", err, errlen);
+        }
+        rc = MPI_Irecv(rb, n, type, call->recv_peer, 0, w, &two[0]);
+        if (rc != MPI_SUCCESS)
+            return fail(rc, "MPI_Irecv", err, errlen);
+        rc = MPI_Isend(sb, n, type, call->peer, 0, w, &two[1]);
+        if (rc != MPI_SUCCESS)
+            return fail(rc, "MPI_Isend", err, errlen);
+        rc = MPI_Waitall(2, two, MPI_STATUSES_IGNORE);
+        return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Waitall", err, errlen);
+    }
+    default:
+        snprintf(err, errlen, "collective %d unknown to backend_mpi.c",
+                 (int)call->coll);
+        return -1;
+    }
 }
 
 static int be_allreduce_doubles(double *vals, size_t n, perf_op_t op,
@@ -170,6 +285,7 @@ static int be_finalize(char *err, size_t errlen)
 const perf_backend_t perf_backend = {
     .name = "mpi",
     .init = be_init,
+    .describe = be_describe,
     .rank = be_rank,
     .size = be_size,
     .barrier = be_barrier,

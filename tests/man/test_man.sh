@@ -46,7 +46,10 @@ for w in $(sed -n '/_names\[LOOMI_NUM_[A-Z]*\] = {/,/};/p' "$SRCDIR/src/coll/alg
         grep -o '"[a-z0-9_]*"' | tr -d '"' | sort -u); do
     check "loom(7) names $w for LOOM_ALGO" grep -qw "$w" "$man/man7/loom.7"
 done
-for p in loomrun all_reduce_perf; do
+# Every installed program (bin_PROGRAMS in Makefile.am) has its page.
+progs=$(sed -n '/^bin_PROGRAMS *=/,/[^\\]$/p' "$SRCDIR/Makefile.am" | sed 's/bin_PROGRAMS *=//; s/\\//g')
+[ -n "$progs" ] || bad "no bin_PROGRAMS found in Makefile.am"
+for p in $progs; do
     check "man1 page for $p" [ -f "$man/man1/$p.1" ]
 done
 finish

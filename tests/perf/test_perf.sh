@@ -1,23 +1,116 @@
 #!/bin/bash
-# all_reduce_perf under loomrun: the table, #wrong 0 at every size in
-# place and out of place, over all datatypes and ops; a failing run must
-# exit non-zero.
+# The nccl-tests style benchmarks under loomrun, with every result checked
+# (-c 1): each binary on 1, 2, 3, 4 and 7 ranks, out of place and in place,
+# at sizes that do not divide by the rank count, once per algorithm of its
+# collective forced by LOOM_ALGO (and with the library's own choice on 3
+# and 7 ranks); then all datatypes, ops and roots, and non-blocking calls.
+# Passing means exit 0, at least one table row, and 0 in both #wrong
+# columns of every row.  LOOM_TEST_QUICK=1 runs 3 and 4 ranks only, and
+# smaller sizes.
 . "$(dirname "$0")/../lib.sh"
-perf=$BUILDDIR/all_reduce_perf
-run() { timeout 300 "$LOOMRUN" -n "$1" --timeout 280 "$perf" "${@:2}" 2>&1; }
-wrong_ok() { # every data row's two #wrong columns are 0 and there is at least one row
+
+run() { # run NRANKS BINARY FLAGS...: the combined output; status in $rc
+    out=$(timeout 120 "$LOOMRUN" -n "$1" --timeout 110 "$BUILDDIR/$2" "${@:3}" 2>&1)
+    rc=$?
+}
+wrong_ok() { # every data row's two #wrong columns are 0, and there are rows
     awk '!/^#/ && NF >= 13 { rows++; if ($9 != 0 || $13 != 0) bad++ }
          END { exit !(rows > 0 && bad == 0) }'
 }
-out=$(run 4 -b 8 -e 4M -f 4 -c 1); rc=$?
-echo "$out" | grep -v '^loom' | head -30
-check "4 ranks, 8 B..4 MiB float sum: exit 0" [ $rc -eq 0 ]
-check "4 ranks, 8 B..4 MiB: #wrong 0 everywhere" wrong_ok <<<"$out"
-check "footer reports no out-of-bounds values" grep -q "Out of bounds values : 0 OK" <<<"$out"
-out=$(run 3 -b 8 -e 64K -f 8 -c 1 -d all -o all); rc=$?
-check "3 ranks, -d all -o all: exit 0" [ $rc -eq 0 ]
-check "3 ranks, -d all -o all: #wrong 0 everywhere" wrong_ok <<<"$out"
-out=$(LOOM_ALGO=allreduce:nonsense run 2 -b 8 -e 8 -c 1); rc=$?
-check "an invalid LOOM_ALGO makes the benchmark fail with a message" \
-    bash -c "[ $rc -ne 0 ] && grep -q ring <<<'$out'"
+expect_ok() { # expect_ok DESCRIPTION: $rc, the table and the footer agree
+    if [ "$rc" -eq 0 ] && wrong_ok <<<"$out" &&
+        grep -q "Out of bounds values : 0 OK" <<<"$out"; then
+        ok "$1"
+    else
+        bad "$1 (exit $rc)"
+        grep -v '^#' <<<"$out" | tail -15
+    fi
+}
+
+if [ -n "${LOOM_TEST_QUICK:-}" ]; then
+    ranks="3 4"
+    sizes=(-b 4 -e 64K -f 23 -n 1 -w 0 -c 1)
+else
+    ranks="1 2 3 4 7"
+    # 4, 92, 2116, 48668 and 1119364 bytes: odd element counts, and (for
+    # the collectives whose size is the whole buffer) per-rank counts that
+    # do not divide evenly either.
+    sizes=(-b 4 -e 2M -f 23 -n 1 -w 0 -c 1)
+fi
+
+# binary: the name LOOM_ALGO gives its collective (none for sendrecv).
+binaries="all_reduce:allreduce reduce_scatter:reduce_scatter
+all_gather:allgather alltoall:alltoall broadcast:broadcast reduce:reduce
+gather:gather scatter:scatter sendrecv:"
+
+# The algorithms of each collective, from the library itself: an invalid
+# LOOM_ALGO is rejected with the list of valid ones ("valid: allreduce:
+# ring tree; ...").  The fixed list below (src/coll/algo.c) is the
+# fallback should that message change.
+valid=$(LOOM_ALGO=no_such_algorithm "$LOOMRUN" -n 1 "$BUILDDIR/sendrecv_perf" \
+    -b 8 -e 8 2>&1 | sed -n 's/.*(valid: \([^)]*\)).*/\1/p' | head -1)
+[ -n "$valid" ] || valid="allreduce: ring recursive_doubling halving_doubling tree;
+ reduce_scatter: ring halving_doubling; allgather: ring recursive_doubling bruck;
+ alltoall: pairwise bruck; broadcast: tree scatter_allgather;
+ reduce: tree scatter_allgather; gather: tree pairwise; scatter: tree pairwise"
+algos_of() { # the algorithms of collective $1, space-separated
+    tr ';' '\n' <<<"$valid" | sed -n "s/^ *$1: *//p"
+}
+
+for b in $binaries; do
+    c=${b#*:}
+    [ -z "$c" ] || check "LOOM_ALGO lists algorithms of $c" [ -n "$(algos_of "$c")" ]
+done
+
+# Each algorithm forced, on every rank count; the library's own choice
+# (which picks among the same algorithms) on two.
+for b in $binaries; do
+    bin=${b%%:*}_perf coll=${b#*:}
+    for n in $ranks; do
+        flags=("${sizes[@]}")
+        case $bin in # a root other than 0 where there is one
+        broadcast_perf | reduce_perf | gather_perf | scatter_perf)
+            flags+=(-r $((n - 1))) ;;
+        esac
+        if [ "$bin" = sendrecv_perf ] && [ "$n" = 1 ]; then
+            # loom_send takes no peer equal to the caller: the rows are
+            # skipped with a note, and that is not a failure.
+            run 1 "$bin" "${flags[@]}"
+            check "$bin on 1 rank: skipped with a note, exit 0" \
+                bash -c "[ $rc -eq 0 ] && grep -q '^# Skipping' <<<\"\$1\"" _ "$out"
+            continue
+        fi
+        if [ -z "$coll" ] || [ "$n" = 3 ] || [ "$n" = 7 ]; then
+            run "$n" "$bin" "${flags[@]}"
+            expect_ok "$bin on $n ranks, default algorithm: #wrong 0"
+        fi
+        for a in $(algos_of "$coll"); do
+            LOOM_ALGO=$coll:$a run "$n" "$bin" "${flags[@]}"
+            expect_ok "$bin on $n ranks, LOOM_ALGO=$coll:$a: #wrong 0"
+        done
+    done
+done
+
+# Every datatype, op and root where the collective reduces; every root,
+# 1-byte elements and non-blocking calls (-z 0) for all.
+for bin in all_reduce_perf reduce_scatter_perf reduce_perf; do
+    run 3 "$bin" -b 4 -e 4K -f 31 -n 1 -w 0 -c 1 -d all -o all -r all
+    expect_ok "$bin on 3 ranks, -d all -o all -r all: #wrong 0"
+done
+for b in $binaries; do
+    run 4 "${b%%:*}_perf" -b 4 -e 64K -f 23 -n 2 -w 1 -c 1 -d int8 -z 0 -r all
+    expect_ok "${b%%:*}_perf on 4 ranks, -d int8 -z 0 -r all: #wrong 0"
+done
+
+# Failures: a bad LOOM_ALGO and a root outside the job exit non-zero with
+# a message naming the problem.
+LOOM_ALGO=allreduce:nonsense run 2 all_reduce_perf -b 8 -e 8 -c 1
+check "an invalid LOOM_ALGO fails with the list of algorithms" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'valid:.*ring' <<<\"\$1\"" _ "$out"
+run 2 broadcast_perf -b 8 -e 8 -r 2
+check "-r 2 on 2 ranks exits 2, naming the root" \
+    bash -c "[ $rc -eq 2 ] && grep -q -- '-r 2 is not a rank' <<<\"\$1\"" _ "$out"
+check "the header repeats LOOM_ALGO" \
+    bash -c "LOOM_ALGO=alltoall:pairwise '$LOOMRUN' -n 2 '$BUILDDIR/alltoall_perf' -b 8 -e 8 -c 0 2>&1 |
+             grep -q '^# .*algorithm: LOOM_ALGO=alltoall:pairwise'"
 finish
