@@ -1,2 +1,544 @@
-/* placeholder, being written */
-int main(void) { return 77; }
+/*
+ * loom-info - what this build of Loom is, what the environment makes of
+ * it, and what its algorithms would cost (the alpha-beta-gamma model of
+ * src/sched/model.h).  Linked statically: it calls library internals.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/internal.h"
+#include "reduce/reduce.h"
+#include "sched/model.h"
+
+#define PROG "loom-info"
+#define MAX_RANKS (1 << 20)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [--ranks N] [--measure]\n"
+            "       " PROG " --simulate COLL [--ranks N] [--bytes SIZE] [--algo NAME]\n"
+            "                 [--dtype TYPE] [--op OP] [--chunk SIZE] [--alpha T] [--beta T]\n"
+            "                 [--gamma T] [--gamma-copy T] [--max-steps N] [--measure]\n"
+            "       " PROG " --help | --version\n"
+            "\n"
+            "Without --simulate: the version, the build, the settings the LOOM_*\n"
+            "environment resolves to and the collectives' algorithms with the\n"
+            "default choice by size (for N ranks, default 8).\n"
+            "\n"
+            "  --simulate COLL  estimate every algorithm of COLL (allreduce,\n"
+            "                   reduce_scatter, allgather, alltoall, alltoallv,\n"
+            "                   broadcast, reduce, gather, scatter, barrier) by an event\n"
+            "                   simulation of its schedules and by its closed form\n"
+            "  --ranks N        ranks (default 8)\n"
+            "  --bytes SIZE     count x element size as the collective takes it: the\n"
+            "                   vector (allreduce, broadcast, reduce), one rank's block\n"
+            "                   (reduce_scatter, allgather, gather, scatter) or one\n"
+            "                   peer's block (alltoall, alltoallv); 64K, 1M, 1G... (1M)\n"
+            "  --algo NAME      only this algorithm (auto: the default choice)\n"
+            "  --dtype TYPE     float32 (default), float16, bfloat16, float64, int8,\n"
+            "                   uint8, int32, uint32, int64, uint64\n"
+            "  --op OP          sum (default), prod, max, min, avg\n"
+            "  --chunk SIZE     pipelining chunk (default: LOOM_CHUNK_SIZE, 2M)\n"
+            "  --alpha T        seconds per message (20us, 1.5e-5...)\n"
+            "  --beta T         seconds per byte on the wire (0.8ns...)\n"
+            "  --gamma T        seconds per byte reduced\n"
+            "  --gamma-copy T   seconds per byte copied\n"
+            "  --max-steps N    simulate only up to N steps over all ranks (16M)\n"
+            "  --measure        measure alpha, beta (TCP ping-pong over loopback) and\n"
+            "                   gamma (this CPU's reduction kernel) instead of the\n"
+            "                   defaults; alone, print them\n");
+}
+
+static void vquit(int status, const char *fmt, va_list ap)
+{
+    fputs(PROG ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n", stderr);
+    exit(status);
+}
+
+/* A bad option: status 2. */
+static void die(const char *fmt, ...) LOOMI_PRINTF(1, 2);
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vquit(2, fmt, ap);
+}
+
+/* A bad environment or a failed measurement: status 1. */
+static void fatal(const char *fmt, ...) LOOMI_PRINTF(1, 2);
+static void fatal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vquit(1, fmt, ap);
+}
+
+/* ------------------------------------------------------------ formatting */
+
+static const char *fmt_time(double s, char *b, size_t n)
+{
+    if (s < 0) snprintf(b, n, "-");
+    else if (s == 0) snprintf(b, n, "0");
+    else if (s < 1e-6) snprintf(b, n, "%.3g ns", s * 1e9);
+    else if (s < 1e-3) snprintf(b, n, "%.4g us", s * 1e6);
+    else if (s < 1) snprintf(b, n, "%.4g ms", s * 1e3);
+    else snprintf(b, n, "%.4g s", s);
+    return b;
+}
+
+static const char *fmt_size(size_t v, char *b, size_t n)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (i < 4 && v && v % 1024 == 0) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(b, n, "%zu %s", v, u[i]);
+    return b;
+}
+
+/* Sizes as LOOM_* variables write them: 512K, 2M, 1G. */
+static const char *fmt_size_short(size_t v, char *b, size_t n)
+{
+    static const char *const u[] = {"", "K", "M", "G", "T"};
+    int i = 0;
+    while (i < 4 && v && v % 1024 == 0) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(b, n, "%zu%s", v, u[i]);
+    return b;
+}
+
+static const char *fmt_count(uint64_t v, char *b, size_t n)
+{
+    if (v < 10000) snprintf(b, n, "%llu", (unsigned long long)v);
+    else if (v < 10000000) snprintf(b, n, "%.1fK", v / 1e3);
+    else snprintf(b, n, "%.1fM", v / 1e6);
+    return b;
+}
+
+/* ------------------------------------------------------------- parsing */
+
+static const char *value(int argc, char **argv, int *i, const char *opt, const char *eq)
+{
+    if (eq) return eq + 1;
+    if (*i + 1 >= argc) die("%s needs a value (see " PROG " --help)", opt);
+    return argv[++*i];
+}
+
+/* A duration: a number of seconds, or with s, ms, us or ns after it. */
+static double parse_time(const char *opt, const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double scale = 1;
+    if (!strcmp(end, "s") || !*end) scale = 1;
+    else if (!strcmp(end, "ms")) scale = 1e-3;
+    else if (!strcmp(end, "us")) scale = 1e-6;
+    else if (!strcmp(end, "ns")) scale = 1e-9;
+    else end = NULL;
+    if (errno || end == s || !end || !isfinite(v) || v < 0)
+        die("%s: '%s' is not a time such as 20us, 0.8ns or 1.5e-5 (seconds)", opt, s);
+    return v * scale;
+}
+
+static long long parse_int(const char *opt, const char *s, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        die("%s: '%s' is not an integer from %lld to %lld", opt, s, lo, hi);
+    return v;
+}
+
+static size_t parse_bytes(const char *opt, const char *s)
+{
+    size_t v;
+    if (loomi_parse_size(s, &v)) die("%s: '%s' is not a size such as 8, 64K, 1M or 1G", opt, s);
+    return v;
+}
+
+static int lookup(const char *opt, const char *s, const char *(*name)(int), int n, int first)
+{
+    for (int i = first; i < n; i++)
+        if (!strcmp(s, name(i))) return i;
+    char list[512];
+    size_t o = 0;
+    for (int i = first; i < n && o < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i > first ? ", " : "", name(i));
+    die("%s: unknown name '%s' (valid: %s)", opt, s, list);
+    return -1;
+}
+
+static const char *dtype_name(int d) { return loomi_dtype_name((loom_datatype_t)d); }
+static const char *op_name(int o) { return loomi_op_name((loom_op_t)o); }
+
+/* --------------------------------------------------------- plain report */
+
+/* Whether a generator is written: build one small schedule. */
+static const char *algo_state(int coll, int algo)
+{
+    struct loomi_coll_args a;
+    memset(&a, 0, sizeof a);
+    a.coll = coll;
+    a.count = coll == LOOMI_COLL_BARRIER ? 0 : 1024;
+    a.chunk_bytes = LOOMI_MODEL_CHUNK;
+    size_t v[8];
+    if (coll == LOOMI_COLL_ALLTOALLV) {
+        for (int i = 0; i < 4; i++) {
+            v[i] = a.count;
+            v[4 + i] = (size_t)i * a.count;
+        }
+        a.counts = a.rcounts = v;
+        a.displs = a.rdispls = v + 4;
+    }
+    struct loomi_sched s;
+    loom_result_t r = loomi_coll_build(&s, 0, 4, LOOM_FLOAT32, LOOM_SUM, &a, algo);
+    if (r == LOOM_SUCCESS) {
+        loomi_sched_free(&s);
+        return NULL;
+    }
+    return r == LOOM_ERR_UNSUPPORTED ? "not written yet" : "fails to build";
+}
+
+/* Size ranges over which loomi_algo_default keeps its choice: powers of
+ * two up to 1 TiB, bisected where the choice changes. */
+static void print_defaults(int coll, int p)
+{
+    size_t lo = 0;
+    int cur = loomi_algo_default(coll, p, 0), changed = 0;
+    char b[32];
+    printf("    default     ");
+    for (int k = 0; k <= 40; k++) {
+        size_t hi = (size_t)1 << k;
+        int d = loomi_algo_default(coll, p, hi);
+        if (d == cur) {
+            lo = hi;
+            continue;
+        }
+        size_t a = lo, z = hi; /* cur at a, d at z */
+        while (z - a > 1) {
+            size_t mid = a + (z - a) / 2;
+            if (loomi_algo_default(coll, p, mid) == cur) a = mid;
+            else z = mid;
+        }
+        printf("up to %s: %s; ", fmt_size_short(a, b, sizeof b), loomi_algo_name(cur));
+        cur = d;
+        lo = hi;
+        changed = 1;
+    }
+    printf("%s%s\n", changed ? "larger: " : "all sizes: ", loomi_algo_name(cur));
+}
+
+/* LOOM_DEBUG as the user set it (main quiets the library's own). */
+static const char *user_debug;
+
+static int report(int p)
+{
+    int major, minor, patch, bad = 0;
+    loom_get_version(&major, &minor, &patch);
+    char b[64];
+    printf("Loom %d.%d.%d\n\n", major, minor, patch);
+    printf("build\n");
+    printf("  transports      tcp (the sim transport is in-process, for tests)\n");
+    printf("  reduce kernels  %s (the best this CPU runs unless LOOM_REDUCE_ISA lowers it)\n",
+           loomi_reduce_isa());
+
+    printf("\nsettings (environment)\n");
+    struct loomi_settings set;
+    int forced[LOOMI_NUM_COLLS];
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) forced[c] = LOOMI_ALGO_AUTO;
+    loom_result_t r = loomi_settings_resolve(&set, NULL, PROG);
+    if (r != LOOM_SUCCESS) {
+        fprintf(stderr, PROG ": %s (%s)\n", loom_get_last_error(), loom_strerror(r));
+        printf("  (invalid: %s)\n", loom_get_last_error());
+        bad = 1;
+    } else {
+        printf("  LOOM_TIMEOUT        %d ms\n", set.timeout_ms);
+        printf("  LOOM_TCP_STREAMS    %d\n", set.tcp_streams);
+        printf("  LOOM_TCP_SOCKBUF    %s\n",
+               set.tcp_sockbuf ? fmt_size_short(set.tcp_sockbuf, b, sizeof b)
+                               : "0 (kernel autotuning)");
+        printf("  LOOM_CHUNK_SIZE     %s\n", fmt_size_short(set.chunk_bytes, b, sizeof b));
+        printf("  LOOM_SPIN_US        %d\n", set.spin_us);
+        printf("  LOOM_SOCKET_IFNAME  %s\n",
+               set.socket_ifname[0] ? set.socket_ifname : "(automatic)");
+        printf("  LOOM_TRANSPORT      %s\n", set.transport[0] ? set.transport : "(any: tcp)");
+        printf("  LOOM_ALGO           %s\n", set.algo[0] ? set.algo : "(automatic)");
+        r = loomi_algo_parse(set.algo, forced, -1);
+        if (r != LOOM_SUCCESS) {
+            fprintf(stderr, PROG ": %s (%s)\n", loom_get_last_error(), loom_strerror(r));
+            printf("                      invalid: %s\n", loom_get_last_error());
+            bad = 1;
+        }
+    }
+    printf("  LOOM_DEBUG          %s\n", user_debug ? user_debug : "(warn)");
+
+    printf("\ncollectives and algorithms (default choice for %d ranks)\n", p);
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        printf("  %s\n    algorithms  ", loomi_coll_name(c));
+        unsigned mask = loomi_coll_algos(c);
+        int first = 1;
+        for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+            if (!(mask & (1u << a))) continue;
+            const char *st = algo_state(c, a);
+            printf("%s%s%s%s%s", first ? "" : ", ", loomi_algo_name(a), st ? " (" : "",
+                   st ? st : "", st ? ")" : "");
+            first = 0;
+        }
+        printf("\n");
+        print_defaults(c, p);
+        if (forced[c] != LOOMI_ALGO_AUTO)
+            printf("    LOOM_ALGO   forces %s\n", loomi_algo_name(forced[c]));
+    }
+    struct loomi_model_params m;
+    loomi_model_defaults(&m);
+    char t1[32], t2[32], t3[32];
+    printf("\ntiming model defaults: alpha %s, beta %s/B, gamma %s/B "
+           "(" PROG " --measure measures this host)\n",
+           fmt_time(m.alpha, t1, sizeof t1), fmt_time(m.beta, t2, sizeof t2),
+           fmt_time(m.gamma, t3, sizeof t3));
+    return bad;
+}
+
+/* ------------------------------------------------------------- measure */
+
+struct src {
+    const char *alpha, *beta, *gamma, *gamma_copy;
+};
+
+static void measure(struct loomi_model_params *m, struct src *src)
+{
+    double a, b, g, gc;
+    const size_t cpu_bytes = (size_t)8 << 20, net_bytes = (size_t)4 << 20;
+    double t0 = (double)loomi_now_ns();
+    loom_result_t r = loomi_model_measure_cpu(cpu_bytes, &g, &gc);
+    if (r != LOOM_SUCCESS) fatal("--measure: %s", loom_get_last_error());
+    r = loomi_model_measure_net(net_bytes, &a, &b);
+    if (r != LOOM_SUCCESS) fatal("--measure: %s", loom_get_last_error());
+    double dt = ((double)loomi_now_ns() - t0) * 1e-9;
+    m->alpha = a;
+    m->beta = b;
+    m->gamma = g;
+    m->gamma_copy = gc;
+    static char sa[96], sg[96], sgc[96];
+    snprintf(sa, sizeof sa, "measured: TCP ping-pong over loopback (%.2f s in all)", dt);
+    snprintf(sg, sizeof sg, "measured: float32 sum of 8 MiB, %s kernels", loomi_reduce_isa());
+    snprintf(sgc, sizeof sgc, "measured: memcpy of 8 MiB");
+    src->alpha = sa;
+    src->beta = "measured: 4 MiB round trips less 2 alpha";
+    src->gamma = sg;
+    src->gamma_copy = sgc;
+}
+
+static void print_params(const struct loomi_model_params *m, const struct src *src)
+{
+    char t[32], u[40], r[32];
+    const struct {
+        const char *name;
+        double v;
+        const char *src;
+    } row[] = {{"alpha", m->alpha, src->alpha},
+               {"beta", m->beta, src->beta},
+               {"gamma", m->gamma, src->gamma},
+               {"gamma_copy", m->gamma_copy, src->gamma_copy}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(u, sizeof u, "%s%s", fmt_time(row[i].v, t, sizeof t), i ? "/B" : "");
+        r[0] = '\0';
+        if (i) snprintf(r, sizeof r, "(%.3g GB/s)", 1e-9 / row[i].v);
+        printf("  %-11s %-12s %-13s %s\n", row[i].name, u, r, row[i].src);
+    }
+}
+
+/* ------------------------------------------------------------ simulate */
+
+struct simopts {
+    int coll, algo, p;
+    size_t bytes, chunk;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    uint64_t max_steps;
+};
+
+/* Returns 1 when a simulation failed (a schedule that cannot run). */
+static int simulate(const struct simopts *o, const struct loomi_model_params *m,
+                     const struct src *src, int forced)
+{
+    char b1[32], b2[32], b3[32], b4[32];
+    int failed = 0;
+    size_t es = loom_datatype_size(o->dtype);
+    size_t count = o->bytes / es;
+    printf("%s on %d ranks, %s (%zu x %s, %s), chunk %s, root 0, out of place\n",
+           loomi_coll_name(o->coll), o->p, fmt_size(o->bytes, b1, sizeof b1), count,
+           loomi_dtype_name(o->dtype), loomi_op_name(o->op),
+           fmt_size(m->chunk_bytes, b2, sizeof b2));
+    print_params(m, src);
+    printf("\n%-20s %12s %12s %9s %8s %8s\n", "algorithm", "simulated", "closed form",
+           "sim/form", "steps", "wall");
+    unsigned mask = loomi_coll_algos(o->coll);
+    int dflt = loomi_algo_default(o->coll, o->p, o->bytes);
+    for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+        if (!(mask & (1u << a))) continue;
+        if (o->algo != LOOMI_ALGO_AUTO && a != o->algo) continue;
+        double form = loomi_model_time(o->coll, a, o->p, o->bytes, m);
+        struct loomi_model_sim res;
+        uint64_t t0 = loomi_now_ns();
+        loom_result_t r = loomi_model_simulate(o->coll, a, o->p, o->dtype, o->op, count, m,
+                                               o->max_steps, &res);
+        double wall = (double)(loomi_now_ns() - t0) * 1e-9;
+        char name[40];
+        snprintf(name, sizeof name, "%s%s", loomi_algo_name(a),
+                 a == forced ? " (forced)" : a == dflt && forced == LOOMI_ALGO_AUTO ? " *" : "");
+        fmt_time(form, b2, sizeof b2);
+        if (r == LOOM_SUCCESS && !res.over_budget) {
+            printf("%-20s %12s %12s %9.3f %8s %8s\n", name, fmt_time(res.time, b1, sizeof b1),
+                   b2, form > 0 ? res.time / form : 1.0, fmt_count(res.steps, b3, sizeof b3),
+                   fmt_time(wall, b4, sizeof b4));
+        } else if (r == LOOM_SUCCESS) {
+            printf("%-20s %12s %12s   too large to simulate (~%s steps > %s), model only\n",
+                   name, "-", b2, fmt_count(res.steps, b3, sizeof b3),
+                   fmt_count(o->max_steps ? o->max_steps : LOOMI_MODEL_MAX_STEPS, b4, sizeof b4));
+        } else if (r == LOOM_ERR_UNSUPPORTED) {
+            printf("%-20s %12s %12s   not available (generator not written yet)\n", name, "-", b2);
+        } else {
+            printf("%-20s %12s %12s   simulation failed: %s\n", name, "-", b2,
+                   loom_get_last_error());
+            failed = 1;
+        }
+        fflush(stdout);
+    }
+    double bt;
+    int best = loomi_model_best(o->coll, o->p, o->bytes, m, &bt);
+    printf("\n* the default choice for this size; fastest by closed form: %s (%s)\n",
+           loomi_algo_name(best), fmt_time(bt, b1, sizeof b1));
+    return failed;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    /* The tool reports failures itself; the library's warnings would only
+     * repeat them (an explicit LOOM_DEBUG still wins). */
+    const char *dbg = getenv("LOOM_DEBUG");
+    if (dbg && *dbg) user_debug = dbg;
+    else setenv("LOOM_DEBUG", "none", 1);
+
+    struct simopts o = {-1, LOOMI_ALGO_AUTO, 8, (size_t)1 << 20, 0, LOOM_FLOAT32, LOOM_SUM, 0};
+    struct loomi_model_params m, given;
+    loomi_model_defaults(&m);
+    struct src src = {"default: kernel TCP latency between hosts",
+                      "default: 10 Gb/s Ethernet", "default: float32 sum on one AVX2 core",
+                      "default: memcpy on one core"};
+    int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0;
+    const char *algo_s = NULL, *coll_s = NULL;
+    memset(&given, 0, sizeof given);
+
+    for (int i = 1; i < argc; i++) {
+        char opt[32];
+        const char *arg = argv[i], *eq = strchr(arg, '=');
+        size_t ol = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (ol >= sizeof opt) ol = sizeof opt - 1;
+        memcpy(opt, arg, ol);
+        opt[ol] = '\0';
+        if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(opt, "--version")) {
+            int ma, mi, pa;
+            loom_get_version(&ma, &mi, &pa);
+            printf(PROG " (Loom) %d.%d.%d\n", ma, mi, pa);
+            return 0;
+        } else if (!strcmp(opt, "--simulate")) {
+            coll_s = value(argc, argv, &i, opt, eq);
+        } else if (!strcmp(opt, "--ranks")) {
+            o.p = (int)parse_int(opt, value(argc, argv, &i, opt, eq), 1, MAX_RANKS);
+        } else if (!strcmp(opt, "--bytes")) {
+            o.bytes = parse_bytes(opt, value(argc, argv, &i, opt, eq));
+        } else if (!strcmp(opt, "--chunk")) {
+            o.chunk = parse_bytes(opt, value(argc, argv, &i, opt, eq));
+            if (!o.chunk) die("--chunk: the chunk size must not be 0");
+        } else if (!strcmp(opt, "--algo")) {
+            algo_s = value(argc, argv, &i, opt, eq);
+        } else if (!strcmp(opt, "--dtype")) {
+            o.dtype = (loom_datatype_t)lookup(opt, value(argc, argv, &i, opt, eq), dtype_name,
+                                              LOOM_NUM_DATATYPES, 0);
+        } else if (!strcmp(opt, "--op")) {
+            o.op = (loom_op_t)lookup(opt, value(argc, argv, &i, opt, eq), op_name, LOOM_NUM_OPS, 0);
+        } else if (!strcmp(opt, "--alpha")) {
+            given.alpha = parse_time(opt, value(argc, argv, &i, opt, eq));
+            set_a = 1;
+        } else if (!strcmp(opt, "--beta")) {
+            given.beta = parse_time(opt, value(argc, argv, &i, opt, eq));
+            set_b = 1;
+        } else if (!strcmp(opt, "--gamma")) {
+            given.gamma = parse_time(opt, value(argc, argv, &i, opt, eq));
+            set_g = 1;
+        } else if (!strcmp(opt, "--gamma-copy")) {
+            given.gamma_copy = parse_time(opt, value(argc, argv, &i, opt, eq));
+            set_gc = 1;
+        } else if (!strcmp(opt, "--max-steps")) {
+            o.max_steps = (uint64_t)parse_int(opt, value(argc, argv, &i, opt, eq), 1,
+                                              (long long)LOOMI_MODEL_STEPS_LIMIT);
+        } else if (!strcmp(opt, "--measure")) {
+            if (eq) die("--measure takes no value");
+            do_measure = 1;
+        } else if (arg[0] == '-') {
+            die("unknown option '%s' (see " PROG " --help)", opt);
+        } else {
+            die("unexpected argument '%s' (see " PROG " --help)", arg);
+        }
+    }
+
+    if (!coll_s) {
+        if (do_measure) {
+            measure(&m, &src);
+            printf("timing model parameters of this host\n");
+            print_params(&m, &src);
+            return 0;
+        }
+        return report(o.p);
+    }
+
+    o.coll = lookup("--simulate", coll_s, loomi_coll_name, LOOMI_NUM_COLLS, 0);
+    if (algo_s) {
+        o.algo = lookup("--algo", algo_s, loomi_algo_name, LOOMI_NUM_ALGOS, 0);
+        if (o.algo == LOOMI_ALGO_AUTO) o.algo = loomi_algo_default(o.coll, o.p, o.bytes);
+        if (!loomi_algo_gen(o.coll, o.algo))
+            die("--algo: %s has no algorithm %s", loomi_coll_name(o.coll), algo_s);
+    }
+    size_t es = loom_datatype_size(o.dtype);
+    if (o.bytes % es)
+        die("--bytes: %zu is not a multiple of the %s size %zu", o.bytes,
+            loomi_dtype_name(o.dtype), es);
+    if (o.coll == LOOMI_COLL_BARRIER) o.bytes = 0;
+
+    /* The chunk and any forced algorithm come from the environment, as
+     * they would for a communicator. */
+    struct loomi_settings set;
+    int forced[LOOMI_NUM_COLLS];
+    if (loomi_settings_resolve(&set, NULL, PROG) != LOOM_SUCCESS ||
+        loomi_algo_parse(set.algo, forced, -1) != LOOM_SUCCESS)
+        fatal("%s", loom_get_last_error());
+    m.chunk_bytes = o.chunk ? o.chunk : set.chunk_bytes;
+    if (do_measure) measure(&m, &src);
+    if (set_a) m.alpha = given.alpha, src.alpha = "--alpha";
+    if (set_b) m.beta = given.beta, src.beta = "--beta";
+    if (set_g) m.gamma = given.gamma, src.gamma = "--gamma";
+    if (set_gc) m.gamma_copy = given.gamma_copy, src.gamma_copy = "--gamma-copy";
+    if (m.beta <= 0 || m.gamma <= 0 || m.gamma_copy <= 0)
+        die("--beta, --gamma and --gamma-copy must be greater than 0");
+    return simulate(&o, &m, &src, forced[o.coll]);
+}

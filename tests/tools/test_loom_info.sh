@@ -1,3 +1,105 @@
-#!/bin/sh
-# placeholder, being written
-exit 77
+#!/bin/bash
+# loom-info: the plain report, a bad LOOM_ALGO, --simulate (a row with
+# numbers per algorithm), --measure, and clear errors for bad options.
+. "$(dirname "$0")/../lib.sh"
+info=$BUILDDIR/loom-info
+if [ ! -x "$info" ]; then
+    echo "test_loom_info.sh: '$info' is not an executable (set BUILDDIR)" >&2
+    exit 1
+fi
+run() { timeout 120 "$info" "$@"; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/loom-info-test.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+
+# ---------------------------------------------------------------- plain
+run >"$T/out" 2>"$T/err"; rc=$?
+check "plain: exit 0" [ $rc -eq 0 ]
+check "plain: nothing on stderr" [ ! -s "$T/err" ]
+check "plain: the version" grep -q '^Loom [0-9]*\.[0-9]*\.[0-9]*' "$T/out"
+check "plain: the transports" grep -q 'transports *tcp' "$T/out"
+check "plain: the reduction kernels" grep -Eq 'reduce kernels *(generic|avx2|avx512)' "$T/out"
+for v in LOOM_TIMEOUT LOOM_TCP_STREAMS LOOM_CHUNK_SIZE LOOM_ALGO LOOM_TRANSPORT; do
+    check "plain: setting $v" grep -q "^  $v " "$T/out"
+done
+for c in allreduce reduce_scatter allgather alltoall alltoallv broadcast reduce gather scatter barrier; do
+    check "plain: collective $c" grep -q "^  $c\$" "$T/out"
+done
+check "plain: default choice by size" grep -q 'default .*allreduce\|default  *up to' "$T/out"
+
+LOOM_CHUNK_SIZE=1M LOOM_ALGO=allreduce:ring run >"$T/out" 2>&1; rc=$?
+check "settings from the environment: exit 0" [ $rc -eq 0 ]
+check "settings from the environment: chunk" grep -q 'LOOM_CHUNK_SIZE *1M' "$T/out"
+check "settings from the environment: forced algorithm" grep -q 'LOOM_ALGO *forces ring' "$T/out"
+
+LOOM_ALGO=allreduce:nonsense run >"$T/out" 2>"$T/err"; rc=$?
+check "bad LOOM_ALGO: non-zero exit" [ $rc -ne 0 ]
+check "bad LOOM_ALGO: the library's message, naming the value" \
+    bash -c "grep -q \"LOOM_ALGO.*'nonsense'\" '$T/err' && grep -q 'valid' '$T/err'"
+check "bad LOOM_ALGO: the rest is still reported" grep -q '^  barrier$' "$T/out"
+
+LOOM_CHUNK_SIZE=lots run >"$T/out" 2>"$T/err"; rc=$?
+check "bad LOOM_CHUNK_SIZE: non-zero exit naming it" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'LOOM_CHUNK_SIZE=lots' '$T/err'"
+
+# ------------------------------------------------------------- simulate
+run --simulate allreduce --ranks 8 --bytes 1M >"$T/out" 2>"$T/err"; rc=$?
+cat "$T/out"
+check "simulate: exit 0" [ $rc -eq 0 ]
+check "simulate: the parameters and their source" \
+    bash -c "grep -q '^  alpha .*default' '$T/out' && grep -q '^  beta ' '$T/out' && grep -q '^  gamma ' '$T/out'"
+num='[0-9][0-9.e+-]* \(ns\|us\|ms\|s\)'
+for a in ring recursive_doubling halving_doubling tree; do
+    # Simulated and closed form, or "not available" and the closed form.
+    check "simulate: a row with numbers for $a" \
+        grep -q "^$a\( \*\| (forced)\)\? *\($num *$num *[0-9.]* \|- *$num *not available\)" "$T/out"
+done
+rows=$(grep -c '^[a-z_]\+\( \*\)\? \+\(-\|[0-9]\)' "$T/out")
+check "simulate: one row per algorithm (4)" [ "$rows" -eq 4 ]
+
+run --simulate reduce_scatter --ranks 5 --bytes 64K --algo ring --alpha 10us --beta 0.1ns \
+    --gamma 0.05ns --dtype bfloat16 --op max >"$T/out" 2>&1; rc=$?
+check "simulate with --algo and parameters: exit 0" [ $rc -eq 0 ]
+check "simulate with --algo: one row" [ "$(grep -c '^ring' "$T/out")" -eq 1 ]
+check "simulate: given alpha shown with its source" grep -q '^  alpha *10 us *--alpha' "$T/out"
+check "simulate: dtype and op shown" grep -q 'bfloat16, max' "$T/out"
+
+run --simulate allreduce --ranks 64 --bytes 1M --algo ring --max-steps 100 >"$T/out" 2>&1; rc=$?
+check "over the step budget: model only" \
+    bash -c "[ $rc -eq 0 ] && grep -q 'too large to simulate.*model only' '$T/out'"
+
+run --simulate barrier --ranks 5 >"$T/out" 2>&1; rc=$?
+check "simulate barrier: exit 0" [ $rc -eq 0 ]
+
+# ------------------------------------------------------------- measure
+run --measure >"$T/out" 2>&1; rc=$?
+cat "$T/out"
+check "measure: exit 0" [ $rc -eq 0 ]
+check "measure: alpha, beta and gamma, measured" \
+    bash -c "[ \$(grep -c '^  \(alpha\|beta\|gamma\) .*measured' '$T/out') -eq 3 ]"
+
+# ---------------------------------------------------------- bad options
+bad_option() { # description, expected text on stderr, arguments...
+    local d=$1 want=$2; shift 2
+    run "$@" >"$T/out" 2>"$T/err"; local rc=$?
+    if [ $rc -eq 2 ] && grep -q -- "$want" "$T/err"; then ok "$d"
+    else bad "$d (exit $rc: $(cat "$T/err"))"; fi
+}
+bad_option "unknown option named" "unknown option '--frobnicate'" --frobnicate
+bad_option "stray argument named" "unexpected argument 'allreduce'" allreduce
+bad_option "--ranks 0 named" "--ranks: '0'" --simulate allreduce --ranks 0
+bad_option "--ranks without a value named" "--ranks needs a value" --simulate allreduce --ranks
+bad_option "--bytes not a size named" "--bytes: 'lots'" --simulate allreduce --bytes lots
+bad_option "--bytes not a multiple of the element size" "--bytes: 6 is not a multiple" \
+    --simulate allreduce --bytes 6
+bad_option "unknown collective named with the valid ones" \
+    "--simulate: unknown name 'allsum' (valid: allreduce" --simulate allsum
+bad_option "algorithm of another collective named" "--algo: allreduce has no algorithm bruck" \
+    --simulate allreduce --algo bruck
+bad_option "--alpha not a time named" "--alpha: 'fast'" --simulate allreduce --alpha fast
+bad_option "--dtype unknown named" "--dtype: unknown name 'float8'" --simulate allreduce --dtype float8
+
+run --help >"$T/out" 2>&1; rc=$?
+check "--help: exit 0 and the options" bash -c "[ $rc -eq 0 ] && grep -q -- '--simulate COLL' '$T/out'"
+run --version >"$T/out" 2>&1; rc=$?
+check "--version: exit 0" bash -c "[ $rc -eq 0 ] && grep -q '^loom-info (Loom) ' '$T/out'"
+finish

@@ -1,2 +1,341 @@
+/*
+ * test_model.c - the alpha-beta-gamma timing model: closed forms against
+ * the event simulation of the generators' real schedules, basic sanity of
+ * both, and the host measurements.
+ *
+ * Agreement.  The closed forms describe each algorithm as its generator
+ * is written, on an ideal schedule; the simulation runs the schedules
+ * with one message at a time per port direction and one local step at a
+ * time per core.  They agree within 10% except where the simulation sees
+ * something the closed form deliberately leaves out (the tolerance table
+ * below says what, per algorithm).  Sizes are at least a few elements per
+ * rank: below that some segments are empty, their messages are skipped,
+ * and the simulation legitimately comes out faster than the formulas.
+ */
 #include <criterion/criterion.h>
-Test(model, placeholder) { cr_assert(1); }
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "coll/coll.h"
+#include "sched/model.h"
+
+static void quiet(void)
+{
+    /* Generators not written yet fail on purpose; do not log each one. */
+    setenv("LOOM_DEBUG", "none", 1);
+}
+
+TestSuite(model, .init = quiet);
+
+static struct loomi_model_params defaults(void)
+{
+    struct loomi_model_params m;
+    loomi_model_defaults(&m);
+    return m;
+}
+
+/* ------------------------------------------------------- parameters */
+
+Test(model, defaults_are_documented)
+{
+    struct loomi_model_params m = defaults();
+    cr_assert_eq(m.alpha, LOOMI_MODEL_ALPHA);
+    cr_assert_eq(m.beta, LOOMI_MODEL_BETA);
+    cr_assert_eq(m.gamma, LOOMI_MODEL_GAMMA);
+    cr_assert_eq(m.gamma_copy, LOOMI_MODEL_GAMMA_COPY);
+    cr_assert_eq(m.chunk_bytes, (size_t)2 << 20);
+    cr_assert(m.alpha > 0 && m.beta > 0 && m.gamma > 0 && m.gamma_copy > 0);
+}
+
+/* ------------------------------------------------------ closed forms */
+
+Test(model, closed_forms_exist_and_grow_with_size)
+{
+    struct loomi_model_params m = defaults();
+    const int ps[] = {1, 2, 3, 7, 8, 64, 1000, 4096};
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        unsigned mask = loomi_coll_algos(c);
+        for (int a = 0; a < LOOMI_NUM_ALGOS; a++) {
+            int has = a == LOOMI_ALGO_AUTO || (mask & (1u << a));
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+                double prev = -1;
+                for (size_t b = 0; b <= ((size_t)1 << 30); b = b ? b * 4 : 4) {
+                    double t = loomi_model_time(c, a, ps[i], b, &m);
+                    if (!has) {
+                        cr_assert_lt(t, 0, "%s has no %s but got %g", loomi_coll_name(c),
+                                     loomi_algo_name(a), t);
+                        continue;
+                    }
+                    cr_assert(isfinite(t) && t >= 0, "%s/%s p=%d %zu B: %g", loomi_coll_name(c),
+                              loomi_algo_name(a), ps[i], b, t);
+                    if (a != LOOMI_ALGO_AUTO && c != LOOMI_COLL_BARRIER)
+                        cr_assert_geq(t, prev * 0.999, "%s/%s p=%d: %zu B takes %g < %g",
+                                      loomi_coll_name(c), loomi_algo_name(a), ps[i], b, t, prev);
+                    prev = t;
+                }
+            }
+        }
+    }
+    cr_assert_lt(loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 0, 8, &m), 0);
+    cr_assert_lt(loomi_model_time(-1, LOOMI_ALGO_RING, 8, 8, &m), 0);
+    cr_assert_lt(loomi_model_time(LOOMI_NUM_COLLS, LOOMI_ALGO_RING, 8, 8, &m), 0);
+    cr_assert_lt(loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_NUM_ALGOS, 8, 8, &m), 0);
+    cr_assert_lt(loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 8, 8, NULL), 0);
+}
+
+Test(model, textbook_costs)
+{
+    struct loomi_model_params m = defaults();
+    const double a = m.alpha, b = m.beta, g = m.gamma;
+    /* Unchunked ring: 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma. */
+    double n = 64.0 * 1024, p = 8;
+    double want = 2 * (p - 1) * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g;
+    double t = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 8, 64 * 1024, &m);
+    cr_assert_float_eq(t, want, want * 1e-9, "ring: %g, want %g", t, want);
+    /* Recursive doubling on a power of two: lg p (alpha + n beta + n gamma). */
+    want = 3 * (a + n * b + n * g);
+    t = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RECURSIVE_DOUBLING, 8, 64 * 1024, &m);
+    cr_assert_float_eq(t, want, want * 1e-9, "recursive doubling: %g, want %g", t, want);
+    /* Rabenseifner: 2 lg p alpha + 2(p-1)/p n beta + (p-1)/p n gamma. */
+    want = 6 * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g;
+    t = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, 8, 64 * 1024, &m);
+    cr_assert_float_eq(t, want, want * 1e-9, "halving-doubling: %g, want %g", t, want);
+    /* Dissemination barrier: ceil(lg p) alpha. */
+    t = loomi_model_time(LOOMI_COLL_BARRIER, LOOMI_ALGO_BRUCK, 5, 0, &m);
+    cr_assert_float_eq(t, 3 * a, a * 1e-9);
+    /* One rank: a copy at most. */
+    t = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 1, 1000, &m);
+    cr_assert_float_eq(t, 1000 * m.gamma_copy, 1e-15);
+}
+
+Test(model, ring_wins_large_recursive_doubling_wins_small)
+{
+    struct loomi_model_params m = defaults();
+    const int R = LOOMI_ALGO_RING, D = LOOMI_ALGO_RECURSIVE_DOUBLING, A = LOOMI_COLL_ALLREDUCE;
+    for (int p = 16; p <= 4096; p *= 4) {
+        double big_r = loomi_model_time(A, R, p, (size_t)256 << 20, &m);
+        double big_d = loomi_model_time(A, D, p, (size_t)256 << 20, &m);
+        double small_r = loomi_model_time(A, R, p, 8, &m);
+        double small_d = loomi_model_time(A, D, p, 8, &m);
+        cr_assert_lt(big_r, big_d, "p=%d 256 MiB: ring %g >= rd %g", p, big_r, big_d);
+        cr_assert_lt(small_d, small_r, "p=%d 8 B: rd %g >= ring %g", p, small_d, small_r);
+    }
+    double t;
+    cr_assert_eq(loomi_model_best(A, 64, 8, &m, &t), D);
+    cr_assert_gt(t, 0);
+    int big = loomi_model_best(A, 64, (size_t)1 << 30, &m, NULL);
+    cr_assert(big != D && big != LOOMI_ALGO_AUTO, "best at 1 GiB: %s", loomi_algo_name(big));
+}
+
+/* The same in the simulation, where the generators exist. */
+static int sim(int coll, int algo, int p, size_t bytes, double *t)
+{
+    struct loomi_model_params m = defaults();
+    struct loomi_model_sim r;
+    loom_result_t rc = loomi_model_simulate(coll, algo, p, LOOM_FLOAT32, LOOM_SUM, bytes / 4, &m,
+                                            0, &r);
+    if (rc == LOOM_ERR_UNSUPPORTED) return 0;
+    cr_assert_eq(rc, LOOM_SUCCESS, "%s/%s p=%d %zu B: %s", loomi_coll_name(coll),
+                 loomi_algo_name(algo), p, bytes, loom_get_last_error());
+    cr_assert(!r.over_budget);
+    *t = r.time;
+    return 1;
+}
+
+Test(model, simulated_ring_and_recursive_doubling)
+{
+    const int A = LOOMI_COLL_ALLREDUCE;
+    double ring_big, rd_big, ring_small, rd_small;
+    if (!sim(A, LOOMI_ALGO_RING, 32, (size_t)32 << 20, &ring_big) ||
+        !sim(A, LOOMI_ALGO_RECURSIVE_DOUBLING, 32, (size_t)32 << 20, &rd_big) ||
+        !sim(A, LOOMI_ALGO_RING, 32, 8, &ring_small) ||
+        !sim(A, LOOMI_ALGO_RECURSIVE_DOUBLING, 32, 8, &rd_small)) {
+        cr_log_info("ring or recursive doubling not written yet: skipped");
+        return;
+    }
+    cr_assert_lt(ring_big, rd_big);
+    cr_assert_lt(rd_small, ring_small);
+}
+
+/* ------------------------------------------- simulation vs closed form */
+
+struct tol {
+    int coll, algo;
+    double lo, hi;
+    const char *why;
+};
+
+/* Ratios sim/closed form allowed beyond the default [0.9, 1.1]. */
+static const struct tol tols[] = {
+    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, 0.75, 1.4,
+     "the form takes the double tree's depth as floor(log2 p) full levels; at small or "
+     "uneven p the in-order trees are shallower or lopsided"},
+    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RECURSIVE_DOUBLING, 0.9, 1.3,
+     "with p not a power of two, fold-in traffic competes for the ports of the core "
+     "ranks' first exchanges; the form has no port contention"},
+    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, 0.9, 1.3,
+     "as recursive doubling: the fold-in contends with the first halving level"},
+    {LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_HALVING_DOUBLING, 0.9, 1.3,
+     "as recursive doubling: the fold-in contends with the first halving level"},
+    {LOOMI_COLL_ALLTOALL, LOOMI_ALGO_PAIRWISE, 0.95, 1.35,
+     "the form assumes a perfect permutation per step; with up to 8 exchanges in "
+     "flight the simulated ports pick messages greedily (oldest first) and sometimes "
+     "wait on a busy far end"},
+    {LOOMI_COLL_ALLTOALLV, LOOMI_ALGO_PAIRWISE, 0.95, 1.35, "as alltoall pairwise"},
+    {LOOMI_COLL_BROADCAST, LOOMI_ALGO_SCATTER_ALLGATHER, 0.9, 1.5,
+     "the ring sends of a rank's own subtree segments wait on nothing, so they leave "
+     "right after the scatter and hold up the forwarded ones on the same link"},
+};
+
+static void tolerance(int coll, int algo, double *lo, double *hi, const char **why)
+{
+    *lo = 0.9;
+    *hi = 1.1;
+    *why = "";
+    for (size_t i = 0; i < sizeof tols / sizeof tols[0]; i++)
+        if (tols[i].coll == coll && tols[i].algo == algo) {
+            *lo = tols[i].lo;
+            *hi = tols[i].hi;
+            *why = tols[i].why;
+        }
+}
+
+Test(model, simulation_agrees_with_closed_forms, .timeout = 120)
+{
+    struct loomi_model_params m = defaults();
+    const int ps[] = {2, 3, 5, 8, 13, 16, 64};
+    /* Per rank or per vector, as each collective takes bytes; all big
+     * enough for a few elements per segment even at 64 ranks. */
+    const size_t sizes[] = {4096, 256 * 1024, (size_t)4 << 20};
+    int checked = 0, missing = 0;
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        unsigned mask = loomi_coll_algos(c);
+        for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+            if (!(mask & (1u << a))) continue;
+            double lo, hi;
+            const char *why;
+            tolerance(c, a, &lo, &hi, &why);
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                    size_t bytes = c == LOOMI_COLL_BARRIER ? 0 : sizes[k];
+                    struct loomi_model_sim r;
+                    loom_result_t rc = loomi_model_simulate(c, a, ps[i], LOOM_FLOAT32, LOOM_SUM,
+                                                            bytes / 4, &m, 0, &r);
+                    if (rc == LOOM_ERR_UNSUPPORTED) {
+                        missing++;
+                        goto next_algo;
+                    }
+                    cr_assert_eq(rc, LOOM_SUCCESS, "%s/%s p=%d %zu B: %s", loomi_coll_name(c),
+                                 loomi_algo_name(a), ps[i], bytes, loom_get_last_error());
+                    double f = loomi_model_time(c, a, ps[i], bytes, &m);
+                    double ratio = r.time / f;
+                    cr_expect(ratio >= lo && ratio <= hi,
+                              "%s/%s p=%d %zu B: simulated %g s, closed form %g s (ratio %.3f "
+                              "outside [%.2f, %.2f]) %s",
+                              loomi_coll_name(c), loomi_algo_name(a), ps[i], bytes, r.time, f,
+                              ratio, lo, hi, why);
+                    checked++;
+                    if (c == LOOMI_COLL_BARRIER) break;
+                }
+        next_algo:;
+        }
+    }
+    cr_log_info("%d simulations checked, %d algorithms not written yet", checked, missing);
+    cr_assert_gt(checked, 0);
+}
+
+/* ------------------------------------------------ simulation details */
+
+Test(model, simulation_of_one_rank_and_of_nothing)
+{
+    struct loomi_model_params m = defaults();
+    struct loomi_model_sim r;
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 1, LOOM_FLOAT32,
+                                      LOOM_SUM, 1000, &m, 0, &r),
+                 LOOM_SUCCESS);
+    cr_assert_float_eq(r.time, 4000 * m.gamma_copy, 1e-15);
+    cr_assert_eq(r.messages, 0);
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 8, LOOM_FLOAT32,
+                                      LOOM_SUM, 0, &m, 0, &r),
+                 LOOM_SUCCESS);
+    cr_assert_eq(r.time, 0);
+    cr_assert_eq(r.steps, 0);
+}
+
+Test(model, simulation_counts_the_ring)
+{
+    struct loomi_model_params m = defaults();
+    struct loomi_model_sim r;
+    /* 8 ranks, one chunk per segment: 2(p-1) messages per rank, each of
+     * one segment, and the unchunked ring's time exactly. */
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 8, LOOM_FLOAT32,
+                                      LOOM_SUM, 8 * 1024, &m, 0, &r),
+                 LOOM_SUCCESS);
+    cr_assert_eq(r.messages, 8 * 14);
+    cr_assert_eq(r.wire_bytes, (uint64_t)8 * 14 * 4096);
+    double want = 14 * (m.alpha + 4096 * m.beta) + 7 * 4096 * m.gamma;
+    cr_assert_float_eq(r.time, want, want * 1e-9, "%g vs %g", r.time, want);
+    cr_assert(r.last_rank >= 0 && r.last_rank < 8);
+}
+
+Test(model, simulation_budget_and_errors)
+{
+    struct loomi_model_params m = defaults();
+    struct loomi_model_sim r;
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 64, LOOM_FLOAT32,
+                                      LOOM_SUM, 1 << 20, &m, 100, &r),
+                 LOOM_SUCCESS);
+    cr_assert(r.over_budget);
+    cr_assert_gt(r.steps, 100);
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 0, LOOM_FLOAT32,
+                                      LOOM_SUM, 8, &m, 0, &r),
+                 LOOM_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(loom_get_last_error(), "nranks"));
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 4,
+                                      (loom_datatype_t)99, LOOM_SUM, 8, &m, 0, &r),
+                 LOOM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_BRUCK, 4, LOOM_FLOAT32,
+                                      LOOM_SUM, 8, &m, 0, &r),
+                 LOOM_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(loom_get_last_error(), "bruck"));
+    cr_assert_eq(loomi_model_simulate(LOOMI_NUM_COLLS, LOOMI_ALGO_RING, 4, LOOM_FLOAT32, LOOM_SUM,
+                                      8, &m, 0, &r),
+                 LOOM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 4, LOOM_FLOAT32,
+                                      LOOM_SUM, 8, NULL, 0, &r),
+                 LOOM_ERR_INVALID_ARGUMENT);
+}
+
+Test(model, simulation_runs_every_datatype_and_op)
+{
+    struct loomi_model_params m = defaults();
+    for (int d = 0; d < LOOM_NUM_DATATYPES; d++)
+        for (int o = 0; o < LOOM_NUM_OPS; o++) {
+            struct loomi_model_sim r;
+            loom_result_t rc = loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RING, 5,
+                                                    (loom_datatype_t)d, (loom_op_t)o, 1000, &m,
+                                                    0, &r);
+            cr_assert_eq(rc, LOOM_SUCCESS, "%d/%d: %s", d, o, loom_get_last_error());
+            cr_assert_gt(r.time, 0);
+        }
+}
+
+/* ------------------------------------------------------- measurement */
+
+Test(model, measures_this_host, .timeout = 60)
+{
+    double g, gc, a, b;
+    cr_assert_eq(loomi_model_measure_cpu((size_t)1 << 20, &g, &gc), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    /* Between 1 TB/s and 10 MB/s: anything outside is a broken timer. */
+    cr_assert(g > 1e-12 && g < 1e-7, "gamma %g s/B", g);
+    cr_assert(gc > 1e-12 && gc < 1e-7, "gamma_copy %g s/B", gc);
+    cr_assert_eq(loomi_model_measure_net((size_t)1 << 20, &a, &b), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    cr_assert(a > 0 && a < 0.1, "alpha %g s", a);
+    cr_assert(b > 0 && b < 1e-6, "beta %g s/B", b);
+    cr_assert_eq(loomi_model_measure_cpu(16, &g, &gc), LOOM_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(loomi_model_measure_net(16, &a, &b), LOOM_ERR_INVALID_ARGUMENT);
+}
