@@ -9,6 +9,7 @@
  * from its own callbacks.  Failures are likewise recorded in callbacks and
  * acted on (cancel, restore, tell peers) after progress() returns.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,8 +344,9 @@ void loomi_engine_fail_all(struct loom_comm *c)
         if (op->status == LOOM_SUCCESS) {
             op->status = c->error;
             snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
-        } else if (c->errmsg[0] && op->status == LOOM_ERR_REMOTE) {
-            /* The communicator's message names the failed peer. */
+        } else if (c->errmsg[0]) {
+            /* The communicator's message names the failed peer (this op's
+             * own may only name the neighbour that passed the news on). */
             snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
         }
         op_finish(op);
@@ -420,6 +422,9 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
                 uint32_t before = op->ndone;
                 engine_round(c, 0);
                 if (op->ndone != before) t0 = loomi_now_ns();
+                /* Give the core away between polls: when ranks share
+                 * cores, the peer we wait for may need this one. */
+                else sched_yield();
             }
             if (op->finished) break;
         }
