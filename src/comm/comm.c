@@ -60,7 +60,8 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
     if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
 }
 
-static void on_peer_failed(void *owner, int peer, int failed, loom_result_t code, const char *why)
+void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
+                               const char *why)
 {
     struct loom_comm *c = owner;
     if (failed == peer || failed < 0)
@@ -68,6 +69,24 @@ static void on_peer_failed(void *owner, int peer, int failed, loom_result_t code
     else
         loomi_comm_fail(c, code, failed, "rank %d reported that rank %d failed: %s", peer, failed,
                         why);
+}
+
+loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
+                               const loom_config_t *cfg, const char *caller)
+{
+    struct loom_comm *c = calloc(1, sizeof *c);
+    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
+    c->rank = rank;
+    c->nranks = nranks;
+    c->failed_rank = -1;
+    loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
+    if (r == LOOM_SUCCESS) r = loomi_algo_parse(c->set.algo, c->algo_forced, rank);
+    if (r != LOOM_SUCCESS) {
+        free(c);
+        return r;
+    }
+    *out = c;
+    return LOOM_SUCCESS;
 }
 
 static loom_result_t pick_transport(struct loom_comm *c, const char *caller)
@@ -96,15 +115,11 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
                                 int nranks, const loom_config_t *cfg, const char *caller,
                                 bool run_root)
 {
-    struct loom_comm *c = calloc(1, sizeof *c);
-    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
-    c->rank = rank;
-    c->nranks = nranks;
-    c->failed_rank = -1;
+    struct loom_comm *c;
+    loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
+    if (r != LOOM_SUCCESS) return r;
     memcpy(c->job_key, t->job_key, 16);
-    loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
-    if (r == LOOM_SUCCESS) r = loomi_algo_parse(c->set.algo, c->algo_forced, rank);
-    if (r == LOOM_SUCCESS) r = pick_transport(c, caller);
+    r = pick_transport(c, caller);
     if (r != LOOM_SUCCESS) {
         free(c);
         return r;
@@ -133,7 +148,7 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         .ifname = c->set.socket_ifname[0] ? c->set.socket_ifname : NULL,
         .bind_hint = &local,
         .bind_hint_len = local_len,
-        .peer_failed = on_peer_failed,
+        .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
     };
     r = c->tops->create(&ctx, &c->tstate);

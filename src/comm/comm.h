@@ -54,6 +54,16 @@ loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn);
 void loomi_comm_fail(struct loom_comm *comm, loom_result_t code, int failed_rank,
                      const char *fmt, ...) LOOMI_PRINTF(4, 5);
 
+/* A zeroed communicator with its rank, size, settings (from cfg and the
+ * environment) and LOOM_ALGO resolved; no transport yet.  Freed with free()
+ * until it has one. */
+loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
+                               const loom_config_t *cfg, const char *caller);
+
+/* The transport's peer_failed callback (owner: the communicator). */
+void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
+                               const char *why);
+
 /* ------------------------------------------------------------ bootstrap */
 
 /* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t. */

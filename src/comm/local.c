@@ -12,18 +12,6 @@
 #include "comm/comm.h"
 #include "sched/simulate.h"
 
-/* The same reaction to a failed peer as a TCP communicator's. */
-static void local_peer_failed(void *owner, int peer, int failed, loom_result_t code,
-                              const char *why)
-{
-    struct loom_comm *c = owner;
-    if (failed == peer || failed < 0)
-        loomi_comm_fail(c, code, peer, "rank %d failed: %s", peer, why);
-    else
-        loomi_comm_fail(c, code, failed, "rank %d reported that rank %d failed: %s", peer,
-                        failed, why);
-}
-
 loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
                                       const loom_config_t *cfg,
                                       const struct loomi_transport_ops *tops,
@@ -36,24 +24,16 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "%s: rank %d of %d is not valid",
                           caller, rank, nranks);
     *out = NULL;
-    struct loom_comm *c = calloc(1, sizeof *c);
-    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
-    c->rank = rank;
-    c->nranks = nranks;
-    c->failed_rank = -1;
-    loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
-    if (r == LOOM_SUCCESS) r = loomi_algo_parse(c->set.algo, c->algo_forced, rank);
-    if (r != LOOM_SUCCESS) {
-        free(c);
-        return r;
-    }
+    struct loom_comm *c;
+    loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
+    if (r != LOOM_SUCCESS) return r;
     c->tops = tops;
     struct loomi_tctx ctx = {
         .rank = rank,
         .nranks = nranks,
         .job_key = c->job_key,
         .streams = 1,
-        .peer_failed = local_peer_failed,
+        .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
     };
     r = make(arg, &ctx, &c->tstate);
