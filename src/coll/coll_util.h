@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sched/sched.h"
+
 /* n elements cut into p nearly equal segments, the first n % p one longer. */
 struct loomi_seg {
     size_t base, rem;
@@ -49,6 +51,39 @@ static inline int loomi_pow2_floor(int p)
     int q = 1;
     while (q * 2 <= p) q *= 2;
     return q;
+}
+
+/* Non-power-of-two rank counts fold onto a core of q = 2^k ranks: the
+ * first 2*extra ranks pair up (the odd one hands its data to the even one,
+ * which stands for both), the others shift down.  Core index of rank r, or
+ * -1 for a folded-away odd rank; and the rank of core index nr. */
+static inline int loomi_fold_core(int r, int extra)
+{
+    if (r < 2 * extra) return (r & 1) ? -1 : r / 2;
+    return r - extra;
+}
+static inline int loomi_fold_rank(int nr, int extra) { return nr < extra ? 2 * nr : nr + extra; }
+
+/* The last four writes to a region, so that a step can depend on all the
+ * writes before it within LOOMI_MAX_DEPS: each new write depends on the
+ * one four back (loomi_wl_back), so the last four cover every earlier one. */
+struct loomi_wlist {
+    uint32_t w[4];
+    int n;
+};
+static inline uint32_t loomi_wl_back(const struct loomi_wlist *wl)
+{
+    return wl->n >= 4 ? wl->w[wl->n % 4] : LOOMI_NO_DEP;
+}
+static inline void loomi_wl_add(struct loomi_wlist *wl, uint32_t step)
+{
+    if (step != LOOMI_NO_DEP) wl->w[wl->n++ % 4] = step;
+}
+static inline int loomi_wl_all(const struct loomi_wlist *wl, uint32_t deps[4])
+{
+    int k = wl->n < 4 ? wl->n : 4;
+    for (int i = 0; i < k; i++) deps[i] = wl->w[(wl->n - 1 - i) % 4];
+    return k;
 }
 
 #endif
