@@ -14,7 +14,7 @@
 #include "coll/coll_util.h"
 #include "core/internal.h"
 
-/* "Everything written so far" as at most LOOMI_MAX_DEPS dependencies:
+/* loomi_wlist keeps "everything written so far" as at most LOOMI_MAX_DEPS dependencies:
  * each new write depends on the write four places back, so the last four
  * writes cover all earlier ones (the receives land in disjoint ranges, so
  * the extra edge only delays posting one behind a much earlier one). */

@@ -53,6 +53,18 @@ static inline int loomi_pow2_floor(int p)
     return q;
 }
 
+/* Allreduce's buffer extents, and the cases all its algorithms share:
+ * count 0 (nothing) and one rank (a copy, out of place).  Returns 1 when
+ * that already completes the schedule. */
+static inline int loomi_allreduce_trivial(struct loomi_sched *s, size_t count, int inplace)
+{
+    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * s->esize;
+    s->buf_bytes[LOOMI_BUF_RECV] = count * s->esize;
+    if (count && s->nranks == 1 && !inplace)
+        loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
+    return count == 0 || s->nranks == 1;
+}
+
 /* Non-power-of-two rank counts fold onto a core of q = 2^k ranks: the
  * first 2*extra ranks pair up (the odd one hands its data to the even one,
  * which stands for both), the others shift down.  Core index of rank r, or

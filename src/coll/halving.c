@@ -20,7 +20,6 @@
 #include "coll/coll_util.h"
 #include "core/internal.h"
 
-/* Core index of rank r (-1: an odd rank folded into r-1) and back. */
 /* Window after level j of the halving: kept [*klo, *khi), given away
  * [*glo, *ghi), in core indices; lo/hi is the window before. */
 static void halve(int nr, int mask, int lo, int hi, int *klo, int *khi, int *glo, int *ghi)
@@ -32,9 +31,6 @@ static void halve(int nr, int mask, int lo, int hi, int *klo, int *khi, int *glo
     }
 }
 
-/* "Everything written so far" as at most LOOMI_MAX_DEPS dependencies:
- * each new write depends on the write four places back, so the last four
- * writes cover all earlier ones. */
 /*
  * Allreduce: the vector is cut into q segments, one per core rank, and
  * accumulates in RECV; each level's incoming half goes to one scratch
@@ -46,13 +42,7 @@ loom_result_t loomi_gen_allreduce_hd(struct loomi_sched *s, const struct loomi_c
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count;
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * es;
-    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    if (count == 0) return LOOM_SUCCESS;
-    if (p == 1) {
-        if (!inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
-        return LOOM_SUCCESS;
-    }
+    if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q, src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     int L = 0;
     while ((1 << L) < q) L++;

@@ -15,7 +15,6 @@
 
 #define RD_MAX_CHUNKS 1024
 
-/* Core index of rank r (-1: an odd rank folded into r-1) and back. */
 /*
  * Allreduce.  Each level exchanges the whole vector (chunked, so chunk c
  * of level l+1 leaves while chunk c+1 of level l is being reduced) and
@@ -26,13 +25,7 @@ loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_c
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count;
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * es;
-    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    if (count == 0) return LOOM_SUCCESS;
-    if (p == 1) {
-        if (!inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
-        return LOOM_SUCCESS;
-    }
+    if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q, src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     int L = 0;
     while ((1 << L) < q) L++;
@@ -102,7 +95,7 @@ loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_c
 }
 
 /*
- * "Everything written so far" as at most LOOMI_MAX_DEPS dependencies:
+ * loomi_wlist keeps "everything written so far" as at most LOOMI_MAX_DEPS dependencies:
  * each new write depends on the write four places back, so the last four
  * writes cover all earlier ones.  Writes land in disjoint ranges, so the
  * extra edge only delays posting a receive behind one that came long

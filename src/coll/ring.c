@@ -65,13 +65,7 @@ loom_result_t loomi_allreduce_ring(struct loomi_sched *s, size_t count, int inpl
 {
     const int p = s->nranks, r = s->rank;
     const size_t es = s->esize;
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * es;
-    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    if (count == 0) return LOOM_SUCCESS;
-    if (p == 1) {
-        if (!inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
-        return LOOM_SUCCESS;
-    }
+    if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     struct loomi_seg g = loomi_seg_make(count, p);
     size_t maxseg = loomi_seg_len(&g, 0);

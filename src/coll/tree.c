@@ -76,13 +76,7 @@ loom_result_t loomi_gen_allreduce_tree(struct loomi_sched *s, const struct loomi
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count;
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * es;
-    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    if (count == 0) return LOOM_SUCCESS;
-    if (p == 1) {
-        if (!inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
-        return LOOM_SUCCESS;
-    }
+    if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     struct btree t[2];
     size_t off[2], len[2], C[2], maxchunk[2], slots[2], sbase[2];
