@@ -103,6 +103,11 @@ static loom_result_t wait_all(struct loomi_op **ops, struct loom_comm **comms, s
     return first;
 }
 
+static int is_recv(const struct loomi_sched *s)
+{
+    return s->p2p && s->nsteps == 1 && s->steps[0].kind == LOOMI_STEP_RECV;
+}
+
 loom_result_t loom_group_end(void)
 {
     if (grp.depth <= 0)
@@ -122,7 +127,16 @@ loom_result_t loom_group_end(void)
     loom_result_t first = LOOM_SUCCESS;
     size_t started = 0;
     if (!ops || !comms) first = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_group_end: out of memory");
-    for (size_t i = 0; i < n; i++) {
+    /* Receives first: a message that finds its receive posted lands in
+     * place, one that comes early is copied through a buffer.  Only
+     * point-to-point ops move; collectives keep their order. */
+    size_t *order = malloc(n * sizeof *order), k = 0;
+    if (!order) first = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_group_end: out of memory");
+    for (int pass = 0; pass < 2 && order; pass++)
+        for (size_t i = 0; i < n; i++)
+            if (is_recv(&q[i].s) == !pass) order[k++] = i;
+    for (size_t j = 0; j < n; j++) {
+        size_t i = order ? order[j] : j;
         if (first != LOOM_SUCCESS) {
             loomi_sched_free(&q[i].s); /* never started */
             continue;
@@ -142,6 +156,7 @@ loom_result_t loom_group_end(void)
         comms[started++] = q[i].comm;
     }
     free(q);
+    free(order);
     loom_result_t w = ops && comms ? wait_all(ops, comms, started) : LOOM_SUCCESS;
     if (first == LOOM_SUCCESS) first = w;
     free(ops);

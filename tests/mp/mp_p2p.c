@@ -8,6 +8,7 @@
  *  - messages between two ranks match in the order they were posted
  *    (non-blocking sends of different sizes and contents);
  *  - zero-length messages;
+ *  - a large message received while it is still arriving;
  *  - collectives queued in a group run at loom_group_end;
  *  - barrier: no rank leaves before the last one entered;
  *  - argument errors name the argument and leave the buffer untouched.
@@ -129,6 +130,37 @@ static void ordering(loom_comm_t comm)
     for (int m = 0; m < 3; m++) free(b[m]);
 }
 
+/* A large message whose receive is posted while it is still arriving:
+ * what came early is moved to the receive buffer and the rest read
+ * straight into it (tcp.c, unexp_go_direct).  Several sizes and delays so
+ * that the receive lands before, during and after the transfer. */
+static void late_receive(loom_comm_t comm)
+{
+    if (nranks < 2) return;
+    size_t n = (size_t)16 << 20; /* 64 MiB */
+    uint32_t *b = rank <= 1 ? malloc(n * 4) : NULL;
+    int delays_us[] = {0, 2000, 20000};
+    for (int d = 0; d < 3; d++) {
+        for (size_t i = 0; rank <= 1 && i < n; i++) b[i] = rank == 0 ? word(0, 1, i, 20 + d) : 0;
+        loom_result_t e = LOOM_SUCCESS, e2;
+        loom_request_t q = LOOM_REQUEST_NULL;
+        /* Rank 1 reads part of the message during the barrier, before its
+         * receive exists. */
+        if (rank == 0) e = loom_isend(b, n, LOOM_UINT32, 1, comm, &q);
+        e2 = loom_barrier(comm);
+        if (rank == 1) {
+            usleep((useconds_t)delays_us[d]);
+            e = loom_recv(b, n, LOOM_UINT32, 0, comm);
+        }
+        if (rank == 0 && !e) e = loom_wait(&q);
+        CHECK(!e && !e2, "late receive %d: %s", d, loom_get_last_error());
+        size_t bad = 0;
+        for (size_t i = 0; rank == 1 && i < n; i++) bad += b[i] != word(0, 1, i, 20 + d);
+        CHECK(bad == 0, "late receive after %d us: %zu wrong words", delays_us[d], bad);
+    }
+    free(b);
+}
+
 static void collectives_in_group(loom_comm_t comm)
 {
     int32_t a[64], b[64], c[64];
@@ -214,6 +246,7 @@ int main(void)
         all_pairs_in_group(comm, 0);
         all_pairs_in_group(comm, 4099);
         ordering(comm);
+        late_receive(comm);
     }
     collectives_in_group(comm);
     barrier(comm);

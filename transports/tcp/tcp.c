@@ -62,12 +62,21 @@ struct piece {
     struct piece *next;
 };
 
+#define UNEXP_PIECES 16
 struct unexp {
     uint64_t tag;
     size_t total, got;
     char *buf;
     size_t cap; /* of buf */
     struct loomi_xfer *waiter;
+    /* Once its receive is posted, a message still arriving is moved to the
+     * receive's buffer and the rest read straight into it ("direct"; buf
+     * is then gone).  That needs to know which bytes are in: the pieces
+     * started so far (npc > UNEXP_PIECES: too many, copy at the end). */
+    int direct, npc;
+    struct {
+        size_t off, len;
+    } pc[UNEXP_PIECES];
     struct unexp *next;
 };
 
@@ -277,8 +286,10 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
         for (; u; u = n) {
             n = u->next;
             if (u->waiter) complete_once(u->waiter, code);
-            t->unexp_bytes -= u->total;
-            ubuf_put(t, u->buf, u->cap);
+            if (u->buf) {
+                t->unexp_bytes -= u->total;
+                ubuf_put(t, u->buf, u->cap);
+            }
             free(u);
         }
         p->unexp[b] = NULL;
@@ -470,17 +481,56 @@ static void recv_done(struct peer *p, struct loomi_xfer *x, size_t len)
 static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t len)
 {
     u->got += len;
-    if (u->got < u->total || !u->waiter) return;
+    /* Complete when all is in and someone wants it; a direct message whose
+     * receive was cancelled was read into the void and just goes. */
+    if (u->got < u->total || (!u->waiter && !u->direct)) return;
     struct unexp **link = NULL;
     find_unexp(p, u->tag, &link);
     *link = u->next;
     struct loomi_xfer *x = u->waiter;
-    memcpy(x->buf, u->buf, u->total);
-    t->unexp_bytes -= u->total;
-    ubuf_put(t, u->buf, u->cap);
+    if (u->buf) {
+        if (x) memcpy(x->buf, u->buf, u->total);
+        t->unexp_bytes -= u->total;
+        ubuf_put(t, u->buf, u->cap);
+    }
     free(u);
+    if (!x) return;
     p->nposted--;
     complete_once(x, LOOM_SUCCESS);
+}
+
+static void track_piece(struct unexp *u, const struct wire_hdr *h)
+{
+    if (u->npc < UNEXP_PIECES) {
+        u->pc[u->npc].off = h->offset;
+        u->pc[u->npc].len = h->len;
+    }
+    if (u->npc <= UNEXP_PIECES) u->npc++;
+}
+
+/* The receive x is posted for u, a message partly in: move what is in to
+ * x->buf and point the streams still reading pieces of it there, so the
+ * rest is not copied twice. */
+static void unexp_go_direct(struct tcp *t, struct peer *p, struct unexp *u,
+                            struct loomi_xfer *x)
+{
+    for (int i = 0; i < u->npc; i++) {
+        size_t off = u->pc[i].off, filled = u->pc[i].len;
+        for (int k = 0; k < all_streams(t); k++) {
+            struct stream *s = &p->s[k];
+            if (s->ru == u && s->in_payload && s->rh.offset == off) {
+                filled = u->pc[i].len - s->rleft;
+                s->rdst = (char *)x->buf + off + filled;
+            }
+        }
+        memcpy((char *)x->buf + off, u->buf + off, filled);
+    }
+    LOOMI_TRACE(t->ctx.rank, "tcp: receive posted for an early message from rank %d: %zu of %zu "
+                "bytes moved, the rest read in place", p->rank, u->got, u->total);
+    t->unexp_bytes -= u->total;
+    ubuf_put(t, u->buf, u->cap);
+    u->buf = NULL;
+    u->direct = 1;
 }
 
 /* A header has arrived: check it, then find where its payload goes. */
@@ -517,8 +567,14 @@ static int handle_header(struct tcp *t, struct stream *s)
     s->rx = NULL;
     s->ru = find_unexp(p, h->tag, NULL);
     if (s->ru) {
-        if (s->ru->total != h->total) goto size_mismatch;
-        s->rdst = s->ru->buf + h->offset;
+        struct unexp *u = s->ru;
+        if (u->total != h->total) goto size_mismatch;
+        if (u->direct) {
+            s->rdst = u->waiter ? (char *)u->waiter->buf + h->offset : NULL;
+        } else {
+            s->rdst = u->buf + h->offset;
+            track_piece(u, h);
+        }
     } else if ((s->rx = find_recv(p, h->tag)) != NULL) {
         if (s->rx->len != h->total) {
             size_t want = s->rx->len;
@@ -554,6 +610,7 @@ static int handle_header(struct tcp *t, struct stream *s)
         t->unexp_bytes += u->total;
         s->ru = u;
         s->rdst = u->buf + h->offset;
+        track_piece(u, h);
     }
     s->rleft = h->len;
     s->in_payload = 1;
@@ -641,6 +698,7 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
             return LOOM_SUCCESS; /* x was completed with the error */
         }
         u->waiter = x;
+        if (u->got < u->total && u->npc <= UNEXP_PIECES) unexp_go_direct(t, p, u, x);
         unexp_done(t, p, u, 0);
         return LOOM_SUCCESS;
     }
@@ -685,7 +743,12 @@ static void tcp_cancel(void *state, struct loomi_xfer *x)
         }
     for (int b = 0; b < NBUCKETS; b++)
         for (struct unexp *u = p->unexp[b]; u; u = u->next)
-            if (u->waiter == x) u->waiter = NULL;
+            if (u->waiter == x) {
+                u->waiter = NULL;
+                /* Direct: the rest of it must not land in x's memory. */
+                for (int i = 0; u->direct && i < all_streams(t); i++)
+                    if (p->s[i].ru == u) p->s[i].rdst = NULL;
+            }
 }
 
 /* ------------------------------------------------------------ progress */
