@@ -92,9 +92,16 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s", c->fn, c->a.count,
                 loomi_dtype_name(c->dtype), loomi_algo_name(algo), s.nsteps,
                 c->a.inplace ? ", in place" : "");
-    if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, c->a.inplace);
+    /* The engine saves RECV and puts it back if the operation fails, where
+     * RECV holds input the operation overwrites.  In-place allgather,
+     * gather and broadcast never write their input (the caller's own
+     * block, the root's buffer), so they skip that copy. */
+    int coll = c->a.coll;
+    int save = c->a.inplace && (coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_REDUCE_SCATTER ||
+                                coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
+    if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
-    r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, c->a.inplace, &op);
+    r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
     if (r != LOOM_SUCCESS) return r;
     if (req) {
         *req = (loom_request_t)op;
