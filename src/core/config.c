@@ -24,7 +24,7 @@ struct var {
 static const struct var vars[] = {
     {"LOOM_TIMEOUT", K_INT, 1, 86400000, OFF(timeout_ms), "60000"},
     {"LOOM_TCP_STREAMS", K_INT, 1, 16, OFF(tcp_streams), "2"},
-    {"LOOM_SPIN_US", K_INT, 0, 1000000, OFF(spin_us), "50"},
+    {"LOOM_SPIN_US", K_INT, 0, 1000000, OFF(spin_us), "200"},
     {"LOOM_TCP_SOCKBUF", K_SIZE, 0, 1LL << 30, OFF(tcp_sockbuf), "0"}, /* 0: kernel autotuning */
     {"LOOM_CHUNK_SIZE", K_SIZE, 4096, 1LL << 30, OFF(chunk_bytes), "2M"},
     {"LOOM_SOCKET_IFNAME", K_STR, 0, 0, OFF(socket_ifname), NULL},
