@@ -276,7 +276,8 @@ loom_result_t loom_ibarrier(loom_comm_t comm, loom_request_t *req);
 /* Send count elements to peer / receive them from peer.  Messages between
  * two ranks are matched in the order they were posted; the counts of a
  * send and its receive must be equal.  A send may complete before the
- * receive is posted (the data is buffered).  A rank cannot send to itself.
+ * receive is posted (the data is buffered).  A rank may send to itself
+ * within a group holding the receive, or with the non-blocking forms.
  * The buffer of a receive must not overlap that of a send or receive
  * still in progress (in one group, or non-blocking): data may land while
  * a send still reads it. */

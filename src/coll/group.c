@@ -179,9 +179,6 @@ static loom_result_t p2p(const char *fn, int is_send, const void *sbuf, void *rb
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
                           "%s: peer %d is not a rank of this communicator (size %d)", fn, peer,
                           comm->nranks);
-    if (peer == comm->rank)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
-                          "%s: peer %d is the calling rank itself", fn, peer);
     if (count > SIZE_MAX / 4 / es)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: count %zu is too large",
                           fn, count);
@@ -192,6 +189,13 @@ static loom_result_t p2p(const char *fn, int is_send, const void *sbuf, void *rb
                           "%s: non-blocking calls are not allowed between loom_group_start and "
                           "loom_group_end (use the blocking form: loom_group_end completes it)",
                           fn);
+    /* A blocking send to oneself could only wait for a receive that the
+     * same thread can never post. */
+    if (peer == comm->rank && !req && !loomi_group_active())
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: peer %d is the calling rank itself: a transfer with oneself must "
+                          "be in a group with its counterpart, or non-blocking",
+                          fn, peer);
     if (!comm->p2p_seq) {
         comm->p2p_seq = calloc(2 * (size_t)comm->nranks, sizeof *comm->p2p_seq);
         if (!comm->p2p_seq)

@@ -38,6 +38,9 @@ struct loom_comm {
      * to rank q, [2q+1] received from it (they make the tags, so that
      * messages between two ranks match in the order they were posted). */
     uint32_t *p2p_seq;
+    /* Sends to and receives from this very rank, not yet matched (the
+     * engine pairs them; no transport sees them).  Linked by t_next. */
+    struct loomi_xfer *self_q[2];
 
     /* First failure; once set the communicator is broken. */
     loom_result_t error;

@@ -88,8 +88,12 @@ static void step_failed(struct loomi_op *op, uint32_t i, loom_result_t code, con
     if (op->status != LOOM_SUCCESS) return;
     op->status = code;
     op->failed_peer = st->peer;
-    snprintf(op->errmsg, sizeof op->errmsg, "%s %s rank %d failed", what,
-             st->kind == LOOMI_STEP_SEND ? "send to" : "receive from", st->peer);
+    /* A length mismatch is reported as it happens, so the thread's last
+     * error still says what did not match. */
+    snprintf(op->errmsg, sizeof op->errmsg, "%s %s rank %d failed%s%s", what,
+             st->kind == LOOMI_STEP_SEND ? "send to" : "receive from", st->peer,
+             code == LOOM_ERR_MISMATCH ? ": " : "",
+             code == LOOM_ERR_MISMATCH ? loom_get_last_error() : "");
 }
 
 static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
@@ -106,6 +110,45 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
 }
 
 static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes);
+
+/* A point-to-point transfer with this very rank: pair it with the oldest
+ * opposite one of the same tag, or queue it.  Completions run at once;
+ * they only mark steps done. */
+static loom_result_t self_post(struct loom_comm *c, struct loomi_xfer *x, int is_send)
+{
+    struct loomi_xfer **l = &c->self_q[!is_send];
+    while (*l && (*l)->tag != x->tag) l = &(*l)->t_next;
+    struct loomi_xfer *y = *l;
+    if (!y) {
+        struct loomi_xfer **end = &c->self_q[is_send];
+        while (*end) end = &(*end)->t_next;
+        x->t_next = NULL;
+        *end = x;
+        return LOOM_SUCCESS;
+    }
+    *l = y->t_next;
+    struct loomi_xfer *snd = is_send ? x : y, *rcv = is_send ? y : x;
+    loom_result_t r = LOOM_SUCCESS;
+    if (snd->len != rcv->len)
+        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                       "a send of %zu bytes to this rank itself met a receive of %zu bytes",
+                       snd->len, rcv->len);
+    else if (snd->len && rcv->buf != snd->buf)
+        memmove(rcv->buf, snd->buf, snd->len);
+    y->complete(y, r);
+    x->complete(x, r);
+    return LOOM_SUCCESS;
+}
+
+static void self_cancel(struct loom_comm *c, struct loomi_xfer *x)
+{
+    for (int k = 0; k < 2; k++)
+        for (struct loomi_xfer **l = &c->self_q[k]; *l; l = &(*l)->t_next)
+            if (*l == x) {
+                *l = x->t_next;
+                return;
+            }
+}
 
 /* Run ready steps until none is left. */
 static void op_run_ready(struct loomi_op *op)
@@ -131,13 +174,15 @@ static void op_run_ready(struct loomi_op *op)
             /* Zero-length messages (barriers) may name a buffer that is
              * NULL: give the transport an address it may pass to memcpy. */
             static unsigned char no_bytes[1];
-            if (st->kind == LOOMI_STEP_SEND) {
+            int is_send = st->kind == LOOMI_STEP_SEND;
+            if (is_send)
                 x->buf = bytes ? op->bufs[st->src] + st->src_off : no_bytes;
-                r = c->tops->isend(c->tstate, x);
-            } else {
+            else
                 x->buf = bytes ? op->bufs[st->dst] + st->dst_off : no_bytes;
-                r = c->tops->irecv(c->tstate, x);
-            }
+            if (st->peer == c->rank)
+                r = self_post(c, x, is_send);
+            else
+                r = is_send ? c->tops->isend(c->tstate, x) : c->tops->irecv(c->tstate, x);
             if (r != LOOM_SUCCESS) {
                 op->posted[i] = 0;
                 step_failed(op, i, r, "posting the");
@@ -198,7 +243,8 @@ static void op_finish(struct loomi_op *op)
         /* Withdraw what the transport still holds before the memory goes. */
         for (uint32_t i = 0; i < op->s.nsteps; i++)
             if (op->posted[i]) {
-                c->tops->cancel(c->tstate, &op->xfers[i]);
+                if (op->xfers[i].peer == c->rank) self_cancel(c, &op->xfers[i]);
+                else c->tops->cancel(c->tstate, &op->xfers[i]);
                 op->posted[i] = 0;
             }
         if (op->backup && op->inplace_buf)

@@ -130,11 +130,11 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
         switch (st->kind) {
         case LOOMI_STEP_SEND:
             ok = in_range(s, st->src, st->src_off, bytes) && st->peer >= 0 &&
-                 st->peer < s->nranks && st->peer != s->rank;
+                 st->peer < s->nranks && (st->peer != s->rank || s->p2p);
             break;
         case LOOMI_STEP_RECV:
             ok = in_range(s, st->dst, st->dst_off, bytes) && st->peer >= 0 &&
-                 st->peer < s->nranks && st->peer != s->rank;
+                 st->peer < s->nranks && (st->peer != s->rank || s->p2p);
             break;
         case LOOMI_STEP_REDUCE:
             ok = in_range(s, st->src2, st->src2_off, bytes);

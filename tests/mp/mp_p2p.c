@@ -205,7 +205,7 @@ static void errors(loom_comm_t comm)
     CHECK(e == LOOM_ERR_INVALID_ARGUMENT && strstr(loom_get_last_error(), "peer"),
           "bad peer: %d %s", e, loom_get_last_error());
     e = loom_recv(buf, 4, LOOM_UINT32, rank, comm);
-    CHECK(e == LOOM_ERR_INVALID_ARGUMENT && strstr(loom_get_last_error(), "itself"),
+    CHECK(e == LOOM_ERR_INVALID_USAGE && strstr(loom_get_last_error(), "itself"),
           "self peer: %d %s", e, loom_get_last_error());
     e = loom_recv(NULL, 4, LOOM_UINT32, (rank + 1) % nranks, comm);
     CHECK(e == LOOM_ERR_INVALID_ARGUMENT || nranks == 1, "NULL buf: %d", e);

@@ -248,13 +248,40 @@ Test(api, collectives_bad_arguments_touch_nothing)
     EXPECT_ERR(loom_scatter(NULL, b, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_ARGUMENT, "sendbuf");
     EXPECT_ERR(loom_barrier(NULL), LOOM_ERR_INVALID_ARGUMENT, "comm");
     EXPECT_ERR(loom_ibarrier(comm, NULL), LOOM_ERR_INVALID_ARGUMENT, "req");
-    EXPECT_ERR(loom_send(a, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_ARGUMENT, "itself");
+    EXPECT_ERR(loom_send(a, 4, LOOM_INT32, 0, comm), LOOM_ERR_INVALID_USAGE, "itself");
     EXPECT_ERR(loom_recv(b, 4, LOOM_INT32, 3, comm), LOOM_ERR_INVALID_ARGUMENT, "peer");
     EXPECT_ERR(loom_group_end(), LOOM_ERR_INVALID_USAGE, "no group");
     for (int i = 0; i < 8; i++) {
         cr_assert_eq(a[i], i, "sendbuf touched at %d", i);
         cr_assert_eq(b[i], 100 + i, "recvbuf touched at %d", i);
     }
+}
+
+/* Transfers with oneself: in a group, or non-blocking, in either order. */
+Test(api, send_to_self)
+{
+    int32_t a[4] = {1, 2, 3, 4}, b[4] = {0}, c[4] = {0};
+    cr_assert_eq(loom_group_start(), LOOM_SUCCESS);
+    cr_assert_eq(loom_recv(b, 4, LOOM_INT32, 0, comm), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(loom_send(a, 4, LOOM_INT32, 0, comm), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(b[0], 0, "ran before loom_group_end");
+    cr_assert_eq(loom_group_end(), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(memcmp(a, b, sizeof a), 0);
+    /* Two sends queued before their receives: matched in order. */
+    loom_request_t q[4];
+    int32_t a2[4] = {5, 6, 7, 8};
+    cr_assert_eq(loom_isend(a, 4, LOOM_INT32, 0, comm, &q[0]), LOOM_SUCCESS);
+    cr_assert_eq(loom_isend(a2, 4, LOOM_INT32, 0, comm, &q[1]), LOOM_SUCCESS);
+    cr_assert_eq(loom_irecv(c, 4, LOOM_INT32, 0, comm, &q[2]), LOOM_SUCCESS);
+    cr_assert_eq(loom_irecv(b, 4, LOOM_INT32, 0, comm, &q[3]), LOOM_SUCCESS);
+    for (int i = 0; i < 4; i++) cr_assert_eq(loom_wait(&q[i]), LOOM_SUCCESS, "%d", i);
+    cr_assert_eq(memcmp(a, c, sizeof a), 0);
+    cr_assert_eq(memcmp(a2, b, sizeof a2), 0);
+    /* Counts that differ: an error, not a hang. */
+    cr_assert_eq(loom_group_start(), LOOM_SUCCESS);
+    loom_send(a, 4, LOOM_INT32, 0, comm);
+    loom_recv(b, 3, LOOM_INT32, 0, comm);
+    EXPECT_ERR(loom_group_end(), LOOM_ERR_MISMATCH, "itself");
 }
 
 /* One rank: every collective is a copy (or nothing), in place or not. */
