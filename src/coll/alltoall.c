@@ -30,9 +30,9 @@ static loom_result_t check_blocks(const struct loomi_sched *s, size_t count, con
  * Step k = 1..p-1: send block r+k to rank r+k, receive block r-k from
  * rank r-k.  Both ends of a message are at the same step, and step k
  * waits only for steps before k-W, so the window cannot deadlock.  In
- * place, RECV holds the input: it is first staged in SCRATCH (all blocks
- * but the rank's own, which stays), and a receive overwrites a block only
- * once it is staged.
+ * place, RECV holds the input: the engine copies it to SCRATCH before the
+ * first step (scratch_has_input, which is also what it restores from on
+ * failure), and the sends read it there.
  */
 loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
@@ -43,13 +43,9 @@ loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct lo
     s->buf_bytes[SEND_B] = a->inplace ? 0 : (size_t)p * bb;
     s->buf_bytes[RECV_B] = (size_t)p * bb;
     if (!n) return LOOM_SUCCESS;
-    uint32_t lo = LOOMI_NO_DEP, hi = LOOMI_NO_DEP; /* staging of blocks < r, > r */
     if (a->inplace) {
-        s->buf_bytes[SCR_B] = (size_t)(p - 1) * bb;
-        if (r > 0) lo = loomi_sched_copy(s, SCR_B, 0, RECV_B, 0, (size_t)r * n, NULL, 0);
-        if (r < p - 1)
-            hi = loomi_sched_copy(s, SCR_B, (size_t)r * bb, RECV_B, (size_t)(r + 1) * bb,
-                                  (size_t)(p - 1 - r) * n, NULL, 0);
+        s->buf_bytes[SCR_B] = (size_t)p * bb;
+        s->scratch_has_input = 1;
     } else {
         loomi_sched_copy(s, RECV_B, (size_t)r * bb, SEND_B, (size_t)r * bb, n, NULL, 0);
     }
@@ -59,20 +55,13 @@ loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct lo
     uint32_t *rd = sd + p;
     for (int k = 1; k < p; k++) {
         int to = (r + k) % p, from = loomi_mod(r - k, p);
-        uint32_t d[3] = {LOOMI_NO_DEP, LOOMI_NO_DEP, LOOMI_NO_DEP};
+        uint32_t d[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
         if (k > A2A_WINDOW) {
             d[0] = sd[k - A2A_WINDOW];
             d[1] = rd[k - A2A_WINDOW];
         }
-        if (a->inplace) {
-            d[2] = to < r ? lo : hi;
-            size_t soff = (size_t)(to < r ? to : to - 1) * bb;
-            sd[k] = loomi_sched_send(s, to, 0, SCR_B, soff, n, d, 3);
-            d[2] = from < r ? lo : hi;
-        } else {
-            sd[k] = loomi_sched_send(s, to, 0, SEND_B, (size_t)to * bb, n, d, 3);
-        }
-        rd[k] = loomi_sched_recv(s, from, 0, RECV_B, (size_t)from * bb, n, d, 3);
+        sd[k] = loomi_sched_send(s, to, 0, a->inplace ? SCR_B : SEND_B, (size_t)to * bb, n, d, 2);
+        rd[k] = loomi_sched_recv(s, from, 0, RECV_B, (size_t)from * bb, n, d, 2);
     }
     free(sd);
     return LOOM_SUCCESS;

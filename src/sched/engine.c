@@ -38,6 +38,7 @@ struct loomi_op {
     int finished;
     /* In-place safety: the caller's bytes, put back on failure. */
     void *backup;
+    const void *restore_from; /* backup, or SCRATCH (scratch_has_input) */
     void *inplace_buf;
     size_t inplace_len;
     int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
@@ -247,8 +248,8 @@ static void op_finish(struct loomi_op *op)
                 else c->tops->cancel(c->tstate, &op->xfers[i]);
                 op->posted[i] = 0;
             }
-        if (op->backup && op->inplace_buf)
-            memcpy(op->inplace_buf, op->backup, op->inplace_len);
+        if (op->restore_from && op->inplace_buf)
+            memcpy(op->inplace_buf, op->restore_from, op->inplace_len);
     }
     op_release_buffers(op);
     active_remove(c, op);
@@ -323,12 +324,18 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
         if (!op->bufs[LOOMI_BUF_SCRATCH]) goto nomem;
     }
     if (inplace && op->s.buf_bytes[LOOMI_BUF_RECV]) {
-        int own;
         op->inplace_len = op->s.buf_bytes[LOOMI_BUF_RECV];
-        op->backup = comm_buffer(&c->backup, &c->backup_len, &c->backup_busy,
-                                 op->inplace_len, &own);
-        if (!op->backup) goto nomem;
-        memcpy(op->backup, recvbuf, op->inplace_len);
+        if (op->s.scratch_has_input && sl >= op->inplace_len) {
+            memcpy(op->bufs[LOOMI_BUF_SCRATCH], recvbuf, op->inplace_len);
+            op->restore_from = op->bufs[LOOMI_BUF_SCRATCH];
+        } else {
+            int own;
+            op->backup = comm_buffer(&c->backup, &c->backup_len, &c->backup_busy,
+                                     op->inplace_len, &own);
+            if (!op->backup) goto nomem;
+            memcpy(op->backup, recvbuf, op->inplace_len);
+            op->restore_from = op->backup;
+        }
         op->inplace_buf = recvbuf;
     }
     if (!op->s.p2p) op->seq = c->next_seq++;

@@ -53,6 +53,10 @@ struct loomi_sched {
     /* Point-to-point: not a collective, so it takes no collective sequence
      * number; each step's tag is the per-peer message counter. */
     int p2p;
+    /* In place: the engine copies RECV's bytes to SCRATCH offset 0 before
+     * any step runs, and restores RECV from there if the operation fails,
+     * so a generator that needs the input staged gets it for free. */
+    int scratch_has_input;
 };
 
 int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,

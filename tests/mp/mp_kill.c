@@ -12,7 +12,10 @@
  * progress (the neighbours by their deadline, the rest at once when the
  * neighbours abort).  Rank 0 then kills the stopped victim.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop]]
+ * With COLL "alltoall" the operation is an in-place all-to-all instead
+ * (its input is staged in scratch, which is also what restores it).
+ *
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -40,6 +43,7 @@ int main(int argc, char **argv)
     const char *stamp = argv[2];
     size_t count = argc > 3 ? strtoull(argv[3], NULL, 10) : 16u << 20;
     int stop = argc > 4 && !strcmp(argv[4], "stop");
+    int a2a = argc > 5 && !strcmp(argv[5], "alltoall");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -48,6 +52,7 @@ int main(int argc, char **argv)
     int rank, n;
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &n);
+    if (a2a) count -= count % (size_t)n;
     float *buf = malloc(count * sizeof *buf);
     for (size_t i = 0; i < count; i++) buf[i] = 1.0f;
     /* One full operation first: every connection is proven to work. */
@@ -57,7 +62,9 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < count; i++) buf[i] = (float)rank;
     loom_request_t req;
-    loom_result_t r = loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
+    loom_result_t r =
+        a2a ? loom_ialltoall(buf, buf, count / (size_t)n, LOOM_FLOAT32, comm, &req)
+            : loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
     if (r != LOOM_SUCCESS) return 2;
     if (rank == victim) {
         /* Drive the operation until it is well under way, then die. */

@@ -34,6 +34,19 @@ for n in 2 4 5; do
         fi
     done
 done
+# An in-place all-to-all killed mid-way: its input is restored from the
+# staged copy in scratch.
+for n in 3 4; do
+    rm -f "$tmp/stamp"; rm -rf "$tmp/out"
+    LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+        --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((16 << 20)) kill alltoall >/dev/null 2>&1
+    survivors "$n" 1
+    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
+        ok "kill rank 1 of $n mid-alltoall (in place): buffers restored, slowest after $worst ms"
+    else
+        bad "kill rank 1 of $n mid-alltoall (slowest $worst ms)"
+    fi
+done
 # A silent rank (SIGSTOPped: alive, sockets open, says nothing): every
 # other rank must fail once LOOM_TIMEOUT (3 s here) passes, never hang.
 for n in 2 4; do
