@@ -32,7 +32,9 @@ loom_result_t loomi_gen_barrier_bruck(struct loomi_sched *s, const struct loomi_
  * whole subtree has reported (tag 0), then the release travels down
  * (tag 1).  Receives from the children are chained in the order the
  * children finish (smallest subtree first) so that one step stands for
- * all of them.
+ * all of them; the release goes to the largest subtree first, which has
+ * the longest way still to go (lg p hops down instead of lg p (lg p + 1)/2
+ * when sends leave one after the other).
  */
 loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
@@ -49,7 +51,9 @@ loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_c
         loomi_sched_send(s, parent, 0, LOOMI_BUF_SEND, 0, 0, &up, 1);
         down = loomi_sched_recv(s, parent, 1, LOOMI_BUF_RECV, 0, 0, NULL, 0);
     }
-    for (int m = 1; m < lim && v + m < p; m *= 2)
-        loomi_sched_send(s, v + m, 1, LOOMI_BUF_SEND, 0, 0, &down, 1);
+    int top = 1;
+    while (top * 2 < lim && v + top * 2 < p) top *= 2;
+    for (int m = top; m >= 1; m /= 2)
+        if (m < lim && v + m < p) loomi_sched_send(s, v + m, 1, LOOMI_BUF_SEND, 0, 0, &down, 1);
     return LOOM_SUCCESS;
 }

@@ -125,17 +125,17 @@ static double tree_allreduce(const struct loomi_model_params *m, int p, double n
 }
 
 /* Messages until the last of a binomial subtree of n ranks has the
- * release, when each rank sends it to its children smallest subtree first
- * (barrier.c): child 2^i, of min(2^i, n-2^i) ranks, gets it (i+1)-th.  A
- * full subtree of 2^k ranks takes k + (k-1) + .. + 1. */
+ * release, when each rank sends it to its children largest subtree first
+ * (barrier.c): child 2^i, of min(2^i, n-2^i) ranks, gets it (k-i)-th.  A
+ * full subtree of 2^k ranks takes k. */
 static int bino_down(int n)
 {
     int k = ceil_log2(n), worst = 0;
     if (n <= 1) return 0;
-    if (n == 1 << k) return k * (k + 1) / 2;
+    if (n == 1 << k) return k;
     for (int i = 0; i < k; i++) {
         int sub = (1 << i) < n - (1 << i) ? 1 << i : n - (1 << i);
-        int t = i + 1 + bino_down(sub);
+        int t = k - i + bino_down(sub);
         if (t > worst) worst = t;
     }
     return worst;
