@@ -42,7 +42,7 @@ for n in 3 4; do
         --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((16 << 20)) kill alltoall >/dev/null 2>&1
     survivors "$n" 1
     if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
-        ok "kill rank 1 of $n mid-alltoall (in place): buffers restored, slowest after $worst ms"
+        ok "kill rank 1 of $n mid-alltoall (in place): each survivor failed with its buffer restored or had finished its exchanges, slowest after $worst ms"
     else
         bad "kill rank 1 of $n mid-alltoall (slowest $worst ms)"
     fi
