@@ -77,6 +77,21 @@ static int fan_in(struct loomi_sched *s, uint32_t *d, int n)
 
 /* ------------------------------------------------------------ broadcast */
 
+/* Buffers and the cases both broadcasts share.  The root sends from the
+ * caller's data directly (*src); out of place, its copy into RECV runs
+ * alongside.  Returns 1 when that completes the schedule (count 0, or
+ * one rank). */
+static int bcast_begin(struct loomi_sched *s, const struct loomi_coll_args *a, int *src)
+{
+    const int isroot = s->rank == a->root, copy = isroot && !a->inplace;
+    const size_t n = a->count;
+    s->buf_bytes[SEND_B] = copy ? n * s->esize : 0;
+    s->buf_bytes[RECV_B] = n * s->esize;
+    *src = copy ? SEND_B : RECV_B;
+    if (n && copy) loomi_sched_copy(s, RECV_B, 0, SEND_B, 0, n, NULL, 0);
+    return n == 0 || s->nranks == 1;
+}
+
 /* Pipelined binomial tree: chunk c leaves for the children as soon as it
  * has arrived, so the depth costs one chunk's latency per level instead
  * of the whole message's. */
@@ -84,17 +99,11 @@ loom_result_t loomi_gen_broadcast_tree(struct loomi_sched *s, const struct loomi
 {
     loom_result_t rc = check_root(s, a, "broadcast");
     if (rc != LOOM_SUCCESS) return rc;
+    int src;
+    if (bcast_begin(s, a, &src)) return LOOM_SUCCESS;
     const int p = s->nranks, r = s->rank, root = a->root;
     const int v = loomi_mod(r - root, p), isroot = r == root;
     const size_t es = s->esize, n = a->count;
-    s->buf_bytes[SEND_B] = isroot && !a->inplace ? n * es : 0;
-    s->buf_bytes[RECV_B] = n * es;
-    if (!n) return LOOM_SUCCESS;
-    /* The root sends from the caller's data directly; its copy into RECV
-     * runs alongside. */
-    const int src = isroot && !a->inplace ? SEND_B : RECV_B;
-    if (isroot && !a->inplace) loomi_sched_copy(s, RECV_B, 0, SEND_B, 0, n, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
     const size_t C = nchunks(n, es, a->chunk_bytes);
     const int parent = to_abs(parent_of(v), root, p), m0 = child_mask(v, p);
     for (size_t c = 0; c < C; c++) {
@@ -120,15 +129,11 @@ loom_result_t loomi_gen_broadcast_sag(struct loomi_sched *s, const struct loomi_
 {
     loom_result_t rc = check_root(s, a, "broadcast");
     if (rc != LOOM_SUCCESS) return rc;
+    int src;
+    if (bcast_begin(s, a, &src)) return LOOM_SUCCESS;
     const int p = s->nranks, r = s->rank, root = a->root;
     const int v = loomi_mod(r - root, p), isroot = r == root;
     const size_t es = s->esize, n = a->count;
-    s->buf_bytes[SEND_B] = isroot && !a->inplace ? n * es : 0;
-    s->buf_bytes[RECV_B] = n * es;
-    if (!n) return LOOM_SUCCESS;
-    const int src = isroot && !a->inplace ? SEND_B : RECV_B;
-    if (isroot && !a->inplace) loomi_sched_copy(s, RECV_B, 0, SEND_B, 0, n, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
     const struct loomi_seg g = loomi_seg_make(n, p);
     const int sub = subtree(v, p);
 
