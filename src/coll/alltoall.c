@@ -157,17 +157,13 @@ loom_result_t loomi_gen_alltoall_bruck(struct loomi_sched *s, const struct loomi
 static loom_result_t vextent(const struct loomi_sched *s, const size_t *cnt, const size_t *dsp,
                              const char *what, size_t *out)
 {
-    const size_t lim = SIZE_MAX / s->esize;
-    size_t end = 0;
-    for (int i = 0; i < s->nranks; i++) {
-        if (!cnt[i]) continue;
-        if (dsp[i] > lim || cnt[i] > lim - dsp[i])
-            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, s->rank,
-                              "alltoallv: %s block of rank %d (displacement %zu, count %zu) is "
-                              "too large",
-                              what, i, dsp[i], cnt[i]);
-        if (dsp[i] + cnt[i] > end) end = dsp[i] + cnt[i];
-    }
+    size_t end;
+    int i = loomi_vextent(cnt, dsp, s->nranks, SIZE_MAX / s->esize, &end);
+    if (i >= 0)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, s->rank,
+                          "alltoallv: %s block of rank %d (displacement %zu, count %zu) is "
+                          "too large",
+                          what, i, dsp[i], cnt[i]);
     *out = end * s->esize;
     return LOOM_SUCCESS;
 }

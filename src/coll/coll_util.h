@@ -65,6 +65,21 @@ static inline int loomi_allreduce_trivial(struct loomi_sched *s, size_t count, i
     return count == 0 || s->nranks == 1;
 }
 
+/* The extent, in elements, of p blocks given by counts and displacements
+ * (alltoallv): *end = max(displs[i] + counts[i]) over non-empty blocks.
+ * Returns the first rank whose block reaches past lim elements, or -1. */
+static inline int loomi_vextent(const size_t *counts, const size_t *displs, int p, size_t lim,
+                                size_t *end)
+{
+    *end = 0;
+    for (int i = 0; i < p; i++) {
+        if (!counts[i]) continue;
+        if (displs[i] > lim || counts[i] > lim - displs[i]) return i;
+        if (displs[i] + counts[i] > *end) *end = displs[i] + counts[i];
+    }
+    return -1;
+}
+
 /* Non-power-of-two rank counts fold onto a core of q = 2^k ranks: the
  * first 2*extra ranks pair up (the odd one hands its data to the even one,
  * which stands for both), the others shift down.  Core index of rank r, or

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/coll_util.h"
 #include "coll/group.h"
 #include "comm/comm.h"
 #include "core/internal.h"
@@ -84,7 +85,6 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                           c->fn);
     size_t es = loom_datatype_size(c->dtype);
     int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es);
-    if (algo == LOOMI_ALGO_AUTO) algo = loomi_algo_default(c->a.coll, comm->nranks, c->a.count * es);
     c->a.chunk_bytes = comm->set.chunk_bytes;
     struct loomi_sched s;
     loom_result_t r = loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype, c->op, &c->a, algo);
@@ -256,22 +256,6 @@ loom_result_t loom_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
 
 /* ------------------------------------------------------------ alltoallv */
 
-/* The extent (elements) counts/displs span; 0 with *ok = 0 on overflow. */
-static size_t extent(const size_t *counts, const size_t *displs, int p, size_t es, int *ok)
-{
-    size_t end = 0;
-    *ok = 1;
-    for (int i = 0; i < p; i++) {
-        if (!counts[i]) continue;
-        if (displs[i] > SIZE_MAX / 4 / es - counts[i]) {
-            *ok = 0;
-            return 0;
-        }
-        if (displs[i] + counts[i] > end) end = displs[i] + counts[i];
-    }
-    return end;
-}
-
 static loom_result_t alltoallv(const char *fn, const void *sendbuf, const size_t *sendcounts,
                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                const size_t *rdispls, loom_datatype_t dtype, loom_comm_t comm,
@@ -285,9 +269,9 @@ static loom_result_t alltoallv(const char *fn, const void *sendbuf, const size_t
     if (!recvcounts) return bad(&c, "%s: %s is NULL", "recvcounts");
     if (!rdispls) return bad(&c, "%s: %s is NULL", "rdispls");
     size_t es = loom_datatype_size(dtype);
-    int ok1, ok2;
-    size_t se = extent(sendcounts, sdispls, comm->nranks, es, &ok1);
-    size_t re = extent(recvcounts, rdispls, comm->nranks, es, &ok2);
+    size_t se, re, lim = SIZE_MAX / 4 / es;
+    int ok1 = loomi_vextent(sendcounts, sdispls, comm->nranks, lim, &se) < 0;
+    int ok2 = loomi_vextent(recvcounts, rdispls, comm->nranks, lim, &re) < 0;
     if (!ok1) return bad(&c, "%s: %s reach beyond the address space", "sendcounts + sdispls");
     if (!ok2) return bad(&c, "%s: %s reach beyond the address space", "recvcounts + rdispls");
     /* Receive blocks must not overlap each other: two peers would write
