@@ -75,6 +75,10 @@ struct loomi_tctx {
     void (*peer_failed)(void *owner, int peer, int failed, loom_result_t code,
                         const char *why);
     void *owner;
+    /* Shared memory: bytes of this rank's shared arena (shared_map), and
+     * the message size from which a single-copy path is used (0: never). */
+    size_t shm_bytes;
+    size_t shm_cma_min;
 };
 
 struct loomi_transport_ops {
@@ -124,8 +128,18 @@ struct loomi_transport_ops {
     void (*abort_all)(void *state, int failed, loom_result_t code);
     /* Close politely (peers see a goodbye, not a failure) and free. */
     void (*destroy)(void *state);
+    /* Shared arena: the address at which this process sees `rank`'s
+     * arena (its own or a connected peer's on the same host) and its
+     * size in *len; NULL when there is none.  Any rank may read or write
+     * any arena; ordering is the schedule's job (messages).  Does not
+     * block.  May be NULL in the table (no shared memory). */
+    void *(*shared_map)(void *state, int rank, size_t *len);
 };
 
+/* connect_all convention: a peer whose address is all zero bytes is not
+ * to be reached through this transport (another one carries it). */
+
 extern const struct loomi_transport_ops loomi_tcp_ops;
+extern const struct loomi_transport_ops loomi_shm_ops;
 
 #endif

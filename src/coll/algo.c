@@ -11,23 +11,29 @@ static const char *const coll_names[LOOMI_NUM_COLLS] = {
     "broadcast", "reduce",         "gather",    "scatter",  "barrier"};
 static const char *const algo_names[LOOMI_NUM_ALGOS] = {
     "auto", "ring", "recursive_doubling", "halving_doubling", "tree", "pairwise", "bruck",
-    "scatter_allgather"};
+    "scatter_allgather", "hierarchical", "shared"};
 
 static const loomi_gen_fn gens[LOOMI_NUM_COLLS][LOOMI_NUM_ALGOS] = {
     [LOOMI_COLL_ALLREDUCE] = {[LOOMI_ALGO_RING] = loomi_gen_allreduce_ring,
                               [LOOMI_ALGO_RECURSIVE_DOUBLING] = loomi_gen_allreduce_rd,
                               [LOOMI_ALGO_HALVING_DOUBLING] = loomi_gen_allreduce_hd,
-                              [LOOMI_ALGO_TREE] = loomi_gen_allreduce_tree},
+                              [LOOMI_ALGO_TREE] = loomi_gen_allreduce_tree,
+                              [LOOMI_ALGO_HIERARCHICAL] = loomi_gen_allreduce_hier,
+                              [LOOMI_ALGO_SHARED] = loomi_gen_allreduce_shared},
     [LOOMI_COLL_REDUCE_SCATTER] = {[LOOMI_ALGO_RING] = loomi_gen_reduce_scatter_ring,
-                                   [LOOMI_ALGO_HALVING_DOUBLING] = loomi_gen_reduce_scatter_hd},
+                                   [LOOMI_ALGO_HALVING_DOUBLING] = loomi_gen_reduce_scatter_hd,
+                                   [LOOMI_ALGO_HIERARCHICAL] = loomi_gen_reduce_scatter_hier},
     [LOOMI_COLL_ALLGATHER] = {[LOOMI_ALGO_RING] = loomi_gen_allgather_ring,
                               [LOOMI_ALGO_RECURSIVE_DOUBLING] = loomi_gen_allgather_rd,
-                              [LOOMI_ALGO_BRUCK] = loomi_gen_allgather_bruck},
+                              [LOOMI_ALGO_BRUCK] = loomi_gen_allgather_bruck,
+                              [LOOMI_ALGO_HIERARCHICAL] = loomi_gen_allgather_hier},
     [LOOMI_COLL_ALLTOALL] = {[LOOMI_ALGO_PAIRWISE] = loomi_gen_alltoall_pairwise,
-                             [LOOMI_ALGO_BRUCK] = loomi_gen_alltoall_bruck},
+                             [LOOMI_ALGO_BRUCK] = loomi_gen_alltoall_bruck,
+                             [LOOMI_ALGO_HIERARCHICAL] = loomi_gen_alltoall_hier},
     [LOOMI_COLL_ALLTOALLV] = {[LOOMI_ALGO_PAIRWISE] = loomi_gen_alltoallv_pairwise},
     [LOOMI_COLL_BROADCAST] = {[LOOMI_ALGO_TREE] = loomi_gen_broadcast_tree,
-                              [LOOMI_ALGO_SCATTER_ALLGATHER] = loomi_gen_broadcast_sag},
+                              [LOOMI_ALGO_SCATTER_ALLGATHER] = loomi_gen_broadcast_sag,
+                              [LOOMI_ALGO_HIERARCHICAL] = loomi_gen_broadcast_hier},
     [LOOMI_COLL_REDUCE] = {[LOOMI_ALGO_TREE] = loomi_gen_reduce_tree,
                            [LOOMI_ALGO_SCATTER_ALLGATHER] = loomi_gen_reduce_sag},
     [LOOMI_COLL_GATHER] = {[LOOMI_ALGO_TREE] = loomi_gen_gather_tree,

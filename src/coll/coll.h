@@ -40,6 +40,7 @@
 #define LOOMI_COLL_H
 
 #include "sched/sched.h"
+#include "topo/hostmap.h"
 
 /* Collectives and algorithms by name (LOOM_ALGO). */
 enum loomi_coll {
@@ -65,6 +66,8 @@ enum loomi_algo {
     LOOMI_ALGO_PAIRWISE,
     LOOMI_ALGO_BRUCK,
     LOOMI_ALGO_SCATTER_ALLGATHER,
+    LOOMI_ALGO_HIERARCHICAL, /* intra-host phase, inter-host phase (rails or leaders), intra-host phase */
+    LOOMI_ALGO_SHARED,       /* intra-host through the shared arenas (+ rails between hosts) */
     LOOMI_NUM_ALGOS
 };
 
@@ -77,6 +80,12 @@ struct loomi_coll_args {
     int root;          /* broadcast, reduce, gather, scatter */
     int inplace;       /* the in-place form (see the table above) */
     size_t chunk_bytes; /* pipelining unit for algorithms that cut chunks */
+    /* Which ranks share a host (NULL: unknown, treat every rank as its
+     * own host).  Hierarchical algorithms need it; with one host or one
+     * rank per host they reduce to a flat algorithm. */
+    const struct loomi_hostmap *hosts;
+    /* Bytes of each rank's shared arena (0: no shared memory). */
+    size_t shared_bytes;
 };
 
 typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);
@@ -127,6 +136,32 @@ loom_result_t loomi_gen_scatter_pairwise(struct loomi_sched *s, const struct loo
 loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
 loom_result_t loomi_gen_alltoall_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);
 loom_result_t loomi_gen_alltoallv_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* hier.c: hierarchical (intra-host, inter-host, intra-host), messages only */
+loom_result_t loomi_gen_allreduce_hier(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_allgather_hier(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_broadcast_hier(struct loomi_sched *s, const struct loomi_coll_args *a);
+loom_result_t loomi_gen_alltoall_hier(struct loomi_sched *s, const struct loomi_coll_args *a);
+/* shared.c: intra-host phases through the shared arenas */
+loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loomi_coll_args *a);
+
+/* embed.c: run a collective's generator for a group of ranks inside a
+ * bigger schedule (the phases of hierarchical algorithms). */
+struct loomi_embed {
+    const int *group;            /* real ranks; this rank is group[vrank] */
+    int n, vrank;
+    uint8_t bufmap[LOOMI_NBUFS]; /* sub-schedule buffer id -> buffer id in s */
+    size_t bufoff[LOOMI_NBUFS];  /* bytes added to offsets in each sub buffer */
+    uint32_t tag_base;           /* added to every tag; phases use disjoint ranges */
+    const uint32_t *after;       /* steps of s that the sub's first steps wait for */
+    int nafter;
+};
+/* Append collective `a` run by the group with algorithm `algo` (AUTO: the
+ * default for its size).  *join: a step that completes after every step
+ * appended (LOOMI_NO_DEP when none was).  Grows s->buf_bytes as needed. */
+loom_result_t loomi_embed(struct loomi_sched *s, const struct loomi_embed *e,
+                          const struct loomi_coll_args *a, int algo, uint32_t *join);
+
 /* barrier.c */
 loom_result_t loomi_gen_barrier_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);
 loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_coll_args *a);

@@ -86,6 +86,8 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     size_t es = loom_datatype_size(c->dtype);
     int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es);
     c->a.chunk_bytes = comm->set.chunk_bytes;
+    c->a.hosts = comm->hosts;
+    c->a.shared_bytes = comm->shared_bytes;
     struct loomi_sched s;
     loom_result_t r = loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype, c->op, &c->a, algo);
     if (r != LOOM_SUCCESS) return r;

@@ -8,6 +8,7 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "topo/topo.h"
 #include "comm/net.h"
 #include "sched/sched.h"
 
@@ -266,6 +267,11 @@ static void comm_free(struct loom_comm *c)
     free(c->scratch);
     free(c->backup);
     free(c->p2p_seq);
+    free(c->hosts);
+    if (c->topo) {
+        loomi_topo_job_free(c->topo);
+        free(c->topo);
+    }
     c->magic = 0;
     free(c);
 }

@@ -9,6 +9,8 @@
 #include "transports/transport.h"
 
 struct loomi_op;
+struct loomi_hostmap;
+struct loomi_topo_job;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
 #define LOOMI_MAX_COLLS 16
@@ -41,6 +43,13 @@ struct loom_comm {
     /* Sends to and receives from this very rank, not yet matched (the
      * engine pairs them; no transport sees them).  Linked by t_next. */
     struct loomi_xfer *self_q[2];
+
+    /* Which ranks share a host (owned; NULL until known: every rank its
+     * own host), and the job's topology where it was discovered. */
+    struct loomi_hostmap *hosts;
+    struct loomi_topo_job *topo;
+    /* Bytes of each rank's shared arena (0: none reachable). */
+    size_t shared_bytes;
 
     /* First failure; once set the communicator is broken. */
     loom_result_t error;

@@ -10,6 +10,7 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "topo/hostmap.h"
 #include "sched/simulate.h"
 
 loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
@@ -57,4 +58,14 @@ void loomi_comm_force_algo(loom_comm_t c, int coll, int algo)
 void loomi_comm_set_chunk_bytes(loom_comm_t c, size_t bytes)
 {
     if (c && bytes) c->set.chunk_bytes = bytes;
+}
+
+loom_result_t loomi_comm_set_hosts(loom_comm_t c, const int *host_of)
+{
+    if (!c || !host_of) return LOOM_ERR_INVALID_ARGUMENT;
+    struct loomi_hostmap *m = loomi_hostmap_build(c->nranks, host_of);
+    if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "loomi_comm_set_hosts: out of memory");
+    free(c->hosts);
+    c->hosts = m;
+    return LOOM_SUCCESS;
 }

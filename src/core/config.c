@@ -30,6 +30,12 @@ static const struct var vars[] = {
     {"LOOM_SOCKET_IFNAME", K_STR, 0, 0, OFF(socket_ifname), NULL},
     {"LOOM_ALGO", K_STR, 0, 0, OFF(algo), NULL},
     {"LOOM_TRANSPORT", K_STR, 0, 0, OFF(transport), NULL},
+    {"LOOM_TOPO_FILE", K_STR, 0, 0, OFF(topo_file), NULL},
+    {"LOOM_HOSTNAME", K_STR, 0, 0, OFF(hostname), NULL},
+    {"LOOM_TUNING_FILE", K_STR, 0, 0, OFF(tuning_file), NULL},
+    {"LOOM_PROBE", K_INT, 0, 1, OFF(probe), "1"},
+    {"LOOM_SHM_SIZE", K_SIZE, 65536, 1LL << 30, OFF(shm_bytes), "4M"},
+    {"LOOM_SHM_CMA", K_SIZE, 0, 1LL << 62, OFF(shm_cma_min), "64K"},
 };
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -115,6 +121,9 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->tcp_streams = e->tcp_streams;
     out->tcp_sockbuf = e->tcp_sockbuf;
     out->chunk_bytes = e->chunk_bytes;
+    out->probe = e->probe;
+    out->shm_bytes = e->shm_bytes;
+    out->shm_cma_min = e->shm_cma_min;
     const char *ifn = e->socket_ifname, *algo = e->algo, *tr = e->transport;
     if (cfg) {
         /* Older callers pass a smaller struct: read only what they have. */
@@ -151,6 +160,12 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: socket interface name '%s' is too long", caller, ifn);
     if (copy_str(out->algo, sizeof out->algo, algo))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: algorithm string is too long", caller);
+    if (copy_str(out->topo_file, sizeof out->topo_file, e->topo_file))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: LOOM_TOPO_FILE is too long", caller);
+    if (copy_str(out->hostname, sizeof out->hostname, e->hostname))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: LOOM_HOSTNAME is too long (at most 63 bytes)", caller);
+    if (copy_str(out->tuning_file, sizeof out->tuning_file, e->tuning_file))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: LOOM_TUNING_FILE is too long", caller);
     if (copy_str(out->transport, sizeof out->transport, tr))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: transport string '%s' is too long", caller, tr);
     return LOOM_SUCCESS;

@@ -69,6 +69,12 @@ struct loomi_env {
     const char *socket_ifname; /* NULL: automatic */
     const char *algo;          /* NULL: automatic */
     const char *transport;     /* NULL: any */
+    const char *topo_file;     /* hwloc XML instead of this machine (tests) */
+    const char *hostname;      /* host identity override (tests) */
+    const char *tuning_file;   /* link parameters instead of measuring them */
+    int probe;                 /* measure links at init */
+    size_t shm_bytes;          /* shared-memory arena per rank */
+    size_t shm_cma_min;        /* single-copy (CMA) from this size on; 0: never */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -88,6 +94,12 @@ struct loomi_settings {
     char socket_ifname[64];
     char algo[256];
     char transport[64];
+    char topo_file[256];
+    char hostname[64];
+    char tuning_file[256];
+    int probe;
+    size_t shm_bytes;
+    size_t shm_cma_min;
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -82,5 +82,8 @@ void loomi_comm_force_algo(loom_comm_t c, int coll, int algo);
 /* Set the pipelining chunk without LOOM_CHUNK_SIZE's 4 KiB floor, so that
  * tests cut small messages into many chunks. */
 void loomi_comm_set_chunk_bytes(loom_comm_t c, size_t bytes);
+/* Tell a local communicator which ranks share a host (host_of[nranks],
+ * any numbering), as topology discovery does for real ones. */
+loom_result_t loomi_comm_set_hosts(loom_comm_t c, const int *host_of);
 
 #endif

@@ -1,0 +1,2 @@
+/* route.c - placeholder */
+#include "transports/transport.h"

@@ -1,0 +1,2 @@
+/* probe.c - placeholder */
+#include "topo/select.h"

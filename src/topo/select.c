@@ -1,0 +1,2 @@
+/* select.c - placeholder */
+#include "topo/select.h"
