@@ -5,6 +5,7 @@
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "core/internal.h"
+#include "topo/select.h"
 
 static const char *const coll_names[LOOMI_NUM_COLLS] = {
     "allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv",
@@ -179,5 +180,6 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes)
 {
     if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
+    if (comm->sel) return loomi_select_lookup(comm->sel, coll, bytes);
     return loomi_algo_default(coll, comm->nranks, bytes);
 }

@@ -94,6 +94,9 @@ typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_
 loomi_gen_fn loomi_algo_gen(int coll, int algo);
 const char *loomi_coll_name(int coll);
 const char *loomi_algo_name(int algo);
+/* Algorithms whose schedule depends on which ranks share a host: model.h's
+ * closed forms (one link class) leave them out; select.c costs them. */
+#define LOOMI_TOPO_ALGOS ((1u << LOOMI_ALGO_HIERARCHICAL) | (1u << LOOMI_ALGO_SHARED))
 /* Bit (1u << algo) for each algorithm the collective has. */
 unsigned loomi_coll_algos(int coll);
 /* Build one rank's schedule for args with a forced algorithm (AUTO: the

@@ -82,6 +82,7 @@ static loom_result_t wait_all(struct loomi_op **ops, struct loom_comm **comms, s
     struct pollfd *pf = calloc(n ? n : 1, sizeof *pf);
     while (left) {
         size_t npf = 0;
+        int blind = 0; /* a transport with no descriptor: poll it soon */
         for (size_t i = 0; i < n; i++) {
             if (!ops[i]) continue;
             int done = 0;
@@ -94,10 +95,11 @@ static loom_result_t wait_all(struct loomi_op **ops, struct loom_comm **comms, s
             }
             int fd = comms[i]->tops->wait_fd(comms[i]->tstate);
             if (pf && fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
+            else blind = 1;
         }
         /* Sleep until some transport has work; short, since a transport
          * without a descriptor can only be polled. */
-        if (left) poll(pf, npf, npf ? 10 : 1);
+        if (left) poll(pf, npf, npf && !blind ? 10 : 1);
     }
     free(pf);
     return first;

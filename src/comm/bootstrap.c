@@ -22,7 +22,7 @@
 #include "comm/net.h"
 
 #define BOOT_MAGIC 0x4c4d4254u /* "LMBT" */
-#define BOOT_VERSION 1u
+#define BOOT_VERSION 2u /* 2: addresses carry topology cards */
 #define BOOT_MAX_RANKS (1 << 20)
 
 struct boot_hello {
@@ -177,6 +177,7 @@ static void *root_main(void *arg)
     }
 
     /* Everyone is here: send each the whole address table. */
+    if (a->nranks <= 0 || a->nranks > BOOT_MAX_RANKS) goto out;
     size_t tlen = sizeof(struct boot_reply) + (size_t)a->nranks * LOOMI_ADDR_BYTES;
     table = calloc(1, tlen);
     if (!table) goto out;

@@ -268,6 +268,8 @@ static void comm_free(struct loom_comm *c)
     free(c->backup);
     free(c->p2p_seq);
     free(c->hosts);
+    free(c->links);
+    free(c->sel);
     if (c->topo) {
         loomi_topo_job_free(c->topo);
         free(c->topo);

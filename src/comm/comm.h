@@ -11,6 +11,8 @@
 struct loomi_op;
 struct loomi_hostmap;
 struct loomi_topo_job;
+struct loomi_links;
+struct loomi_selection;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
 #define LOOMI_MAX_COLLS 16
@@ -50,6 +52,10 @@ struct loom_comm {
     struct loomi_topo_job *topo;
     /* Bytes of each rank's shared arena (0: none reachable). */
     size_t shared_bytes;
+    /* What the links cost and the cost model's choices (NULL: fixed
+     * thresholds, as for local communicators). */
+    struct loomi_links *links;
+    struct loomi_selection *sel;
 
     /* First failure; once set the communicator is broken. */
     loom_result_t error;

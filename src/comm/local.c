@@ -36,7 +36,9 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
         .streams = 1,
         .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
+        .shm_bytes = c->set.shm_bytes,
     };
+    if (tops->shared_map) c->shared_bytes = c->set.shm_bytes;
     r = make(arg, &ctx, &c->tstate);
     if (r != LOOM_SUCCESS) {
         free(c);

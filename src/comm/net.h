@@ -7,8 +7,10 @@
 
 #include "loom.h"
 
+/* What each rank publishes at bootstrap: its transports' addresses
+ * (route.h) followed by its topology card (topo.h). */
+#define LOOMI_ADDR_BYTES 512
 /* Endpoint addresses travel as this fixed-size, byte-order-defined blob. */
-#define LOOMI_ADDR_BYTES 64
 struct loomi_wire_addr {
     uint16_t family; /* 4 or 6 */
     uint16_t port;   /* network order */

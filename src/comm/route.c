@@ -1,2 +1,274 @@
-/* route.c - placeholder */
-#include "transports/transport.h"
+/*
+ * route.c - one communicator, several transports: each peer's data goes
+ * through the transport chosen for it (shared memory for ranks on this
+ * host, TCP for the others), behind the same ops table, so the engine
+ * still sees a single transport.
+ *
+ * TCP, when allowed, connects to every peer even where shared memory
+ * carries the data: its connections deliver abort notices and notice a
+ * dead process at once, whatever moves the bytes.
+ */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/route.h"
+#include "core/internal.h"
+
+#define SLOT 64 /* bytes of each sub-transport's address in a route address */
+
+enum { T_TCP = 0, T_SHM = 1, T_N = 2 };
+
+struct route {
+    int rank, nranks;
+    const struct loomi_transport_ops *ops[T_N];
+    void *st[T_N];
+    unsigned char *via;     /* [nranks]: the transport carrying data to each peer */
+    int nvia[T_N];          /* peers carried by each */
+    const struct loomi_hostmap *hosts;
+};
+
+static const struct loomi_transport_ops *const known[T_N] = {&loomi_tcp_ops, &loomi_shm_ops};
+
+const char *loomi_route_names(void) { return "tcp, shm"; }
+
+loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
+{
+    *mask = 0;
+    if (!spec || !spec[0]) {
+        *mask = (1u << T_N) - 1;
+        return LOOM_SUCCESS;
+    }
+    for (const char *p = spec; *p;) {
+        size_t len = strcspn(p, ",");
+        int found = 0;
+        for (int i = 0; i < T_N; i++)
+            if (strlen(known[i]->name) == len && !strncmp(p, known[i]->name, len)) {
+                *mask |= 1u << i;
+                found = 1;
+            }
+        if (!found && len)
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
+                              "LOOM_TRANSPORT=%s: unknown transport '%.*s' (this build has: %s)",
+                              spec, (int)len, p, loomi_route_names());
+        p += len;
+        if (*p) p++;
+    }
+    if (!*mask)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
+                          "LOOM_TRANSPORT=%s names no transport (this build has: %s)", spec,
+                          loomi_route_names());
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask, void **state)
+{
+    struct route *r = calloc(1, sizeof *r);
+    if (!r) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "route: out of memory");
+    r->rank = ctx->rank;
+    r->nranks = ctx->nranks;
+    r->via = calloc((size_t)ctx->nranks, 1);
+    if (!r->via) {
+        free(r);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "route: out of memory");
+    }
+    for (int i = 0; i < T_N; i++) {
+        /* Shared memory is only worth its segment when a peer can use it. */
+        if (!(mask & (1u << i)) || (i == T_SHM && ctx->nranks < 2)) continue;
+        r->ops[i] = known[i];
+        loom_result_t rc = known[i]->create(ctx, &r->st[i]);
+        if (rc != LOOM_SUCCESS) {
+            r->ops[i] = NULL;
+            loomi_route_ops.destroy(r);
+            return rc;
+        }
+    }
+    *state = r;
+    return LOOM_SUCCESS;
+}
+
+static loom_result_t route_local_addr(void *state, void *buf, size_t *len)
+{
+    struct route *r = state;
+    if (*len < LOOMI_ROUTE_ADDR_BYTES)
+        return loomi_fail(LOOM_ERR_INTERNAL, r->rank, "route: address buffer too small");
+    memset(buf, 0, LOOMI_ROUTE_ADDR_BYTES);
+    for (int i = 0; i < T_N; i++) {
+        if (!r->ops[i]) continue;
+        size_t l = SLOT;
+        loom_result_t rc = r->ops[i]->local_addr(r->st[i], (unsigned char *)buf + i * SLOT, &l);
+        if (rc != LOOM_SUCCESS) return rc;
+    }
+    *len = LOOMI_ROUTE_ADDR_BYTES;
+    return LOOM_SUCCESS;
+}
+
+void loomi_route_set_hosts(void *state, const struct loomi_hostmap *hosts)
+{
+    ((struct route *)state)->hosts = hosts;
+}
+
+static int all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+static loom_result_t route_connect_all(void *state, const unsigned char *addrs, size_t addr_len,
+                                       uint64_t deadline_ms)
+{
+    struct route *r = state;
+    const int n = r->nranks, me = r->rank;
+    if (addr_len < LOOMI_ROUTE_ADDR_BYTES)
+        return loomi_fail(LOOM_ERR_INTERNAL, me, "route: address stride %zu too small", addr_len);
+    /* Choose per peer: shared memory on this host when both sides have it,
+     * else TCP. */
+    for (int q = 0; q < n; q++) {
+        if (q == me) continue;
+        const unsigned char *a = addrs + (size_t)q * addr_len;
+        int same = r->hosts && r->hosts->host_of[q] == r->hosts->host_of[me];
+        if (same && r->ops[T_SHM] && !all_zero(a + T_SHM * SLOT, SLOT)) r->via[q] = T_SHM;
+        else if (r->ops[T_TCP] && !all_zero(a + T_TCP * SLOT, SLOT)) r->via[q] = T_TCP;
+        else
+            return loomi_fail(LOOM_ERR_UNSUPPORTED, me,
+                              "no allowed transport reaches rank %d (%s host; LOOM_TRANSPORT "
+                              "allows %s%s)",
+                              q, same ? "same" : "another", r->ops[T_TCP] ? "tcp " : "",
+                              r->ops[T_SHM] ? "shm" : "");
+        r->nvia[r->via[q]]++;
+    }
+    unsigned char *sub = malloc((size_t)n * SLOT);
+    if (!sub) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "route: out of memory");
+    loom_result_t rc = LOOM_SUCCESS;
+    for (int i = 0; i < T_N && rc == LOOM_SUCCESS; i++) {
+        if (!r->ops[i]) continue;
+        for (int q = 0; q < n; q++) {
+            const unsigned char *a = addrs + (size_t)q * addr_len + (size_t)i * SLOT;
+            /* TCP reaches everyone (see the top of the file); shared memory
+             * only the peers it carries. */
+            int use = i == T_TCP || q == me || r->via[q] == i;
+            if (use) memcpy(sub + (size_t)q * SLOT, a, SLOT);
+            else memset(sub + (size_t)q * SLOT, 0, SLOT);
+        }
+        if (i == T_SHM && r->nvia[T_SHM] == 0) {
+            /* No peer on this host: drop the segment now. */
+            r->ops[i]->destroy(r->st[i]);
+            r->ops[i] = NULL;
+            r->st[i] = NULL;
+            continue;
+        }
+        rc = r->ops[i]->connect_all(r->st[i], sub, SLOT, deadline_ms);
+    }
+    free(sub);
+    return rc;
+}
+
+static loom_result_t route_isend(void *state, struct loomi_xfer *x)
+{
+    struct route *r = state;
+    int i = r->via[x->peer];
+    return r->ops[i]->isend(r->st[i], x);
+}
+
+static loom_result_t route_irecv(void *state, struct loomi_xfer *x)
+{
+    struct route *r = state;
+    int i = r->via[x->peer];
+    return r->ops[i]->irecv(r->st[i], x);
+}
+
+static void route_cancel(void *state, struct loomi_xfer *x)
+{
+    struct route *r = state;
+    int i = r->via[x->peer];
+    r->ops[i]->cancel(r->st[i], x);
+}
+
+static loom_result_t route_progress(void *state, int timeout_ms)
+{
+    struct route *r = state;
+    if (!r->ops[T_SHM]) return r->ops[T_TCP]->progress(r->st[T_TCP], timeout_ms);
+    loom_result_t rc = r->ops[T_SHM]->progress(r->st[T_SHM], 0);
+    if (rc != LOOM_SUCCESS) return rc;
+    if (r->ops[T_TCP]) {
+        /* Shared memory has no descriptor to sleep on: nap on the sockets
+         * in short slices so that it is polled again soon. */
+        rc = r->ops[T_TCP]->progress(r->st[T_TCP], timeout_ms > 1 ? 1 : timeout_ms);
+        if (rc != LOOM_SUCCESS) return rc;
+    } else if (timeout_ms > 0) {
+        return r->ops[T_SHM]->progress(r->st[T_SHM], timeout_ms > 1 ? 1 : timeout_ms);
+    }
+    return r->ops[T_SHM]->progress(r->st[T_SHM], 0);
+}
+
+static int route_wait_fd(void *state)
+{
+    struct route *r = state;
+    /* Only usable alone: with shared memory in play nothing signals it. */
+    if (r->ops[T_SHM] || !r->ops[T_TCP]) return -1;
+    return r->ops[T_TCP]->wait_fd(r->st[T_TCP]);
+}
+
+static void route_abort_all(void *state, int failed, loom_result_t code)
+{
+    struct route *r = state;
+    for (int i = 0; i < T_N; i++)
+        if (r->ops[i]) r->ops[i]->abort_all(r->st[i], failed, code);
+}
+
+static void route_destroy(void *state)
+{
+    struct route *r = state;
+    if (!r) return;
+    for (int i = 0; i < T_N; i++)
+        if (r->ops[i]) r->ops[i]->destroy(r->st[i]);
+    free(r->via);
+    free(r);
+}
+
+static void *route_shared_map(void *state, int rank, size_t *len)
+{
+    struct route *r = state;
+    if (!r->ops[T_SHM] || !r->ops[T_SHM]->shared_map) return NULL;
+    if (rank != r->rank && r->via[rank] != T_SHM) return NULL;
+    return r->ops[T_SHM]->shared_map(r->st[T_SHM], rank, len);
+}
+
+const char *loomi_route_describe(void *state, char *buf, size_t n)
+{
+    struct route *r = state;
+    snprintf(buf, n, "%s%s%s (%d peer(s) over shm, %d over tcp)",
+             r->ops[T_SHM] ? "shm" : "", r->ops[T_SHM] && r->ops[T_TCP] ? "+" : "",
+             r->ops[T_TCP] ? "tcp" : "", r->nvia[T_SHM], r->nvia[T_TCP]);
+    return buf;
+}
+
+int loomi_route_peer_transport(void *state, int peer, const char **name)
+{
+    struct route *r = state;
+    if (peer < 0 || peer >= r->nranks || peer == r->rank) return -1;
+    if (name) *name = r->ops[r->via[peer]] ? r->ops[r->via[peer]]->name : "?";
+    return r->via[peer];
+}
+
+int loomi_route_has_shm(void *state)
+{
+    return ((struct route *)state)->ops[T_SHM] != NULL;
+}
+
+const struct loomi_transport_ops loomi_route_ops = {
+    .name = "route",
+    .caps = LOOMI_TCAP_TWO_SIDED,
+    .create = NULL, /* loomi_route_create: it needs the allowed set */
+    .local_addr = route_local_addr,
+    .connect_all = route_connect_all,
+    .isend = route_isend,
+    .irecv = route_irecv,
+    .progress = route_progress,
+    .wait_fd = route_wait_fd,
+    .cancel = route_cancel,
+    .abort_all = route_abort_all,
+    .destroy = route_destroy,
+    .shared_map = route_shared_map,
+};

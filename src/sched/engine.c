@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "topo/hostmap.h"
 #include "reduce/reduce.h"
 #include "sched/sched.h"
 
@@ -26,6 +27,7 @@ struct loomi_op {
     struct loom_comm *comm;
     struct loomi_sched s;
     unsigned char *bufs[LOOMI_NBUFS];
+    unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
     uint64_t seq;
     uint16_t *pending;
     struct loomi_xfer *xfers; /* indexed by step */
@@ -45,6 +47,12 @@ struct loomi_op {
     struct loomi_op *next, *prev;           /* comm->active: still running */
     struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
 };
+
+/* A buffer id's address: the operation's own buffers or a shared arena. */
+static inline unsigned char *bufp(const struct loomi_op *op, int b)
+{
+    return b < LOOMI_NBUFS ? op->bufs[b] : op->shared[b - LOOMI_BUF_SHARED];
+}
 
 /* ---------------------------------------------------------------- lists */
 
@@ -177,9 +185,9 @@ static void op_run_ready(struct loomi_op *op)
             static unsigned char no_bytes[1];
             int is_send = st->kind == LOOMI_STEP_SEND;
             if (is_send)
-                x->buf = bytes ? op->bufs[st->src] + st->src_off : no_bytes;
+                x->buf = bytes ? bufp(op, st->src) + st->src_off : no_bytes;
             else
-                x->buf = bytes ? op->bufs[st->dst] + st->dst_off : no_bytes;
+                x->buf = bytes ? bufp(op, st->dst) + st->dst_off : no_bytes;
             if (st->peer == c->rank)
                 r = self_post(c, x, is_send);
             else
@@ -206,15 +214,15 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
     const struct loomi_sched *s = &op->s;
     switch (st->kind) {
     case LOOMI_STEP_REDUCE:
-        loomi_reduce_out(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off,
-                         op->bufs[st->src2] + st->src2_off, st->count, s->dtype, s->op);
+        loomi_reduce_out(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off,
+                         bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
         break;
     case LOOMI_STEP_COPY:
-        if (op->bufs[st->dst] + st->dst_off != op->bufs[st->src] + st->src_off)
-            memcpy(op->bufs[st->dst] + st->dst_off, op->bufs[st->src] + st->src_off, bytes);
+        if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
+            memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         break;
     case LOOMI_STEP_AVG:
-        loomi_reduce_finish_avg(op->bufs[st->dst] + st->dst_off, st->count, s->dtype,
+        loomi_reduce_finish_avg(bufp(op, st->dst) + st->dst_off, st->count, s->dtype,
                                 s->nranks);
         break;
     }
@@ -267,7 +275,37 @@ static void op_free(struct loomi_op *op)
     free(op->xfers);
     free(op->posted);
     free(op->ready);
+    free(op->shared);
     free(op);
+}
+
+/* Find this host's shared arenas for a schedule that names them. */
+static loom_result_t map_shared(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    const struct loomi_hostmap *m = c->hosts;
+    const int n = op->s.nshared;
+    if (!m || !c->tops->shared_map)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
+                          "engine: the schedule uses shared memory, which transport %s lacks",
+                          c->tops->name);
+    const int h = m->host_of[c->rank];
+    if (n > loomi_host_size(m, h))
+        return loomi_fail(LOOM_ERR_INTERNAL, c->rank,
+                          "engine: the schedule names %d shared arenas, the host has %d ranks", n,
+                          loomi_host_size(m, h));
+    op->shared = malloc((size_t)n * sizeof *op->shared);
+    if (!op->shared) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+    for (int i = 0; i < n; i++) {
+        int q = m->host_ranks[m->host_start[h] + i];
+        size_t len = 0;
+        op->shared[i] = c->tops->shared_map(c->tstate, q, &len);
+        if (!op->shared[i] || len < op->s.shared_bytes)
+            return loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
+                              "engine: no shared arena of %zu bytes for rank %d (has %zu)",
+                              op->s.shared_bytes, q, op->shared[i] ? len : 0);
+    }
+    return LOOM_SUCCESS;
 }
 
 /* Buffers reused across operations: most jobs run one collective at a
@@ -317,6 +355,7 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
     if (!op->pending || !op->xfers || !op->posted || !op->ready) goto nomem;
     op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
     op->bufs[LOOMI_BUF_RECV] = recvbuf;
+    if (op->s.nshared && (r = map_shared(op)) != LOOM_SUCCESS) goto fail_op;
     size_t sl = op->s.buf_bytes[LOOMI_BUF_SCRATCH];
     if (sl) {
         op->bufs[LOOMI_BUF_SCRATCH] =
@@ -357,13 +396,15 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
     *out = op;
     return LOOM_SUCCESS;
 nomem:
+    r = loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory for a schedule");
+fail_op:
     op_release_buffers(op);
     op->live_next = c->live; /* op_free unlinks it */
     if (c->live) c->live->live_prev = op;
     c->live = op;
     c->nlive++;
     op_free(op);
-    return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory for a schedule");
+    return r;
 }
 
 /* After progress: run what became ready, finish what completed, and turn

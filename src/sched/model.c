@@ -147,6 +147,8 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
     if (!m || p < 1 || p > (1 << 30) || coll < 0 || coll >= LOOMI_NUM_COLLS) return -1;
     if (algo == LOOMI_ALGO_AUTO) algo = loomi_algo_default(coll, p, bytes);
     if (!loomi_algo_gen(coll, algo)) return -1;
+    /* One link class cannot describe them: topo/select.c costs them. */
+    if ((1u << algo) & LOOMI_TOPO_ALGOS) return -1;
     const double n = (double)bytes, gc = m->gamma_copy, a = m->alpha;
     const int lg = ceil_log2(p), lgf = floor_log2(p);
     /* Power-of-two algorithms fold the p - 2^lgf extra ranks in first. */

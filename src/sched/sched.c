@@ -114,6 +114,8 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
 
 static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t bytes)
 {
+    if (buf >= LOOMI_BUF_SHARED && buf < LOOMI_BUF_SHARED + s->nshared)
+        return off <= s->shared_bytes && bytes <= s->shared_bytes - off;
     if (buf < 0 || buf >= LOOMI_NBUFS) return 0;
     return off <= s->buf_bytes[buf] && bytes <= s->buf_bytes[buf] - off;
 }

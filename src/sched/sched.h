@@ -25,6 +25,14 @@ enum loomi_step_kind {
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
+/* Buffer ids from LOOMI_BUF_SHARED on name shared arenas: id
+ * LOOMI_BUF_SHARED + i is the arena of local rank i of this rank's host
+ * (hostmap order), which every rank of the host can read and write.
+ * Local steps (COPY, REDUCE, AVG) and sends may use them; what orders
+ * one rank's access against another's is the schedule's messages, which
+ * the validator does not check (the sim suite runs them). */
+#define LOOMI_BUF_SHARED 3
+#define LOOMI_MAX_SHARED (256 - LOOMI_BUF_SHARED)
 
 #define LOOMI_MAX_DEPS 4
 
@@ -43,6 +51,8 @@ struct loomi_sched {
     loom_op_t op;
     size_t esize;
     size_t buf_bytes[LOOMI_NBUFS]; /* extent each buffer must have */
+    size_t shared_bytes;           /* extent used in every shared arena (0: none used) */
+    int nshared;                   /* shared arenas named (ranks on this host) */
     uint32_t nsteps, cap;
     struct loomi_step *steps;
     uint8_t *ndeps;         /* per step */

@@ -51,6 +51,7 @@ static loom_result_t vfail(struct vctx *v, const char *fmt, ...)
 static const char *buf_name(int b)
 {
     static const char *const n[] = {"SEND", "RECV", "SCRATCH"};
+    if (b >= LOOMI_BUF_SHARED) return "SHARED";
     return b >= 0 && b < LOOMI_NBUFS ? n[b] : "?";
 }
 
@@ -88,6 +89,8 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
 
 static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t bytes)
 {
+    if (buf >= LOOMI_BUF_SHARED && buf < LOOMI_BUF_SHARED + s->nshared)
+        return off <= s->shared_bytes && bytes <= s->shared_bytes - off;
     if (buf < 0 || buf >= LOOMI_NBUFS) return 0;
     return off <= s->buf_bytes[buf] && bytes <= s->buf_bytes[buf] - off;
 }
@@ -523,7 +526,9 @@ static size_t find_bound(const size_t *b, size_t n, size_t x)
 static void add_access(const struct vctx *v, const struct loomi_sched *s, struct access *a,
                        size_t *n, uint32_t step, int buf, size_t off, size_t bytes, int write)
 {
-    if (!bytes) return;
+    /* Shared arenas are ordered across ranks by messages, which this
+     * per-rank analysis does not see. */
+    if (!bytes || buf >= LOOMI_NBUFS) return;
     struct access *x = &a[(*n)++];
     x->step = step;
     place(v, s, buf, off, &x->space, &x->lo);

@@ -387,7 +387,8 @@ static int simulate(const struct simopts *o, const struct loomi_model_params *m,
     print_params(m, src);
     printf("\n%-20s %12s %12s %9s %8s %8s\n", "algorithm", "simulated", "closed form",
            "sim/form", "steps", "wall");
-    unsigned mask = loomi_coll_algos(o->coll);
+    /* Hierarchical algorithms need a host layout: see the selection table. */
+    unsigned mask = loomi_coll_algos(o->coll) & ~LOOMI_TOPO_ALGOS;
     int dflt = loomi_algo_default(o->coll, o->p, o->bytes);
     for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
         if (!(mask & (1u << a))) continue;

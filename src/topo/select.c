@@ -1,2 +1,263 @@
-/* select.c - placeholder */
+/* select.c - the cost model's choice of algorithm (see select.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "sched/model.h"
 #include "topo/select.h"
+
+/* Shared memory between two processes of one host: a cache line handed
+ * over (~1 us with the polling loop) and a copy's bandwidth. */
+#define SHM_ALPHA 2e-6
+#define SHM_BETA 0.15e-9
+
+void loomi_links_defaults(struct loomi_links *l, int intra_shm)
+{
+    memset(l, 0, sizeof *l);
+    l->intra_shm = intra_shm;
+    l->alpha[LOOMI_LINK_INTRA] = intra_shm ? SHM_ALPHA : LOOMI_MODEL_ALPHA / 2;
+    l->beta[LOOMI_LINK_INTRA] = intra_shm ? SHM_BETA : LOOMI_MODEL_BETA / 4;
+    l->alpha[LOOMI_LINK_INTER] = LOOMI_MODEL_ALPHA;
+    l->beta[LOOMI_LINK_INTER] = LOOMI_MODEL_BETA;
+    l->gamma = LOOMI_MODEL_GAMMA;
+    l->gamma_copy = LOOMI_MODEL_GAMMA_COPY;
+}
+
+loom_result_t loomi_links_read(const char *path, struct loomi_links *l, int rank)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "LOOM_TUNING_FILE %s: %s", path,
+                          strerror(errno));
+    char line[256];
+    int ln = 0;
+    loom_result_t r = LOOM_SUCCESS;
+    while (r == LOOM_SUCCESS && fgets(line, sizeof line, f)) {
+        ln++;
+        char *h = strchr(line, '#');
+        if (h) *h = '\0';
+        char key[64];
+        double v;
+        int used = 0;
+        if (sscanf(line, " %63s%n", key, &used) != 1) continue; /* blank */
+        char *end;
+        errno = 0;
+        v = strtod(line + used, &end);
+        while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
+        if (errno || end == line + used || *end || !(v >= 0) || v > 1.0) {
+            r = loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
+                           "LOOM_TUNING_FILE %s:%d: '%s' needs one value in seconds (0..1)", path,
+                           ln, key);
+            break;
+        }
+        double *dst = NULL;
+        int link = -1;
+        if (!strcmp(key, "alpha_intra")) dst = &l->alpha[link = LOOMI_LINK_INTRA];
+        else if (!strcmp(key, "beta_intra")) dst = &l->beta[link = LOOMI_LINK_INTRA];
+        else if (!strcmp(key, "alpha_inter")) dst = &l->alpha[link = LOOMI_LINK_INTER];
+        else if (!strcmp(key, "beta_inter")) dst = &l->beta[link = LOOMI_LINK_INTER];
+        else if (!strcmp(key, "gamma")) dst = &l->gamma;
+        else if (!strcmp(key, "gamma_copy")) dst = &l->gamma_copy;
+        if (!dst) {
+            r = loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
+                           "LOOM_TUNING_FILE %s:%d: unknown key '%s' (alpha_intra, beta_intra, "
+                           "alpha_inter, beta_inter, gamma, gamma_copy)",
+                           path, ln, key);
+            break;
+        }
+        *dst = v;
+        if (link >= 0) l->source[link] = LOOMI_SRC_FILE;
+    }
+    fclose(f);
+    return r;
+}
+
+static void params(struct loomi_model_params *m, const struct loomi_links *l, int link,
+                   double cf, size_t chunk)
+{
+    m->alpha = l->alpha[link];
+    m->beta = l->beta[link];
+    m->gamma = l->gamma * cf;
+    m->gamma_copy = l->gamma_copy * cf;
+    m->chunk_bytes = chunk;
+}
+
+/* Least closed-form time of a flat collective among its algorithms. */
+static double best_flat(int coll, int p, size_t bytes, const struct loomi_model_params *m)
+{
+    double t;
+    int a = loomi_model_best(coll, p, bytes, m, &t);
+    return a > 0 ? t : -1;
+}
+
+/* The shared-arena allreduce on one host (shared.c): per round of half an
+ * arena, three rounds of zero-byte messages to the L-1 others, a copy in,
+ * a reduction of my slice against L-1 peers', a copy out. */
+static double shared_intra(int L, double n, const struct loomi_job_shape *j,
+                           const struct loomi_links *l, double cf)
+{
+    double R = (double)j->shared_bytes / 2;
+    if (R <= 0) return -1;
+    double rounds = ceil(n / R), per = n < R ? n : R;
+    double sync = 3 * (L - 1) * l->alpha[LOOMI_LINK_INTRA];
+    double work = cf * (l->gamma_copy * per * (2.0 - 1.0 / L) + l->gamma * per * (L - 1) / L);
+    return rounds * (sync + work);
+}
+
+double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                         const struct loomi_links *l)
+{
+    const int p = j->nranks;
+    const struct loomi_hostmap *hm = j->hosts;
+    const int H = hm ? hm->nhosts : p;
+    const int uniform = hm ? loomi_hostmap_uniform(hm) : 1;
+    const int L = uniform ? p / H : 0;
+    /* Ranks of a host beyond its cores take turns on them. */
+    double cf = 1;
+    if (hm && j->cores_per_host > 0) {
+        int most = 0;
+        for (int h = 0; h < H; h++)
+            if (loomi_host_size(hm, h) > most) most = loomi_host_size(hm, h);
+        if (most > j->cores_per_host) cf = (double)most / j->cores_per_host;
+    }
+    struct loomi_model_params in, out, flat;
+    params(&in, l, LOOMI_LINK_INTRA, cf, j->chunk_bytes);
+    params(&out, l, LOOMI_LINK_INTER, cf, j->chunk_bytes);
+    /* A flat algorithm over several hosts runs at the pace of its slowest
+     * links, which cross hosts. */
+    flat = H > 1 ? out : in;
+    const double n = (double)bytes;
+
+    if (algo != LOOMI_ALGO_HIERARCHICAL && algo != LOOMI_ALGO_SHARED)
+        return loomi_model_time(coll, algo, p, bytes, &flat);
+    /* The hierarchical algorithms need several hosts of several ranks
+     * (forced otherwise, they run a flat algorithm). */
+    if (!hm || H == p || !uniform || (H == 1 && algo == LOOMI_ALGO_HIERARCHICAL)) return -1;
+    double t = -1;
+    switch (coll) {
+    case LOOMI_COLL_ALLREDUCE: {
+        size_t slice = (bytes + (size_t)L - 1) / (size_t)L;
+        double rail = H > 1 ? best_flat(LOOMI_COLL_ALLREDUCE, H, slice, &out) : 0;
+        if (rail < 0) return -1;
+        if (algo == LOOMI_ALGO_SHARED) {
+            double s = shared_intra(L, n, j, l, cf);
+            t = s < 0 ? -1 : s + rail;
+        } else {
+            t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in) +
+                rail + loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in);
+        }
+        break;
+    }
+    case LOOMI_COLL_REDUCE_SCATTER:
+        if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
+        t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, bytes * (size_t)H,
+                             &in) +
+            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out);
+        break;
+    case LOOMI_COLL_ALLGATHER:
+        if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
+        t = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out) +
+            loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in);
+        break;
+    case LOOMI_COLL_ALLTOALL:
+        if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
+        /* Blocks for a remote host travel once, aggregated: L*L of them
+         * per host pair, after and before an exchange inside the host. */
+        t = 2 * loomi_model_time(LOOMI_COLL_ALLTOALL, LOOMI_ALGO_PAIRWISE, L,
+                                 bytes * (size_t)H, &in) +
+            loomi_model_time(LOOMI_COLL_ALLTOALL, LOOMI_ALGO_PAIRWISE, H, bytes * (size_t)L,
+                             &out);
+        break;
+    case LOOMI_COLL_BROADCAST:
+        if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
+        t = best_flat(LOOMI_COLL_BROADCAST, H, bytes, &out) +
+            best_flat(LOOMI_COLL_BROADCAST, L, bytes, &in);
+        break;
+    default:
+        return -1;
+    }
+    return t;
+}
+
+static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
+                     const struct loomi_links *l)
+{
+    int best = LOOMI_ALGO_AUTO;
+    double bt = 0;
+    for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+        if (!loomi_algo_gen(coll, a)) continue;
+        double t = loomi_select_cost(coll, a, bytes, j, l);
+        if (t >= 0 && (best == LOOMI_ALGO_AUTO || t < bt)) {
+            best = a;
+            bt = t;
+        }
+    }
+    return best;
+}
+
+void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shape *j,
+                        const struct loomi_links *l)
+{
+    memset(sel, 0, sizeof *sel);
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        int prev = -1;
+        /* 1 B .. 1 GiB at powers of two and the points halfway between. */
+        for (int k = 0; k <= 60; k++) {
+            size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
+            if (k == 1) continue;
+            int a = best_algo(c, bytes, j, l);
+            if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
+            if (a != prev) {
+                int i = sel->n[c];
+                if (i == LOOMI_SELECT_MAX_RANGES) break;
+                sel->r[c][i].from = i ? bytes : 0;
+                sel->r[c][i].algo = a;
+                sel->n[c]++;
+                prev = a;
+            }
+        }
+    }
+}
+
+int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes)
+{
+    int a = LOOMI_ALGO_AUTO;
+    for (int i = 0; i < sel->n[coll] && sel->r[coll][i].from <= bytes; i++) a = sel->r[coll][i].algo;
+    return a;
+}
+
+static const char *size_str(size_t b, char *buf, size_t n)
+{
+    if (b >= ((size_t)1 << 30) && b % ((size_t)1 << 30) == 0) snprintf(buf, n, "%zuG", b >> 30);
+    else if (b >= ((size_t)1 << 20) && b % ((size_t)1 << 20) == 0) snprintf(buf, n, "%zuM", b >> 20);
+    else if (b >= 1024 && b % 1024 == 0) snprintf(buf, n, "%zuK", b >> 10);
+    else snprintf(buf, n, "%zu", b);
+    return buf;
+}
+
+void loomi_select_print(FILE *f, const struct loomi_selection *sel)
+{
+    char b[32];
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        fprintf(f, "  %-15s", loomi_coll_name(c));
+        for (int i = 0; i < sel->n[c]; i++)
+            fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(sel->r[c][i].algo),
+                    size_str(sel->r[c][i].from, b, sizeof b));
+        fprintf(f, "\n");
+    }
+}
+
+void loomi_links_print(FILE *f, const struct loomi_links *l)
+{
+    static const char *const src[] = {"default", "measured", "tuning file"};
+    fprintf(f, "  within a host (%s): alpha %.2f us, beta %.3f ns/B (%.2f GB/s) [%s]\n",
+            l->intra_shm ? "shm" : "tcp", l->alpha[0] * 1e6, l->beta[0] * 1e9,
+            l->beta[0] > 0 ? 1e-9 / l->beta[0] : 0, src[l->source[0]]);
+    fprintf(f, "  between hosts (tcp):  alpha %.2f us, beta %.3f ns/B (%.2f GB/s) [%s]\n",
+            l->alpha[1] * 1e6, l->beta[1] * 1e9, l->beta[1] > 0 ? 1e-9 / l->beta[1] : 0,
+            src[l->source[1]]);
+    fprintf(f, "  reduction gamma %.3f ns/B, copy %.3f ns/B; probing took %.1f ms\n",
+            l->gamma * 1e9, l->gamma_copy * 1e9, l->probe_ms);
+}

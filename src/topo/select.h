@@ -1,4 +1,80 @@
-/* select.h - link parameters and algorithm selection (placeholder). */
+/*
+ * select.h - link parameters and the cost model's choice of algorithm.
+ *
+ * At init every communicator learns what its links cost (measured by a
+ * short ping-pong between one pair of ranks per link class, or read from
+ * LOOM_TUNING_FILE) and what a reduction costs on its CPUs; rank 0's
+ * figures are broadcast so that every rank builds the same table.  From
+ * them, the hostmap and the cores per host, the cost model (model.h's
+ * closed forms, composed for the hierarchical algorithms) gives each
+ * collective the algorithm with the least estimated time at every size;
+ * the table is cut into ranges "from this size on, this algorithm".
+ */
 #ifndef LOOMI_SELECT_H
 #define LOOMI_SELECT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "coll/coll.h"
+#include "topo/hostmap.h"
+
+enum { LOOMI_LINK_INTRA = 0, LOOMI_LINK_INTER = 1, LOOMI_LINKS = 2 };
+enum { LOOMI_SRC_DEFAULT = 0, LOOMI_SRC_MEASURED = 1, LOOMI_SRC_FILE = 2 };
+
+struct loomi_links {
+    double alpha[LOOMI_LINKS]; /* seconds per message */
+    double beta[LOOMI_LINKS];  /* seconds per byte */
+    int source[LOOMI_LINKS];   /* LOOMI_SRC_* */
+    int intra_shm;             /* ranks of a host talk through shared memory */
+    double gamma, gamma_copy;  /* seconds per byte reduced / copied, one core */
+    double probe_ms;           /* how long measuring took */
+};
+
+/* Built-in figures where nothing was measured: shared memory on one
+ * host, TCP between hosts (model.h's defaults). */
+void loomi_links_defaults(struct loomi_links *l, int intra_shm);
+
+/* Read "key value" lines (alpha_intra, beta_intra, alpha_inter,
+ * beta_inter in seconds, gamma, gamma_copy in seconds per byte; '#'
+ * comments) over the defaults.  Errors name the file and line. */
+loom_result_t loomi_links_read(const char *path, struct loomi_links *l, int rank);
+
+/* What the model needs of the job besides the links. */
+struct loomi_job_shape {
+    const struct loomi_hostmap *hosts; /* NULL: one rank per host */
+    int nranks;
+    int cores_per_host;  /* fewest cores of any host (contention), 0 unknown */
+    size_t shared_bytes; /* arena per rank, 0 none */
+    size_t chunk_bytes;
+};
+
+/* Estimated seconds of (coll, algo) for `bytes` (model.h's meaning);
+ * negative when the algorithm does not apply to this job. */
+double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                         const struct loomi_links *l);
+
+#define LOOMI_SELECT_MAX_RANGES 32
+struct loomi_selection {
+    int n[LOOMI_NUM_COLLS];
+    struct {
+        size_t from; /* bytes */
+        int algo;
+    } r[LOOMI_NUM_COLLS][LOOMI_SELECT_MAX_RANGES];
+};
+
+/* The table over sizes 1 B .. 1 GiB (powers of two and midpoints). */
+void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shape *j,
+                        const struct loomi_links *l);
+/* The table's algorithm for coll at `bytes`. */
+int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
+void loomi_select_print(FILE *f, const struct loomi_selection *sel);
+void loomi_links_print(FILE *f, const struct loomi_links *l);
+
+/* probe.c: measure the links of a communicator that is connected (init
+ * time, collective over the communicator), or read LOOM_TUNING_FILE, and
+ * build its selection table. */
+struct loom_comm;
+loom_result_t loomi_comm_tune(struct loom_comm *c);
+
 #endif

@@ -56,7 +56,7 @@ Test(model, closed_forms_exist_and_grow_with_size)
     struct loomi_model_params m = defaults();
     const int ps[] = {1, 2, 3, 7, 8, 64, 1000, 4096};
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
-        unsigned mask = loomi_coll_algos(c);
+        unsigned mask = loomi_coll_algos(c) & ~LOOMI_TOPO_ALGOS;
         for (int a = 0; a < LOOMI_NUM_ALGOS; a++) {
             int has = a == LOOMI_ALGO_AUTO || (mask & (1u << a));
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
@@ -211,7 +211,7 @@ Test(model, simulation_agrees_with_closed_forms, .timeout = 120)
     const size_t sizes[] = {4096, 256 * 1024, (size_t)4 << 20};
     int checked = 0, missing = 0;
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
-        unsigned mask = loomi_coll_algos(c);
+        unsigned mask = loomi_coll_algos(c) & ~LOOMI_TOPO_ALGOS;
         for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
             if (!(mask & (1u << a))) continue;
             double lo, hi;

@@ -71,6 +71,9 @@ struct loomi_sim_world {
     struct node *free_nodes;
     uint64_t next_seq;
     struct loomi_sim_stats st;
+    /* Shared arenas (every rank's, all in this process), made on first use. */
+    unsigned char **arena;
+    size_t *arena_len;
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -439,6 +442,36 @@ static void sim_destroy(void *state)
     if (state) endpoint_free(state);
 }
 
+/* Every rank of a sim world shares one address space, so any rank's
+ * arena is reachable; the hostmap decides which ones a schedule names. */
+static void *sim_shared_map(void *state, int rank, size_t *len)
+{
+    struct endpoint *ep = state;
+    struct loomi_sim_world *w = ep->w;
+    size_t want = ep->ctx.shm_bytes;
+    if (rank < 0 || rank >= w->nranks || !want) return NULL;
+    if (!w->arena) {
+        w->arena = calloc((size_t)w->nranks, sizeof *w->arena);
+        w->arena_len = calloc((size_t)w->nranks, sizeof *w->arena_len);
+        if (!w->arena || !w->arena_len) {
+            free(w->arena);
+            free(w->arena_len);
+            w->arena = NULL;
+            w->arena_len = NULL;
+            return NULL;
+        }
+    }
+    if (!w->arena[rank]) {
+        /* Garbage, not zeros: a schedule must not read what it never wrote. */
+        w->arena[rank] = malloc(want);
+        if (!w->arena[rank]) return NULL;
+        memset(w->arena[rank], 0xA5, want);
+        w->arena_len[rank] = want;
+    }
+    *len = w->arena_len[rank];
+    return w->arena[rank];
+}
+
 const struct loomi_transport_ops loomi_sim_ops = {
     .name = "sim",
     .caps = LOOMI_TCAP_TWO_SIDED,
@@ -455,6 +488,7 @@ const struct loomi_transport_ops loomi_sim_ops = {
     .cancel = sim_cancel,
     .abort_all = sim_abort_all,
     .destroy = sim_destroy,
+    .shared_map = sim_shared_map,
 };
 
 /* ------------------------------------------------------------- worlds */
@@ -522,6 +556,10 @@ void loomi_sim_world_free(struct loomi_sim_world *w)
         w->free_nodes = n->b_next;
         free(n);
     }
+    if (w->arena)
+        for (int r = 0; r < w->nranks; r++) free(w->arena[r]);
+    free(w->arena);
+    free(w->arena_len);
     free(w->ep);
     free(w->buckets);
     free(w->ready);
