@@ -159,9 +159,13 @@ struct loomi_embed {
     const uint32_t *after;       /* steps of s that the sub's first steps wait for */
     int nafter;
 };
+/* Each embedded phase owns this many tags from its tag_base. */
+#define LOOMI_EMBED_TAG_SPAN (1u << 24)
 /* Append collective `a` run by the group with algorithm `algo` (AUTO: the
  * default for its size).  *join: a step that completes after every step
- * appended (LOOMI_NO_DEP when none was).  Grows s->buf_bytes as needed. */
+ * appended, or stands for `after` when nothing was appended, so that a
+ * chain of phases keeps its order through an empty one.  Grows
+ * s->buf_bytes (and the shared arenas' extent) as needed. */
 loom_result_t loomi_embed(struct loomi_sched *s, const struct loomi_embed *e,
                           const struct loomi_coll_args *a, int algo, uint32_t *join);
 

@@ -1,12 +1,439 @@
-/* hier.c - hierarchical algorithms (placeholder until written). */
+/*
+ * hier.c - hierarchical algorithms: phases inside a host and between
+ * hosts, each phase a flat algorithm embedded for a group (embed.c).
+ *
+ * Names: H hosts; rank r is local index i on host h; with uniform hosts
+ * every host has L ranks, and "rail i" is the H ranks of local index i,
+ * in host order (vrank = host index).  Inter-host phases run on rails (or
+ * on one rank per host), so each rank crosses the network with 1/L of
+ * the data instead of every rank with all of it.
+ *
+ *   allreduce       uniform: per piece, intra reduce-scatter (ring) of L
+ *                   slices -> allreduce of the own slice on the rail ->
+ *                   intra allgather (ring); pieces pipeline (phase 1 of
+ *                   piece k+1 waits only for phase 1 of piece k).
+ *                   Non-uniform, and alongside for the count % L elements
+ *                   left over: intra reduce to the host's local 0 ->
+ *                   allreduce of the leaders -> intra broadcast.
+ *   reduce_scatter  uniform: blocks permuted into SCRATCH as [local][host]
+ *                   -> intra reduce-scatter (ring) of H blocks per local
+ *                   rank ->
+ *                   reduce-scatter on the rail.  Non-uniform: flat.
+ *   allgather       uniform: allgather on the rail (H blocks) -> intra
+ *                   allgather (ring) of the H-block groups -> copies into rank
+ *                   order.  Non-uniform: flat.
+ *   broadcast       any layout: one delegate per host (the rank with the
+ *                   root's local index, or local 0 where the host is
+ *                   smaller) -> broadcast among delegates -> intra
+ *                   broadcast from the delegate; pieces pipeline.
+ *   alltoall        uniform: blocks permuted as [dest host][dest local]
+ *                   -> alltoall on the rail (L blocks per message: one
+ *                   aggregated message per remote host) -> transposed to
+ *                   [dest local][source host] -> intra alltoall (H blocks
+ *                   per message) -> copies into rank order.  Non-uniform:
+ *                   flat.
+ *
+ * Without a host map, with one host or one rank per host, the flat
+ * algorithm the library would pick runs instead.
+ *
+ * Tags: phase k of a schedule uses [k << 24, (k+1) << 24) (embed.c's
+ * span).  SCRATCH: the regions this file lays out first, then each
+ * phase's own scratch after them, 64-byte aligned, never shared between
+ * phases (phases of different pieces run at the same time).  LOOM_AVG:
+ * the sub-groups reduce as a sum; the rank that ends with the full sum of
+ * a slice divides it, once, and the slice is spread after that.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
 #include "coll/coll.h"
+#include "coll/coll_util.h"
 #include "core/internal.h"
 
-#define STUB(fn) \
-    loom_result_t fn(struct loomi_sched *s, const struct loomi_coll_args *a) \
-    { (void)a; return loomi_fail(LOOM_ERR_UNSUPPORTED, s->rank, #fn ": not written yet"); }
-STUB(loomi_gen_allreduce_hier)
-STUB(loomi_gen_reduce_scatter_hier)
-STUB(loomi_gen_allgather_hier)
-STUB(loomi_gen_broadcast_hier)
-STUB(loomi_gen_alltoall_hier)
+#define TAG_SPAN LOOMI_EMBED_TAG_SPAN
+#define PHASE(k) ((uint32_t)(k) * TAG_SPAN)
+#define MAX_PIECES 4
+#define SCR LOOMI_BUF_SCRATCH
+
+/* The flat algorithm for a (sub-)collective: the library's default, never
+ * one of the topology-aware ones (no host map inside a group). */
+static int flat_algo(int coll, int p, size_t bytes)
+{
+    int a = loomi_algo_default(coll, p, bytes);
+    if (a != LOOMI_ALGO_HIERARCHICAL && a != LOOMI_ALGO_SHARED && loomi_algo_gen(coll, a))
+        return a;
+    switch (coll) {
+    case LOOMI_COLL_ALLTOALL: return LOOMI_ALGO_PAIRWISE;
+    case LOOMI_COLL_BROADCAST:
+    case LOOMI_COLL_REDUCE: return LOOMI_ALGO_TREE;
+    default: return LOOMI_ALGO_RING;
+    }
+}
+
+/* The whole collective, flat, straight into s. */
+static loom_result_t flat(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    struct loomi_coll_args b = *a;
+    b.hosts = NULL;
+    int algo = flat_algo(a->coll, s->nranks, a->count * s->esize);
+    return loomi_algo_gen(a->coll, algo)(s, &b);
+}
+
+/* A host map worth using: it describes this schedule's ranks and has
+ * more than one host and more than one rank on some host. */
+static const struct loomi_hostmap *hosts_of(const struct loomi_sched *s,
+                                            const struct loomi_coll_args *a)
+{
+    const struct loomi_hostmap *m = a->hosts;
+    if (!m || m->nranks != s->nranks || m->nhosts <= 1 || m->nhosts >= s->nranks) return NULL;
+    return m;
+}
+
+static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* Reserve `bytes` of SCRATCH after everything used so far. */
+static size_t scr_take(struct loomi_sched *s, size_t bytes)
+{
+    size_t off = align64(s->buf_bytes[SCR]);
+    s->buf_bytes[SCR] = off + bytes;
+    return off;
+}
+
+static struct loomi_coll_args sub_args(const struct loomi_coll_args *a, int coll, size_t count,
+                                       int root, int inplace)
+{
+    struct loomi_coll_args b = {0};
+    b.coll = coll;
+    b.count = count;
+    b.root = root;
+    b.inplace = inplace;
+    b.chunk_bytes = a->chunk_bytes;
+    return b;
+}
+
+/* One phase: collective b run by `group` (this rank is group[vrank]),
+ * its SEND and RECV at the given places in s, its scratch after all
+ * scratch used so far, its tags from PHASE(ph). */
+static loom_result_t phase(struct loomi_sched *s, const int *group, int n, int vrank,
+                           int sbuf, size_t soff, int rbuf, size_t roff, int ph,
+                           const uint32_t *after, int nafter, const struct loomi_coll_args *b,
+                           int algo, uint32_t *join)
+{
+    struct loomi_embed e = {
+        .group = group, .n = n, .vrank = vrank,
+        .bufmap = {(uint8_t)sbuf, (uint8_t)rbuf, SCR},
+        .bufoff = {soff, roff, align64(s->buf_bytes[SCR])},
+        .tag_base = PHASE(ph), .after = after, .nafter = nafter,
+    };
+    return loomi_embed(s, &e, b, algo, join);
+}
+
+/* Rail i: the rank of local index i on every host (uniform hosts). */
+static int *rail_of(const struct loomi_hostmap *m, int i)
+{
+    int *g = malloc((size_t)m->nhosts * sizeof *g);
+    if (g)
+        for (int h = 0; h < m->nhosts; h++) g[h] = m->host_ranks[m->host_start[h] + i];
+    return g;
+}
+
+static loom_result_t nomem(struct loomi_sched *s, const char *fn)
+{
+    return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "%s: out of memory", fn);
+}
+
+/* P blocks of count elements must be addressable. */
+static loom_result_t check_blocks(const struct loomi_sched *s, size_t count, const char *fn)
+{
+    if (count && count > SIZE_MAX / s->esize / (size_t)s->nranks / 4)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, s->rank,
+                          "%s: count %zu times %d ranks is too large", fn, count, s->nranks);
+    return LOOM_SUCCESS;
+}
+
+/* ---------------------------------------------------------- allreduce */
+
+/* Any layout: reduce to each host's local 0, allreduce of the leaders,
+ * broadcast from local 0; for the elements [off, off + count), with tags
+ * of phases ph .. ph+2. */
+static loom_result_t allreduce_leaders(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                       const struct loomi_hostmap *m, size_t off, size_t count,
+                                       int ph)
+{
+    const int r = s->rank, H = m->nhosts, h = m->host_of[r], i = m->local_index[r];
+    const int n = loomi_host_size(m, h), lead = i == 0;
+    const size_t es = s->esize, bo = off * es;
+    const int ip = a->inplace, src = ip ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    int *leaders = malloc((size_t)H * sizeof *leaders);
+    if (!leaders) return nomem(s, "hierarchical allreduce");
+    for (int g = 0; g < H; g++) leaders[g] = m->host_ranks[m->host_start[g]];
+    uint32_t j1, j2 = LOOMI_NO_DEP, j3;
+    /* 1: reduce; the leader in place keeps its input in RECV, the others
+     * read theirs from wherever it is (only SEND is read). */
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_REDUCE, count, 0, lead && ip);
+    loom_result_t rc = phase(s, local, n, i, src, bo, LOOMI_BUF_RECV, bo, ph, NULL, 0, &x,
+                             flat_algo(LOOMI_COLL_REDUCE, n, count * es), &j1);
+    if (rc == LOOM_SUCCESS && lead) {
+        x = sub_args(a, LOOMI_COLL_ALLREDUCE, count, 0, 1);
+        rc = phase(s, leaders, H, h, LOOMI_BUF_RECV, bo, LOOMI_BUF_RECV, bo, ph + 1, &j1, 1, &x,
+                   flat_algo(LOOMI_COLL_ALLREDUCE, H, count * es), &j2);
+        if (rc == LOOM_SUCCESS && s->op == LOOM_AVG)
+            j2 = loomi_sched_avg(s, LOOMI_BUF_RECV, bo, count, &j2, 1);
+    }
+    /* 3: broadcast; a non-leader's RECV (its input in place) is written
+     * only after its part of the reduce. */
+    x = sub_args(a, LOOMI_COLL_BROADCAST, count, 0, lead);
+    if (rc == LOOM_SUCCESS)
+        rc = phase(s, local, n, i, LOOMI_BUF_RECV, bo, LOOMI_BUF_RECV, bo, ph + 2,
+                   lead ? &j2 : &j1, 1,
+                   &x, flat_algo(LOOMI_COLL_BROADCAST, n, count * es), &j3);
+    free(leaders);
+    return rc;
+}
+
+/* Uniform hosts: reduce-scatter, rail allreduce, allgather, per piece. */
+static loom_result_t allreduce_rails(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                     const struct loomi_hostmap *m)
+{
+    const int r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r];
+    const size_t es = s->esize, count = a->count, b = count / (size_t)L;
+    const size_t tail = count - b * (size_t)L;
+    const int ip = a->inplace, src = ip ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    loom_result_t rc = LOOM_SUCCESS;
+    int *rail = rail_of(m, i);
+    if (!rail) return nomem(s, "hierarchical allreduce");
+    /* Pieces big enough that each phase still cuts its own chunks. */
+    size_t np = b ? loomi_nchunks(b * (size_t)L * es, 4 * (size_t)L * LOOMI_MAX(a->chunk_bytes, 1),
+                                  MAX_PIECES)
+                  : 0;
+    if (np > b) np = b;
+    uint32_t prev1 = LOOMI_NO_DEP;
+    for (size_t j = 0; j < np && rc == LOOM_SUCCESS; j++) {
+        size_t o, bj;
+        loomi_chunk(b, np, j, &o, &bj);
+        const size_t E = o * (size_t)L, mine = (E + (size_t)i * bj) * es;
+        const int ph = (int)j * 3;
+        uint32_t j1, j2, j3;
+        /* 1: intra reduce-scatter; slice i lands in place in RECV.  In
+         * place the input is RECV, whose block i is the output (the
+         * reduce-scatter's own in-place form). */
+        struct loomi_coll_args x = sub_args(a, LOOMI_COLL_REDUCE_SCATTER, bj, 0, ip);
+        rc = phase(s, local, L, i, src, E * es, LOOMI_BUF_RECV, mine, ph, &prev1, 1, &x,
+                   LOOMI_ALGO_RING, &j1);
+        prev1 = j1;
+        /* 2: the slice's host sums, added up along the rail. */
+        x = sub_args(a, LOOMI_COLL_ALLREDUCE, bj, 0, 1);
+        if (rc == LOOM_SUCCESS)
+            rc = phase(s, rail, H, h, LOOMI_BUF_RECV, mine, LOOMI_BUF_RECV, mine, ph + 1, &j1, 1,
+                       &x, flat_algo(LOOMI_COLL_ALLREDUCE, H, bj * es), &j2);
+        if (rc == LOOM_SUCCESS && s->op == LOOM_AVG)
+            j2 = loomi_sched_avg(s, LOOMI_BUF_RECV, mine, bj, &j2, 1);
+        /* 3: every slice to every local rank. */
+        x = sub_args(a, LOOMI_COLL_ALLGATHER, bj, 0, 1);
+        if (rc == LOOM_SUCCESS)
+            rc = phase(s, local, L, i, LOOMI_BUF_RECV, 0, LOOMI_BUF_RECV, E * es, ph + 2, &j2, 1,
+                       &x, LOOMI_ALGO_RING, &j3);
+    }
+    /* The last count % L (< L) elements: through the host leaders,
+     * alongside. */
+    if (rc == LOOM_SUCCESS && tail)
+        rc = allreduce_leaders(s, a, m, b * (size_t)L, tail, (int)np * 3);
+    free(rail);
+    return rc;
+}
+
+loom_result_t loomi_gen_allreduce_hier(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const struct loomi_hostmap *m = hosts_of(s, a);
+    if (!m || !a->count) return flat(s, a);
+    s->buf_bytes[LOOMI_BUF_SEND] = a->inplace ? 0 : a->count * s->esize;
+    s->buf_bytes[LOOMI_BUF_RECV] = a->count * s->esize;
+    return loomi_hostmap_uniform(m) ? allreduce_rails(s, a, m)
+                                    : allreduce_leaders(s, a, m, 0, a->count, 0);
+}
+
+/* ----------------------------------------------------- reduce_scatter */
+
+loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s,
+                                            const struct loomi_coll_args *a)
+{
+    const struct loomi_hostmap *m = hosts_of(s, a);
+    if (!m || !a->count || !loomi_hostmap_uniform(m)) return flat(s, a);
+    loom_result_t rc = check_blocks(s, a->count, "hierarchical reduce_scatter");
+    if (rc != LOOM_SUCCESS) return rc;
+    const int P = s->nranks, r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r];
+    const size_t es = s->esize, n = a->count, bb = n * es;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    s->buf_bytes[LOOMI_BUF_SEND] = (size_t)P * bb;
+    s->buf_bytes[LOOMI_BUF_RECV] = bb;
+    int *rail = rail_of(m, i);
+    uint32_t *cp = malloc((size_t)P * sizeof *cp);
+    if (!rail || !cp) {
+        free(rail);
+        free(cp);
+        return nomem(s, "hierarchical reduce_scatter");
+    }
+    /* A: the input as [local index][host], so that local rank i' gets
+     * one contiguous run of the H blocks bound for rail i'.  B: the host
+     * sums of those H blocks. */
+    const size_t A = scr_take(s, (size_t)P * bb), B = scr_take(s, (size_t)H * bb);
+    for (int q = 0; q < P; q++) {
+        size_t slot = (size_t)m->local_index[q] * (size_t)H + (size_t)m->host_of[q];
+        cp[q] = loomi_sched_copy(s, SCR, A + slot * bb, LOOMI_BUF_SEND, (size_t)q * bb, n, NULL,
+                                 0);
+    }
+    uint32_t j1, j2;
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_REDUCE_SCATTER, (size_t)H * n, 0, 0);
+    rc = phase(s, local, L, i, SCR, A, SCR, B, 0, cp, P, &x, LOOMI_ALGO_RING, &j1);
+    /* In place RECV is SEND block r: written only from here on, after
+     * the copies that read it (phase 1 waits for them all). */
+    x = sub_args(a, LOOMI_COLL_REDUCE_SCATTER, n, 0, 0);
+    if (rc == LOOM_SUCCESS)
+        rc = phase(s, rail, H, h, SCR, B, LOOMI_BUF_RECV, 0, 1, &j1, 1, &x,
+                   flat_algo(LOOMI_COLL_REDUCE_SCATTER, H, bb), &j2);
+    if (rc == LOOM_SUCCESS && s->op == LOOM_AVG) loomi_sched_avg(s, LOOMI_BUF_RECV, 0, n, &j2, 1);
+    free(rail);
+    free(cp);
+    return rc;
+}
+
+/* ---------------------------------------------------------- allgather */
+
+loom_result_t loomi_gen_allgather_hier(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const struct loomi_hostmap *m = hosts_of(s, a);
+    if (!m || !a->count || !loomi_hostmap_uniform(m)) return flat(s, a);
+    loom_result_t rc = check_blocks(s, a->count, "hierarchical allgather");
+    if (rc != LOOM_SUCCESS) return rc;
+    const int P = s->nranks, r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r], ip = a->inplace;
+    const size_t es = s->esize, n = a->count, bb = n * es;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    s->buf_bytes[LOOMI_BUF_SEND] = ip ? 0 : bb;
+    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)P * bb;
+    int *rail = rail_of(m, i);
+    if (!rail) return nomem(s, "hierarchical allgather");
+    /* B: every block as [local index][host]; the rail fills run i. */
+    const size_t B = scr_take(s, (size_t)P * bb);
+    uint32_t j1, j2;
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_ALLGATHER, n, 0, 0);
+    rc = phase(s, rail, H, h, ip ? LOOMI_BUF_RECV : LOOMI_BUF_SEND, ip ? (size_t)r * bb : 0, SCR,
+               B + (size_t)i * (size_t)H * bb, 0, NULL, 0, &x,
+               flat_algo(LOOMI_COLL_ALLGATHER, H, bb), &j1);
+    x = sub_args(a, LOOMI_COLL_ALLGATHER, (size_t)H * n, 0, 1);
+    if (rc == LOOM_SUCCESS)
+        rc = phase(s, local, L, i, SCR, B, SCR, B, 1, &j1, 1, &x, LOOMI_ALGO_RING, &j2);
+    /* Into rank order (in place the own block is already there). */
+    for (int q = 0; q < P && rc == LOOM_SUCCESS; q++) {
+        if (ip && q == r) continue;
+        size_t slot = (size_t)m->local_index[q] * (size_t)H + (size_t)m->host_of[q];
+        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)q * bb, SCR, B + slot * bb, n, &j2, 1);
+    }
+    free(rail);
+    return rc;
+}
+
+/* ---------------------------------------------------------- broadcast */
+
+loom_result_t loomi_gen_broadcast_hier(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const struct loomi_hostmap *m = hosts_of(s, a);
+    if (!m || !a->count || a->root < 0 || a->root >= s->nranks) return flat(s, a);
+    const int r = s->rank, H = m->nhosts, h = m->host_of[r], i = m->local_index[r];
+    const int R = a->root, ir = m->local_index[R], n = loomi_host_size(m, h);
+    const size_t es = s->esize, count = a->count;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    s->buf_bytes[LOOMI_BUF_SEND] = r == R && !a->inplace ? count * es : 0;
+    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
+    /* Each host's delegate: the rank with the root's local index, or
+     * local 0 on a smaller host; on the root's host, the root. */
+    int *dele = malloc((size_t)H * sizeof *dele);
+    if (!dele) return nomem(s, "hierarchical broadcast");
+    for (int g = 0; g < H; g++)
+        dele[g] = m->host_ranks[m->host_start[g] + (loomi_host_size(m, g) > ir ? ir : 0)];
+    const int me_dele = dele[h] == r, vdele = m->local_index[dele[h]];
+    size_t np = loomi_nchunks(count * es, 4 * LOOMI_MAX(a->chunk_bytes, 1), MAX_PIECES);
+    if (np > count) np = count;
+    loom_result_t rc = LOOM_SUCCESS;
+    uint32_t prev = LOOMI_NO_DEP;
+    for (size_t j = 0; j < np && rc == LOOM_SUCCESS; j++) {
+        size_t o, len;
+        loomi_chunk(count, np, j, &o, &len);
+        uint32_t j1 = LOOMI_NO_DEP, j2;
+        struct loomi_coll_args x;
+        if (me_dele) {
+            /* 1: between hosts, delegates only; pieces one after another
+             * on the network while earlier ones spread inside hosts. */
+            x = sub_args(a, LOOMI_COLL_BROADCAST, len, m->host_of[R], r == R && a->inplace);
+            rc = phase(s, dele, H, h, LOOMI_BUF_SEND, o * es, LOOMI_BUF_RECV, o * es, 2 * (int)j,
+                       &prev, 1, &x, flat_algo(LOOMI_COLL_BROADCAST, H, len * es), &j1);
+            prev = j1;
+        }
+        /* 2: inside the host, from the delegate (its copy is in RECV). */
+        x = sub_args(a, LOOMI_COLL_BROADCAST, len, vdele, me_dele);
+        if (rc == LOOM_SUCCESS)
+            rc = phase(s, local, n, i, LOOMI_BUF_RECV, o * es, LOOMI_BUF_RECV, o * es,
+                       2 * (int)j + 1, &j1, 1, &x, flat_algo(LOOMI_COLL_BROADCAST, n, len * es),
+                       &j2);
+    }
+    free(dele);
+    return rc;
+}
+
+/* ----------------------------------------------------------- alltoall */
+
+loom_result_t loomi_gen_alltoall_hier(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const struct loomi_hostmap *m = hosts_of(s, a);
+    if (!m || !a->count || !loomi_hostmap_uniform(m)) return flat(s, a);
+    loom_result_t rc = check_blocks(s, a->count, "hierarchical alltoall");
+    if (rc != LOOM_SUCCESS) return rc;
+    const int P = s->nranks, r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r], ip = a->inplace;
+    const int src = ip ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    const size_t es = s->esize, n = a->count, bb = n * es;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    s->buf_bytes[LOOMI_BUF_SEND] = ip ? 0 : (size_t)P * bb;
+    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)P * bb;
+    int *rail = rail_of(m, i);
+    uint32_t *cp = malloc((size_t)P * sizeof *cp);
+    if (!rail || !cp) {
+        free(rail);
+        free(cp);
+        return nomem(s, "hierarchical alltoall");
+    }
+    /* A: input as [dest host][dest local]; B: what the rail delivered,
+     * [source host][dest local]; C: B transposed, [dest local][source
+     * host]; D: what the host delivered, [source local][source host]. */
+    const size_t A = scr_take(s, (size_t)P * bb), B = scr_take(s, (size_t)P * bb);
+    const size_t C = scr_take(s, (size_t)P * bb), D = scr_take(s, (size_t)P * bb);
+    for (int q = 0; q < P; q++) {
+        size_t slot = (size_t)m->host_of[q] * (size_t)L + (size_t)m->local_index[q];
+        cp[q] = loomi_sched_copy(s, SCR, A + slot * bb, src, (size_t)q * bb, n, NULL, 0);
+    }
+    uint32_t j1, j2;
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_ALLTOALL, (size_t)L * n, 0, 0);
+    rc = phase(s, rail, H, h, SCR, A, SCR, B, 0, cp, P, &x,
+               flat_algo(LOOMI_COLL_ALLTOALL, H, (size_t)L * bb), &j1);
+    for (int g = 0; g < H && rc == LOOM_SUCCESS; g++)
+        for (int l = 0; l < L; l++)
+            cp[g * L + l] = loomi_sched_copy(s, SCR, C + ((size_t)l * H + (size_t)g) * bb, SCR,
+                                             B + ((size_t)g * L + (size_t)l) * bb, n, &j1, 1);
+    x = sub_args(a, LOOMI_COLL_ALLTOALL, (size_t)H * n, 0, 0);
+    if (rc == LOOM_SUCCESS)
+        rc = phase(s, local, L, i, SCR, C, SCR, D, 1, cp, P, &x,
+                   flat_algo(LOOMI_COLL_ALLTOALL, L, (size_t)H * bb), &j2);
+    /* Into rank order; in place this overwrites the input in RECV, all
+     * of whose reads (the copies into A) came before phase 1. */
+    for (int q = 0; q < P && rc == LOOM_SUCCESS; q++) {
+        size_t slot = (size_t)m->local_index[q] * (size_t)H + (size_t)m->host_of[q];
+        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)q * bb, SCR, D + slot * bb, n, &j2, 1);
+    }
+    free(rail);
+    free(cp);
+    return rc;
+}

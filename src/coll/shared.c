@@ -87,7 +87,8 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* Elements per round: half an arena, cut on a 64-byte boundary per slice. */
     size_t R = a->shared_bytes / 2 / es;
     const size_t nrounds = (n + R - 1) / R;
-    if (H > 1 && nrounds > 4096) return loomi_gen_allreduce_hier(s, a);
+    /* Each round's rail allreduce takes one of 128 tag ranges (embed.c). */
+    if (H > 1 && nrounds > 128) return loomi_gen_allreduce_hier(s, a);
     s->nshared = L;
     s->shared_bytes = 2 * R * es;
 
@@ -134,25 +135,15 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             rin[q] = loomi_sched_recv(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, NULL, 0);
         }
 
-        /* 3. my slice: my input plus each peer's copy, into my arena. */
+        /* 3. my slice: my input plus every peer's copy, into my arena,
+         *    in one pass once every copy is there. */
         const size_t moff = hoff + my0 * es;
-        uint32_t last = LOOMI_NO_DEP;
-        int first = 1;
-        for (int q = 0; q < L; q++) {
-            if (q == li) continue;
-            if (mylen) {
-                uint32_t d[3] = {rin[q], first ? reuse : last, cin};
-                if (first)
-                    last = loomi_sched_reduce(s, mine, moff, in, (b + my0) * es,
-                                              LOOMI_BUF_SHARED + q, moff, mylen, d, 3);
-                else
-                    last = loomi_sched_reduce(s, mine, moff, mine, moff, LOOMI_BUF_SHARED + q,
-                                              moff, mylen, d, 2);
-                first = 0;
-            } else {
-                uint32_t d[2] = {rin[q], last};
-                last = join(s, d, last == LOOMI_NO_DEP ? 1 : 2);
-            }
+        rin[li] = cin;
+        uint32_t last = join_all(s, rin, L);
+        if (mylen) {
+            uint32_t d[2] = {last, reuse};
+            last = loomi_sched_reduce_shared(s, mine, moff, in, (b + my0) * es, moff, li, mylen,
+                                             d, 2);
         }
 
         /* 4. rails: the same slice on every host. */
@@ -175,7 +166,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             struct loomi_embed e = {.group = rail, .n = H, .vrank = h,
                                     .bufmap = {LOOMI_BUF_SEND, (uint8_t)mine, LOOMI_BUF_SCRATCH},
                                     .bufoff = {0, moff, (k % 2) * rail_scratch},
-                                    .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 19),
+                                    .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
                                     .after = &last, .nafter = 1};
             /* The rails add; the average divides once, below, by every rank. */
             loom_op_t op = s->op;

@@ -10,6 +10,8 @@
 #include "comm/comm.h"
 #include "topo/topo.h"
 #include "comm/net.h"
+#include "comm/route.h"
+#include "topo/select.h"
 #include "sched/sched.h"
 
 #define UID_MAGIC 0x4c4d4944u /* "LMID" */
@@ -90,42 +92,30 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
     return LOOM_SUCCESS;
 }
 
-static loom_result_t pick_transport(struct loom_comm *c, const char *caller)
-{
-    const char *want = c->set.transport;
-    if (want[0]) {
-        /* Only TCP exists so far; the list must allow it. */
-        int ok = 0;
-        for (const char *p = want; *p;) {
-            size_t len = strcspn(p, ",");
-            if (len == 3 && !strncmp(p, "tcp", 3)) ok = 1;
-            p += len;
-            if (*p) p++;
-        }
-        if (!ok)
-            return loomi_fail(LOOM_ERR_UNSUPPORTED, -1,
-                              "%s: LOOM_TRANSPORT=%s allows no transport of this build "
-                              "(available: tcp)",
-                              caller, want);
-    }
-    c->tops = &loomi_tcp_ops;
-    return LOOM_SUCCESS;
-}
-
+/* Discover this host, publish transports' addresses and the topology
+ * card, and from every rank's card build the job's picture before
+ * connecting, so that each peer is reached by the right transport. */
 loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *t, int rank,
                                 int nranks, const loom_config_t *cfg, const char *caller,
                                 bool run_root)
 {
     struct loom_comm *c;
+    unsigned char *all = NULL;
+    struct loomi_topo_rank *cards = NULL;
     loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
     if (r != LOOM_SUCCESS) return r;
     memcpy(c->job_key, t->job_key, 16);
-    r = pick_transport(c, caller);
+    unsigned mask;
+    r = loomi_route_parse(c->set.transport, &mask, rank);
     if (r != LOOM_SUCCESS) {
         free(c);
         return r;
     }
+    c->tops = &loomi_route_ops;
     uint64_t deadline = loomi_now_ms() + (uint64_t)c->set.timeout_ms;
+    struct loomi_topo_rank me;
+    r = loomi_topo_discover(&c->set, rank, &me);
+    if (r != LOOM_SUCCESS) goto fail;
 
     if (run_root) {
         char port[16];
@@ -151,34 +141,82 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         .bind_hint_len = local_len,
         .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
+        .shm_bytes = c->set.shm_bytes,
+        .shm_cma_min = c->set.shm_cma_min,
     };
-    r = c->tops->create(&ctx, &c->tstate);
+    r = loomi_route_create(&ctx, mask, &c->xfer_events, &c->tstate);
     if (r != LOOM_SUCCESS) {
     close_fd:
         close(bfd);
         goto fail;
     }
+    _Static_assert(LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES <= LOOMI_ADDR_BYTES,
+                   "bootstrap address holds the route address and the topology card");
     unsigned char addr[LOOMI_ADDR_BYTES];
-    size_t alen = sizeof addr;
+    size_t alen = LOOMI_ROUTE_ADDR_BYTES;
     memset(addr, 0, sizeof addr);
     r = c->tops->local_addr(c->tstate, addr, &alen);
     if (r != LOOM_SUCCESS) goto close_fd;
-    unsigned char *all = malloc((size_t)nranks * LOOMI_ADDR_BYTES);
-    if (!all) {
+    loomi_topo_pack(&me, addr + LOOMI_ROUTE_ADDR_BYTES);
+    all = malloc((size_t)nranks * LOOMI_ADDR_BYTES);
+    cards = malloc((size_t)nranks * sizeof *cards);
+    c->topo = calloc(1, sizeof *c->topo);
+    if (!all || !cards || !c->topo) {
         r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
         goto close_fd;
     }
-    r = loomi_boot_exchange(bfd, t, rank, nranks, addr, alen, all, deadline);
-    if (r == LOOM_SUCCESS) r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline);
-    free(all);
+    r = loomi_boot_exchange(bfd, t, rank, nranks, addr, sizeof addr, all, deadline);
+    for (int q = 0; q < nranks && r == LOOM_SUCCESS; q++) {
+        r = loomi_topo_unpack(all + (size_t)q * LOOMI_ADDR_BYTES + LOOMI_ROUTE_ADDR_BYTES,
+                              &cards[q]);
+        if (r != LOOM_SUCCESS)
+            r = loomi_fail(r, rank, "%s: rank %d's topology card: %s", caller, q,
+                           loom_get_last_error());
+    }
+    if (r == LOOM_SUCCESS) r = loomi_topo_job_build(cards, nranks, c->topo);
+    if (r == LOOM_SUCCESS) {
+        c->hosts = loomi_hostmap_build(nranks, c->topo->map->host_of);
+        if (!c->hosts) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
+    }
+    if (r == LOOM_SUCCESS) {
+        loomi_route_set_hosts(c->tstate, c->hosts);
+        r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline);
+    }
     if (r != LOOM_SUCCESS) goto fail;
+    /* Every rank decides the same way (the same LOOM_TRANSPORT and
+     * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */
+    if (mask & 2u) c->shared_bytes = c->set.shm_bytes;
+    free(all);
+    free(cards);
+    all = NULL;
+    cards = NULL;
     c->magic = LOOMI_COMM_MAGIC;
-    LOOMI_INFO(rank, "communicator ready: rank %d of %d, transport %s, %d stream(s), chunk %zu",
-               rank, nranks, c->tops->name, c->set.tcp_streams, c->set.chunk_bytes);
+    /* Measure the links and choose algorithms: collective over the new
+     * communicator, so every rank gets here or fails by the deadline. */
+    r = loomi_comm_tune(c);
+    if (r != LOOM_SUCCESS) {
+        c->magic = 0;
+        goto fail;
+    }
+    char how[96];
+    LOOMI_INFO(rank, "communicator ready: rank %d of %d on host %s (%d host(s)), transport %s, "
+               "%d stream(s), chunk %zu",
+               rank, nranks, me.host.name, c->hosts->nhosts,
+               loomi_route_describe(c->tstate, how, sizeof how), c->set.tcp_streams,
+               c->set.chunk_bytes);
     *out = c;
     return LOOM_SUCCESS;
 fail:
     if (c->tstate) c->tops->destroy(c->tstate);
+    free(all);
+    free(cards);
+    free(c->hosts);
+    free(c->links);
+    free(c->sel);
+    if (c->topo) {
+        loomi_topo_job_free(c->topo);
+        free(c->topo);
+    }
     free(c);
     return r;
 }

@@ -33,6 +33,9 @@ struct loom_comm {
     int nactive;
     int nlive; /* operations started and not yet waited for (requests held) */
     uint64_t last_progress_ms; /* a step completed (the deadline's clock) */
+    uint64_t xfer_events;      /* transfers completed: lets a transport see its progress */
+    struct loomi_op *shq_head; /* shared-arena operations, oldest first (engine.c) */
+    int shq_kick;              /* one of them was released: run it before sleeping */
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;

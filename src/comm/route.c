@@ -9,6 +9,7 @@
  * dead process at once, whatever moves the bytes.
  */
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,7 @@ struct route {
     unsigned char *via;     /* [nranks]: the transport carrying data to each peer */
     int nvia[T_N];          /* peers carried by each */
     const struct loomi_hostmap *hosts;
+    const uint64_t *events;
 };
 
 static const struct loomi_transport_ops *const known[T_N] = {&loomi_tcp_ops, &loomi_shm_ops};
@@ -48,7 +50,7 @@ loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
                 found = 1;
             }
         if (!found && len)
-            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
+            return loomi_fail(LOOM_ERR_UNSUPPORTED, rank,
                               "LOOM_TRANSPORT=%s: unknown transport '%.*s' (this build has: %s)",
                               spec, (int)len, p, loomi_route_names());
         p += len;
@@ -61,12 +63,14 @@ loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask, void **state)
+loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
+                                 const uint64_t *events, void **state)
 {
     struct route *r = calloc(1, sizeof *r);
     if (!r) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "route: out of memory");
     r->rank = ctx->rank;
     r->nranks = ctx->nranks;
+    r->events = events;
     r->via = calloc((size_t)ctx->nranks, 1);
     if (!r->via) {
         free(r);
@@ -185,21 +189,30 @@ static void route_cancel(void *state, struct loomi_xfer *x)
     r->ops[i]->cancel(r->st[i], x);
 }
 
+/* How long a wait polls shared memory and sockets by turns, yielding the
+ * core between rounds, before it naps on the sockets. */
+#define ROUTE_SPIN_NS (2u * 1000 * 1000)
+
 static loom_result_t route_progress(void *state, int timeout_ms)
 {
     struct route *r = state;
-    if (!r->ops[T_SHM]) return r->ops[T_TCP]->progress(r->st[T_TCP], timeout_ms);
-    loom_result_t rc = r->ops[T_SHM]->progress(r->st[T_SHM], 0);
-    if (rc != LOOM_SUCCESS) return rc;
-    if (r->ops[T_TCP]) {
-        /* Shared memory has no descriptor to sleep on: nap on the sockets
-         * in short slices so that it is polled again soon. */
-        rc = r->ops[T_TCP]->progress(r->st[T_TCP], timeout_ms > 1 ? 1 : timeout_ms);
-        if (rc != LOOM_SUCCESS) return rc;
-    } else if (timeout_ms > 0) {
-        return r->ops[T_SHM]->progress(r->st[T_SHM], timeout_ms > 1 ? 1 : timeout_ms);
+    const struct loomi_transport_ops *tcp = r->ops[T_TCP], *shm = r->ops[T_SHM];
+    if (!shm) return tcp->progress(r->st[T_TCP], timeout_ms);
+    if (!tcp) return shm->progress(r->st[T_SHM], timeout_ms);
+    loom_result_t rc;
+    const uint64_t e0 = *r->events, t0 = loomi_now_ns();
+    const uint64_t end = t0 + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+    for (;;) {
+        /* Shared memory has no descriptor to sleep on, so a wait polls
+         * both; once it has lasted a while, it naps on the sockets in
+         * short slices instead of burning the core. */
+        if ((rc = shm->progress(r->st[T_SHM], 0)) != LOOM_SUCCESS) return rc;
+        uint64_t now = loomi_now_ns();
+        int nap = timeout_ms > 0 && now - t0 > ROUTE_SPIN_NS;
+        if ((rc = tcp->progress(r->st[T_TCP], nap ? 1 : 0)) != LOOM_SUCCESS) return rc;
+        if (*r->events != e0 || timeout_ms <= 0 || loomi_now_ns() >= end) return LOOM_SUCCESS;
+        if (!nap) sched_yield();
     }
-    return r->ops[T_SHM]->progress(r->st[T_SHM], 0);
 }
 
 static int route_wait_fd(void *state)

@@ -12,11 +12,16 @@
 
 extern const struct loomi_transport_ops loomi_route_ops;
 
+/* "tcp, shm": the transports this build has. */
+const char *loomi_route_names(void);
 /* LOOM_TRANSPORT ("tcp", "shm", "tcp,shm"; empty: all) into a mask;
  * an unknown name is an error listing the known ones. */
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank);
 /* Create every allowed sub-transport (init time). */
-loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask, void **state);
+/* `events` counts completed transfers (the engine's): progress() returns
+ * as soon as it moves. */
+loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
+                                 const uint64_t *events, void **state);
 /* Which ranks share a host; must be called before connect_all. */
 void loomi_route_set_hosts(void *state, const struct loomi_hostmap *hosts);
 /* "shm+tcp (3 peer(s) over shm, 4 over tcp)" */

@@ -28,6 +28,11 @@ struct loomi_op {
     struct loomi_sched s;
     unsigned char *bufs[LOOMI_NBUFS];
     unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
+    /* Operations on the shared arenas run one at a time, in the order
+     * they were started (the same on every rank): each reuses the arenas
+     * from offset 0.  `held` until the ones before it are done. */
+    struct loomi_op *shq_next;
+    int in_shq, held;
     uint64_t seq;
     uint16_t *pending;
     struct loomi_xfer *xfers; /* indexed by step */
@@ -65,8 +70,24 @@ static void active_add(struct loom_comm *c, struct loomi_op *op)
     c->nactive++;
 }
 
+/* Leave the queue of shared-arena operations, letting the next one run. */
+static void shq_remove(struct loom_comm *c, struct loomi_op *op)
+{
+    struct loomi_op **l = (struct loomi_op **)&c->shq_head;
+    while (*l && *l != op) l = &(*l)->shq_next;
+    if (*l) *l = op->shq_next;
+    op->in_shq = 0;
+    op->shq_next = NULL;
+    struct loomi_op *head = c->shq_head;
+    if (head && head->held) {
+        head->held = 0;
+        c->shq_kick = 1; /* engine_advance must visit it before anything sleeps */
+    }
+}
+
 static void active_remove(struct loom_comm *c, struct loomi_op *op)
 {
+    if (op->in_shq) shq_remove(c, op);
     if (op->prev) op->prev->next = op->next;
     else if (c->active == op) c->active = op->next;
     else return; /* not listed */
@@ -110,6 +131,7 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
     struct loomi_op *op = x->owner;
     uint32_t i = (uint32_t)(x - op->xfers);
     op->posted[i] = 0;
+    op->comm->xfer_events++;
     if (status != LOOM_SUCCESS) {
         step_failed(op, i, status, "the");
         return;
@@ -164,6 +186,7 @@ static void op_run_ready(struct loomi_op *op)
 {
     struct loom_comm *c = op->comm;
     const struct loomi_sched *s = &op->s;
+    if (op->held) return;
     while (op->rhead < op->rtail && op->status == LOOM_SUCCESS) {
         uint32_t i = op->ready[op->rhead++];
         const struct loomi_step *st = &s->steps[i];
@@ -201,6 +224,7 @@ static void op_run_ready(struct loomi_op *op)
         case LOOMI_STEP_REDUCE:
         case LOOMI_STEP_COPY:
         case LOOMI_STEP_AVG:
+        case LOOMI_STEP_REDUCE_SHARED:
             if (st->count) run_local(op, st, bytes);
             step_done(op, i);
             break;
@@ -221,6 +245,24 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
         if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         break;
+    case LOOMI_STEP_REDUCE_SHARED: {
+        /* Block by block, so that the partial result stays in cache while
+         * each arena's operand streams past it once. */
+        const size_t es = s->esize, blk = 16384 / es;
+        unsigned char *d = bufp(op, st->dst) + st->dst_off;
+        const unsigned char *a = bufp(op, st->src) + st->src_off;
+        for (size_t o = 0; o < st->count; o += blk) {
+            size_t k = st->count - o < blk ? st->count - o : blk;
+            int first = 1;
+            for (int i = 0; i < s->nshared; i++) {
+                if (i == st->peer) continue;
+                loomi_reduce_out(d + o * es, first ? a + o * es : d + o * es,
+                                 op->shared[i] + st->src2_off + o * es, k, s->dtype, s->op);
+                first = 0;
+            }
+        }
+        break;
+    }
     case LOOMI_STEP_AVG:
         loomi_reduce_finish_avg(bufp(op, st->dst) + st->dst_off, st->count, s->dtype,
                                 s->nranks);
@@ -385,6 +427,13 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
         op->pending[i] = op->s.ndeps[i];
         if (!op->pending[i]) push_ready(op, i);
     }
+    if (op->s.nshared) {
+        struct loomi_op **l = (struct loomi_op **)&c->shq_head;
+        while (*l) l = &(*l)->shq_next;
+        *l = op;
+        op->in_shq = 1;
+        op->held = c->shq_head != op;
+    }
     active_add(c, op);
     op->live_next = c->live;
     if (c->live) c->live->live_prev = op;
@@ -411,8 +460,10 @@ fail_op:
  * any failure into a broken communicator. */
 static void engine_advance(struct loom_comm *c)
 {
-    struct loomi_op *op = c->active, *next;
-    for (; op; op = next) {
+    struct loomi_op *op, *next;
+again:
+    c->shq_kick = 0;
+    for (op = c->active; op; op = next) {
         next = op->next;
         op_run_ready(op);
         if (op->status != LOOM_SUCCESS) {
@@ -422,6 +473,9 @@ static void engine_advance(struct loom_comm *c)
             op_finish(op);
         }
     }
+    /* An operation released from the shared-arena queue during this pass
+     * may sit earlier in the list: run it now, not after a sleep. */
+    if (c->shq_kick && c->error == LOOM_SUCCESS) goto again;
     if (c->error != LOOM_SUCCESS) loomi_engine_fail_all(c);
 }
 
@@ -481,11 +535,17 @@ static void engine_round(struct loom_comm *c, int wait_ms)
     if (c->active && ms_to_deadline(c) == 0) {
         const struct loomi_op *op = c->active;
         int suspect = silent_peer(c);
+        const struct loomi_op *head = c->shq_head;
+        char held[96] = "";
+        if (op->held && head)
+            snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
+                     "to release the shared arenas)",
+                     (unsigned long long)head->seq, head->ndone, head->s.nsteps);
         loomi_comm_fail(c, LOOM_ERR_TIMEOUT, suspect,
                         "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
-                        "waiting on rank %d; operation %llu had %u of %u steps done",
+                        "waiting on rank %d; operation %llu had %u of %u steps done%s",
                         c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq,
-                        op->ndone, op->s.nsteps);
+                        op->ndone, op->s.nsteps, held);
         loomi_engine_fail_all(c);
     }
 }

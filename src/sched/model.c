@@ -664,7 +664,7 @@ static void ready(struct sim *S, uint32_t i, double t)
     case LOOMI_STEP_COPY:
         cpu_task(S, i, t, n * m->gamma_copy);
         break;
-    default: /* REDUCE, AVG */
+    default: /* REDUCE, AVG; REDUCE_SHARED never: the simulation has no host layout */
         cpu_task(S, i, t, n * m->gamma);
         break;
     }

@@ -147,6 +147,11 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
         case LOOMI_STEP_AVG:
             ok = ok && in_range(s, st->dst, st->dst_off, bytes);
             break;
+        case LOOMI_STEP_REDUCE_SHARED:
+            ok = s->nshared >= 2 && st->peer >= 0 && st->peer < s->nshared &&
+                 in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes) &&
+                 in_range(s, st->src, st->src_off, bytes) && in_range(s, st->dst, st->dst_off, bytes);
+            break;
         default:
             ok = 0;
         }
@@ -190,6 +195,22 @@ uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t 
     struct loomi_step st = mk(LOOMI_STEP_AVG);
     st.dst = (uint8_t)dst;
     st.dst_off = dst_off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                                   size_t src_off, size_t arena_off, int skip, size_t count,
+                                   const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_REDUCE_SHARED);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.src2 = LOOMI_BUF_SHARED;
+    st.src2_off = arena_off;
+    st.peer = skip;
     st.count = count;
     return loomi_sched_add(s, &st, deps, ndeps);
 }

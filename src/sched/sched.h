@@ -20,7 +20,13 @@ enum loomi_step_kind {
     LOOMI_STEP_RECV,   /* receive count elements from peer into dst */
     LOOMI_STEP_REDUCE, /* dst = src OP src2 (dst may be src or src2) */
     LOOMI_STEP_COPY,   /* dst = src */
-    LOOMI_STEP_AVG     /* dst /= nranks (the end of LOOM_AVG) */
+    LOOMI_STEP_AVG,    /* dst /= nranks (the end of LOOM_AVG) */
+    /* dst = src OP shared arena i at src2_off, for every arena i of the
+     * host except `peer` (the caller's local index), in one pass that
+     * reads each operand once (blocked in cache): the reduction of a
+     * slice against the copies the host's other ranks left in their
+     * arenas. */
+    LOOMI_STEP_REDUCE_SHARED
 };
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
@@ -94,6 +100,9 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
 
 uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t count,
                          const uint32_t *deps, int ndeps);
+uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                                   size_t src_off, size_t arena_off, int skip, size_t count,
+                                   const uint32_t *deps, int ndeps);
 
 /* ------------------------------------------------------------- engine */
 

@@ -81,6 +81,11 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
         snprintf(b, n, "step %u (avg %s+%zu, %zu elements)", i, buf_name(st->dst), st->dst_off,
                  st->count);
         break;
+    case LOOMI_STEP_REDUCE_SHARED:
+        snprintf(b, n, "step %u (reduce %s+%zu = %s+%zu op every arena but %d at +%zu, %zu elements)",
+                 i, buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off, st->peer,
+                 st->src2_off, st->count);
+        break;
     default:
         snprintf(b, n, "step %u (kind %d)", i, st->kind);
     }
@@ -189,6 +194,17 @@ static loom_result_t check_steps(struct vctx *v)
                 break;
             case LOOMI_STEP_AVG:
                 if (!in_range(s, st->dst, st->dst_off, bytes)) why = "writes outside its buffer";
+                break;
+            case LOOMI_STEP_REDUCE_SHARED:
+                if (s->nshared < 2 || st->peer < 0 || st->peer >= s->nshared)
+                    why = "names a bad arena";
+                else if (!in_range(s, st->src, st->src_off, bytes) ||
+                         !in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes))
+                    why = "reads outside its buffer";
+                else if (!in_range(s, st->dst, st->dst_off, bytes))
+                    why = "writes outside its buffer";
+                else if (!overlap_ok(v, s, st->dst, st->dst_off, st->src, st->src_off, bytes))
+                    why = "writes a range that partly overlaps an input";
                 break;
             default:
                 why = "has an unknown kind";
@@ -573,6 +589,7 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
         case LOOMI_STEP_REDUCE:
             add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
             /* fall through */
+        case LOOMI_STEP_REDUCE_SHARED: /* the arenas are not this rank's alone */
         case LOOMI_STEP_COPY:
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
             /* fall through */

@@ -13,7 +13,11 @@
 #include "coll/coll.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
+#include "comm/comm.h"
+#include "comm/route.h"
 #include "sched/model.h"
+#include "topo/select.h"
+#include "topo/topo.h"
 
 #define PROG "loom-info"
 #define MAX_RANKS (1 << 20)
@@ -21,21 +25,28 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [--ranks N] [--measure]\n"
+            "usage: " PROG " [--ranks N] [--hosts H] [--measure]\n"
+            "       " PROG " --job   (as every rank of a job: loomrun -n N " PROG " --job)\n"
             "       " PROG " --simulate COLL [--ranks N] [--bytes SIZE] [--algo NAME]\n"
             "                 [--dtype TYPE] [--op OP] [--chunk SIZE] [--alpha T] [--beta T]\n"
             "                 [--gamma T] [--gamma-copy T] [--max-steps N] [--measure]\n"
             "       " PROG " --help | --version\n"
             "\n"
             "Without --simulate: the version, the build, the settings the LOOM_*\n"
-            "environment resolves to and the collectives' algorithms with the\n"
-            "default choice by size (for N ranks, default 8).\n"
+            "environment resolves to, this host's topology (hwloc, or the XML in\n"
+            "LOOM_TOPO_FILE) with N ranks placed on each of H such hosts, and the\n"
+            "collectives' algorithms with the cost model's choice by size.\n"
+            "\n"
+            "  --hosts H        hosts like this one in the job (default 1)\n"
+            "  --job            join the job the launcher describes; rank 0 prints\n"
+            "                   its topology, transports, measured links and the\n"
+            "                   selection table every rank uses\n"
             "\n"
             "  --simulate COLL  estimate every algorithm of COLL (allreduce,\n"
             "                   reduce_scatter, allgather, alltoall, alltoallv,\n"
             "                   broadcast, reduce, gather, scatter, barrier) by an event\n"
             "                   simulation of its schedules and by its closed form\n"
-            "  --ranks N        ranks (default 8)\n"
+            "  --ranks N        ranks (default 8; with --hosts, per host)\n"
             "  --bytes SIZE     count x element size as the collective takes it: the\n"
             "                   vector (allreduce, broadcast, reduce), one rank's block\n"
             "                   (reduce_scatter, allgather, gather, scatter) or one\n"
@@ -245,14 +256,100 @@ static void print_defaults(int coll, int p)
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
 static const char *user_debug;
 
-static int report(int p)
+/* The job picture of p ranks on each of H copies of this host, its
+ * links (defaults, LOOM_TUNING_FILE or --measure) and the selection. */
+static int report_topology(const struct loomi_settings *set, int p, int H,
+                           const struct loomi_model_params *meas)
+{
+    struct loomi_topo_rank me;
+    if (loomi_topo_discover(set, 0, &me) != LOOM_SUCCESS) {
+        printf("  (discovery failed: %s)\n", loom_get_last_error());
+        return 1;
+    }
+    int n = p * H;
+    struct loomi_topo_rank *cards = calloc((size_t)n, sizeof *cards);
+    if (!cards) fatal("out of memory");
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < p; i++) {
+            struct loomi_topo_rank *c = &cards[h * p + i];
+            *c = me;
+            c->pid = me.pid + h * p + i;
+            if (H > 1) {
+                snprintf(c->host.name, sizeof c->host.name, "%.50s-%d", me.host.name, h);
+                c->host.id = me.host.id + (uint64_t)h * 0x9E3779B97F4A7C15ull;
+            }
+        }
+    struct loomi_topo_job job;
+    memset(&job, 0, sizeof job);
+    if (loomi_topo_job_build(cards, n, &job) != LOOM_SUCCESS) {
+        printf("  (job picture failed: %s)\n", loom_get_last_error());
+        free(cards);
+        return 1;
+    }
+    loomi_topo_print(stdout, &job);
+    unsigned mask = 3;
+    int bad = loomi_route_parse(set->transport, &mask, -1) != LOOM_SUCCESS;
+    struct loomi_links l;
+    loomi_links_defaults(&l, (mask & 2u) != 0);
+    if (meas) {
+        l.alpha[LOOMI_LINK_INTER] = meas->alpha;
+        l.beta[LOOMI_LINK_INTER] = meas->beta;
+        l.source[LOOMI_LINK_INTER] = LOOMI_SRC_MEASURED;
+        l.gamma = meas->gamma;
+        l.gamma_copy = meas->gamma_copy;
+    }
+    if (set->tuning_file[0] && loomi_links_read(set->tuning_file, &l, -1) != LOOM_SUCCESS) {
+        printf("  (%s)\n", loom_get_last_error());
+        bad = 1;
+    }
+    struct loomi_job_shape shape = {.hosts = job.map, .nranks = n,
+                                    .cores_per_host = me.host.ncores,
+                                    .shared_bytes = (mask & 2u) ? set->shm_bytes : 0,
+                                    .chunk_bytes = set->chunk_bytes};
+    struct loomi_selection sel;
+    loomi_select_build(&sel, &shape, &l);
+    printf("\nlinks\n");
+    loomi_links_print(stdout, &l);
+    printf("\nselection for %d rank(s) on %d host(s) (algorithm from size on; LOOM_ALGO "
+           "overrides)\n", n, H);
+    loomi_select_print(stdout, &sel);
+    loomi_topo_job_free(&job);
+    free(cards);
+    return bad;
+}
+
+/* As one rank of a real job: what its communicator found and chose. */
+static int report_job(void)
+{
+    loom_comm_t comm;
+    loom_result_t r = loom_comm_init_env(&comm, NULL);
+    if (r != LOOM_SUCCESS) fatal("--job: %s", loom_get_last_error());
+    if (comm->rank == 0) {
+        char how[128];
+        printf("job of %d rank(s) on %d host(s); rank 0's transports: %s\n\n", comm->nranks,
+               comm->hosts->nhosts, loomi_route_describe(comm->tstate, how, sizeof how));
+        printf("topology\n");
+        loomi_topo_print(stdout, comm->topo);
+        printf("\nlinks\n");
+        if (comm->links) loomi_links_print(stdout, comm->links);
+        printf("\nselection (algorithm from size on; LOOM_ALGO overrides)\n");
+        if (comm->sel) loomi_select_print(stdout, comm->sel);
+        fflush(stdout);
+    }
+    r = loom_barrier(comm);
+    loom_comm_destroy(comm);
+    return r != LOOM_SUCCESS;
+}
+
+static int report(int p, int H, const struct loomi_model_params *meas)
 {
     int major, minor, patch, bad = 0;
     loom_get_version(&major, &minor, &patch);
     char b[64];
     printf("Loom %d.%d.%d\n\n", major, minor, patch);
     printf("build\n");
-    printf("  transports      tcp (the sim transport is in-process, for tests)\n");
+    printf("  transports      %s (the sim transport is in-process, for tests)\n",
+           loomi_route_names());
     printf("  reduce kernels  %s (the best this CPU runs unless LOOM_REDUCE_ISA lowers it)\n",
            loomi_reduce_isa());
 
@@ -275,7 +372,15 @@ static int report(int p)
         printf("  LOOM_SPIN_US        %d\n", set.spin_us);
         printf("  LOOM_SOCKET_IFNAME  %s\n",
                set.socket_ifname[0] ? set.socket_ifname : "(automatic)");
-        printf("  LOOM_TRANSPORT      %s\n", set.transport[0] ? set.transport : "(any: tcp)");
+        printf("  LOOM_TRANSPORT      %s\n",
+               set.transport[0] ? set.transport : "(any: shm within a host, tcp between)");
+        printf("  LOOM_SHM_SIZE       %s\n", fmt_size_short(set.shm_bytes, b, sizeof b));
+        printf("  LOOM_SHM_CMA        %s\n",
+               set.shm_cma_min ? fmt_size_short(set.shm_cma_min, b, sizeof b) : "0 (never)");
+        printf("  LOOM_TOPO_FILE      %s\n", set.topo_file[0] ? set.topo_file : "(this machine)");
+        printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
+        printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");
+        printf("  LOOM_PROBE          %d\n", set.probe);
         printf("  LOOM_ALGO           %s\n", set.algo[0] ? set.algo : "(automatic)");
         r = loomi_algo_parse(set.algo, forced, -1);
         if (r != LOOM_SUCCESS) {
@@ -285,6 +390,10 @@ static int report(int p)
         }
     }
     printf("  LOOM_DEBUG          %s\n", user_debug ? user_debug : "(warn)");
+    if (r == LOOM_SUCCESS) {
+        printf("\ntopology (%d rank(s) on each of %d host(s) like this one)\n", p, H);
+        bad |= report_topology(&set, p, H, meas);
+    }
 
     printf("\ncollectives and algorithms (default choice for %d ranks)\n", p);
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
@@ -443,7 +552,7 @@ int main(int argc, char **argv)
     struct src src = {"default: kernel TCP latency between hosts",
                       "default: 10 Gb/s Ethernet", "default: float32 sum on one AVX2 core",
                       "default: memcpy on one core"};
-    int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0;
+    int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0, hosts = 1, job = 0, topo_opts = 0;
     const char *algo_s = NULL, *coll_s = NULL;
     memset(&given, 0, sizeof given);
 
@@ -466,6 +575,13 @@ int main(int argc, char **argv)
             coll_s = value(argc, argv, &i, opt, eq);
         } else if (!strcmp(opt, "--ranks")) {
             o.p = (int)parse_int(opt, value(argc, argv, &i, opt, eq), 1, MAX_RANKS);
+            topo_opts = 1;
+        } else if (!strcmp(opt, "--hosts")) {
+            hosts = (int)parse_int(opt, value(argc, argv, &i, opt, eq), 1, 4096);
+            topo_opts = 1;
+        } else if (!strcmp(opt, "--job")) {
+            if (eq) die("--job takes no value");
+            job = 1;
         } else if (!strcmp(opt, "--bytes")) {
             o.bytes = parse_bytes(opt, value(argc, argv, &i, opt, eq));
         } else if (!strcmp(opt, "--chunk")) {
@@ -503,14 +619,18 @@ int main(int argc, char **argv)
         }
     }
 
+    if (job) return report_job();
+    if ((long long)o.p * hosts > MAX_RANKS)
+        die("--ranks %d x --hosts %d is more than %d ranks", o.p, hosts, MAX_RANKS);
     if (!coll_s) {
-        if (do_measure) {
+        if (do_measure && !topo_opts) {
             measure(&m, &src);
             printf("timing model parameters of this host\n");
             print_params(&m, &src);
             return 0;
         }
-        return report(o.p);
+        if (do_measure) measure(&m, &src);
+        return report(o.p, hosts, do_measure ? &m : NULL);
     }
 
     o.coll = lookup("--simulate", coll_s, loomi_coll_name, LOOMI_NUM_COLLS, 0);
@@ -519,6 +639,10 @@ int main(int argc, char **argv)
         if (o.algo == LOOMI_ALGO_AUTO) o.algo = loomi_algo_default(o.coll, o.p, o.bytes);
         if (!loomi_algo_gen(o.coll, o.algo))
             die("--algo: %s has no algorithm %s", loomi_coll_name(o.coll), algo_s);
+        if ((1u << o.algo) & LOOMI_TOPO_ALGOS)
+            die("--algo: %s depends on which ranks share a host, which --simulate does not "
+                "model; see the selection table of " PROG " --ranks N --hosts H",
+                algo_s);
     }
     size_t es = loom_datatype_size(o.dtype);
     if (o.bytes % es)

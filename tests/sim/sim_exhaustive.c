@@ -16,13 +16,22 @@
  * (multiples of 1/4 in [-4, 4]; integers in [-4, 4] for bf16), so the
  * tolerance only has to absorb what the type really rounds.
  *
+ * Hierarchical algorithms need to know which ranks share a host: they run
+ * after the others on each world, over host layouts (layouts_for: one
+ * host, a host per rank, uniform H x L blocks, interleaved and uneven
+ * hosts), with the map set on the sim communicators and in the args of
+ * the validated schedules.  The shared-arena algorithm is left out here:
+ * the lead's shared-arena tests cover it.
+ *
  * usage: sim_exhaustive [-q] [-v] [-H] [-X] [-c coll] [-a algo] [-n nranks]
  *                       [-t dtype] [-o op] [-k count] [-i 0|1] [-r root]
- *                       [-s seed] [-m maxshown]
+ *                       [-L layout] [-s seed] [-m maxshown]
  *   -q  quick (also LOOM_TEST_QUICK=1): fewer rank counts and cases
  *   -H  skip the hazard check of the validator (LOOM_SIM_HAZARDS=0 too)
  *   -X  self-check: corrupt one output byte of the first case with output
  *       (the run must then report exactly that failure)
+ *   -L  only that host layout (hierarchical cases: none, one, each, HxL,
+ *       alt2, alt3, 3+1, 5+1+2)
  *   filters restrict the suite to matching cases (to replay a failure;
  *   every failure prints its own filter line and seed).
  * Exit status: 0 when nothing failed, 1 otherwise.
@@ -60,7 +69,8 @@ static struct {
     int coll, algo, nranks, dtype, op, inplace, root;
     long long count;
     uint64_t seed;
-} opt = {0, 0, 1, 8, 0, -1, -1, -1, -1, -1, -1, -1, -1, 0x10037};
+    const char *layout;
+} opt = {0, 0, 1, 8, 0, -1, -1, -1, -1, -1, -1, -1, -1, 0x10037, NULL};
 
 static struct {
     uint64_t validated, cases, equal, failures, hazard_pairs,
@@ -85,12 +95,20 @@ static uint64_t mix(uint64_t x)
 
 /* ------------------------------------------------------------- a case */
 
+/* Which ranks share a host, for the hierarchical algorithms. */
+struct layout {
+    char name[24];
+    int host_of[MAXP];
+    struct loomi_hostmap *map;
+};
+
 struct ccase {
     int coll, algo, p, root, inplace;
     loom_datatype_t dtype;
     loom_op_t op;
     size_t count, chunk;
     uint64_t seed;
+    const struct layout *lay; /* NULL: no host map */
 };
 
 static int reduces(int coll)
@@ -106,10 +124,11 @@ static int rooted(int coll)
 
 static void case_str(const struct ccase *c, char *b, size_t n)
 {
-    snprintf(b, n, "%s/%s p=%d count=%zu %s%s%s%s root=%d chunk=%zu", loomi_coll_name(c->coll),
+    snprintf(b, n, "%s/%s p=%d count=%zu %s%s%s%s root=%d chunk=%zu%s%s", loomi_coll_name(c->coll),
              loomi_algo_name(c->algo), c->p, c->count, dtype_names[c->dtype],
              reduces(c->coll) ? "/" : "", reduces(c->coll) ? op_names[c->op] : "",
-             c->inplace ? " in-place" : "", c->root, c->chunk);
+             c->inplace ? " in-place" : "", c->root, c->chunk, c->lay ? " hosts=" : "",
+             c->lay ? c->lay->name : "");
 }
 
 static void fail_case(const struct ccase *c, const char *fmt, ...) LOOMI_PRINTF(2, 3);
@@ -123,10 +142,11 @@ static void fail_case(const struct ccase *c, const char *fmt, ...)
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
     case_str(c, d, sizeof d);
-    printf("FAIL %s: %s\n     replay: -c %s -a %s -n %d -t %s -o %s -k %zu -i %d -r %d -s %#" PRIx64
+    printf("FAIL %s: %s\n     replay: -c %s -a %s -n %d -t %s -o %s -k %zu -i %d -r %d%s%s -s %#" PRIx64
            "\n",
            d, m, loomi_coll_name(c->coll), loomi_algo_name(c->algo), c->p,
-           dtype_names[c->dtype], op_names[c->op], c->count, c->inplace, c->root, opt.seed);
+           dtype_names[c->dtype], op_names[c->op], c->count, c->inplace, c->root,
+           c->lay ? " -L " : "", c->lay ? c->lay->name : "", opt.seed);
     fflush(stdout);
 }
 
@@ -401,6 +421,7 @@ static void args_for(const struct ccase *c, int r, struct rankbuf *rb, struct lo
     a->count = c->count;
     a->root = c->root;
     a->chunk_bytes = c->chunk;
+    a->hosts = c->lay ? c->lay->map : NULL;
     int is_root = r == c->root;
     switch (c->coll) {
     case LOOMI_COLL_BROADCAST:
@@ -708,6 +729,12 @@ static int run_case(struct world *W, const struct ccase *c)
     for (int r = 0; r < p; r++) {
         loomi_comm_force_algo(W->comms[r], c->coll, c->algo);
         loomi_comm_set_chunk_bytes(W->comms[r], c->chunk);
+        /* Set per case: a rebuilt world starts without a map.  Cases
+         * without a layout run before any layout is set on a world. */
+        if (c->lay && loomi_comm_set_hosts(W->comms[r], c->lay->host_of) != LOOM_SUCCESS) {
+            fail_case(c, "rank %d: setting the host map failed", r);
+            goto out;
+        }
         req[r] = LOOM_REQUEST_NULL;
     }
     for (int r = 0; r < p; r++) {
@@ -779,7 +806,8 @@ static const char *oname(int i) { return op_names[i]; }
 static void usage(void)
 {
     fprintf(stderr, "usage: sim_exhaustive [-q] [-v] [-H] [-X] [-c coll] [-a algo] [-n nranks] "
-                    "[-t dtype] [-o op] [-k count] [-i 0|1] [-r root] [-s seed] [-m maxshown]\n");
+                    "[-t dtype] [-o op] [-k count] [-i 0|1] [-r root] [-L layout] [-s seed] "
+                    "[-m maxshown]\n");
     exit(2);
 }
 
@@ -792,7 +820,7 @@ static void parse(int argc, char **argv)
     const char *sd = getenv("LOOM_SIM_SEED");
     if (sd && *sd) opt.seed = strtoull(sd, NULL, 0);
     int ch;
-    while ((ch = getopt(argc, argv, "qvHXc:a:n:t:o:k:i:r:s:m:")) != -1) {
+    while ((ch = getopt(argc, argv, "qvHXc:a:n:t:o:k:i:r:L:s:m:")) != -1) {
         switch (ch) {
         case 'q': opt.quick = 1; break;
         case 'v': opt.verbose = 1; break;
@@ -806,6 +834,7 @@ static void parse(int argc, char **argv)
         case 'k': opt.count = atoll(optarg); break;
         case 'i': opt.inplace = atoi(optarg); break;
         case 'r': opt.root = atoi(optarg); break;
+        case 'L': opt.layout = optarg; break;
         case 's': opt.seed = strtoull(optarg, NULL, 0); break;
         case 'm': opt.maxshown = atoi(optarg); break;
         default: usage();
@@ -818,8 +847,10 @@ static void parse(int argc, char **argv)
     }
 }
 
-/* Every case of one collective and algorithm on p ranks. */
-static void suite_coll_algo(struct world *W, int coll, int algo, int p)
+/* Every case of one collective and algorithm on p ranks (over host
+ * layout lay, NULL: none).  lite: fewer types, for the big worlds. */
+static void suite_coll_algo(struct world *W, int coll, int algo, int p, const struct layout *lay,
+                            int lite, int lid)
 {
     const size_t big = opt.quick ? 301 : 1001;
     size_t counts[5] = {0, 1, (size_t)p - 1, (size_t)p + 1, big};
@@ -857,6 +888,12 @@ static void suite_coll_algo(struct world *W, int coll, int algo, int p)
             if (opt.quick && uniq[ci] == big && tops[k][0] != LOOM_FLOAT32 &&
                 tops[k][0] != LOOM_INT32)
                 continue;
+            /* Lite: one type of each size, every op on float32. */
+            if (lite && tops[k][0] != LOOM_FLOAT32 &&
+                !(tops[k][1] == LOOM_SUM &&
+                  (tops[k][0] == LOOM_INT8 || tops[k][0] == LOOM_FLOAT16 ||
+                   tops[k][0] == LOOM_INT64 || (tops[k][0] == LOOM_INT32 && uniq[ci] != big))))
+                continue;
             for (int ip = 0; ip < nip; ip++) {
                 if (opt.inplace >= 0 && opt.inplace != ip) continue;
                 for (int ri = 0; ri < nroots; ri++) {
@@ -864,14 +901,15 @@ static void suite_coll_algo(struct world *W, int coll, int algo, int p)
                     struct ccase c = {
                         .coll = coll, .algo = algo, .p = p, .root = roots[ri], .inplace = ip,
                         .dtype = (loom_datatype_t)tops[k][0],
-                        .op = (loom_op_t)tops[k][1], .count = uniq[ci],
+                        .op = (loom_op_t)tops[k][1], .count = uniq[ci], .lay = lay,
                     };
                     /* Small chunks, some not a multiple of the element size. */
                     c.chunk = (ci + k) % 2 ? 200 : 64;
                     c.seed = mix(opt.seed ^ mix(((uint64_t)coll << 56) ^ ((uint64_t)algo << 48) ^
                                                 ((uint64_t)p << 40) ^ ((uint64_t)c.dtype << 36) ^
                                                 ((uint64_t)c.op << 32) ^ ((uint64_t)ip << 31) ^
-                                                ((uint64_t)c.root << 24) ^ c.count));
+                                                ((uint64_t)c.root << 24) ^
+                                                ((uint64_t)lid << 16) ^ c.count));
                     if (opt.verbose) {
                         char d[256];
                         case_str(&c, d, sizeof d);
@@ -883,6 +921,100 @@ static void suite_coll_algo(struct world *W, int coll, int algo, int p)
                 }
             }
         }
+    }
+}
+
+/* ------------------------------------------------------- host layouts */
+
+static void lay_set(struct layout *l, const char *name, int p, int (*f)(int q, int p))
+{
+    snprintf(l->name, sizeof l->name, "%s", name);
+    for (int q = 0; q < p; q++) l->host_of[q] = f(q, p);
+}
+static int one_host(int q, int p) { (void)q; (void)p; return 0; }
+static int own_host(int q, int p) { (void)p; return q; }
+static int alt2(int q, int p) { (void)p; return q % 2; }
+static int alt3(int q, int p) { (void)p; return q % 3; }
+static int three_one(int q, int p) { (void)p; return q == 3; }
+/* Hosts of 5, 1 and 2 ranks, numbered neither by rank nor contiguously. */
+static int scrambled(int q, int p)
+{
+    static const int h[8] = {7, 7, 3, 7, 7, 5, 5, 7};
+    (void)p;
+    return h[q % 8];
+}
+static int block_L; /* ranks per host of the uniform block layout being made */
+static int block(int q, int p) { (void)p; return q / block_L; }
+
+/* The layouts run at p ranks (at most 8); lite[i]: fewer types.  The
+ * first entry may be "none" (no map at all): it must run before any map
+ * is set on the world's communicators. */
+static int layouts_for(int p, struct layout *out, int *lite)
+{
+    static const int HL[][2] = {{2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}, {3, 3}, {2, 6}, {3, 4},
+                                {4, 3}, {6, 2}, {2, 8}, {4, 4}, {8, 2}, {4, 6}, {4, 8}, {8, 4},
+                                {8, 8}};
+    int n = 0;
+    if (p == 3) {
+        lay_set(&out[n], "none", p, one_host);
+        lite[n++] = 1;
+        lay_set(&out[n], "one", p, one_host);
+        lite[n++] = 1;
+        lay_set(&out[n], "each", p, own_host);
+        lite[n++] = 1;
+    }
+    for (size_t k = 0; k < sizeof HL / sizeof *HL; k++) {
+        if (HL[k][0] * HL[k][1] != p) continue;
+        char name[24];
+        snprintf(name, sizeof name, "%dx%d", HL[k][0], HL[k][1]);
+        block_L = HL[k][1];
+        lay_set(&out[n], name, p, block);
+        lite[n++] = p > 16;
+    }
+    if ((p >= 4 && p <= 6) || p == 9 || p == 13) {
+        lay_set(&out[n], "alt2", p, alt2);
+        lite[n++] = 0;
+    }
+    if (p == 7 || p == 17 || p == 33) {
+        lay_set(&out[n], "alt3", p, alt3);
+        lite[n++] = p > 16;
+    }
+    if (p == 4) {
+        lay_set(&out[n], "3+1", p, three_one);
+        lite[n++] = 0;
+    }
+    if (p == 8) {
+        lay_set(&out[n], "5+1+2", p, scrambled);
+        lite[n++] = 0;
+    }
+    return n;
+}
+
+/* The hierarchical algorithms over every layout of p ranks. */
+static void suite_layouts(struct world *W, int p)
+{
+    struct layout lays[8];
+    int lite[8];
+    int n = layouts_for(p, lays, lite);
+    for (int li = 0; li < n && W->w; li++) {
+        struct layout *l = &lays[li];
+        if (opt.layout && strcmp(opt.layout, l->name)) continue;
+        int none = !strcmp(l->name, "none");
+        l->map = none ? NULL : loomi_hostmap_build(p, l->host_of);
+        if (!none && !l->map) {
+            printf("FAIL cannot build host layout %s\n", l->name);
+            cnt.failures++;
+            continue;
+        }
+        for (int coll = 0; coll < LOOMI_NUM_COLLS && W->w; coll++) {
+            if ((opt.coll >= 0 && opt.coll != coll) ||
+                !loomi_algo_gen(coll, LOOMI_ALGO_HIERARCHICAL))
+                continue;
+            suite_coll_algo(W, coll, LOOMI_ALGO_HIERARCHICAL, p, none ? NULL : l, lite[li],
+                            li + 1);
+        }
+        free(l->map);
+        l->map = NULL;
     }
 }
 
@@ -916,9 +1048,13 @@ int main(int argc, char **argv)
             unsigned algos = loomi_coll_algos(coll);
             for (int algo = 1; algo < LOOMI_NUM_ALGOS && W.w; algo++) {
                 if (!(algos & (1u << algo)) || (opt.algo >= 0 && opt.algo != algo)) continue;
-                suite_coll_algo(&W, coll, algo, p);
+                /* Hierarchical: over host layouts, below.  Shared: the
+                 * lead's shared-arena tests cover it. */
+                if (algo == LOOMI_ALGO_HIERARCHICAL || algo == LOOMI_ALGO_SHARED) continue;
+                suite_coll_algo(&W, coll, algo, p, NULL, 0, 0);
             }
         }
+        if (W.w && (opt.algo < 0 || opt.algo == LOOMI_ALGO_HIERARCHICAL)) suite_layouts(&W, p);
         if (opt.verbose || getenv("LOOM_SIM_TIMES"))
             printf("  %2d ranks: %" PRIu64 " cases in %.2f s\n", p, cnt.cases - before,
                    now_s() - tp);

@@ -1,0 +1,94 @@
+#!/bin/bash
+# select_check.sh - is the automatic choice close to the best forced one?
+# For each collective, runs its perf binary once per algorithm (LOOM_ALGO
+# forcing it) and once with the automatic choice, REPEATS rounds in turn
+# so that drift hits all alike, and prints per size the median
+# out-of-place time of each, the best forced algorithm and auto/best.
+# Rows where auto is more than 10% slower than the best are marked "!".
+#
+#   perf/select_check.sh [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
+#                        [-r REPEATS] [-l "LAUNCHER"] [-- PERF FLAGS]
+#
+#   COLLS     "all_reduce all_gather reduce_scatter alltoall" (default)
+#   MIN, MAX  8 and 64M;  FACTOR: 2;  REPEATS: 3
+#   LAUNCHER  how to start a job, the perf binary appended:
+#             "./loomrun -n 4" (default), or for namespaces
+#             "perf/netns_hosts.sh run 2"
+# Exit status 1 when a row is marked or a run fails or reports #wrong.
+set -u
+colls="all_reduce all_gather reduce_scatter alltoall" minb=8 maxb=64M factor=2 reps=3
+BUILDDIR=${BUILDDIR:-.}
+launch="$BUILDDIR/loomrun -n 4"
+while getopts "c:b:e:f:r:l:h" o; do
+    case $o in
+    c) colls=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
+    r) reps=$OPTARG ;; l) launch=$OPTARG ;; h) sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ "${1:-}" = -- ] && shift
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+algos_of() { # the algorithms loom-info lists for a collective
+    "$BUILDDIR/loom-info" | awk -v c="$1" '$1 == c {f=1; next} f && /algorithms/ {
+        sub(/.*algorithms */, ""); gsub(/ \([^)]*\)/, ""); gsub(/,/, ""); print; exit}'
+}
+for coll in $colls; do
+    case $coll in
+    all_reduce) lc=allreduce ;; all_gather) lc=allgather ;; reduce_scatter) lc=reduce_scatter ;;
+    alltoall) lc=alltoall ;; broadcast) lc=broadcast ;; *) echo "unknown $coll"; exit 2 ;;
+    esac
+    algos="$(algos_of $lc) auto"
+    for ((k = 0; k < reps; k++)); do
+        for a in $algos; do
+            if [ $a = auto ]; then env=(env -u LOOM_ALGO); else env=(env LOOM_ALGO=$lc:$a); fi
+            "${env[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$minb" -e "$maxb" -f "$factor" \
+                -n 10 -w 3 "$@" >"$tmp/$coll.$a.$k" 2>&1 ||
+                { echo "$coll $a run $k failed:"; tail -5 "$tmp/$coll.$a.$k"; status=1; }
+        done
+    done
+    echo "# $coll: median out-of-place time (us) of $reps runs; auto/best > 1.10 marked !"
+    awk -v algos="$algos" -v reps="$reps" -v dir="$tmp" -v coll="$coll" '
+    function median(a, n,   i, j, t) {
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    BEGIN {
+        na = split(algos, A, " ")
+        for (i = 1; i <= na; i++) for (k = 0; k < reps; k++) {
+            f = dir "/" coll "." A[i] "." k
+            while ((getline line < f) > 0) {
+                if (line ~ /^#/ || line !~ /^ *[0-9]/) continue
+                split(line, F, " ")
+                sz = F[1]; sizes[sz] = 1; n[A[i], sz]++; T[A[i], sz, n[A[i], sz]] = F[6]
+                if (F[9] != 0) wrong[A[i]] = 1
+            }
+        }
+        printf "%12s", "size"
+        for (i = 1; i <= na; i++) printf " %12s", substr(A[i], 1, 12)
+        printf " %14s %7s\n", "best forced", "auto/b"
+        m = 0; for (s in sizes) S[++m] = s + 0
+        for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (S[j] < S[i]) { t = S[i]; S[i] = S[j]; S[j] = t }
+        bad = 0
+        for (r = 1; r <= m; r++) {
+            sz = S[r]; printf "%12d", sz; best = -1
+            for (i = 1; i <= na; i++) {
+                c = n[A[i], sz]; if (!c) { printf " %12s", "-"; continue }
+                delete v; for (k = 1; k <= c; k++) v[k] = T[A[i], sz, k]
+                med[A[i]] = median(v, c); printf " %12.1f", med[A[i]]
+                if (A[i] != "auto" && (best < 0 || med[A[i]] < best)) { best = med[A[i]]; ba = A[i] }
+            }
+            ratio = best > 0 && ("auto" in med) ? med["auto"] / best : 0
+            mark = ratio > 1.10 ? " !" : ""
+            if (mark != "") bad = 1
+            printf " %14s %7.2f%s\n", ba, ratio, mark
+            delete med
+        }
+        for (a in wrong) { print "# " a ": #wrong was not 0"; bad = 1 }
+        exit bad
+    }' || status=1
+    echo
+done
+exit $status

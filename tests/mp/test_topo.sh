@@ -1,0 +1,65 @@
+#!/bin/bash
+# Real processes over shared memory and TCP, with the topology deciding
+# which peer goes through which: one host of 4 ranks, and 2 "hosts" of 2
+# ranks faked on this machine with LOOM_HOSTNAME.  Every allreduce
+# algorithm (including hierarchical and shared) checked element by
+# element by mp_allreduce, over shm+tcp and over TCP alone; loom-info
+# --job shows the job's picture and the selection table it built.
+. "$(dirname "$0")/../lib.sh"
+prog=$BUILDDIR/tests/mp/mp_allreduce
+info=$BUILDDIR/loom-info
+hosts_wrapper=$(mktemp)
+trap 'rm -f "$hosts_wrapper"' EXIT
+cat >"$hosts_wrapper" <<'W'
+#!/bin/sh
+# LOOM_RANKS_PER_HOST ranks per fake host
+export LOOM_HOSTNAME=fakehost$((LOOM_RANK / LOOM_RANKS_PER_HOST))
+exec "$@"
+W
+chmod +x "$hosts_wrapper"
+
+for algo in shared hierarchical ring recursive_doubling; do
+    out=$(LOOM_ALGO=allreduce:$algo timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then ok "4 ranks, one host, shm+tcp, allreduce:$algo"
+    else bad "4 ranks, one host, shm+tcp, allreduce:$algo (exit $rc)"; echo "$out" | tail -15; fi
+    out=$(LOOM_ALGO=allreduce:$algo LOOM_RANKS_PER_HOST=2 timeout 300 "$LOOMRUN" -n 4 \
+        --timeout 280 "$hosts_wrapper" "$prog" quick 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then ok "2 hosts x 2 ranks, allreduce:$algo"
+    else bad "2 hosts x 2 ranks, allreduce:$algo (exit $rc)"; echo "$out" | tail -15; fi
+done
+# The automatic choice, and TCP alone (shared arenas absent: shared falls back).
+out=$(LOOM_RANKS_PER_HOST=2 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$hosts_wrapper" "$prog" quick 2>&1)
+check "2 hosts x 2 ranks, automatic selection" [ $? -eq 0 ]
+out=$(LOOM_TRANSPORT=tcp LOOM_ALGO=allreduce:shared timeout 300 "$LOOMRUN" -n 3 --timeout 280 "$prog" quick 2>&1)
+check "3 ranks, TCP only, allreduce:shared falls back" [ $? -eq 0 ]
+out=$(LOOM_TRANSPORT=shm timeout 300 "$LOOMRUN" -n 3 --timeout 280 "$prog" quick 2>&1)
+check "3 ranks, shared memory only" [ $? -eq 0 ]
+# Shared memory only, but two hosts: an error at init that says why.
+out=$(LOOM_TRANSPORT=shm LOOM_RANKS_PER_HOST=1 timeout 120 "$LOOMRUN" -n 2 --timeout 100 \
+    "$hosts_wrapper" "$prog" quick 2>&1)
+rc=$?
+check "shm only across hosts fails" [ $rc -ne 0 ]
+check "... naming the unreachable rank" grep -q "no allowed transport reaches rank" <<<"$out"
+
+# What the job found and chose.
+out=$(LOOM_RANKS_PER_HOST=2 timeout 120 "$LOOMRUN" -n 4 --timeout 100 "$hosts_wrapper" "$info" --job 2>&1)
+check "loom-info --job on 2 x 2 exits 0" [ $? -eq 0 ]
+check "... two hosts" grep -q "job of 4 rank(s) on 2 host(s)" <<<"$out"
+check "... shm to the local peer, tcp to the others" grep -q "1 peer(s) over shm, 2 over tcp" <<<"$out"
+check "... links measured" grep -q "measured" <<<"$out"
+check "... a selection table" grep -q "^  allreduce " <<<"$out"
+out=$(LOOM_PROBE=0 timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
+check "LOOM_PROBE=0: built-in link figures" grep -q "\[default\]" <<<"$out"
+tf=$(mktemp)
+printf '# test\nalpha_intra 3e-6\nbeta_intra 1e-10\nalpha_inter 5e-5\nbeta_inter 8e-9\n' >"$tf"
+out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
+check "LOOM_TUNING_FILE: figures from the file" grep -q "alpha 3.00 us.*tuning file" <<<"$out"
+printf 'alpha_intra fast\n' >"$tf"
+out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
+rc=$?
+check "a bad tuning file fails init" [ $rc -ne 0 ]
+check "... naming file and line" grep -q "$tf:1" <<<"$out"
+rm -f "$tf"
+finish

@@ -1,0 +1,192 @@
+/*
+ * test_shared.c - the shared-arena allreduce (src/coll/shared.c) and the
+ * steps it relies on: schedules validated for many host layouts, then
+ * run through the public API over the sim transport (whose arenas are
+ * filled with garbage, so a read of what nobody wrote shows up), every
+ * element checked, every rank's result bit-identical.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "sched/simulate.h"
+#include "topo/hostmap.h"
+#include "transports/sim/sim.h"
+
+/* host_of for H hosts of L ranks, blocked (0,0,1,1) or interleaved (0,1,0,1). */
+static void layout(int *host_of, int H, int L, int interleave)
+{
+    for (int r = 0; r < H * L; r++) host_of[r] = interleave ? r % H : r / L;
+}
+
+static void validate(int H, int L, int interleave, size_t count, int inplace, size_t arena)
+{
+    const int p = H * L;
+    int host_of[64];
+    layout(host_of, H, L, interleave);
+    struct loomi_hostmap *m = loomi_hostmap_build(p, host_of);
+    cr_assert_not_null(m);
+    struct loomi_sched s[64];
+    struct loomi_coll_args a[64];
+    for (int r = 0; r < p; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].coll = LOOMI_COLL_ALLREDUCE;
+        a[r].count = count;
+        a[r].inplace = inplace;
+        a[r].chunk_bytes = 4096;
+        a[r].hosts = m;
+        a[r].shared_bytes = arena;
+        loom_result_t rc = loomi_coll_build(&s[r], r, p, LOOM_FLOAT32, LOOM_SUM, &a[r],
+                                            LOOMI_ALGO_SHARED);
+        cr_assert_eq(rc, LOOM_SUCCESS, "build %dx%d n=%zu: %s", H, L, count,
+                     loom_get_last_error());
+    }
+    char msg[512];
+    loom_result_t rc = loomi_sched_validate_coll(s, p, a, 1, NULL, msg, sizeof msg);
+    cr_assert_eq(rc, LOOM_SUCCESS, "%dx%d%s n=%zu inplace=%d: %s", H, L,
+                 interleave ? " interleaved" : "", count, inplace, msg);
+    for (int r = 0; r < p; r++) loomi_sched_free(&s[r]);
+    free(m);
+}
+
+Test(shared, schedules_validate)
+{
+    const int lay[][2] = {{1, 2}, {1, 3}, {1, 4}, {1, 7}, {2, 2}, {2, 3}, {3, 2}, {4, 4}, {2, 8}};
+    const size_t counts[] = {0, 1, 3, 7, 1001, 9000};
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
+        for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++)
+            for (int ip = 0; ip < 2; ip++)
+                for (int il = 0; il < 2; il++)
+                    validate(lay[i][0], lay[i][1], il, counts[j], ip, 8192);
+}
+
+/* Run through the public API; returns the number of wrong elements. */
+static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
+               loom_datatype_t dt, size_t arena, uint64_t seed)
+{
+    const int p = H * L;
+    char env[32];
+    snprintf(env, sizeof env, "%zu", arena);
+    setenv("LOOM_SHM_SIZE", env, 1);
+    struct loomi_sim_world *w;
+    loom_comm_t comms[64];
+    cr_assert_eq(loomi_sim_world_create(p, seed, NULL, &w, comms), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    int host_of[64];
+    layout(host_of, H, L, interleave);
+    size_t es = loom_datatype_size(dt);
+    unsigned char *sb[64], *rb[64];
+    loom_request_t req[64];
+    for (int r = 0; r < p; r++) {
+        cr_assert_eq(loomi_comm_set_hosts(comms[r], host_of), LOOM_SUCCESS);
+        loomi_comm_force_algo(comms[r], LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_SHARED);
+        sb[r] = malloc(n * es + 1);
+        rb[r] = malloc(n * es + 1);
+        for (size_t i = 0; i < n; i++) {
+            /* Small integers: every order of summation gives the same value. */
+            int v = (int)((r + 1) * (i % 7 + 1));
+            if (dt == LOOM_FLOAT32) ((float *)sb[r])[i] = (float)v;
+            else ((int32_t *)sb[r])[i] = v;
+        }
+        if (inplace) memcpy(rb[r], sb[r], n * es);
+        cr_assert_eq(loom_iallreduce(inplace ? rb[r] : sb[r], rb[r], n, dt, op, comms[r],
+                                     &req[r]),
+                     LOOM_SUCCESS, "%s", loom_get_last_error());
+    }
+    loom_result_t res[64];
+    char msg[256];
+    cr_assert_eq(loomi_sim_run(w, comms, req, p, 100000000, res, msg, sizeof msg), LOOM_SUCCESS,
+                 "%dx%d n=%zu: %s", H, L, n, msg);
+    int bad = 0;
+    for (int r = 0; r < p; r++) {
+        for (size_t i = 0; i < n && !bad; i++) {
+            long long e = 0;
+            for (int q = 0; q < p; q++) {
+                long long v = (long long)(q + 1) * (long long)(i % 7 + 1);
+                e = op == LOOM_MAX ? (v > e ? v : e) : e + v;
+            }
+            double want = op == LOOM_AVG ? (double)e / p : (double)e;
+            double got = dt == LOOM_FLOAT32 ? ((float *)rb[r])[i] : ((int32_t *)rb[r])[i];
+            if (op == LOOM_AVG && dt == LOOM_FLOAT32) want = (float)want;
+            if (got != want) {
+                cr_log_error("%dx%d%s n=%zu inplace=%d op=%d rank %d [%zu] = %g, want %g", H, L,
+                             interleave ? " interleaved" : "", n, inplace, (int)op, r, i, got,
+                             want);
+                bad++;
+            }
+        }
+        if (r) cr_expect_eq(memcmp(rb[r], rb[0], n * es), 0, "rank %d differs from rank 0", r);
+    }
+    loomi_sim_world_destroy(w, comms);
+    for (int r = 0; r < p; r++) {
+        free(sb[r]);
+        free(rb[r]);
+    }
+    return bad;
+}
+
+Test(shared, one_host_every_op_in_and_out_of_place)
+{
+    const int Ls[] = {2, 3, 4, 5, 8};
+    const size_t ns[] = {1, 3, 100, 1001, 40000};
+    const loom_op_t ops[] = {LOOM_SUM, LOOM_AVG, LOOM_MAX};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof Ls / sizeof Ls[0]; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+            for (int ip = 0; ip < 2; ip++)
+                for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+                    /* 64 KiB arenas: 40000 floats take 5 rounds over both halves. */
+                    bad += run(1, Ls[i], 0, ns[j], ip, ops[o], LOOM_FLOAT32, 65536, 11 + j);
+    cr_assert_eq(bad, 0);
+}
+
+Test(shared, several_hosts_with_rails)
+{
+    const int lay[][2] = {{2, 2}, {2, 3}, {3, 2}, {4, 2}, {2, 4}};
+    const size_t ns[] = {1, 5, 1001, 20000};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+            for (int ip = 0; ip < 2; ip++)
+                for (int il = 0; il < 2; il++) {
+                    bad += run(lay[i][0], lay[i][1], il, ns[j], ip, LOOM_SUM, LOOM_INT32, 65536,
+                               3 + j);
+                    bad += run(lay[i][0], lay[i][1], il, ns[j], ip, LOOM_AVG, LOOM_FLOAT32,
+                               65536, 5 + j);
+                }
+    cr_assert_eq(bad, 0);
+}
+
+Test(shared, falls_back_without_a_layout)
+{
+    /* No hostmap (every rank its own host) and uneven hosts: a flat ring. */
+    cr_assert_eq(run(4, 1, 0, 1001, 0, LOOM_SUM, LOOM_INT32, 65536, 1), 0);
+    int host_of[5] = {0, 0, 0, 1, 1};
+    struct loomi_hostmap *m = loomi_hostmap_build(5, host_of);
+    struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = 100, .chunk_bytes = 4096,
+                                .hosts = m, .shared_bytes = 16384};
+    struct loomi_sched s;
+    cr_assert_eq(loomi_coll_build(&s, 0, 5, LOOM_INT32, LOOM_SUM, &a, LOOMI_ALGO_SHARED),
+                 LOOM_SUCCESS);
+    cr_assert_eq(s.nshared, 0, "uneven hosts must not use the arenas");
+    loomi_sched_free(&s);
+    free(m);
+}
+
+Test(shared, arena_out_of_range_is_refused)
+{
+    /* A step naming an arena past the host's ranks never reaches the engine. */
+    int host_of[2] = {0, 0};
+    struct loomi_hostmap *m = loomi_hostmap_build(2, host_of);
+    struct loomi_sched s;
+    loomi_sched_init(&s, 0, 2, LOOM_INT32, LOOM_SUM);
+    s.nshared = 2;
+    s.shared_bytes = 64;
+    loomi_sched_copy(&s, LOOMI_BUF_SHARED + 2, 0, LOOMI_BUF_RECV, 0, 4, NULL, 0);
+    s.buf_bytes[LOOMI_BUF_RECV] = 16;
+    cr_assert_neq(loomi_sched_finish(&s), LOOM_SUCCESS, "arena 2 of 2 accepted");
+    loomi_sched_free(&s);
+    free(m);
+}
