@@ -32,7 +32,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 algos_of() { # the algorithms loom-info lists for a collective
-    "$BUILDDIR/loom-info" | awk -v c="$1" '$1 == c {f=1; next} f && /algorithms/ {
+    "$BUILDDIR/loom-info" | awk -v c="$1" '/^collectives and algorithms/ {s=1}
+        s && $1 == c {f=1; next} f && /^ +algorithms/ {
         sub(/.*algorithms */, ""); gsub(/ \([^)]*\)/, ""); gsub(/,/, ""); print; exit}'
 }
 for coll in $colls; do

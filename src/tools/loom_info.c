@@ -334,6 +334,15 @@ static int report_job(void)
         if (comm->links) loomi_links_print(stdout, comm->links);
         printf("\nselection (algorithm from size on; LOOM_ALGO overrides)\n");
         if (comm->sel) loomi_select_print(stdout, comm->sel);
+        if (comm->links && getenv("LOOM_INFO_EXPLAIN")) {
+            struct loomi_job_shape j;
+            loomi_comm_shape(comm, &j);
+            printf("\ncost model\n");
+            for (int c = 0; c < LOOMI_NUM_COLLS; c++)
+                if (c == LOOMI_COLL_ALLREDUCE || c == LOOMI_COLL_ALLGATHER ||
+                    c == LOOMI_COLL_REDUCE_SCATTER || c == LOOMI_COLL_ALLTOALL)
+                    loomi_select_explain(stdout, c, &j, comm->links);
+        }
         fflush(stdout);
     }
     r = loom_barrier(comm);

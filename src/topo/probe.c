@@ -70,6 +70,23 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     return LOOM_SUCCESS;
 }
 
+void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
+{
+    memset(j, 0, sizeof *j);
+    j->hosts = c->hosts;
+    j->nranks = c->nranks;
+    j->shared_bytes = c->shared_bytes;
+    j->chunk_bytes = c->set.chunk_bytes;
+    if (c->topo) {
+        int fewest = 0;
+        for (int q = 0; q < c->nranks; q++) {
+            int nc = c->topo->ranks[q].host.ncores;
+            if (nc > 0 && (!fewest || nc < fewest)) fewest = nc;
+        }
+        j->cores_per_host = fewest;
+    }
+}
+
 /* Wire form of the figures rank 0 broadcasts. */
 struct tune_msg {
     double alpha[LOOMI_LINKS], beta[LOOMI_LINKS], gamma, gamma_copy, probe_ms;
@@ -117,7 +134,8 @@ loom_result_t loomi_comm_tune(struct loom_comm *c)
         free(buf);
         if (r == LOOM_SUCCESS && c->rank == 0) {
             double g, gc;
-            if (loomi_model_measure_cpu((size_t)1 << 20, &g, &gc) == LOOM_SUCCESS) {
+            /* Out of the L2 cache, as the large operations run. */
+            if (loomi_model_measure_cpu((size_t)4 << 20, &g, &gc) == LOOM_SUCCESS) {
                 l.gamma = g;
                 l.gamma_copy = gc;
             }
@@ -154,17 +172,8 @@ loom_result_t loomi_comm_tune(struct loom_comm *c)
         l.gamma_copy = msg.gamma_copy;
         l.probe_ms = msg.probe_ms;
     }
-    struct loomi_job_shape j = {.hosts = m, .nranks = c->nranks,
-                                .shared_bytes = c->shared_bytes,
-                                .chunk_bytes = c->set.chunk_bytes};
-    if (c->topo) {
-        int fewest = 0;
-        for (int q = 0; q < c->nranks; q++) {
-            int nc = c->topo->ranks[q].host.ncores;
-            if (nc > 0 && (!fewest || nc < fewest)) fewest = nc;
-        }
-        j.cores_per_host = fewest;
-    }
+    struct loomi_job_shape j;
+    loomi_comm_shape(c, &j);
     c->links = malloc(sizeof *c->links);
     c->sel = malloc(sizeof *c->sel);
     if (!c->links || !c->sel)

@@ -84,6 +84,16 @@ static void params(struct loomi_model_params *m, const struct loomi_links *l, in
     m->chunk_bytes = chunk;
 }
 
+/* The latency of k messages posted together: the first pays alpha, each
+ * other about a quarter of it (the sender's and receiver's overhead; the
+ * wire and the wake-up overlap).  model.h's port model charges alpha per
+ * message, one after the other, which is right for TCP streams but not
+ * for windows of concurrent messages. */
+static double overlap(double alpha, int k)
+{
+    return k < 1 ? 0 : alpha * (1 + (k - 1) / 4.0);
+}
+
 /* Least closed-form time of a flat collective among its algorithms. */
 static double best_flat(int coll, int p, size_t bytes, const struct loomi_model_params *m)
 {
@@ -101,7 +111,9 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     double R = (double)j->shared_bytes / 2;
     if (R <= 0) return -1;
     double rounds = ceil(n / R), per = n < R ? n : R;
-    double sync = 3 * (L - 1) * l->alpha[LOOMI_LINK_INTRA];
+    /* Three rounds of zero-byte messages to the L-1 others: posted
+     * together, their latencies overlap (see overlap()). */
+    double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1);
     double work = cf * (l->gamma_copy * per * (2.0 - 1.0 / L) + l->gamma * per * (L - 1) / L);
     return rounds * (sync + work);
 }
@@ -114,7 +126,10 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     const int H = hm ? hm->nhosts : p;
     const int uniform = hm ? loomi_hostmap_uniform(hm) : 1;
     const int L = uniform ? p / H : 0;
-    /* Ranks of a host beyond its cores take turns on them. */
+    /* Ranks of a host beyond its cores take turns on them: their own
+     * work (reductions, copies) takes cf times as long, and a message
+     * between two of them needs both running at once, which costs
+     * shared-memory transfers (done by the CPUs) another factor cf. */
     double cf = 1;
     if (hm && j->cores_per_host > 0) {
         int most = 0;
@@ -125,13 +140,20 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     struct loomi_model_params in, out, flat;
     params(&in, l, LOOMI_LINK_INTRA, cf, j->chunk_bytes);
     params(&out, l, LOOMI_LINK_INTER, cf, j->chunk_bytes);
+    in.beta *= cf;
     /* A flat algorithm over several hosts runs at the pace of its slowest
      * links, which cross hosts. */
     flat = H > 1 ? out : in;
     const double n = (double)bytes;
 
-    if (algo != LOOMI_ALGO_HIERARCHICAL && algo != LOOMI_ALGO_SHARED)
+    if (algo != LOOMI_ALGO_HIERARCHICAL && algo != LOOMI_ALGO_SHARED) {
+        if (coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE && p > 1) {
+            /* Its p-1 exchanges are posted in windows of 8 at once. */
+            int w = p - 1 < 8 ? p - 1 : 8;
+            flat.alpha = overlap(flat.alpha, w) / w;
+        }
         return loomi_model_time(coll, algo, p, bytes, &flat);
+    }
     /* The hierarchical algorithms need several hosts of several ranks
      * (forced otherwise, they run a flat algorithm). */
     if (!hm || H == p || !uniform || (H == 1 && algo == LOOMI_ALGO_HIERARCHICAL)) return -1;
@@ -260,4 +282,25 @@ void loomi_links_print(FILE *f, const struct loomi_links *l)
             src[l->source[1]]);
     fprintf(f, "  reduction gamma %.3f ns/B, copy %.3f ns/B; probing took %.1f ms\n",
             l->gamma * 1e9, l->gamma_copy * 1e9, l->probe_ms);
+}
+
+void loomi_select_explain(FILE *f, int coll, const struct loomi_job_shape *j,
+                          const struct loomi_links *l)
+{
+    static const size_t sizes[] = {8, 1024, 8192, 65536, 524288, (size_t)4 << 20, (size_t)32 << 20};
+    char b[32];
+    fprintf(f, "  %-15s", loomi_coll_name(coll));
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        fprintf(f, " %9s", size_str(sizes[k], b, sizeof b));
+    fprintf(f, "   (estimated us; bytes as the collective's count takes them)\n");
+    for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+        if (!loomi_algo_gen(coll, a)) continue;
+        fprintf(f, "    %-13s", loomi_algo_name(a));
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            double t = loomi_select_cost(coll, a, sizes[k], j, l);
+            if (t < 0) fprintf(f, " %9s", "-");
+            else fprintf(f, " %9.1f", t * 1e6);
+        }
+        fprintf(f, "\n");
+    }
 }

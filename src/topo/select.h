@@ -76,5 +76,10 @@ void loomi_links_print(FILE *f, const struct loomi_links *l);
  * build its selection table. */
 struct loom_comm;
 loom_result_t loomi_comm_tune(struct loom_comm *c);
+/* The shape of a connected communicator's job. */
+void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j);
+/* The estimated time of every algorithm of coll at a few sizes. */
+void loomi_select_explain(FILE *f, int coll, const struct loomi_job_shape *j,
+                          const struct loomi_links *l);
 
 #endif
