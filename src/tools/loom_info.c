@@ -26,7 +26,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [--ranks N] [--hosts H] [--measure]\n"
-            "       " PROG " --job   (as every rank of a job: loomrun -n N " PROG " --job)\n"
+            "       " PROG " --job [--explain]   (as every rank of a job: loomrun -n N " PROG
+            " --job)\n"
             "       " PROG " --simulate COLL [--ranks N] [--bytes SIZE] [--algo NAME]\n"
             "                 [--dtype TYPE] [--op OP] [--chunk SIZE] [--alpha T] [--beta T]\n"
             "                 [--gamma T] [--gamma-copy T] [--max-steps N] [--measure]\n"
@@ -41,6 +42,8 @@ static void usage(FILE *f)
             "  --job            join the job the launcher describes; rank 0 prints\n"
             "                   its topology, transports, measured links and the\n"
             "                   selection table every rank uses\n"
+            "  --explain        with --job: the cost model's estimate of every\n"
+            "                   algorithm at a few sizes\n"
             "\n"
             "  --simulate COLL  estimate every algorithm of COLL (allreduce,\n"
             "                   reduce_scatter, allgather, alltoall, alltoallv,\n"
@@ -319,7 +322,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
 }
 
 /* As one rank of a real job: what its communicator found and chose. */
-static int report_job(void)
+static int report_job(int explain)
 {
     loom_comm_t comm;
     loom_result_t r = loom_comm_init_env(&comm, NULL);
@@ -334,7 +337,7 @@ static int report_job(void)
         if (comm->links) loomi_links_print(stdout, comm->links);
         printf("\nselection (algorithm from size on; LOOM_ALGO overrides)\n");
         if (comm->sel) loomi_select_print(stdout, comm->sel);
-        if (comm->links && getenv("LOOM_INFO_EXPLAIN")) {
+        if (comm->links && explain) {
             struct loomi_job_shape j;
             loomi_comm_shape(comm, &j);
             printf("\ncost model\n");
@@ -561,7 +564,7 @@ int main(int argc, char **argv)
     struct src src = {"default: kernel TCP latency between hosts",
                       "default: 10 Gb/s Ethernet", "default: float32 sum on one AVX2 core",
                       "default: memcpy on one core"};
-    int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0, hosts = 1, job = 0, topo_opts = 0;
+    int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0, hosts = 1, job = 0, topo_opts = 0, explain = 0;
     const char *algo_s = NULL, *coll_s = NULL;
     memset(&given, 0, sizeof given);
 
@@ -591,6 +594,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(opt, "--job")) {
             if (eq) die("--job takes no value");
             job = 1;
+        } else if (!strcmp(opt, "--explain")) {
+            if (eq) die("--explain takes no value");
+            explain = 1;
         } else if (!strcmp(opt, "--bytes")) {
             o.bytes = parse_bytes(opt, value(argc, argv, &i, opt, eq));
         } else if (!strcmp(opt, "--chunk")) {
@@ -628,7 +634,7 @@ int main(int argc, char **argv)
         }
     }
 
-    if (job) return report_job();
+    if (job) return report_job(explain);
     if ((long long)o.p * hosts > MAX_RANKS)
         die("--ranks %d x --hosts %d is more than %d ranks", o.p, hosts, MAX_RANKS);
     if (!coll_s) {

@@ -20,6 +20,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -63,7 +64,7 @@ extern char **environ;
 
 struct options {
     int nranks; /* 0 until -n is seen */
-    bool prefix, keep_going;
+    bool prefix, keep_going, bind;
     const char *outdir;
     double timeout_s; /* 0: no timeout */
     double grace_s;
@@ -102,6 +103,8 @@ static void usage(FILE *f)
             "      --grace SEC    time between SIGTERM and SIGKILL when "
             "stopping ranks\n"
             "                     (default 3)\n"
+            "      --bind core|none  core: rank i runs on the i-th of the CPUs\n"
+            "                     loomrun may use, round robin (default none)\n"
             "      --root HOST[:PORT]  address put into LOOM_ROOT "
             "(default 127.0.0.1 and\n"
             "                     a free port)\n"
@@ -288,7 +291,7 @@ static void check_xvar(const char *v)
 
 enum opt_id {
     O_N, O_X, O_HELP, O_VERSION, O_PREFIX, O_OUTPUT, O_KEEP_GOING,
-    O_TIMEOUT, O_GRACE, O_ROOT
+    O_TIMEOUT, O_GRACE, O_ROOT, O_BIND
 };
 
 static const struct {
@@ -300,6 +303,7 @@ static const struct {
     {"prefix", O_PREFIX, false},   {"output", O_OUTPUT, true},
     {"keep-going", O_KEEP_GOING, false}, {"timeout", O_TIMEOUT, true},
     {"grace", O_GRACE, true},      {"root", O_ROOT, true},
+    {"bind", O_BIND, true},
 };
 
 static void parse_args(int argc, char **argv, struct options *o)
@@ -414,6 +418,12 @@ static void parse_args(int argc, char **argv, struct options *o)
                 usage_error("invalid value '%s' for --grace: expected a "
                             "number of seconds >= 0",
                             val);
+            break;
+        case O_BIND:
+            if (!strcmp(val, "core")) o->bind = true;
+            else if (!strcmp(val, "none")) o->bind = false;
+            else
+                usage_error("invalid value '%s' for --bind: expected core or none", val);
             break;
         case O_ROOT:
             if (!parse_root(val, o))
@@ -1249,10 +1259,26 @@ int main(int argc, char **argv)
     if (opt.timeout_s > 0)
         job.deadline = now_ns() + secs_to_ns(opt.timeout_s);
 
+    /* --bind: a rank inherits the CPU set loomrun has when it starts it. */
+    cpu_set_t allowed;
+    int ncpu = 0, cpus[CPU_SETSIZE];
+    if (opt.bind && sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &allowed)) cpus[ncpu++] = c;
     for (i = 0; i < opt.nranks; i++) {
         snprintf(rank_var + 10, 12, "%d", i);
         snprintf(local_var + 16, 12, "%d", i);
-        if (!start_rank(i, envp, &attr, nullfd)) {
+        if (ncpu) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[i % ncpu], &one);
+            if (sched_setaffinity(0, sizeof one, &one) != 0)
+                fprintf(stderr, "loomrun: --bind: rank %d to CPU %d: %s\n", i, cpus[i % ncpu],
+                        strerror(errno));
+        }
+        bool started = start_rank(i, envp, &attr, nullfd);
+        if (ncpu) sched_setaffinity(0, sizeof allowed, &allowed);
+        if (!started) {
             begin_stop();
             break;
         }

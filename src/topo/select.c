@@ -227,8 +227,8 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
         int prev = -1;
         /* 1 B .. 1 GiB at powers of two and the points halfway between. */
         for (int k = 0; k <= 60; k++) {
+            if (k == 1) continue; /* 1.5 B */
             size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
-            if (k == 1) continue;
             int a = best_algo(c, bytes, j, l);
             if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
             if (a != prev) {
