@@ -12,13 +12,13 @@
 #   COLLS     "all_reduce all_gather reduce_scatter alltoall" (default)
 #   MIN, MAX  8 and 64M;  FACTOR: 2;  REPEATS: 3
 #   LAUNCHER  how to start a job, the perf binary appended:
-#             "./loomrun -n 4" (default), or for namespaces
+#             "./loomrun -n 4 --bind core" (default), or for namespaces
 #             "perf/netns_hosts.sh run 2"
 # Exit status 1 when a row is marked or a run fails or reports #wrong.
 set -u
 colls="all_reduce all_gather reduce_scatter alltoall" minb=8 maxb=64M factor=2 reps=3
 BUILDDIR=${BUILDDIR:-.}
-launch="$BUILDDIR/loomrun -n 4"
+launch="$BUILDDIR/loomrun -n 4 --bind core"
 while getopts "c:b:e:f:r:l:h" o; do
     case $o in
     c) colls=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;

@@ -183,6 +183,10 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline);
     }
     if (r != LOOM_SUCCESS) goto fail;
+    {
+        int h = c->hosts->host_of[rank], cores = me.host.ncores;
+        c->oversubscribed = cores > 0 && loomi_host_size(c->hosts, h) > cores;
+    }
     /* Every rank decides the same way (the same LOOM_TRANSPORT and
      * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */
     if (mask & 2u) c->shared_bytes = c->set.shm_bytes;

@@ -36,6 +36,7 @@ struct loom_comm {
     uint64_t xfer_events;      /* transfers completed: lets a transport see its progress */
     struct loomi_op *shq_head; /* shared-arena operations, oldest first (engine.c) */
     int shq_kick;              /* one of them was released: run it before sleeping */
+    int oversubscribed;        /* this host has more ranks than cores */
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;

@@ -572,13 +572,22 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
          * a sleep and wake-up costs more than the wait when cores are free. */
         if (c->set.spin_us) {
             uint64_t t0 = loomi_now_ns();
-            while (!op->finished && loomi_now_ns() - t0 < (uint64_t)c->set.spin_us * 1000u) {
+            unsigned idle = 0;
+            while (!op->finished) {
                 uint32_t before = op->ndone;
                 engine_round(c, 0);
-                if (op->ndone != before) t0 = loomi_now_ns();
-                /* Give the core away between polls: when ranks share
-                 * cores, the peer we wait for may need this one. */
-                else sched_yield();
+                if (op->ndone != before) {
+                    idle = 0;
+                    t0 = loomi_now_ns();
+                    continue;
+                }
+                /* Give the core away between polls when ranks share cores
+                 * (the peer we wait for may need this one); otherwise
+                 * only now and then.  The clock is read every few polls. */
+                if (c->oversubscribed || idle % 64 == 63) sched_yield();
+                if (++idle % 8 == 0 &&
+                    loomi_now_ns() - t0 >= (uint64_t)c->set.spin_us * 1000u)
+                    break;
             }
             if (op->finished) break;
         }
