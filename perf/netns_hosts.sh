@@ -10,7 +10,9 @@
 #                                host's egress with tbf
 #   netns_hosts.sh run R PROG ARGS
 #                                R ranks per host (rank = h*R + i) with
-#                                LOOM_HOSTNAME=host<h>; prints rank 0's
+#                                LOOM_HOSTNAME=host<h>, rank r bound to CPU
+#                                r mod (CPUs) as loomrun --bind core does
+#                                (NOBIND=1: not bound); prints rank 0's
 #                                output; exit status: the first failure
 #   netns_hosts.sh down          remove them
 set -eu
@@ -53,17 +55,19 @@ run)
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     out=$(mktemp)
     pids=()
+    ncpu=$(nproc)
+    bind() { [ -n "${NOBIND:-}" ] || echo "taskset -c $(($1 % ncpu))"; }
     for ((h = H - 1; h >= 0; h--)); do
         for ((i = R - 1; i >= 0; i--)); do
             r=$((h * R + i))
             [ $r -eq 0 ] && continue
-            ip netns exec $pre$h env LOOM_ROOT=10.78.0.1:$port LOOM_RANK=$r LOOM_SIZE=$n \
-                LOOM_JOB_KEY=$key LOOM_HOSTNAME=host$h "$@" >/dev/null &
+            ip netns exec $pre$h $(bind $r) env LOOM_ROOT=10.78.0.1:$port LOOM_RANK=$r \
+                LOOM_SIZE=$n LOOM_JOB_KEY=$key LOOM_HOSTNAME=host$h "$@" >/dev/null &
             pids+=($!)
         done
     done
     rc=0
-    ip netns exec ${pre}0 env LOOM_ROOT=10.78.0.1:$port LOOM_RANK=0 LOOM_SIZE=$n \
+    ip netns exec ${pre}0 $(bind 0) env LOOM_ROOT=10.78.0.1:$port LOOM_RANK=0 LOOM_SIZE=$n \
         LOOM_JOB_KEY=$key LOOM_HOSTNAME=host0 "$@" >"$out" || rc=$?
     for p in "${pids[@]}"; do wait "$p" || { [ $rc -eq 0 ] && rc=$?; }; done
     cat "$out"
@@ -71,7 +75,7 @@ run)
     exit $rc
     ;;
 *)
-    sed -n '2,16p' "$0"
+    sed -n '2,18p' "$0"
     exit 2
     ;;
 esac

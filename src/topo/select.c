@@ -118,6 +118,15 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     return rounds * (sync + work);
 }
 
+/* Every host holds a run of consecutive ranks. */
+static int contiguous(const struct loomi_hostmap *m)
+{
+    for (int r = 1; r < m->nranks; r++)
+        if (m->host_of[r] != m->host_of[r - 1] && m->host_of[r] != m->host_of[r - 1] + 1)
+            return 0;
+    return 1;
+}
+
 double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
                          const struct loomi_links *l)
 {
@@ -142,8 +151,17 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     params(&out, l, LOOMI_LINK_INTER, cf, j->chunk_bytes);
     in.beta *= cf;
     /* A flat algorithm over several hosts runs at the pace of its slowest
-     * links, which cross hosts. */
+     * links, which cross hosts; except the recursive ones on hosts that
+     * hold consecutive ranks, 2^k of them: their first log2(L) rounds stay
+     * inside the host. */
     flat = H > 1 ? out : in;
+    if (H > 1 && L > 1 && contiguous(hm) &&
+        (algo == LOOMI_ALGO_RECURSIVE_DOUBLING || algo == LOOMI_ALGO_HALVING_DOUBLING ||
+         algo == LOOMI_ALGO_BRUCK)) {
+        double li = log2((double)L), lo = log2((double)H), w = li / (li + lo);
+        flat.alpha = w * in.alpha + (1 - w) * out.alpha;
+        flat.beta = w * in.beta + (1 - w) * out.beta;
+    }
     const double n = (double)bytes;
 
     if (algo != LOOMI_ALGO_HIERARCHICAL && algo != LOOMI_ALGO_SHARED) {
