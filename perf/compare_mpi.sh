@@ -7,13 +7,16 @@
 # the ratio of the busbw (above 1: Loom is faster).
 #
 #   perf/compare_mpi.sh [-c COLL] [-n RANKS] [-b MIN] [-e MAX] [-f FACTOR]
-#                       [-r REPEATS] [-m "MPIRUN OPTIONS"] [-- PERF FLAGS]
+#                       [-r REPEATS] [-m "MPIRUN OPTIONS"] [-B] [-- PERF FLAGS]
 #
 #   COLL      all_reduce (default), reduce_scatter, all_gather, alltoall,
 #             broadcast, reduce, gather, scatter or sendrecv (NCCL's and
 #             MPI's spellings work too: allreduce, allgather, bcast, ...)
 #   RANKS     4;  MIN, MAX: 8 and 16M;  FACTOR: 4;  REPEATS: 5
 #   MPIRUN OPTIONS   "--mca btl tcp,self": Open MPI over TCP only, as Loom
+#   -B               bind both alike: rank i to CPU i mod (CPUs), with
+#                    loomrun --bind core and mpirun --bind-to
+#                    core:overload-allowed --map-by core
 #   PERF FLAGS       passed to both binaries after -n 10 -w 3 -c 1 (which
 #                    they override), e.g. -- -d double -r 1 -n 50
 #
@@ -27,10 +30,12 @@ coll=all_reduce ranks=4 minb=8 maxb=16M factor=4 reps=5
 mopts="--mca btl tcp,self"
 usage() { sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 die() { echo "compare_mpi.sh: $*; try -h" >&2; exit 2; }
-while getopts "c:n:b:e:f:r:m:h" o; do
+lbind=() mbind=""
+while getopts "c:n:b:e:f:r:m:Bh" o; do
     case $o in
     c) coll=$OPTARG ;; n) ranks=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; r) reps=$OPTARG ;; m) mopts=$OPTARG ;; h) usage ;;
+    B) lbind=(--bind core) mbind="--bind-to core:overload-allowed --map-by core" ;;
     *) die "bad option" ;;
     esac
 done
@@ -71,17 +76,17 @@ out=$(mktemp -d) || exit 1
 trap 'rm -rf "$out"' EXIT
 flags=(-b "$minb" -e "$maxb" -f "$factor" "${extra[@]}")
 echo "# $coll, $ranks ranks, ${flags[*]}; $reps runs each, alternating"
-echo "# Loom: $loom via loomrun${LOOM_ALGO:+, LOOM_ALGO=$LOOM_ALGO}"
-echo "# Open MPI: $mpi via mpirun $mopts"
+echo "# Loom: $loom via loomrun ${lbind[*]}${LOOM_ALGO:+, LOOM_ALGO=$LOOM_ALGO}"
+echo "# Open MPI: $mpi via mpirun $mopts $mbind"
 for k in $(seq "$reps"); do
     line="# run $k:"
     t0=$(date +%s.%N)
-    "$bld/loomrun" -n "$ranks" "$loom" "${flags[@]}" -J "$out/loom.$k" >"$out/loom.$k.out" 2>"$out/loom.$k.err"
+    "$bld/loomrun" -n "$ranks" "${lbind[@]}" "$loom" "${flags[@]}" -J "$out/loom.$k" >"$out/loom.$k.out" 2>"$out/loom.$k.err"
     rc=$?
     t1=$(date +%s.%N)
     line+=$(awk -v a="$t0" -v b="$t1" -v rc=$rc 'BEGIN { printf " loom %s %.1f s,", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
     # shellcheck disable=SC2086 # mopts is a list of options
-    mpirun $mopts --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k" >"$out/mpi.$k.out" 2>"$out/mpi.$k.err"
+    mpirun $mopts $mbind --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k" >"$out/mpi.$k.out" 2>"$out/mpi.$k.err"
     rc2=$?
     t2=$(date +%s.%N)
     line+=$(awk -v a="$t1" -v b="$t2" -v rc=$rc2 'BEGIN { printf " open mpi %s %.1f s", rc ? "FAILED (exit " rc ")" : "ok", b - a }')

@@ -28,6 +28,7 @@ while getopts "c:b:e:f:r:l:h" o; do
 done
 shift $((OPTIND - 1))
 [ "${1:-}" = -- ] && shift
+flags=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
@@ -43,10 +44,21 @@ for coll in $colls; do
     esac
     algos="$(algos_of $lc) auto"
     for ((k = 0; k < reps; k++)); do
-        for a in $algos; do
+        # Rotate the order each round: a run's place in the sequence
+        # (warm caches, the kernel's state after the previous one) must
+        # not favour one algorithm.
+        set -- $algos
+        na=$#
+        order=()
+        for ((i = 0; i < na; i++)); do
+            j=$(( (i + k) % na + 1 ))
+            order+=("${!j}")
+        done
+        set -- "${flags[@]}"
+        for a in "${order[@]}"; do
             if [ $a = auto ]; then env=(env -u LOOM_ALGO); else env=(env LOOM_ALGO=$lc:$a); fi
             "${env[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$minb" -e "$maxb" -f "$factor" \
-                -n 10 -w 3 "$@" >"$tmp/$coll.$a.$k" 2>&1 ||
+                -n 10 -w 3 "${flags[@]}" >"$tmp/$coll.$a.$k" 2>&1 ||
                 { echo "$coll $a run $k failed:"; tail -5 "$tmp/$coll.$a.$k"; status=1; }
         done
     done

@@ -6,6 +6,7 @@
  * Every check happens before anything is touched, so a call rejected for
  * its arguments leaves every buffer as it was.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
@@ -73,6 +74,75 @@ static loom_result_t check_bufs(const struct call *c, size_t slen, size_t rlen, 
     return LOOM_SUCCESS;
 }
 
+/* Schedules of small operations, kept per communicator: building one
+ * (allocations, dependency lists) costs as much as running it.  Entries
+ * are never evicted, so an operation may borrow one for as long as the
+ * communicator lives; when the cache is full, new shapes are built each
+ * time.  Only the calling thread of a communicator touches it. */
+#define SCHED_CACHE_SLOTS 32
+#define SCHED_CACHE_MAX_BYTES ((size_t)64 << 10)
+struct loomi_sched_cache {
+    int n;
+    struct {
+        int coll, algo, inplace, root;
+        size_t count, chunk, shared;
+        const void *hosts; /* tests change these on a live communicator */
+        loom_datatype_t dtype;
+        loom_op_t op;
+        struct loomi_sched s;
+    } e[SCHED_CACHE_SLOTS];
+};
+
+void loomi_sched_cache_free(struct loomi_sched_cache *sc)
+{
+    if (!sc) return;
+    for (int i = 0; i < sc->n; i++) loomi_sched_free(&sc->e[i].s);
+    free(sc);
+}
+
+/* The schedule for c with algo, from the cache or built (and cached). */
+static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int algo,
+                               struct loomi_sched *s)
+{
+    size_t es = loom_datatype_size(c->dtype);
+    int cacheable = c->a.coll != LOOMI_COLL_ALLTOALLV && c->a.count * es <= SCHED_CACHE_MAX_BYTES;
+    struct loomi_sched_cache *sc = comm->sched_cache;
+    if (cacheable && sc)
+        for (int i = 0; i < sc->n; i++)
+            if (sc->e[i].coll == c->a.coll && sc->e[i].algo == algo &&
+                sc->e[i].count == c->a.count && sc->e[i].dtype == c->dtype &&
+                sc->e[i].op == c->op && sc->e[i].inplace == c->a.inplace &&
+                sc->e[i].root == c->a.root && sc->e[i].chunk == c->a.chunk_bytes &&
+                sc->e[i].shared == c->a.shared_bytes && sc->e[i].hosts == (const void *)c->a.hosts) {
+                *s = sc->e[i].s;
+                s->borrowed = 1;
+                return LOOM_SUCCESS;
+            }
+    loom_result_t r = loomi_coll_build(s, comm->rank, comm->nranks, c->dtype, c->op, &c->a, algo);
+    if (r != LOOM_SUCCESS || !cacheable) return r;
+    if (!sc) sc = comm->sched_cache = calloc(1, sizeof *sc);
+    if (!sc || sc->n == SCHED_CACHE_SLOTS) return LOOM_SUCCESS;
+    r = loomi_sched_finish(s);
+    if (r != LOOM_SUCCESS) {
+        loomi_sched_free(s);
+        return r;
+    }
+    int i = sc->n++;
+    sc->e[i].coll = c->a.coll;
+    sc->e[i].algo = algo;
+    sc->e[i].count = c->a.count;
+    sc->e[i].dtype = c->dtype;
+    sc->e[i].op = c->op;
+    sc->e[i].inplace = c->a.inplace;
+    sc->e[i].root = c->a.root;
+    sc->e[i].chunk = c->a.chunk_bytes;
+    sc->e[i].shared = c->a.shared_bytes;
+    sc->e[i].hosts = c->a.hosts;
+    sc->e[i].s = *s;
+    s->borrowed = 1;
+    return LOOM_SUCCESS;
+}
+
 /* Build the schedule and run it, hand it out as a request, or queue it. */
 static loom_result_t launch(struct call *c, loom_request_t *req)
 {
@@ -89,7 +159,10 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
     struct loomi_sched s;
-    loom_result_t r = loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype, c->op, &c->a, algo);
+    /* Queued group members are handed over (the group frees them). */
+    loom_result_t r = group ? loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype, c->op,
+                                               &c->a, algo)
+                            : get_sched(comm, c, algo, &s);
     if (r != LOOM_SUCCESS) return r;
     LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s", c->fn, c->a.count,
                 loomi_dtype_name(c->dtype), loomi_algo_name(algo), s.nsteps,

@@ -312,6 +312,7 @@ static void comm_free(struct loom_comm *c)
     free(c->hosts);
     free(c->links);
     free(c->sel);
+    loomi_sched_cache_free(c->sched_cache);
     if (c->topo) {
         loomi_topo_job_free(c->topo);
         free(c->topo);

@@ -37,6 +37,7 @@ struct loom_comm {
     struct loomi_op *shq_head; /* shared-arena operations, oldest first (engine.c) */
     int shq_kick;              /* one of them was released: run it before sleeping */
     int oversubscribed;        /* this host has more ranks than cores */
+    struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;
@@ -81,6 +82,9 @@ void loomi_comm_fail(struct loom_comm *comm, loom_result_t code, int failed_rank
  * until it has one. */
 loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
                                const loom_config_t *cfg, const char *caller);
+
+/* Release a communicator's schedule cache (collectives.c). */
+void loomi_sched_cache_free(struct loomi_sched_cache *sc);
 
 /* The transport's peer_failed callback (owner: the communicator). */
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,

@@ -59,7 +59,11 @@ void loomi_comm_force_algo(loom_comm_t c, int coll, int algo)
 
 void loomi_comm_set_chunk_bytes(loom_comm_t c, size_t bytes)
 {
-    if (c && bytes) c->set.chunk_bytes = bytes;
+    if (c && bytes && c->set.chunk_bytes != bytes) {
+        c->set.chunk_bytes = bytes;
+        loomi_sched_cache_free(c->sched_cache);
+        c->sched_cache = NULL;
+    }
 }
 
 loom_result_t loomi_comm_set_hosts(loom_comm_t c, const int *host_of)
@@ -69,5 +73,7 @@ loom_result_t loomi_comm_set_hosts(loom_comm_t c, const int *host_of)
     if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "loomi_comm_set_hosts: out of memory");
     free(c->hosts);
     c->hosts = m;
+    loomi_sched_cache_free(c->sched_cache); /* built for the old layout */
+    c->sched_cache = NULL;
     return LOOM_SUCCESS;
 }

@@ -122,6 +122,7 @@ static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t byt
 
 loom_result_t loomi_sched_finish(struct loomi_sched *s)
 {
+    if (s->borrowed) return LOOM_SUCCESS; /* finished before it was cached */
     if (!s->ok)
         return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank,
                           "schedule: out of memory or too many dependencies while building");
@@ -181,6 +182,10 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
 
 void loomi_sched_free(struct loomi_sched *s)
 {
+    if (s->borrowed) {
+        memset(s, 0, sizeof *s);
+        return;
+    }
     free(s->steps);
     free(s->ndeps);
     free(s->deps);

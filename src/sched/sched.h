@@ -73,6 +73,9 @@ struct loomi_sched {
      * any step runs, and restores RECV from there if the operation fails,
      * so a generator that needs the input staged gets it for free. */
     int scratch_has_input;
+    /* Owned by a cache, lent to an operation: loomi_sched_free leaves the
+     * arrays alone, and loomi_sched_finish has already run. */
+    int borrowed;
 };
 
 int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,

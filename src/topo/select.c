@@ -203,12 +203,14 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         break;
     case LOOMI_COLL_ALLTOALL:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
-        /* Blocks for a remote host travel once, aggregated: L*L of them
-         * per host pair, after and before an exchange inside the host. */
-        t = 2 * loomi_model_time(LOOMI_COLL_ALLTOALL, LOOMI_ALGO_PAIRWISE, L,
-                                 bytes * (size_t)H, &in) +
-            loomi_model_time(LOOMI_COLL_ALLTOALL, LOOMI_ALGO_PAIRWISE, H, bytes * (size_t)L,
-                             &out);
+        /* hier.c: blocks for each host are packed and cross the network
+         * once per host pair (an all-to-all of L*n-byte blocks along each
+         * rail), are redistributed inside the host (an all-to-all of
+         * H*n-byte blocks), and pass through three local copies of the
+         * whole p*n bytes on the way. */
+        t = best_flat(LOOMI_COLL_ALLTOALL, L, bytes * (size_t)H, &in) +
+            best_flat(LOOMI_COLL_ALLTOALL, H, bytes * (size_t)L, &out) +
+            3 * n * p * in.gamma_copy;
         break;
     case LOOMI_COLL_BROADCAST:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
