@@ -313,6 +313,7 @@ static void comm_free(struct loom_comm *c)
     free(c->links);
     free(c->sel);
     loomi_sched_cache_free(c->sched_cache);
+    free(c->spare_op);
     if (c->topo) {
         loomi_topo_job_free(c->topo);
         free(c->topo);

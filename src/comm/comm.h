@@ -33,11 +33,14 @@ struct loom_comm {
     int nactive;
     int nlive; /* operations started and not yet waited for (requests held) */
     uint64_t last_progress_ms; /* a step completed (the deadline's clock) */
+    int progressed;            /* a transfer completed since last_progress_ms was read */
+    unsigned rounds;           /* polls, to read the clock every so many */
     uint64_t xfer_events;      /* transfers completed: lets a transport see its progress */
     struct loomi_op *shq_head; /* shared-arena operations, oldest first (engine.c) */
     int shq_kick;              /* one of them was released: run it before sleeping */
     int oversubscribed;        /* this host has more ranks than cores */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
+    struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;

@@ -33,6 +33,7 @@ struct loomi_op {
      * from offset 0.  `held` until the ones before it are done. */
     struct loomi_op *shq_next;
     int in_shq, held;
+    uint32_t cap; /* steps the block's arrays hold */
     uint64_t seq;
     uint16_t *pending;
     struct loomi_xfer *xfers; /* indexed by step */
@@ -136,7 +137,7 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
         step_failed(op, i, status, "the");
         return;
     }
-    op->comm->last_progress_ms = loomi_now_ms();
+    op->comm->progressed = 1; /* the clock is read when the deadline is checked */
     step_done(op, i);
 }
 
@@ -313,12 +314,10 @@ static void op_free(struct loomi_op *op)
     if (op->live_next) op->live_next->live_prev = op->live_prev;
     c->nlive--;
     loomi_sched_free(&op->s);
-    free(op->pending);
-    free(op->xfers);
-    free(op->posted);
-    free(op->ready);
     free(op->shared);
-    free(op);
+    op->shared = NULL;
+    if (!c->spare_op && op->cap <= 256) c->spare_op = op;
+    else free(op);
 }
 
 /* Find this host's shared arenas for a schedule that names them. */
@@ -380,21 +379,36 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
         loomi_sched_free(s);
         return r;
     }
-    struct loomi_op *op = calloc(1, sizeof *op);
-    if (!op) {
-        loomi_sched_free(s);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+    /* The operation and its per-step arrays in one block; the last block
+     * freed is kept for the next operation that fits in it, so a stream of
+     * small operations allocates nothing. */
+    uint32_t n = s->nsteps, cap = n ? n : 1;
+    struct loomi_op *op = NULL;
+    if (c->spare_op && c->spare_op->cap >= cap) {
+        op = c->spare_op;
+        c->spare_op = NULL;
+        cap = op->cap;
+    } else {
+        size_t bytes = sizeof *op + cap * (sizeof *op->xfers + sizeof *op->pending +
+                                           sizeof *op->ready + 1);
+        op = malloc(bytes);
+        if (!op) {
+            loomi_sched_free(s);
+            return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+        }
     }
+    memset(op, 0, sizeof *op);
+    op->cap = cap;
+    /* xfers first: struct loomi_xfer needs the strictest alignment. */
+    op->xfers = (struct loomi_xfer *)(op + 1);
+    op->ready = (uint32_t *)(op->xfers + cap);
+    op->pending = (uint16_t *)(op->ready + cap);
+    op->posted = (uint8_t *)(op->pending + cap);
+    memset(op->posted, 0, cap);
     op->comm = c;
     op->failed_peer = -1;
     op->s = *s;
     memset(s, 0, sizeof *s);
-    uint32_t n = op->s.nsteps;
-    op->pending = malloc((n ? n : 1) * sizeof *op->pending);
-    op->xfers = malloc((n ? n : 1) * sizeof *op->xfers);
-    op->posted = calloc(n ? n : 1, 1);
-    op->ready = malloc((n ? n : 1) * sizeof *op->ready);
-    if (!op->pending || !op->xfers || !op->posted || !op->ready) goto nomem;
     op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
     op->bufs[LOOMI_BUF_RECV] = recvbuf;
     if (op->s.nshared && (r = map_shared(op)) != LOOM_SUCCESS) goto fail_op;
@@ -422,7 +436,7 @@ loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
     if (!op->s.p2p) op->seq = c->next_seq++;
     /* The deadline counts from the last progress of the communicator,
      * or from now when nothing was running. */
-    if (!c->nactive) c->last_progress_ms = loomi_now_ms();
+    if (!c->nactive) c->progressed = 1;
     for (uint32_t i = 0; i < n; i++) {
         op->pending[i] = op->s.ndeps[i];
         if (!op->pending[i]) push_ready(op, i);
@@ -502,8 +516,12 @@ void loomi_engine_fail_all(struct loom_comm *c)
 }
 
 /* Milliseconds until the no-progress deadline of the running operations. */
-static int ms_to_deadline(const struct loom_comm *c)
+static int ms_to_deadline(struct loom_comm *c)
 {
+    if (c->progressed) {
+        c->progressed = 0;
+        c->last_progress_ms = loomi_now_ms();
+    }
     return loomi_ms_left(c->last_progress_ms + (uint64_t)c->set.timeout_ms);
 }
 
@@ -532,7 +550,9 @@ static void engine_round(struct loom_comm *c, int wait_ms)
         loomi_comm_fail(c, r, -1, "transport %s failed: %s", c->tops->name,
                         loom_get_last_error());
     engine_advance(c);
-    if (c->active && ms_to_deadline(c) == 0) {
+    /* Reading the clock costs as much as a poll: polls check the deadline
+     * only now and then (it is counted in milliseconds anyway). */
+    if (c->active && (wait_ms > 0 || ++c->rounds % 64 == 0) && ms_to_deadline(c) == 0) {
         const struct loomi_op *op = c->active;
         int suspect = silent_peer(c);
         const struct loomi_op *head = c->shq_head;
