@@ -2,8 +2,10 @@
 # select_check.sh - is the automatic choice close to the best forced one?
 # For each collective, runs its perf binary once per algorithm (LOOM_ALGO
 # forcing it) and once with the automatic choice, REPEATS rounds in turn
-# so that drift hits all alike, and prints per size the median
-# out-of-place time of each, the best forced algorithm and auto/best.
+# (the order rotated each round) so that drift hits all alike, and prints
+# per size the median out-of-place time of each, the best forced
+# algorithm and auto/best.  Sizes up to 64K run 1000 iterations (after
+# 100), larger ones 20 (after 5); PERF FLAGS can override.
 # Rows where auto is more than 10% slower than the best are marked "!".
 #
 #   perf/select_check.sh [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
@@ -32,6 +34,10 @@ flags=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
+to_bytes() { # 64K -> 65536
+    local v=${1%[KkMmGg]} u=${1##*[0-9]}
+    case $u in K | k) echo $((v << 10)) ;; M | m) echo $((v << 20)) ;; G | g) echo $((v << 30)) ;; *) echo "$v" ;; esac
+}
 algos_of() { # the algorithms loom-info lists for a collective
     "$BUILDDIR/loom-info" | awk -v c="$1" '/^collectives and algorithms/ {s=1}
         s && $1 == c {f=1; next} f && /^ +algorithms/ {
@@ -57,9 +63,17 @@ for coll in $colls; do
         set -- "${flags[@]}"
         for a in "${order[@]}"; do
             if [ $a = auto ]; then env=(env -u LOOM_ALGO); else env=(env LOOM_ALGO=$lc:$a); fi
-            "${env[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$minb" -e "$maxb" -f "$factor" \
-                -n 10 -w 3 "${flags[@]}" >"$tmp/$coll.$a.$k" 2>&1 ||
-                { echo "$coll $a run $k failed:"; tail -5 "$tmp/$coll.$a.$k"; status=1; }
+            # Small sizes take many iterations to rise above the noise,
+            # large ones few: two runs, split at 64K.
+            : >"$tmp/$coll.$a.$k"
+            for part in small large; do
+                if [ $part = small ]; then b=$minb e=64K it=(-n 1000 -w 100)
+                else b=128K e=$maxb it=(-n 20 -w 5); fi
+                [ "$(to_bytes $b)" -le "$(to_bytes $e)" ] || continue
+                "${env[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
+                    "${it[@]}" "${flags[@]}" >>"$tmp/$coll.$a.$k" 2>&1 ||
+                    { echo "$coll $a run $k failed:"; tail -5 "$tmp/$coll.$a.$k"; status=1; }
+            done
         done
     done
     echo "# $coll: median out-of-place time (us) of $reps runs; auto/best > 1.10 marked !"

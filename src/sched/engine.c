@@ -591,23 +591,26 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
         /* Poll without sleeping for up to spin_us after the last progress:
          * a sleep and wake-up costs more than the wait when cores are free. */
         if (c->set.spin_us) {
-            uint64_t t0 = loomi_now_ns();
+            uint64_t t0 = 0; /* when the current idle stretch began; 0: unknown */
             unsigned idle = 0;
             while (!op->finished) {
                 uint32_t before = op->ndone;
                 engine_round(c, 0);
                 if (op->ndone != before) {
                     idle = 0;
-                    t0 = loomi_now_ns();
+                    t0 = 0;
                     continue;
                 }
                 /* Give the core away between polls when ranks share cores
                  * (the peer we wait for may need this one); otherwise
-                 * only now and then.  The clock is read every few polls. */
+                 * only now and then.  The clock is read every few idle
+                 * polls: it costs as much as a poll. */
                 if (c->oversubscribed || idle % 64 == 63) sched_yield();
-                if (++idle % 8 == 0 &&
-                    loomi_now_ns() - t0 >= (uint64_t)c->set.spin_us * 1000u)
-                    break;
+                if (++idle % 8 == 0) {
+                    uint64_t now = loomi_now_ns();
+                    if (!t0) t0 = now;
+                    else if (now - t0 >= (uint64_t)c->set.spin_us * 1000u) break;
+                }
             }
             if (op->finished) break;
         }
