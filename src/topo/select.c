@@ -156,11 +156,17 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
      * inside the host. */
     flat = H > 1 ? out : in;
     if (H > 1 && L > 1 && contiguous(hm) &&
-        (algo == LOOMI_ALGO_RECURSIVE_DOUBLING || algo == LOOMI_ALGO_HALVING_DOUBLING ||
-         algo == LOOMI_ALGO_BRUCK)) {
+        (algo == LOOMI_ALGO_RECURSIVE_DOUBLING || algo == LOOMI_ALGO_HALVING_DOUBLING)) {
+        /* Partners r xor 2^k: the first log2(L) rounds stay inside. */
         double li = log2((double)L), lo = log2((double)H), w = li / (li + lo);
         flat.alpha = w * in.alpha + (1 - w) * out.alpha;
         flat.beta = w * in.beta + (1 - w) * out.beta;
+    }
+    if (H > 1 && L > 1 && coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE) {
+        /* Its exchanges run at once; the L-1 inside the host go over the
+         * faster link alongside the p-L that cross: the crossing share
+         * of the bytes sets the pace. */
+        flat.beta = out.beta * (double)(p - L) / (double)(p - 1);
     }
     const double n = (double)bytes;
 
