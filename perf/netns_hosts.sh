@@ -23,6 +23,11 @@ case "$cmd" in
 up)
     H=${1:?number of hosts}; rate=${2:-}
     "$0" down 2>/dev/null || true
+    # The kernel removes a deleted namespace's links a moment later.
+    for _ in $(seq 50); do
+        ip link show ${br}p0 >/dev/null 2>&1 || ip link show veth0 >/dev/null 2>&1 || break
+        sleep 0.1
+    done
     ip link add $br type bridge
     ip link set $br up
     for ((h = 0; h < H; h++)); do
