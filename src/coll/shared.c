@@ -151,7 +151,11 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen,
                                          .inplace = 1, .chunk_bytes = a->chunk_bytes};
             if (rail_algo == LOOMI_ALGO_AUTO) {
-                rail_algo = loomi_algo_default(LOOMI_COLL_ALLREDUCE, H, R / L * es);
+                /* Chosen for the slices this operation really has (a small
+                 * vector must not take a bandwidth algorithm's extra
+                 * rounds), sized below for the largest. */
+                size_t first = n < R ? n : R;
+                rail_algo = loomi_algo_default(LOOMI_COLL_ALLREDUCE, H, (first + L - 1) / L * es);
                 /* How much SCRATCH one rail allreduce takes: rounds in
                  * flight together use the two halves of it. */
                 struct loomi_sched probe;

@@ -20,8 +20,8 @@
 #include "topo/select.h"
 #include "topo/topo.h"
 
-#define PROBE_SMALL 12 /* 8-byte round trips (after 2 to warm up) */
-#define PROBE_BIG 3    /* PROBE_BYTES round trips (after 1) */
+#define PROBE_SMALL 32 /* 8-byte round trips (after 2 to warm up) */
+#define PROBE_BIG 5    /* PROBE_BYTES round trips (after 1) */
 #define PROBE_BYTES ((size_t)256 << 10)
 
 static int cmp_double(const void *a, const void *b)
