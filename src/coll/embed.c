@@ -29,24 +29,6 @@
 #include "core/internal.h"
 
 
-/* Steps that complete after all n steps of list (zero-count copies, the
- * engine's no-ops, each waiting for up to LOOMI_MAX_DEPS others).  The
- * list is overwritten.  Returns one step, or LOOMI_NO_DEP when n is 0. */
-static uint32_t join_tree(struct loomi_sched *s, uint32_t *list, size_t n)
-{
-    while (n > 1) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i += LOOMI_MAX_DEPS) {
-            int k = (int)(n - i < LOOMI_MAX_DEPS ? n - i : LOOMI_MAX_DEPS);
-            list[m++] = k == 1 ? list[i]
-                               : loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_RECV, 0, 0,
-                                                  &list[i], k);
-        }
-        n = m;
-    }
-    return n ? list[0] : LOOMI_NO_DEP;
-}
-
 static int map_buf(const struct loomi_embed *e, int b)
 {
     /* Shared arenas name the host's arenas, not the group's: unchanged. */
@@ -117,7 +99,7 @@ loom_result_t loomi_embed(struct loomi_sched *s, const struct loomi_embed *e,
         size_t m = 0;
         for (int k = 0; k < e->nafter; k++)
             if (e->after[k] != LOOMI_NO_DEP) list[m++] = e->after[k];
-        after[0] = join_tree(s, list, m);
+        after[0] = loomi_sched_join(s, list, m);
         nafter = 1;
     }
     for (uint32_t i = 0; i < sub.nsteps; i++) {
@@ -181,7 +163,7 @@ loom_result_t loomi_embed(struct loomi_sched *s, const struct loomi_embed *e,
         for (int k = 0; k < nafter; k++)
             if (after[k] != LOOMI_NO_DEP) list[m++] = after[k];
     }
-    *join = join_tree(s, list, m);
+    *join = loomi_sched_join(s, list, m);
     if (!s->ok) rc = loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "loomi_embed: out of memory");
 out:
     free(idx);

@@ -33,36 +33,6 @@
 
 enum { SYNC_IN = 0, SYNC_RED = 1, SYNC_OUT = 2, SYNC_KINDS = 3 };
 
-/* One step that completes after all of deps[0..n) (LOOMI_NO_DEP for none). */
-static uint32_t join(struct loomi_sched *s, const uint32_t *deps, int n)
-{
-    uint32_t buf[LOOMI_MAX_DEPS];
-    while (n > 1) {
-        int m = 0;
-        for (int i = 0; i < n; i += LOOMI_MAX_DEPS) {
-            int k = n - i < LOOMI_MAX_DEPS ? n - i : LOOMI_MAX_DEPS;
-            /* A zero-element copy: no work, only an ordering point. */
-            uint32_t j = loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_RECV, 0, 0, deps + i, k);
-            if (m < LOOMI_MAX_DEPS) buf[m++] = j;
-            else return LOOMI_NO_DEP; /* unreachable: callers pass at most 16 */
-        }
-        deps = buf;
-        n = m;
-    }
-    return n == 1 ? deps[0] : LOOMI_NO_DEP;
-}
-
-/* join() over a long list, in groups (the list is overwritten). */
-static uint32_t join_all(struct loomi_sched *s, uint32_t *deps, int n)
-{
-    while (n > 16) {
-        int m = 0;
-        for (int i = 0; i < n; i += 16) deps[m++] = join(s, deps + i, n - i < 16 ? n - i : 16);
-        n = m;
-    }
-    return join(s, deps, n);
-}
-
 static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *a,
                      const struct loomi_hostmap *m)
 {
@@ -124,7 +94,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         if (my0 + mylen < len)
             tmp[nc++] = loomi_sched_copy(s, mine, hoff + (my0 + mylen) * es, in,
                                          (b + my0 + mylen) * es, len - my0 - mylen, &reuse, 1);
-        uint32_t cin = join(s, tmp, nc);
+        uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
 
         /* 2. "in" to and from every other rank of the host. */
@@ -139,7 +109,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
          *    in one pass once every copy is there. */
         const size_t moff = hoff + my0 * es;
         rin[li] = cin;
-        uint32_t last = join_all(s, rin, L);
+        uint32_t last = loomi_sched_join(s, rin, (size_t)L);
         if (mylen) {
             uint32_t d[2] = {last, reuse};
             last = loomi_sched_reduce_shared(s, mine, moff, in, (b + my0) * es, moff, li, mylen,
@@ -203,7 +173,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                          hoff + q0 * es, ql, d, d[1] == LOOMI_NO_DEP ? 1 : 2);
         }
         for (int q = 0; q < L; q++) tmp[no + q] = rred[q]; /* every "red" received */
-        uint32_t cout = join_all(s, tmp, no + L);
+        uint32_t cout = loomi_sched_join(s, tmp, (size_t)(no + L));
 
         /* 7. "out": done reading the host's arenas for this round. */
         for (int q = 0; q < L; q++) {
@@ -212,7 +182,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             tmp[q] = loomi_sched_recv(s, local[q], tag + SYNC_OUT, LOOMI_BUF_RECV, 0, 0, NULL, 0);
         }
         tmp[li] = cout;
-        outjoin[k % 2] = join_all(s, tmp, L);
+        outjoin[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
     }
     free(tmp);
     free(rail);

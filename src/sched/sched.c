@@ -204,6 +204,21 @@ uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t 
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
+uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n)
+{
+    while (n > 1) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i += LOOMI_MAX_DEPS) {
+            int k = (int)(n - i < LOOMI_MAX_DEPS ? n - i : LOOMI_MAX_DEPS);
+            list[m++] = k == 1 ? list[i]
+                               : loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_RECV, 0, 0,
+                                                  &list[i], k);
+        }
+        n = m;
+    }
+    return n ? list[0] : LOOMI_NO_DEP;
+}
+
 uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                    size_t src_off, size_t arena_off, int skip, size_t count,
                                    const uint32_t *deps, int ndeps)

@@ -103,6 +103,11 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
 
 uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t count,
                          const uint32_t *deps, int ndeps);
+/* A step that completes after all n steps of list: a tree of zero-count
+ * copies (no-ops in the engine), each waiting for up to LOOMI_MAX_DEPS.
+ * The list is overwritten.  Returns list[0] when n is 1, LOOMI_NO_DEP
+ * when n is 0. */
+uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n);
 uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                    size_t src_off, size_t arena_off, int skip, size_t count,
                                    const uint32_t *deps, int ndeps);
