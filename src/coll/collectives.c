@@ -81,14 +81,20 @@ static loom_result_t check_bufs(const struct call *c, size_t slen, size_t rlen, 
  * time.  Only the calling thread of a communicator touches it. */
 #define SCHED_CACHE_SLOTS 32
 #define SCHED_CACHE_MAX_BYTES ((size_t)64 << 10)
+/* What makes two calls' schedules the same (zeroed, then filled, so that
+ * memcmp sees no padding). */
+struct sched_key {
+    int coll, algo, inplace, root;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    size_t count, chunk, shared;
+    const void *hosts; /* tests change these on a live communicator */
+};
+
 struct loomi_sched_cache {
     int n;
     struct {
-        int coll, algo, inplace, root;
-        size_t count, chunk, shared;
-        const void *hosts; /* tests change these on a live communicator */
-        loom_datatype_t dtype;
-        loom_op_t op;
+        struct sched_key k;
         struct loomi_sched s;
     } e[SCHED_CACHE_SLOTS];
 };
@@ -106,14 +112,22 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
 {
     size_t es = loom_datatype_size(c->dtype);
     int cacheable = c->a.coll != LOOMI_COLL_ALLTOALLV && c->a.count * es <= SCHED_CACHE_MAX_BYTES;
+    struct sched_key k;
+    memset(&k, 0, sizeof k);
+    k.coll = c->a.coll;
+    k.algo = algo;
+    k.inplace = c->a.inplace;
+    k.root = c->a.root;
+    k.dtype = c->dtype;
+    k.op = c->op;
+    k.count = c->a.count;
+    k.chunk = c->a.chunk_bytes;
+    k.shared = c->a.shared_bytes;
+    k.hosts = c->a.hosts;
     struct loomi_sched_cache *sc = comm->sched_cache;
     if (cacheable && sc)
         for (int i = 0; i < sc->n; i++)
-            if (sc->e[i].coll == c->a.coll && sc->e[i].algo == algo &&
-                sc->e[i].count == c->a.count && sc->e[i].dtype == c->dtype &&
-                sc->e[i].op == c->op && sc->e[i].inplace == c->a.inplace &&
-                sc->e[i].root == c->a.root && sc->e[i].chunk == c->a.chunk_bytes &&
-                sc->e[i].shared == c->a.shared_bytes && sc->e[i].hosts == (const void *)c->a.hosts) {
+            if (!memcmp(&sc->e[i].k, &k, sizeof k)) {
                 *s = sc->e[i].s;
                 s->borrowed = 1;
                 return LOOM_SUCCESS;
@@ -127,18 +141,8 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
         loomi_sched_free(s);
         return r;
     }
-    int i = sc->n++;
-    sc->e[i].coll = c->a.coll;
-    sc->e[i].algo = algo;
-    sc->e[i].count = c->a.count;
-    sc->e[i].dtype = c->dtype;
-    sc->e[i].op = c->op;
-    sc->e[i].inplace = c->a.inplace;
-    sc->e[i].root = c->a.root;
-    sc->e[i].chunk = c->a.chunk_bytes;
-    sc->e[i].shared = c->a.shared_bytes;
-    sc->e[i].hosts = c->a.hosts;
-    sc->e[i].s = *s;
+    sc->e[sc->n].k = k;
+    sc->e[sc->n++].s = *s;
     s->borrowed = 1;
     return LOOM_SUCCESS;
 }
