@@ -154,6 +154,30 @@ loom_result_t loom_comm_size(loom_comm_t comm, int *size);
  * none is known).  failed_rank may be NULL. */
 loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank);
 
+/* ------------------------------------------------------ fault tolerance */
+
+/* A failed peer (killed, stopped, cut off: silent for a few heartbeats of
+ * LOOM_HEARTBEAT_MS) makes every rank's pending and later operations on
+ * the communicator fail (LOOM_ERR_REMOTE or LOOM_ERR_REVOKED) within a
+ * bound (see loom(7)); the communicator then stays usable only for the
+ * calls below and loom_comm_get_error / loom_comm_destroy. */
+
+/* Revoke the communicator on every rank: their pending and later
+ * operations on it fail with LOOM_ERR_REVOKED. */
+loom_result_t loom_comm_revoke(loom_comm_t comm);
+
+/* The ranks known here to have failed, in ascending order: the first
+ * `capacity` of them are stored in ranks (which may be NULL when capacity
+ * is 0) and *count receives how many there are. */
+loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, int *count);
+
+/* Collective over the ranks still alive: they agree on which ranks failed
+ * (even if more fail meanwhile) and build *newcomm of the others,
+ * numbered in their old order.  Revokes comm first; comm must still be
+ * destroyed.  Fails (and *newcomm is NULL) on a rank the others have
+ * declared failed, or when no agreement came within LOOM_TIMEOUT. */
+loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm);
+
 /* ------------------------------------------------------------ requests */
 
 typedef struct loom_request *loom_request_t;

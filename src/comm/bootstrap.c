@@ -22,7 +22,7 @@
 #include "comm/net.h"
 
 #define BOOT_MAGIC 0x4c4d4254u /* "LMBT" */
-#define BOOT_VERSION 2u /* 2: addresses carry topology cards */
+#define BOOT_VERSION 3u /* 2: addresses carry topology cards; 3: and control addresses */
 #define BOOT_MAX_RANKS (1 << 20)
 
 struct boot_hello {

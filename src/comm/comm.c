@@ -8,6 +8,7 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "comm/ctrl.h"
 #include "topo/topo.h"
 #include "comm/net.h"
 #include "comm/route.h"
@@ -40,11 +41,28 @@ loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
 {
     loom_result_t r = comm_live(comm, fn);
     if (r != LOOM_SUCCESS) return r;
+    /* The communicator's owner is the caller: it may bring it up to date. */
+    if (comm->error == LOOM_SUCCESS) loomi_comm_sync((struct loom_comm *)comm);
     if (comm->error != LOOM_SUCCESS)
         return loomi_fail(LOOM_ERR_REVOKED, comm->rank,
                           "%s: the communicator is broken since an earlier failure: %s", fn,
                           comm->errmsg);
     return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_comm_sync(struct loom_comm *c)
+{
+    if (c->error == LOOM_SUCCESS && c->ctrl && loomi_ctrl_revoked(c->ctrl)) {
+        loom_result_t code;
+        int failed;
+        char why[256];
+        loomi_ctrl_reason(c->ctrl, &code, &failed, why, sizeof why);
+        if (failed >= 0 && failed != c->rank)
+            loomi_comm_fail(c, code, failed, "rank %d failed: %s", failed, why);
+        else
+            loomi_comm_fail(c, code, failed, "%s", why);
+    }
+    return c->error;
 }
 
 void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, const char *fmt,
@@ -58,6 +76,10 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
     vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
     va_end(ap);
     LOOMI_WARN(c->rank, "communicator failed: %s (%s)", c->errmsg, loom_strerror(code));
+    /* The control plane tells every rank, even those this one cannot
+     * reach on the data plane; it names failed ranks only from its own
+     * detector, never from a guess such as a deadline's suspect. */
+    if (c->ctrl) loomi_ctrl_revoke(c->ctrl, code, failed_rank, c->errmsg);
     /* Tell everyone at once, so that ranks not talking to the failed
      * peer stop too instead of waiting for their deadline. */
     if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
@@ -67,7 +89,9 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
                                const char *why)
 {
     struct loom_comm *c = owner;
-    if (failed == peer || failed < 0)
+    if (failed < 0) /* an abort notice naming nobody: a revocation */
+        loomi_comm_fail(c, code, -1, "rank %d revoked the communicator (%s)", peer, why);
+    else if (failed == peer)
         loomi_comm_fail(c, code, peer, "rank %d failed: %s", peer, why);
     else
         loomi_comm_fail(c, code, failed, "rank %d reported that rank %d failed: %s", peer, failed,
@@ -92,21 +116,115 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
     return LOOM_SUCCESS;
 }
 
-/* Discover this host, publish transports' addresses and the topology
- * card, and from every rank's card build the job's picture before
- * connecting, so that each peer is reached by the right transport. */
+loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_rank *me,
+                                 unsigned char *addr)
+{
+    struct loomi_tctx ctx = {
+        .rank = c->rank,
+        .nranks = c->nranks,
+        .job_key = c->job_key,
+        .streams = c->set.tcp_streams,
+        .sockbuf = c->set.tcp_sockbuf,
+        .ifname = c->set.socket_ifname[0] ? c->set.socket_ifname : NULL,
+        .bind_hint = &c->bind_addr,
+        .bind_hint_len = c->bind_len,
+        .peer_failed = loomi_comm_on_peer_failed,
+        .owner = c,
+        .shm_bytes = c->set.shm_bytes,
+        .shm_cma_min = c->set.shm_cma_min,
+    };
+    loom_result_t r = loomi_route_create(&ctx, c->route_mask, &c->xfer_events, &c->tstate);
+    if (r != LOOM_SUCCESS) return r;
+    _Static_assert(LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES + LOOMI_CTRL_ADDR_BYTES <=
+                       LOOMI_ADDR_BYTES,
+                   "bootstrap address holds the route address, topology card and control address");
+    size_t alen = LOOMI_ROUTE_ADDR_BYTES;
+    memset(addr, 0, LOOMI_ADDR_BYTES);
+    r = c->tops->local_addr(c->tstate, addr, &alen);
+    if (r != LOOM_SUCCESS) return r;
+    loomi_topo_pack(me, addr + LOOMI_ROUTE_ADDR_BYTES);
+    r = loomi_ctrl_create(c->rank, c->nranks, c->job_key, c->set.heartbeat_ms,
+                          (const struct sockaddr *)&c->bind_addr, (socklen_t)c->bind_len,
+                          &c->ctrl);
+    if (r != LOOM_SUCCESS) return r;
+    loomi_ctrl_addr(c->ctrl, addr + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
+                                uint64_t deadline_ms, const struct loomi_links *links)
+{
+    const int rank = c->rank, nranks = c->nranks;
+    struct loomi_topo_rank *cards = malloc((size_t)nranks * sizeof *cards);
+    c->topo = calloc(1, sizeof *c->topo);
+    if (!cards || !c->topo) {
+        free(cards);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "communicator: out of memory");
+    }
+    loom_result_t r = LOOM_SUCCESS;
+    for (int q = 0; q < nranks && r == LOOM_SUCCESS; q++) {
+        r = loomi_topo_unpack(all + (size_t)q * LOOMI_ADDR_BYTES + LOOMI_ROUTE_ADDR_BYTES,
+                              &cards[q]);
+        if (r != LOOM_SUCCESS)
+            r = loomi_fail(r, rank, "rank %d's topology card: %s", q, loom_get_last_error());
+    }
+    if (r == LOOM_SUCCESS) r = loomi_topo_job_build(cards, nranks, c->topo);
+    free(cards);
+    if (r == LOOM_SUCCESS) {
+        c->hosts = loomi_hostmap_build(nranks, c->topo->map->host_of);
+        if (!c->hosts) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "communicator: out of memory");
+    }
+    if (r == LOOM_SUCCESS) {
+        loomi_route_set_hosts(c->tstate, c->hosts);
+        r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline_ms);
+    }
+    if (r == LOOM_SUCCESS)
+        r = loomi_ctrl_start(c->ctrl, all + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES,
+                             LOOMI_ADDR_BYTES, deadline_ms);
+    if (r != LOOM_SUCCESS) return r;
+    {
+        int h = c->hosts->host_of[rank], cores = c->topo->ranks[rank].host.ncores;
+        c->oversubscribed = cores > 0 && loomi_host_size(c->hosts, h) > cores;
+    }
+    /* Every rank decides the same way (the same LOOM_TRANSPORT and
+     * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */
+    if (c->route_mask & 2u) c->shared_bytes = c->set.shm_bytes;
+    c->magic = LOOMI_COMM_MAGIC;
+    /* Measure the links and choose algorithms: collective over the new
+     * communicator, so every rank gets here or fails by the deadline. */
+    r = loomi_comm_tune(c, links);
+    if (r != LOOM_SUCCESS) c->magic = 0;
+    return r;
+}
+
+void loomi_comm_discard(struct loom_comm *c)
+{
+    loomi_ctrl_destroy(c->ctrl, 0);
+    if (c->tstate) c->tops->destroy(c->tstate);
+    free(c->hosts);
+    free(c->links);
+    free(c->sel);
+    if (c->topo) {
+        loomi_topo_job_free(c->topo);
+        free(c->topo);
+    }
+    free(c);
+}
+
+/* Discover this host, publish transports' addresses, the topology card
+ * and the control address, and from every rank's card build the job's
+ * picture before connecting, so that each peer is reached by the right
+ * transport. */
 loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *t, int rank,
                                 int nranks, const loom_config_t *cfg, const char *caller,
                                 bool run_root)
 {
     struct loom_comm *c;
     unsigned char *all = NULL;
-    struct loomi_topo_rank *cards = NULL;
     loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
     if (r != LOOM_SUCCESS) return r;
     memcpy(c->job_key, t->job_key, 16);
-    unsigned mask;
-    r = loomi_route_parse(c->set.transport, &mask, rank);
+    r = loomi_route_parse(c->set.transport, &c->route_mask, rank);
     if (r != LOOM_SUCCESS) {
         free(c);
         return r;
@@ -125,103 +243,32 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         if (r != LOOM_SUCCESS) goto fail;
     }
     int bfd = -1;
-    struct sockaddr_storage local;
-    unsigned local_len = sizeof local;
-    r = loomi_boot_connect(t, rank, deadline, &bfd, &local, &local_len);
+    c->bind_len = sizeof c->bind_addr;
+    r = loomi_boot_connect(t, rank, deadline, &bfd, &c->bind_addr, &c->bind_len);
     if (r != LOOM_SUCCESS) goto fail;
-
-    struct loomi_tctx ctx = {
-        .rank = rank,
-        .nranks = nranks,
-        .job_key = c->job_key,
-        .streams = c->set.tcp_streams,
-        .sockbuf = c->set.tcp_sockbuf,
-        .ifname = c->set.socket_ifname[0] ? c->set.socket_ifname : NULL,
-        .bind_hint = &local,
-        .bind_hint_len = local_len,
-        .peer_failed = loomi_comm_on_peer_failed,
-        .owner = c,
-        .shm_bytes = c->set.shm_bytes,
-        .shm_cma_min = c->set.shm_cma_min,
-    };
-    r = loomi_route_create(&ctx, mask, &c->xfer_events, &c->tstate);
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    all = malloc((size_t)nranks * LOOMI_ADDR_BYTES);
+    if (!all) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
+    if (r == LOOM_SUCCESS) r = loomi_comm_prepare(c, &me, addr);
     if (r != LOOM_SUCCESS) {
-    close_fd:
         close(bfd);
         goto fail;
     }
-    _Static_assert(LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES <= LOOMI_ADDR_BYTES,
-                   "bootstrap address holds the route address and the topology card");
-    unsigned char addr[LOOMI_ADDR_BYTES];
-    size_t alen = LOOMI_ROUTE_ADDR_BYTES;
-    memset(addr, 0, sizeof addr);
-    r = c->tops->local_addr(c->tstate, addr, &alen);
-    if (r != LOOM_SUCCESS) goto close_fd;
-    loomi_topo_pack(&me, addr + LOOMI_ROUTE_ADDR_BYTES);
-    all = malloc((size_t)nranks * LOOMI_ADDR_BYTES);
-    cards = malloc((size_t)nranks * sizeof *cards);
-    c->topo = calloc(1, sizeof *c->topo);
-    if (!all || !cards || !c->topo) {
-        r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
-        goto close_fd;
-    }
     r = loomi_boot_exchange(bfd, t, rank, nranks, addr, sizeof addr, all, deadline);
-    for (int q = 0; q < nranks && r == LOOM_SUCCESS; q++) {
-        r = loomi_topo_unpack(all + (size_t)q * LOOMI_ADDR_BYTES + LOOMI_ROUTE_ADDR_BYTES,
-                              &cards[q]);
-        if (r != LOOM_SUCCESS)
-            r = loomi_fail(r, rank, "%s: rank %d's topology card: %s", caller, q,
-                           loom_get_last_error());
-    }
-    if (r == LOOM_SUCCESS) r = loomi_topo_job_build(cards, nranks, c->topo);
-    if (r == LOOM_SUCCESS) {
-        c->hosts = loomi_hostmap_build(nranks, c->topo->map->host_of);
-        if (!c->hosts) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);
-    }
-    if (r == LOOM_SUCCESS) {
-        loomi_route_set_hosts(c->tstate, c->hosts);
-        r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline);
-    }
+    if (r == LOOM_SUCCESS) r = loomi_comm_finish(c, all, deadline, NULL);
     if (r != LOOM_SUCCESS) goto fail;
-    {
-        int h = c->hosts->host_of[rank], cores = me.host.ncores;
-        c->oversubscribed = cores > 0 && loomi_host_size(c->hosts, h) > cores;
-    }
-    /* Every rank decides the same way (the same LOOM_TRANSPORT and
-     * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */
-    if (mask & 2u) c->shared_bytes = c->set.shm_bytes;
     free(all);
-    free(cards);
-    all = NULL;
-    cards = NULL;
-    c->magic = LOOMI_COMM_MAGIC;
-    /* Measure the links and choose algorithms: collective over the new
-     * communicator, so every rank gets here or fails by the deadline. */
-    r = loomi_comm_tune(c);
-    if (r != LOOM_SUCCESS) {
-        c->magic = 0;
-        goto fail;
-    }
     char how[96];
     LOOMI_INFO(rank, "communicator ready: rank %d of %d on host %s (%d host(s)), transport %s, "
-               "%d stream(s), chunk %zu",
+               "%d stream(s), chunk %zu, heartbeat %d ms",
                rank, nranks, me.host.name, c->hosts->nhosts,
                loomi_route_describe(c->tstate, how, sizeof how), c->set.tcp_streams,
-               c->set.chunk_bytes);
+               c->set.chunk_bytes, c->set.heartbeat_ms);
     *out = c;
     return LOOM_SUCCESS;
 fail:
-    if (c->tstate) c->tops->destroy(c->tstate);
     free(all);
-    free(cards);
-    free(c->hosts);
-    free(c->links);
-    free(c->sel);
-    if (c->topo) {
-        loomi_topo_job_free(c->topo);
-        free(c->topo);
-    }
-    free(c);
+    loomi_comm_discard(c);
     return r;
 }
 
@@ -304,8 +351,10 @@ loom_result_t loom_comm_init_env(loom_comm_t *comm, const loom_config_t *cfg)
     return loomi_comm_create(comm, &t, rank, nranks, cfg, fn, rank == 0);
 }
 
-static void comm_free(struct loom_comm *c)
+static void comm_free(struct loom_comm *c, int polite)
 {
+    loomi_ctrl_destroy(c->ctrl, polite);
+    c->ctrl = NULL;
     free(c->scratch);
     free(c->backup);
     free(c->p2p_seq);
@@ -330,8 +379,11 @@ loom_result_t loom_comm_destroy(loom_comm_t comm)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",
                           comm->nlive);
+    /* Goodbye on the control plane first: the peers see a departure. */
+    loomi_ctrl_destroy(comm->ctrl, 1);
+    comm->ctrl = NULL;
     comm->tops->destroy(comm->tstate);
-    comm_free(comm);
+    comm_free(comm, 1);
     return LOOM_SUCCESS;
 }
 
@@ -342,8 +394,11 @@ loom_result_t loom_comm_abort(loom_comm_t comm)
     loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
                     comm->rank);
     loomi_engine_free_all(comm);
+    /* No goodbye: the peers count this rank as failed. */
+    loomi_ctrl_destroy(comm->ctrl, 0);
+    comm->ctrl = NULL;
     comm->tops->destroy(comm->tstate);
-    comm_free(comm);
+    comm_free(comm, 0);
     return LOOM_SUCCESS;
 }
 
@@ -371,4 +426,44 @@ loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank)
     if (r != LOOM_SUCCESS) return r;
     if (failed_rank) *failed_rank = comm->error != LOOM_SUCCESS ? comm->failed_rank : -1;
     return comm->error;
+}
+
+loom_result_t loom_comm_revoke(loom_comm_t comm)
+{
+    loom_result_t r = comm_live(comm, "loom_comm_revoke");
+    if (r != LOOM_SUCCESS) return r;
+    if (loomi_comm_sync(comm) == LOOM_SUCCESS) {
+        loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_revoke on rank %d",
+                        comm->rank);
+        loomi_engine_fail_all(comm);
+    }
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, int *count)
+{
+    const char *fn = "loom_comm_get_failed";
+    loom_result_t r = comm_live(comm, fn);
+    if (r != LOOM_SUCCESS) return r;
+    if (!count) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: count is NULL", fn);
+    if (capacity < 0)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: capacity %d is negative", fn,
+                          capacity);
+    if (capacity > 0 && !ranks)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: ranks is NULL with capacity %d", fn, capacity);
+    int k = 0;
+    if (comm->ctrl) {
+        unsigned char *set = malloc((size_t)comm->nranks);
+        if (!set) return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
+        loomi_ctrl_failed(comm->ctrl, set, NULL);
+        for (int q = 0; q < comm->nranks; q++)
+            if (set[q]) {
+                if (k < capacity) ranks[k] = q;
+                k++;
+            }
+        free(set);
+    }
+    *count = k;
+    return LOOM_SUCCESS;
 }

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 
 #include "core/internal.h"
 #include "transports/transport.h"
@@ -13,6 +14,8 @@ struct loomi_hostmap;
 struct loomi_topo_job;
 struct loomi_links;
 struct loomi_selection;
+struct loomi_ctrl;
+struct loomi_topo_rank;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
 #define LOOMI_MAX_COLLS 16
@@ -65,6 +68,14 @@ struct loom_comm {
     struct loomi_links *links;
     struct loomi_selection *sel;
 
+    /* Control plane: heartbeats, failure notices, membership (ctrl.h);
+     * NULL for a single rank. */
+    struct loomi_ctrl *ctrl;
+    unsigned route_mask;                /* transports allowed (route.h) */
+    struct sockaddr_storage bind_addr;  /* the local address used at bootstrap */
+    unsigned bind_len;
+    uint32_t shrink_epoch;              /* membership rounds run (shrink.c) */
+
     /* First failure; once set the communicator is broken. */
     loom_result_t error;
     int failed_rank;
@@ -79,6 +90,25 @@ loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn);
  * and tell the peers.  Safe to call more than once. */
 void loomi_comm_fail(struct loom_comm *comm, loom_result_t code, int failed_rank,
                      const char *fmt, ...) LOOMI_PRINTF(4, 5);
+
+/* Bring the communicator up to date with its control plane: a failure
+ * or revocation seen there breaks it here (returns comm->error). */
+loom_result_t loomi_comm_sync(struct loom_comm *comm);
+
+/* Longest the engine sleeps in one wait, so that a revocation arriving
+ * on the control plane is acted on promptly. */
+#define LOOMI_CTRL_POLL_MS 50
+
+/* Building a communicator in two halves around an exchange of every
+ * rank's LOOMI_ADDR_BYTES address (the bootstrap root, or the control
+ * plane for shrink): prepare creates transports and the control plane
+ * and fills `addr`; finish connects, measures (or reuses `links`) and
+ * chooses algorithms.  On failure, discard frees what prepare made. */
+loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_rank *me,
+                                 unsigned char *addr);
+loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
+                                uint64_t deadline_ms, const struct loomi_links *links);
+void loomi_comm_discard(struct loom_comm *c);
 
 /* A zeroed communicator with its rank, size, settings (from cfg and the
  * environment) and LOOM_ALGO resolved; no transport yet.  Freed with free()

@@ -8,8 +8,9 @@
 #include "loom.h"
 
 /* What each rank publishes at bootstrap: its transports' addresses
- * (route.h) followed by its topology card (topo.h). */
-#define LOOMI_ADDR_BYTES 512
+ * (route.h), its topology card (topo.h) and its control-plane address
+ * (ctrl.h), in that order. */
+#define LOOMI_ADDR_BYTES 576
 /* Endpoint addresses travel as this fixed-size, byte-order-defined blob. */
 struct loomi_wire_addr {
     uint16_t family; /* 4 or 6 */

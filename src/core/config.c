@@ -36,6 +36,7 @@ static const struct var vars[] = {
     {"LOOM_PROBE", K_INT, 0, 1, OFF(probe), "1"},
     {"LOOM_SHM_SIZE", K_SIZE, 65536, 1LL << 30, OFF(shm_bytes), "4M"},
     {"LOOM_SHM_CMA", K_SIZE, 0, 1LL << 62, OFF(shm_cma_min), "256K"},
+    {"LOOM_HEARTBEAT_MS", K_INT, 0, 600000, OFF(heartbeat_ms), "500"},
 };
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -124,6 +125,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->probe = e->probe;
     out->shm_bytes = e->shm_bytes;
     out->shm_cma_min = e->shm_cma_min;
+    out->heartbeat_ms = e->heartbeat_ms;
     const char *ifn = e->socket_ifname, *algo = e->algo, *tr = e->transport;
     if (cfg) {
         /* Older callers pass a smaller struct: read only what they have. */

@@ -75,6 +75,7 @@ struct loomi_env {
     int probe;                 /* measure links at init */
     size_t shm_bytes;          /* shared-memory arena per rank */
     size_t shm_cma_min;        /* single-copy (CMA) from this size on; 0: never */
+    int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -100,6 +101,7 @@ struct loomi_settings {
     int probe;
     size_t shm_bytes;
     size_t shm_cma_min;
+    int heartbeat_ms;
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

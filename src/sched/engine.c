@@ -545,6 +545,15 @@ static int silent_peer(const struct loom_comm *c)
  * moved nothing for timeout_ms. */
 static void engine_round(struct loom_comm *c, int wait_ms)
 {
+    /* A revocation comes from the control plane's thread: look for it
+     * between short sleeps, not only when the data plane wakes us. */
+    if (c->ctrl) {
+        if (wait_ms > LOOMI_CTRL_POLL_MS) wait_ms = LOOMI_CTRL_POLL_MS;
+        if (c->error == LOOM_SUCCESS && loomi_comm_sync(c) != LOOM_SUCCESS) {
+            loomi_engine_fail_all(c);
+            return;
+        }
+    }
     loom_result_t r = c->tops->progress(c->tstate, wait_ms);
     if (r != LOOM_SUCCESS && c->error == LOOM_SUCCESS)
         loomi_comm_fail(c, r, -1, "transport %s failed: %s", c->tops->name,

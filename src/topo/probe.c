@@ -93,7 +93,7 @@ struct tune_msg {
     int32_t source[LOOMI_LINKS];
 };
 
-loom_result_t loomi_comm_tune(struct loom_comm *c)
+loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *known)
 {
     struct loomi_links l;
     const int shm = loomi_route_has_shm(c->tstate);
@@ -101,7 +101,11 @@ loom_result_t loomi_comm_tune(struct loom_comm *c)
     const struct loomi_hostmap *m = c->hosts;
     loom_result_t r = LOOM_SUCCESS;
     uint64_t t0 = loomi_now_ns();
-    if (c->set.tuning_file[0]) {
+    if (known) {
+        /* A communicator made from another (shrink): the same links. */
+        l = *known;
+        l.intra_shm = shm;
+    } else if (c->set.tuning_file[0]) {
         /* Every rank reads the file: the launcher gives them all the same. */
         r = loomi_links_read(c->set.tuning_file, &l, c->rank);
         if (r != LOOM_SUCCESS) return r;

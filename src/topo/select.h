@@ -75,7 +75,7 @@ void loomi_links_print(FILE *f, const struct loomi_links *l);
  * time, collective over the communicator), or read LOOM_TUNING_FILE, and
  * build its selection table. */
 struct loom_comm;
-loom_result_t loomi_comm_tune(struct loom_comm *c);
+loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *known);
 /* The shape of a connected communicator's job. */
 void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j);
 /* The estimated time of every algorithm of coll at a few sizes. */

@@ -1,0 +1,739 @@
+/*
+ * ctrl.c - the control plane (see ctrl.h).
+ *
+ * One thread per communicator polls a connection to every peer.  It
+ * sends a heartbeat every heartbeat period, declares a peer failed when
+ * its connection breaks without a goodbye or when nothing came from it
+ * for LOOMI_CTRL_MISSES periods, and forwards FAILED and REVOKE notices
+ * once.  Protocol messages (types >= 16) go to a mailbox that the
+ * communicator's own thread reads with loomi_ctrl_recv.
+ *
+ * Everything shared with the communicator's thread is under `mu`; only
+ * `revoked` is read without it (an atomic), on the engine's fast path.
+ */
+#include "comm/ctrl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "comm/net.h"
+#include "core/internal.h"
+
+#define CTRL_ADDR_MAGIC 0x4c4d4341u  /* "LMCA" */
+#define CTRL_HELLO_MAGIC 0x4c4d4348u /* "LMCH" */
+#define CTRL_MSG_MAGIC 0x4c4d434du   /* "LMCM" */
+#define CTRL_VERSION 1u
+#define HDR_BYTES 32
+#define HELLO_BYTES 48
+/* A peer whose unsent bytes pile up beyond this is not reading: it is
+ * failed rather than buffered for without bound. */
+#define OUT_LIMIT ((size_t)LOOMI_CTRL_MAX_PAYLOAD + (1u << 20))
+
+enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4 };
+
+struct peer {
+    int fd;
+    int failed, bye;
+    uint64_t last_heard_ms;
+    unsigned char *in;
+    size_t in_len, in_cap;
+    unsigned char *out;
+    size_t out_off, out_len, out_cap;
+};
+
+struct loomi_ctrl {
+    int rank, n;
+    unsigned char key[16];
+    int hb_ms;
+    int lfd;
+    uint64_t nonce;
+    struct sockaddr_storage laddr;
+    socklen_t laddr_len;
+    pthread_t thread;
+    int started;
+    int wake[2];
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int revoked;
+    loom_result_t code;
+    int failed_rank;
+    char why[256];
+    unsigned gen;
+    int stop;
+    struct peer *p;
+    struct loomi_cmsg *mb_head, *mb_tail;
+};
+
+/* ------------------------------------------------------------ encoding */
+
+static void put32(unsigned char *b, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *b)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
+    return v;
+}
+static uint64_t get64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+static void wake(struct loomi_ctrl *c)
+{
+    char b = 1;
+    ssize_t w = write(c->wake[1], &b, 1);
+    (void)w; /* a full pipe already wakes the thread */
+}
+
+/* Append one message to a peer's output (under mu). */
+static int queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t epoch, uint64_t arg,
+                     const void *data, uint32_t len)
+{
+    struct peer *p = &c->p[q];
+    if (p->failed || p->fd < 0) return -1;
+    size_t need = HDR_BYTES + (size_t)len;
+    if (p->out_len + need > OUT_LIMIT) return -1;
+    if (p->out_off && p->out_off == p->out_len) p->out_off = p->out_len = 0;
+    if (p->out_len + need > p->out_cap) {
+        if (p->out_off) { /* slide what is left to the front first */
+            memmove(p->out, p->out + p->out_off, p->out_len - p->out_off);
+            p->out_len -= p->out_off;
+            p->out_off = 0;
+        }
+        if (p->out_len + need > p->out_cap) {
+            size_t cap = p->out_cap ? p->out_cap : 4096;
+            while (cap < p->out_len + need) cap *= 2;
+            unsigned char *nb = realloc(p->out, cap);
+            if (!nb) return -1;
+            p->out = nb;
+            p->out_cap = cap;
+        }
+    }
+    unsigned char *h = p->out + p->out_len;
+    put32(h, CTRL_MSG_MAGIC);
+    h[4] = (unsigned char)type;
+    h[5] = (unsigned char)(type >> 8);
+    h[6] = h[7] = 0;
+    put32(h + 8, (uint32_t)c->rank);
+    put32(h + 12, epoch);
+    put64(h + 16, arg);
+    put32(h + 24, len);
+    put32(h + 28, 0);
+    if (len) memcpy(h + HDR_BYTES, data, len);
+    p->out_len += need;
+    return 0;
+}
+
+static void queue_all(struct loomi_ctrl *c, uint16_t type, uint64_t arg)
+{
+    for (int q = 0; q < c->n; q++)
+        if (q != c->rank) queue_msg(c, q, type, 0, arg, NULL, 0);
+}
+
+/* ------------------------------------------------------------ failures */
+
+static void set_revoked(struct loomi_ctrl *c, loom_result_t code, int failed, const char *why)
+{
+    if (atomic_load(&c->revoked)) return;
+    c->code = code;
+    c->failed_rank = failed;
+    snprintf(c->why, sizeof c->why, "%s", why);
+    atomic_store(&c->revoked, 1);
+}
+
+static void close_peer(struct peer *p)
+{
+    if (p->fd >= 0) close(p->fd);
+    p->fd = -1;
+    free(p->in);
+    free(p->out);
+    p->in = p->out = NULL;
+    p->in_len = p->in_cap = p->out_off = p->out_len = p->out_cap = 0;
+}
+
+/* Declare q failed (under mu): first reason revokes, every peer hears. */
+static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
+{
+    struct peer *p = &c->p[q];
+    if (p->failed) return;
+    /* Tell the rank itself, best effort, so that a stopped or cut-off
+     * rank that comes back knows it is out (and does not take the
+     * others' closed connections for their failures). */
+    if (q != c->rank && p->fd >= 0 && p->out_off == p->out_len) {
+        p->out_off = p->out_len = 0;
+        if (queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0) {
+            ssize_t w = send(p->fd, p->out, HDR_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+        }
+    }
+    p->failed = 1;
+    c->gen++;
+    if (q == c->rank) {
+        /* The others gave up on this rank (it was stopped or cut off):
+         * it cannot take part in their membership any more. */
+        set_revoked(c, LOOM_ERR_REVOKED, q, why);
+    } else {
+        close_peer(p);
+        set_revoked(c, LOOM_ERR_REMOTE, q, why);
+        queue_all(c, T_FAILED, (uint64_t)q);
+    }
+    LOOMI_WARN(c->rank, "control plane: rank %d failed: %s", q, why);
+    pthread_cond_broadcast(&c->cv);
+    wake(c);
+}
+
+/* ----------------------------------------------------------- receiving */
+
+/* Act on one complete message from peer q (under mu).  Returns -1 when
+ * the peer broke the protocol. */
+static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err, size_t errn)
+{
+    uint16_t type = (uint16_t)(h[4] | h[5] << 8);
+    uint32_t src = get32(h + 8), epoch = get32(h + 12), len = get32(h + 24);
+    uint64_t arg = get64(h + 16);
+    if ((int)src != q) {
+        snprintf(err, errn, "message claims to come from rank %u", src);
+        return -1;
+    }
+    switch (type) {
+    case T_HB: return 0;
+    case T_BYE: c->p[q].bye = 1; return 0;
+    case T_FAILED: {
+        if (arg >= (uint64_t)c->n) {
+            snprintf(err, errn, "FAILED names rank %llu of %d", (unsigned long long)arg, c->n);
+            return -1;
+        }
+        int f = (int)arg;
+        if (!c->p[f].failed) {
+            char why[128];
+            if (f == c->rank)
+                snprintf(why, sizeof why, "rank %d declared this rank failed (silent too long)", q);
+            else
+                snprintf(why, sizeof why, "reported failed by rank %d", q);
+            fail_peer(c, f, why);
+        }
+        return 0;
+    }
+    case T_REVOKE:
+        if (!atomic_load(&c->revoked)) {
+            /* arg: the code, and above it the rank held responsible + 1. */
+            uint64_t cv = arg & 0xffffffffu, hv = arg >> 32;
+            loom_result_t code = cv >= 2 && cv <= 13 ? (loom_result_t)cv : LOOM_ERR_REVOKED;
+            int hint = hv >= 1 && hv <= (uint64_t)c->n ? (int)hv - 1 : -1;
+            char why[96];
+            if (hint >= 0)
+                snprintf(why, sizeof why, "reported by rank %d, which revoked the communicator", q);
+            else
+                snprintf(why, sizeof why, "revoked by rank %d", q);
+            set_revoked(c, code, hint, why);
+            queue_all(c, T_REVOKE, arg); /* forwarded once */
+            pthread_cond_broadcast(&c->cv);
+        }
+        return 0;
+    default:
+        break;
+    }
+    if (type < 16 || type > LOOMI_CMSG_ALL) {
+        snprintf(err, errn, "unknown message type %u", type);
+        return -1;
+    }
+    struct loomi_cmsg *m = malloc(sizeof *m + len);
+    if (!m) {
+        snprintf(err, errn, "out of memory for a %u-byte message", len);
+        return -1;
+    }
+    m->next = NULL;
+    m->type = type;
+    m->src = q;
+    m->epoch = epoch;
+    m->arg = arg;
+    m->len = len;
+    memcpy(m->data, h + HDR_BYTES, len);
+    if (c->mb_tail) c->mb_tail->next = m;
+    else c->mb_head = m;
+    c->mb_tail = m;
+    pthread_cond_broadcast(&c->cv);
+    return 0;
+}
+
+/* Read what peer q sent and act on every complete message (under mu). */
+static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
+{
+    struct peer *p = &c->p[q];
+    char err[192] = "";
+    int eof = 0, eno = 0;
+    for (;;) {
+        if (p->in_cap - p->in_len < 65536) {
+            size_t cap = p->in_cap ? p->in_cap * 2 : 131072;
+            unsigned char *nb = realloc(p->in, cap);
+            if (!nb) {
+                fail_peer(c, q, "out of memory reading its control messages");
+                return;
+            }
+            p->in = nb;
+            p->in_cap = cap;
+        }
+        ssize_t got = read(p->fd, p->in + p->in_len, p->in_cap - p->in_len);
+        if (got > 0) {
+            p->in_len += (size_t)got;
+            p->last_heard_ms = now;
+            continue;
+        }
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        eof = 1; /* acted on after what came before it (a goodbye, say) */
+        eno = got < 0 ? errno : 0;
+        break;
+    }
+    size_t off = 0;
+    while (p->in_len - off >= HDR_BYTES) {
+        const unsigned char *h = p->in + off;
+        uint32_t len = get32(h + 24);
+        if (get32(h) != CTRL_MSG_MAGIC || len > LOOMI_CTRL_MAX_PAYLOAD) {
+            snprintf(err, sizeof err, "protocol violation on its control connection "
+                                      "(bad magic or a %u-byte payload)", len);
+            fail_peer(c, q, err);
+            return;
+        }
+        if (p->in_len - off < HDR_BYTES + (size_t)len) break;
+        char why[112];
+        if (handle(c, q, h, why, sizeof why)) {
+            snprintf(err, sizeof err, "protocol violation: %s", why);
+            fail_peer(c, q, err);
+            return;
+        }
+        if (p->fd < 0) return; /* handle() failed this peer */
+        off += HDR_BYTES + (size_t)len;
+    }
+    if (off) {
+        memmove(p->in, p->in + off, p->in_len - off);
+        p->in_len -= off;
+    }
+    if (!eof) return;
+    /* A goodbye makes it a departure, not a failure (nothing is
+     * revoked), but it is out of later membership. */
+    if (p->bye) {
+        close_peer(p);
+        p->failed = 1;
+        c->gen++;
+        pthread_cond_broadcast(&c->cv);
+        return;
+    }
+    snprintf(err, sizeof err, "its control connection broke (%s)",
+             eno ? strerror(eno) : "closed");
+    fail_peer(c, q, err);
+}
+
+static void peer_write(struct loomi_ctrl *c, int q)
+{
+    struct peer *p = &c->p[q];
+    while (p->out_off < p->out_len) {
+        ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p->out_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (p->bye) {
+            close_peer(p);
+            p->failed = 1;
+            c->gen++;
+            pthread_cond_broadcast(&c->cv);
+            return;
+        }
+        char err[96];
+        snprintf(err, sizeof err, "its control connection broke (%s)", strerror(errno));
+        fail_peer(c, q, err);
+        return;
+    }
+    p->out_off = p->out_len = 0;
+}
+
+/* -------------------------------------------------------------- thread */
+
+static void *ctrl_main(void *arg)
+{
+    struct loomi_ctrl *c = arg;
+    struct pollfd *pf = malloc(sizeof *pf * (size_t)(c->n + 1));
+    int *who = malloc(sizeof *who * (size_t)(c->n + 1));
+    if (!pf || !who) {
+        pthread_mutex_lock(&c->mu);
+        set_revoked(c, LOOM_ERR_NO_MEMORY, -1, "control plane: out of memory");
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        free(pf);
+        free(who);
+        return NULL;
+    }
+    uint64_t next_hb = loomi_now_ms();
+    uint64_t stop_by = 0;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        uint64_t now = loomi_now_ms();
+        if (c->stop) {
+            /* Flush the goodbyes for a short while, then leave. */
+            int pending = 0;
+            for (int q = 0; q < c->n; q++)
+                if (c->p[q].fd >= 0 && c->p[q].out_off < c->p[q].out_len) pending = 1;
+            if (!stop_by) stop_by = now + 200;
+            if (!pending || now >= stop_by) break;
+        } else if (c->hb_ms > 0) {
+            if (now >= next_hb) {
+                for (int q = 0; q < c->n; q++) {
+                    struct peer *p = &c->p[q];
+                    if (q == c->rank || p->fd < 0) continue;
+                    /* One heartbeat waiting is enough for a peer not reading. */
+                    if (p->out_off == p->out_len) queue_msg(c, q, T_HB, 0, 0, NULL, 0);
+                }
+                next_hb = now + (uint64_t)c->hb_ms;
+            }
+            uint64_t limit = (uint64_t)c->hb_ms * LOOMI_CTRL_MISSES;
+            for (int q = 0; q < c->n; q++) {
+                struct peer *p = &c->p[q];
+                if (q == c->rank || p->fd < 0 || p->bye) continue;
+                if (now - p->last_heard_ms > limit) {
+                    char why[96];
+                    snprintf(why, sizeof why, "silent for %llu ms (%d heartbeats of %d ms)",
+                             (unsigned long long)(now - p->last_heard_ms), LOOMI_CTRL_MISSES,
+                             c->hb_ms);
+                    fail_peer(c, q, why);
+                }
+            }
+        }
+        int nf = 0;
+        pf[nf].fd = c->wake[0];
+        pf[nf].events = POLLIN;
+        who[nf++] = -1;
+        for (int q = 0; q < c->n; q++) {
+            struct peer *p = &c->p[q];
+            if (p->fd < 0) continue;
+            pf[nf].fd = p->fd;
+            pf[nf].events = POLLIN | (p->out_off < p->out_len ? POLLOUT : 0);
+            who[nf++] = q;
+        }
+        int tmo = c->stop ? 20 : c->hb_ms > 0 ? loomi_ms_left(next_hb) : 1000;
+        pthread_mutex_unlock(&c->mu);
+        int rc = poll(pf, (nfds_t)nf, tmo);
+        pthread_mutex_lock(&c->mu);
+        if (rc < 0 && errno != EINTR) {
+            set_revoked(c, LOOM_ERR_SYSTEM, -1, "control plane: poll failed");
+            pthread_cond_broadcast(&c->cv);
+            break;
+        }
+        if (rc <= 0) continue;
+        now = loomi_now_ms();
+        for (int i = 0; i < nf; i++) {
+            if (!pf[i].revents) continue;
+            if (who[i] < 0) {
+                char buf[64];
+                while (read(c->wake[0], buf, sizeof buf) > 0) {}
+                continue;
+            }
+            int q = who[i];
+            if (c->p[q].fd != pf[i].fd) continue; /* closed meanwhile */
+            if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) peer_read(c, q, now);
+            if (c->p[q].fd >= 0 && (pf[i].revents & POLLOUT)) peer_write(c, q);
+        }
+        /* Messages queued while handling input go out now. */
+        for (int q = 0; q < c->n; q++)
+            if (c->p[q].fd >= 0 && c->p[q].out_off < c->p[q].out_len) peer_write(c, q);
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(pf);
+    free(who);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- set up */
+
+loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[16],
+                                int heartbeat_ms, const struct sockaddr *bind_sa,
+                                socklen_t bind_len, struct loomi_ctrl **out)
+{
+    struct loomi_ctrl *c = calloc(1, sizeof *c);
+    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "control plane: out of memory");
+    c->rank = rank;
+    c->n = nranks;
+    memcpy(c->key, key, 16);
+    c->hb_ms = heartbeat_ms;
+    c->lfd = -1;
+    c->wake[0] = c->wake[1] = -1;
+    c->failed_rank = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->p = calloc((size_t)nranks, sizeof *c->p);
+    if (!c->p) goto nomem;
+    for (int q = 0; q < nranks; q++) c->p[q].fd = -1;
+    if (getrandom(&c->nonce, sizeof c->nonce, 0) != (ssize_t)sizeof c->nonce)
+        c->nonce = loomi_now_ns() ^ ((uint64_t)getpid() << 32);
+    if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        loomi_ctrl_destroy(c, 0);
+        return loomi_fail(LOOM_ERR_SYSTEM, rank, "control plane: pipe: %s", strerror(errno));
+    }
+    if (nranks > 1) {
+        if (bind_len > sizeof c->laddr) bind_len = sizeof c->laddr;
+        memcpy(&c->laddr, bind_sa, bind_len);
+        c->laddr_len = bind_len;
+        if (c->laddr.ss_family == AF_INET) ((struct sockaddr_in *)&c->laddr)->sin_port = 0;
+        else ((struct sockaddr_in6 *)&c->laddr)->sin6_port = 0;
+        c->lfd = socket(c->laddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        char a[80];
+        loomi_sockaddr_str((struct sockaddr *)&c->laddr, a, sizeof a);
+        if (c->lfd < 0 || bind(c->lfd, (struct sockaddr *)&c->laddr, c->laddr_len) != 0 ||
+            listen(c->lfd, 4096) != 0 ||
+            getsockname(c->lfd, (struct sockaddr *)&c->laddr, &c->laddr_len) != 0) {
+            int e = errno;
+            loomi_ctrl_destroy(c, 0);
+            return loomi_fail(LOOM_ERR_SYSTEM, rank, "control plane: cannot listen on %s: %s", a,
+                              strerror(e));
+        }
+    }
+    *out = c;
+    return LOOM_SUCCESS;
+nomem:
+    loomi_ctrl_destroy(c, 0);
+    return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "control plane: out of memory");
+}
+
+void loomi_ctrl_addr(const struct loomi_ctrl *c, unsigned char *out)
+{
+    memset(out, 0, LOOMI_CTRL_ADDR_BYTES);
+    put32(out, CTRL_ADDR_MAGIC);
+    put32(out + 4, CTRL_VERSION);
+    put64(out + 8, c->nonce);
+    struct loomi_wire_addr w;
+    memset(&w, 0, sizeof w);
+    if (c->lfd >= 0) loomi_sockaddr_to_wire((const struct sockaddr *)&c->laddr, &w);
+    memcpy(out + 16, &w, sizeof w);
+}
+
+static void set_socket(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs, size_t stride,
+                               uint64_t deadline_ms)
+{
+    const int me = c->rank;
+    loom_result_t r = LOOM_SUCCESS;
+    /* Higher ranks are connected to (their listeners exist: addresses
+     * are published only after listening), lower ranks are accepted. */
+    for (int q = me + 1; q < c->n; q++) {
+        const unsigned char *a = addrs + (size_t)q * stride;
+        if (get32(a) != CTRL_ADDR_MAGIC || get32(a + 4) != CTRL_VERSION)
+            return loomi_fail(LOOM_ERR_MISMATCH, me,
+                              "control plane: rank %d's address is not a control address "
+                              "(another Loom version?)", q);
+        struct loomi_wire_addr w;
+        memcpy(&w, a + 16, sizeof w);
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        if (loomi_wire_to_sockaddr(&w, &ss, &sl))
+            return loomi_fail(LOOM_ERR_MISMATCH, me, "control plane: rank %d's address is invalid",
+                              q);
+        char msg[160];
+        int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
+        if (fd < 0)
+            return loomi_fail(LOOM_ERR_CONNECT, me, "control plane: cannot reach rank %d: %s", q,
+                              msg);
+        unsigned char h[HELLO_BYTES];
+        memset(h, 0, sizeof h);
+        put32(h, CTRL_HELLO_MAGIC);
+        put32(h + 4, CTRL_VERSION);
+        memcpy(h + 8, c->key, 16);
+        memcpy(h + 24, a + 8, 8); /* the target's nonce */
+        put32(h + 32, (uint32_t)me);
+        put32(h + 36, (uint32_t)q);
+        put32(h + 40, (uint32_t)c->n);
+        if (loomi_write_full(fd, h, sizeof h, deadline_ms)) {
+            close(fd);
+            return loomi_fail(LOOM_ERR_CONNECT, me, "control plane: handshake with rank %d: %s", q,
+                              strerror(errno));
+        }
+        c->p[q].fd = fd;
+    }
+    int need = me;
+    while (need > 0) {
+        struct pollfd pf = {.fd = c->lfd, .events = POLLIN};
+        int left = loomi_ms_left(deadline_ms);
+        if (left == 0)
+            return loomi_fail(LOOM_ERR_TIMEOUT, me,
+                              "control plane: %d lower rank(s) did not connect in time", need);
+        if (poll(&pf, 1, left) <= 0) continue;
+        int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        unsigned char h[HELLO_BYTES];
+        uint64_t hd = loomi_now_ms() + 2000;
+        if (hd > deadline_ms) hd = deadline_ms;
+        int from = -1;
+        if (loomi_read_full(fd, h, sizeof h, hd) == 0 && get32(h) == CTRL_HELLO_MAGIC &&
+            get32(h + 4) == CTRL_VERSION && !memcmp(h + 8, c->key, 16) &&
+            get64(h + 24) == c->nonce && get32(h + 36) == (uint32_t)me &&
+            get32(h + 40) == (uint32_t)c->n && get32(h + 32) < (uint32_t)me) {
+            from = (int)get32(h + 32);
+            if (c->p[from].fd >= 0) from = -1; /* a duplicate */
+        }
+        if (from < 0) {
+            LOOMI_WARN(me, "control plane: refused a connection with a bad handshake");
+            close(fd);
+            continue;
+        }
+        c->p[from].fd = fd;
+        need--;
+    }
+    uint64_t now = loomi_now_ms();
+    for (int q = 0; q < c->n; q++) {
+        c->p[q].last_heard_ms = now;
+        if (c->p[q].fd >= 0) set_socket(c->p[q].fd);
+    }
+    if (c->lfd >= 0) close(c->lfd);
+    c->lfd = -1;
+    if (c->n > 1) {
+        if (pthread_create(&c->thread, NULL, ctrl_main, c) != 0)
+            return loomi_fail(LOOM_ERR_SYSTEM, me, "control plane: cannot start its thread");
+        c->started = 1;
+    }
+    return r;
+}
+
+void loomi_ctrl_destroy(struct loomi_ctrl *c, int polite)
+{
+    if (!c) return;
+    if (c->started) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        if (polite) queue_all(c, T_BYE, 0);
+        pthread_mutex_unlock(&c->mu);
+        wake(c);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->p)
+        for (int q = 0; q < c->n; q++) close_peer(&c->p[q]);
+    free(c->p);
+    while (c->mb_head) {
+        struct loomi_cmsg *m = c->mb_head;
+        c->mb_head = m->next;
+        free(m);
+    }
+    if (c->lfd >= 0) close(c->lfd);
+    if (c->wake[0] >= 0) close(c->wake[0]);
+    if (c->wake[1] >= 0) close(c->wake[1]);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* ---------------------------------------------------- the owner's side */
+
+int loomi_ctrl_revoked(const struct loomi_ctrl *c)
+{
+    return atomic_load_explicit(&((struct loomi_ctrl *)c)->revoked, memory_order_acquire);
+}
+
+void loomi_ctrl_reason(struct loomi_ctrl *c, loom_result_t *code, int *failed, char *msg,
+                       size_t n)
+{
+    pthread_mutex_lock(&c->mu);
+    *code = c->code;
+    *failed = c->failed_rank;
+    snprintf(msg, n, "%s", c->why);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void loomi_ctrl_revoke(struct loomi_ctrl *c, loom_result_t code, int hint, const char *why)
+{
+    if (hint < -1 || hint >= c->n) hint = -1;
+    pthread_mutex_lock(&c->mu);
+    if (!atomic_load(&c->revoked)) {
+        set_revoked(c, code, hint, why);
+        queue_all(c, T_REVOKE, (uint64_t)code | (uint64_t)(hint + 1) << 32);
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    wake(c);
+}
+
+void loomi_ctrl_mark_failed(struct loomi_ctrl *c, int rank, const char *why)
+{
+    if (rank < 0 || rank >= c->n) return;
+    pthread_mutex_lock(&c->mu);
+    fail_peer(c, rank, why);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int loomi_ctrl_failed(struct loomi_ctrl *c, unsigned char *set, unsigned *gen)
+{
+    int k = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int q = 0; q < c->n; q++) {
+        if (set) set[q] = (unsigned char)c->p[q].failed;
+        k += c->p[q].failed;
+    }
+    if (gen) *gen = c->gen;
+    pthread_mutex_unlock(&c->mu);
+    return k;
+}
+
+loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint32_t epoch,
+                              uint64_t arg, const void *data, uint32_t len)
+{
+    if (to < 0 || to >= c->n || to == c->rank || len > LOOMI_CTRL_MAX_PAYLOAD)
+        return loomi_fail(LOOM_ERR_INTERNAL, c->rank, "control plane: bad message to rank %d",
+                          to);
+    pthread_mutex_lock(&c->mu);
+    int rc = queue_msg(c, to, type, epoch, arg, data, len);
+    pthread_mutex_unlock(&c->mu);
+    if (rc) return loomi_fail(LOOM_ERR_REMOTE, c->rank, "control plane: rank %d is failed", to);
+    wake(c);
+    return LOOM_SUCCESS;
+}
+
+struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms)
+{
+    struct loomi_cmsg *m = NULL;
+    pthread_mutex_lock(&c->mu);
+    while (!c->mb_head && c->gen == gen) {
+        int left = loomi_ms_left(deadline_ms);
+        if (left == 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(left > 100 ? 100 : left) * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    if (c->mb_head) {
+        m = c->mb_head;
+        c->mb_head = m->next;
+        if (!c->mb_head) c->mb_tail = NULL;
+        m->next = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return m;
+}

@@ -1,0 +1,99 @@
+/*
+ * ctrl.h - the control plane: a thread per communicator, with its own
+ * connection to every peer, that exchanges heartbeats, detects failed
+ * and silent ranks, spreads revocations and carries membership
+ * protocols (shrink).
+ *
+ * It is separate from the data plane so that a rank busy computing (not
+ * in a Loom call) still answers, while a killed, stopped or cut-off rank
+ * falls silent: its connection breaks (killed) or its heartbeats stop
+ * (stopped, cut off) and it is declared failed after
+ * LOOMI_CTRL_MISSES heartbeat periods.
+ *
+ * The failed set only grows.  A rank learns of failures from its own
+ * detector and from FAILED notices, which every rank forwards once, so
+ * a notice reaches every survivor even if its first sender dies while
+ * sending it.
+ */
+#ifndef LOOMI_CTRL_H
+#define LOOMI_CTRL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "loom.h"
+
+/* Bytes of the address a rank publishes for its control listener. */
+#define LOOMI_CTRL_ADDR_BYTES 64
+/* Heartbeat periods without a word from a peer before it is failed. */
+#define LOOMI_CTRL_MISSES 6
+/* Largest protocol message payload accepted from the network. */
+#define LOOMI_CTRL_MAX_PAYLOAD (64u << 20)
+
+/* Message types of membership protocols (values below 16 are the control
+ * plane's own). */
+enum {
+    LOOMI_CMSG_PROPOSE = 16,
+    LOOMI_CMSG_DECIDE = 17,
+    LOOMI_CMSG_ADDR = 18,
+    LOOMI_CMSG_ALL = 19,
+};
+
+/* A protocol message delivered to the communicator's thread. */
+struct loomi_cmsg {
+    struct loomi_cmsg *next;
+    uint16_t type;
+    int src;
+    uint32_t epoch;
+    uint64_t arg;
+    uint32_t len;
+    unsigned char data[];
+};
+
+struct loomi_ctrl;
+
+/* Listen on the address `bind` (port ignored) for the control plane of
+ * rank `rank` of `nranks`.  heartbeat_ms 0: no heartbeats (only broken
+ * connections are detected). */
+loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[16],
+                                int heartbeat_ms, const struct sockaddr *bind, socklen_t bind_len,
+                                struct loomi_ctrl **out);
+/* This rank's published address (LOOMI_CTRL_ADDR_BYTES). */
+void loomi_ctrl_addr(const struct loomi_ctrl *c, unsigned char *out);
+/* Connect to every peer, given all ranks' control addresses (rank r's at
+ * addrs + r * stride), check their handshakes and start the thread.
+ * Blocks until deadline_ms at most. */
+loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs, size_t stride,
+                               uint64_t deadline_ms);
+/* Stop the thread and free everything.  polite: say goodbye first, so
+ * that peers see a departure, not a failure (either way they count the
+ * rank out of later membership).  NULL is fine. */
+void loomi_ctrl_destroy(struct loomi_ctrl *c, int polite);
+
+/* Nonzero once the communicator is revoked (by a detected failure, a
+ * peer's notice or loomi_ctrl_revoke).  Cheap: one atomic load. */
+int loomi_ctrl_revoked(const struct loomi_ctrl *c);
+/* Why: the code, the failed rank (-1: none named) and a message. */
+void loomi_ctrl_reason(struct loomi_ctrl *c, loom_result_t *code, int *failed, char *msg,
+                       size_t n);
+/* Revoke (first reason wins) and tell every peer.  `hint`: the rank the
+ * caller holds responsible (-1: none); it goes with the notice into the
+ * reason, not into the failed set, which only the detectors fill. */
+void loomi_ctrl_revoke(struct loomi_ctrl *c, loom_result_t code, int hint, const char *why);
+/* Declare `rank` failed here and tell every peer. */
+void loomi_ctrl_mark_failed(struct loomi_ctrl *c, int rank, const char *why);
+/* Copy the failed set (nranks bytes, 1 = failed) and return how many;
+ * *gen (may be NULL) receives a counter that changes with the set. */
+int loomi_ctrl_failed(struct loomi_ctrl *c, unsigned char *set, unsigned *gen);
+
+/* Queue a protocol message to `to` (never blocks).  Fails with
+ * LOOM_ERR_REMOTE when `to` is known failed. */
+loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint32_t epoch,
+                              uint64_t arg, const void *data, uint32_t len);
+/* The oldest protocol message received (the caller frees it), or NULL
+ * when none came before deadline_ms or the failed set changed from
+ * `gen` (compare with loomi_ctrl_failed's). */
+struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms);
+
+#endif

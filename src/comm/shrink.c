@@ -1,0 +1,436 @@
+/*
+ * shrink.c - loom_comm_shrink: the survivors agree on who failed and
+ * build a new communicator without them, over the old one's control
+ * plane (whose connections between survivors still stand).
+ *
+ * The protocol, in rounds numbered by an epoch:
+ *  - every survivor sends PROPOSE (its failed set) to the coordinator,
+ *    the lowest rank it does not know failed;
+ *  - the coordinator, once every rank it does not know failed has
+ *    proposed, sends DECIDE(D): the failed set it then holds;
+ *  - every survivor creates its part of the new communicator (ranks
+ *    renumbered in the old order, failed ones left out) and sends its
+ *    address (ADDR); the coordinator answers with everyone's (ALL) and
+ *    all connect.
+ * Failure sets only grow and travel with every message, so views
+ * converge.  A member restarts (next epoch, next coordinator) only when
+ * its coordinator fails; a coordinator that loses a member of the new
+ * group before ALL decides again at the next epoch, and members follow
+ * any message from a later epoch.  Everything has LOOM_TIMEOUT as its
+ * deadline: at worst shrink fails, it never hangs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/ctrl.h"
+#include "comm/net.h"
+#include "comm/route.h"
+#include "sched/sched.h"
+#include "topo/select.h"
+#include "topo/topo.h"
+
+enum { ST_DONE = 0, ST_RESTART = 1, ST_ERROR = 2 };
+
+struct shrink {
+    struct loom_comm *old;
+    struct loomi_ctrl *ctrl;
+    int n, me;
+    uint32_t epoch;
+    uint64_t deadline;
+    unsigned char *failed; /* [n] the current view */
+    unsigned gen;
+    unsigned char *proposed; /* [n] proposed to this rank as coordinator */
+    struct loomi_cmsg *stash; /* messages of a later epoch, oldest first */
+    struct loom_comm *nc;     /* the new communicator, being built */
+    loom_result_t err;
+};
+
+static void refresh(struct shrink *s) { loomi_ctrl_failed(s->ctrl, s->failed, &s->gen); }
+
+static int coordinator(const struct shrink *s)
+{
+    for (int q = 0; q < s->n; q++)
+        if (!s->failed[q]) return q;
+    return -1;
+}
+
+static void stash_front(struct shrink *s, struct loomi_cmsg *m)
+{
+    m->next = s->stash;
+    s->stash = m;
+}
+
+/* The next message: stashed ones of this epoch first. */
+static struct loomi_cmsg *next_msg(struct shrink *s)
+{
+    for (struct loomi_cmsg **l = &s->stash; *l; l = &(*l)->next)
+        if ((*l)->epoch <= s->epoch) {
+            struct loomi_cmsg *m = *l;
+            *l = m->next;
+            m->next = NULL;
+            return m;
+        }
+    uint64_t d = loomi_now_ms() + 100;
+    if (d > s->deadline) d = s->deadline;
+    return loomi_ctrl_recv(s->ctrl, s->gen, d);
+}
+
+/* Take a sender's failed set (PROPOSE, DECIDE) into this rank's view. */
+static int merge(struct shrink *s, const struct loomi_cmsg *m)
+{
+    if (m->len != (uint32_t)s->n) return -1;
+    for (int q = 0; q < s->n; q++) {
+        if (m->data[q] > 1) return -1;
+        if (m->data[q] && !s->failed[q]) {
+            char why[96];
+            snprintf(why, sizeof why, "reported failed by rank %d while shrinking", m->src);
+            loomi_ctrl_mark_failed(s->ctrl, q, why);
+        }
+    }
+    return 0;
+}
+
+static void drop_new(struct shrink *s)
+{
+    if (s->nc) loomi_comm_discard(s->nc);
+    s->nc = NULL;
+}
+
+/* Create this rank's part of the communicator of the ranks not in D. */
+static loom_result_t make_new(struct shrink *s, const unsigned char *D, unsigned char *addr,
+                              int *newrank, int *newn)
+{
+    struct loom_comm *o = s->old;
+    int k = 0, mine = -1;
+    for (int q = 0; q < s->n; q++)
+        if (!D[q]) {
+            if (q == s->me) mine = k;
+            k++;
+        }
+    drop_new(s);
+    struct loom_comm *c = calloc(1, sizeof *c);
+    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
+    c->rank = mine;
+    c->nranks = k;
+    c->failed_rank = -1;
+    c->set = o->set;
+    memcpy(c->algo_forced, o->algo_forced, sizeof c->algo_forced);
+    memcpy(c->job_key, o->job_key, sizeof c->job_key);
+    c->tops = o->tops;
+    c->route_mask = o->route_mask;
+    c->bind_addr = o->bind_addr;
+    c->bind_len = o->bind_len;
+    s->nc = c;
+    *newrank = mine;
+    *newn = k;
+    return loomi_comm_prepare(c, &o->topo->ranks[o->rank], addr);
+}
+
+static int member(struct shrink *s, int coord)
+{
+    const int n = s->n;
+    uint32_t e = s->epoch;
+    if (loomi_ctrl_send(s->ctrl, coord, LOOMI_CMSG_PROPOSE, e, 0, s->failed, (uint32_t)n) !=
+        LOOM_SUCCESS)
+        return ST_RESTART; /* it failed meanwhile */
+    int newrank = -1, newn = 0;
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    for (;;) {
+        struct loomi_cmsg *m = next_msg(s);
+        if (!m) {
+            if (loomi_now_ms() >= s->deadline) {
+                s->err = loomi_fail(LOOM_ERR_TIMEOUT, s->me,
+                                    "loom_comm_shrink: no decision from rank %d within "
+                                    "LOOM_TIMEOUT (%d ms)",
+                                    coord, s->old->set.timeout_ms);
+                return ST_ERROR;
+            }
+            refresh(s);
+            if (s->failed[s->me] || s->failed[coord]) return ST_RESTART;
+            continue;
+        }
+        if (m->epoch > e) { /* the others moved on: follow */
+            s->epoch = m->epoch;
+            stash_front(s, m);
+            return ST_RESTART;
+        }
+        int bad = 0;
+        switch (m->type) {
+        case LOOMI_CMSG_PROPOSE:
+            /* Someone takes this rank for the coordinator: its view has
+             * failures this one lacks.  Keep it for when that is so. */
+            bad = merge(s, m);
+            if (!bad) {
+                s->proposed[m->src] = 1; /* counted when this rank coordinates */
+                free(m);
+                refresh(s);
+                if (coordinator(s) != coord) return ST_RESTART;
+                continue;
+            }
+            break;
+        case LOOMI_CMSG_DECIDE:
+            if (m->epoch < e) break; /* stale */
+            if (m->src != coord) {
+                refresh(s);
+                if (coordinator(s) != m->src) break; /* not ours (yet) */
+                coord = m->src;
+            }
+            bad = merge(s, m);
+            if (bad) break;
+            if (m->data[s->me]) {
+                s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
+                                    "loom_comm_shrink: the survivors counted this rank as failed");
+                free(m);
+                return ST_ERROR;
+            }
+            s->err = make_new(s, m->data, addr, &newrank, &newn);
+            if (s->err != LOOM_SUCCESS) {
+                free(m);
+                return ST_ERROR;
+            }
+            if (loomi_ctrl_send(s->ctrl, coord, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr,
+                                LOOMI_ADDR_BYTES) != LOOM_SUCCESS) {
+                free(m);
+                return ST_RESTART;
+            }
+            break;
+        case LOOMI_CMSG_ALL:
+            if (m->epoch < e || m->src != coord || !s->nc) break;
+            if (m->len != (uint32_t)newn * LOOMI_ADDR_BYTES || m->arg != (uint64_t)newn ||
+                memcmp(m->data + (size_t)newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES)) {
+                bad = 1;
+                break;
+            }
+            s->err = loomi_comm_finish(s->nc, m->data, s->deadline, s->old->links);
+            free(m);
+            if (s->err != LOOM_SUCCESS) {
+                LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
+                           loom_get_last_error());
+                drop_new(s);
+                return ST_RESTART;
+            }
+            return ST_DONE;
+        default:
+            break; /* ADDR: only coordinators take them */
+        }
+        if (bad) {
+            char why[96];
+            snprintf(why, sizeof why, "sent a malformed shrink message (type %u)", m->type);
+            loomi_ctrl_mark_failed(s->ctrl, m->src, why);
+        }
+        free(m);
+    }
+}
+
+static int coordinate(struct shrink *s)
+{
+    const int n = s->n;
+    uint32_t e = s->epoch;
+    unsigned char *D = malloc((size_t)n), *have = calloc((size_t)n, 1);
+    unsigned char *all = NULL;
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    int newrank = -1, newn = 0, decided = 0, st = ST_ERROR;
+    if (!D || !have) {
+        s->err = loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
+        goto out;
+    }
+    for (;;) {
+        refresh(s);
+        if (s->failed[s->me]) {
+            st = ST_RESTART;
+            goto out;
+        }
+        if (decided) {
+            /* A member of the new group failed before every address was
+             * in: decide again, at the next epoch. */
+            for (int q = 0; q < n; q++)
+                if (!D[q] && s->failed[q]) {
+                    st = ST_RESTART;
+                    goto out;
+                }
+        } else {
+            int waiting = 0;
+            for (int q = 0; q < n; q++)
+                if (q != s->me && !s->failed[q] && !s->proposed[q]) waiting = 1;
+            if (!waiting) {
+                memcpy(D, s->failed, (size_t)n);
+                for (int q = 0; q < n; q++)
+                    if (q != s->me && !D[q])
+                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_DECIDE, e, 0, D, (uint32_t)n);
+                s->err = make_new(s, D, addr, &newrank, &newn);
+                if (s->err != LOOM_SUCCESS) goto out;
+                free(all);
+                all = malloc((size_t)newn * LOOMI_ADDR_BYTES);
+                if (!all) {
+                    s->err = loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
+                    goto out;
+                }
+                memset(have, 0, (size_t)n);
+                memcpy(all + (size_t)newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES);
+                have[s->me] = 1;
+                decided = 1;
+            }
+        }
+        if (decided) {
+            int missing = 0;
+            for (int q = 0; q < n; q++)
+                if (!D[q] && !have[q]) missing = 1;
+            if (!missing) {
+                for (int q = 0; q < n; q++)
+                    if (q != s->me && !D[q])
+                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_ALL, e, (uint64_t)newn, all,
+                                        (uint32_t)((size_t)newn * LOOMI_ADDR_BYTES));
+                s->err = loomi_comm_finish(s->nc, all, s->deadline, s->old->links);
+                if (s->err != LOOM_SUCCESS) {
+                    LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
+                               loom_get_last_error());
+                    drop_new(s);
+                    st = ST_RESTART;
+                    goto out;
+                }
+                st = ST_DONE;
+                goto out;
+            }
+        }
+        struct loomi_cmsg *m = next_msg(s);
+        if (!m) {
+            if (loomi_now_ms() >= s->deadline) {
+                s->err = loomi_fail(LOOM_ERR_TIMEOUT, s->me,
+                                    "loom_comm_shrink: the survivors did not all answer within "
+                                    "LOOM_TIMEOUT (%d ms)",
+                                    s->old->set.timeout_ms);
+                goto out;
+            }
+            continue;
+        }
+        if (m->epoch > e) {
+            s->epoch = m->epoch;
+            stash_front(s, m);
+            st = ST_RESTART;
+            goto out;
+        }
+        int bad = 0;
+        switch (m->type) {
+        case LOOMI_CMSG_PROPOSE:
+            bad = merge(s, m);
+            if (!bad) s->proposed[m->src] = 1;
+            break;
+        case LOOMI_CMSG_DECIDE:
+            /* From a rank that takes itself for the coordinator: its view
+             * has failures this one lacks (merged: the next pass sees
+             * whether this rank still coordinates). */
+            if (m->epoch == e) bad = merge(s, m);
+            break;
+        case LOOMI_CMSG_ADDR: {
+            if (!decided || m->epoch != e) break;
+            int q = m->src, k = 0;
+            for (int i = 0; i < q; i++) k += !D[i];
+            if (D[q] || m->len != LOOMI_ADDR_BYTES || m->arg != (uint64_t)k) {
+                bad = 1;
+                break;
+            }
+            memcpy(all + (size_t)k * LOOMI_ADDR_BYTES, m->data, LOOMI_ADDR_BYTES);
+            have[q] = 1;
+            break;
+        }
+        default:
+            break;
+        }
+        if (bad) {
+            char why[96];
+            snprintf(why, sizeof why, "sent a malformed shrink message (type %u)", m->type);
+            loomi_ctrl_mark_failed(s->ctrl, m->src, why);
+        }
+        free(m);
+        /* Still the coordinator? */
+        refresh(s);
+        if (coordinator(s) != s->me) {
+            st = ST_RESTART;
+            goto out;
+        }
+    }
+out:
+    free(D);
+    free(have);
+    free(all);
+    return st;
+}
+
+loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)
+{
+    const char *fn = "loom_comm_shrink";
+    if (!newcomm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: newcomm is NULL", fn);
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
+                          fn);
+    if (!comm->ctrl || !comm->topo)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, comm->rank,
+                          "%s: this communicator has no control plane (a local one)", fn);
+    *newcomm = NULL;
+    uint64_t t0 = loomi_now_ms();
+    /* Shrinking revokes: operations still running fail everywhere, and
+     * the ranks blocked in them come here too. */
+    if (loomi_comm_sync(comm) == LOOM_SUCCESS)
+        loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_shrink on rank %d",
+                        comm->rank);
+    loomi_engine_fail_all(comm);
+
+    struct shrink s;
+    memset(&s, 0, sizeof s);
+    s.old = comm;
+    s.ctrl = comm->ctrl;
+    s.n = comm->nranks;
+    s.me = comm->rank;
+    s.deadline = t0 + (uint64_t)comm->set.timeout_ms;
+    s.failed = malloc((size_t)s.n);
+    s.proposed = calloc((size_t)s.n, 1);
+    if (!s.failed || !s.proposed) {
+        free(s.failed);
+        free(s.proposed);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
+    }
+    s.epoch = comm->shrink_epoch + 1;
+    int st;
+    int coord = -1;
+    do {
+        refresh(&s);
+        if (s.failed[s.me]) {
+            s.err = loomi_fail(LOOM_ERR_REVOKED, s.me,
+                               "%s: the other ranks declared this rank failed", fn);
+            st = ST_ERROR;
+            break;
+        }
+        coord = coordinator(&s);
+        uint32_t e = s.epoch;
+        st = coord == s.me ? coordinate(&s) : member(&s, coord);
+        /* A round that failed goes again at the next epoch (unless it
+         * followed the others to a later one already). */
+        if (st == ST_RESTART && s.epoch == e) s.epoch++;
+        if (st == ST_RESTART && loomi_now_ms() >= s.deadline) {
+            s.err = loomi_fail(LOOM_ERR_TIMEOUT, s.me, "%s: no agreement within LOOM_TIMEOUT (%d ms)",
+                               fn, comm->set.timeout_ms);
+            st = ST_ERROR;
+        }
+    } while (st == ST_RESTART);
+    comm->shrink_epoch = s.epoch;
+    while (s.stash) {
+        struct loomi_cmsg *m = s.stash;
+        s.stash = m->next;
+        free(m);
+    }
+    free(s.failed);
+    free(s.proposed);
+    if (st != ST_DONE) {
+        drop_new(&s);
+        return s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL;
+    }
+    LOOMI_INFO(comm->rank, "shrink: rank %d is rank %d of %d in the new communicator "
+               "(epoch %u, coordinator %d, %llu ms)",
+               comm->rank, s.nc->rank, s.nc->nranks, s.epoch, coord,
+               (unsigned long long)(loomi_now_ms() - t0));
+    *newcomm = s.nc;
+    return LOOM_SUCCESS;
+}
