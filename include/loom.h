@@ -178,6 +178,23 @@ loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, i
  * declared failed, or when no agreement came within LOOM_TIMEOUT. */
 loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm);
 
+/* One tensor of the shared state: `bytes` bytes at `data`. */
+typedef struct loom_tensor {
+    void *data;
+    size_t bytes;
+} loom_tensor_t;
+
+/* Collective: make every rank hold the same shared state.  Each rank
+ * hashes its tensors (XXH64); the newest *revision present wins and, per
+ * tensor, the version most ranks of that revision hold (ties: the lowest
+ * rank's).  Ranks that lack it receive it, in slices from every rank
+ * that has it, and check the hash.  On success *revision is the winning
+ * revision on every rank.  Sizes must agree (LOOM_ERR_MISMATCH, nothing
+ * changed); after a failed transfer the receiving ranks' tensors are
+ * unspecified until the next successful sync. */
+loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, int ntensors,
+                              uint64_t *revision);
+
 /* ------------------------------------------------------------ requests */
 
 typedef struct loom_request *loom_request_t;

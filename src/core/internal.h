@@ -117,6 +117,9 @@ static inline uint64_t loomi_now_ms(void) { return loomi_now_ns() / 1000000u; }
 /* Milliseconds left until deadline_ms (0 when passed), clamped to INT_MAX. */
 int loomi_ms_left(uint64_t deadline_ms);
 
+/* XXH64 of len bytes (hash.c). */
+uint64_t loomi_hash64(const void *data, size_t len, uint64_t seed);
+
 /* Names for messages. */
 const char *loomi_dtype_name(loom_datatype_t dt);
 const char *loomi_op_name(loom_op_t op);

@@ -1,0 +1,129 @@
+/*
+ * mp_state.c - one rank of the shared-state tests (loom_state_sync).
+ *
+ * usage: mp_state check
+ *   Three tensors (4 MiB + 3 bytes, 1000 bytes, 0 bytes).  Rank n-1 is a
+ *   newcomer (revision 0, zeros); rank 1 holds revision 7 with a corrupt
+ *   byte in tensor 1 (outvoted by the others of revision 7); the others
+ *   hold revision 7 intact.  After the sync every rank must hold the
+ *   intact bytes and revision 7.  Then a size mismatch must fail on every
+ *   rank with LOOM_ERR_MISMATCH and change nothing, and a second sync
+ *   with all ranks equal must move no bytes (and succeed).
+ * usage: mp_state big MIB
+ *   Every rank but the last holds MIB MiB of revision 3; the last rank
+ *   has zeros at revision 0.  Prints the sync time and rate on the
+ *   newcomer: "OK sync MIB MiB in T ms = R MB/s".
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loom.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static unsigned char val(int t, size_t i) { return (unsigned char)(i * 31u + (size_t)t * 7u + 1u); }
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return 2;
+    loom_comm_t comm;
+    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
+        fprintf(stderr, "init: %s\n", loom_get_last_error());
+        return 2;
+    }
+    int rank, n;
+    loom_comm_rank(comm, &rank);
+    loom_comm_size(comm, &n);
+    int newcomer = rank == n - 1;
+    if (!strcmp(argv[1], "big")) {
+        size_t bytes = (size_t)atoi(argv[2]) << 20;
+        unsigned char *b = malloc(bytes);
+        if (newcomer) memset(b, 0, bytes);
+        else
+            for (size_t i = 0; i < bytes; i++) b[i] = val(0, i);
+        loom_tensor_t t = {b, bytes};
+        uint64_t rev = newcomer ? 0 : 3;
+        loom_barrier(comm);
+        double t0 = now_ms();
+        loom_result_t r = loom_state_sync(comm, &t, 1, &rev);
+        double dt = now_ms() - t0;
+        size_t wrong = 0;
+        for (size_t i = 0; i < bytes; i++) wrong += b[i] != val(0, i);
+        if (r != LOOM_SUCCESS || wrong || rev != 3) {
+            printf("FAIL sync: %s (%s), %zu wrong bytes, revision %llu\n", loom_strerror(r),
+                   loom_get_last_error(), wrong, (unsigned long long)rev);
+            return 1;
+        }
+        if (newcomer)
+            printf("OK sync %zu MiB in %.1f ms = %.0f MB/s from %d donors\n", bytes >> 20, dt,
+                   (double)bytes / dt / 1e3, n - 1);
+        else
+            printf("OK donor\n");
+        loom_comm_destroy(comm);
+        free(b);
+        return 0;
+    }
+    const size_t sizes[3] = {(4u << 20) + 3, 1000, 0};
+    unsigned char *d[3];
+    loom_tensor_t ts[3];
+    for (int t = 0; t < 3; t++) {
+        d[t] = malloc(sizes[t] + 1);
+        for (size_t i = 0; i < sizes[t]; i++) d[t][i] = newcomer ? 0 : val(t, i);
+        ts[t].data = d[t];
+        ts[t].bytes = sizes[t];
+    }
+    if (rank == 1 && !newcomer) d[1][500] ^= 0x40; /* a diverged copy, outvoted */
+    uint64_t rev = newcomer ? 0 : 7;
+    loom_result_t r = loom_state_sync(comm, ts, 3, &rev);
+    size_t wrong = 0;
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < sizes[t]; i++) wrong += d[t][i] != val(t, i);
+    if (r != LOOM_SUCCESS || wrong || rev != 7) {
+        printf("FAIL first sync: %s (%s), %zu wrong bytes, revision %llu\n", loom_strerror(r),
+               loom_get_last_error(), wrong, (unsigned long long)rev);
+        return 1;
+    }
+    /* A size mismatch: an error everywhere, nothing touched. */
+    loom_tensor_t bad[3] = {ts[0], ts[1], ts[2]};
+    if (rank == 0) bad[1].bytes = 999;
+    r = loom_state_sync(comm, bad, 3, &rev);
+    wrong = 0;
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < sizes[t]; i++) wrong += d[t][i] != val(t, i);
+    if (r != LOOM_ERR_MISMATCH || wrong || !strstr(loom_get_last_error(), "tensor 1")) {
+        printf("FAIL size mismatch: %s (%s), %zu bytes changed\n", loom_strerror(r),
+               loom_get_last_error(), wrong);
+        return 1;
+    }
+    /* Tensor counts that differ: also an error everywhere. */
+    r = loom_state_sync(comm, ts, rank == 0 ? 2 : 3, &rev);
+    if (r != LOOM_ERR_MISMATCH) {
+        printf("FAIL count mismatch: %s\n", loom_strerror(r));
+        return 1;
+    }
+    /* Bad arguments: named, nothing exchanged. */
+    r = loom_state_sync(comm, ts, 3, NULL);
+    if (r != LOOM_ERR_INVALID_ARGUMENT || !strstr(loom_get_last_error(), "revision")) {
+        printf("FAIL NULL revision: %s\n", loom_strerror(r));
+        return 1;
+    }
+    /* In agreement: succeeds, and revisions never go back. */
+    rev = 7;
+    r = loom_state_sync(comm, ts, 3, &rev);
+    if (r != LOOM_SUCCESS || rev != 7) {
+        printf("FAIL second sync: %s (%s)\n", loom_strerror(r), loom_get_last_error());
+        return 1;
+    }
+    printf("OK state sync\n");
+    loom_comm_destroy(comm);
+    for (int t = 0; t < 3; t++) free(d[t]);
+    return 0;
+}
