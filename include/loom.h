@@ -344,6 +344,125 @@ loom_result_t loom_irecv(void *buf, size_t count, loom_datatype_t dtype,
 loom_result_t loom_group_start(void);
 loom_result_t loom_group_end(void);
 
+/* ---------------------------------------------------------- compression */
+
+/*
+ * A codec turns fp32 values into bytes for the wire and back (see
+ * loom_codec_register(3), loom_codec_encode(3) and loom-codecs(7) for the
+ * built-ins "bf16", "fp16", "int8", "int4", "fp4" and "topk").  Each codec
+ * declares exactly one kind, which says how a reduction treats it:
+ */
+#define LOOM_CODEC_ADDITIVE 0x1u      /* encoded buffers are summed as is */
+#define LOOM_CODEC_DECODE_REDUCE 0x2u /* each hop decodes, sums in fp32 and
+                                         encodes again */
+#define LOOM_CODEC_GATHER_ONLY 0x4u   /* all-gathered, summed after decoding */
+
+/* Longest codec name and codec spec ("name" or "name:args"), the
+ * terminating NUL included. */
+#define LOOM_CODEC_NAME_MAX 32
+#define LOOM_CODEC_SPEC_MAX 64
+
+typedef struct loom_codec loom_codec_t;
+
+/*
+ * A codec's table.  Every function gets the codec instance found by
+ * loom_codec_find (so it can read params and user), must be deterministic
+ * (the same input gives the same bytes on every machine) and must check
+ * encoded input fully: it comes from the network.  Loom checks the
+ * arguments before calling them.
+ */
+struct loom_codec {
+    size_t size;        /* sizeof(loom_codec_t) as the codec was built */
+    const char *name;   /* [a-z0-9_-], 1 to LOOM_CODEC_NAME_MAX - 1 chars */
+    unsigned int props; /* exactly one LOOM_CODEC_* kind */
+    void *user;         /* the codec's own; Loom never reads it */
+    const void *params; /* an instance's parameters (from configure) */
+    /* Parse the text after "name:" (args is NULL for a bare "name") into
+     * *params, kept for the life of the process.  NULL: no parameters. */
+    loom_result_t (*configure)(const loom_codec_t *codec, const char *args,
+                               const void **params);
+    /* Largest encoding of count values; 0 if count is too large. */
+    size_t (*max_encoded_bytes)(const loom_codec_t *codec, size_t count);
+    /* Encode src[0..count) into dst (capacity >= max_encoded_bytes). */
+    loom_result_t (*encode)(const loom_codec_t *codec, const float *src,
+                            size_t count, void *dst, size_t capacity,
+                            size_t *len);
+    /* dst[0..count) = the values encoded in src[0..len).  May be NULL if
+     * decode_accumulate is not. */
+    loom_result_t (*decode)(const loom_codec_t *codec, const void *src,
+                            size_t len, float *dst, size_t count);
+    /* acc[i] += the values encoded in src[0..len).  May be NULL if decode
+     * is not. */
+    loom_result_t (*decode_accumulate)(const loom_codec_t *codec,
+                                       const void *src, size_t len,
+                                       float *acc, size_t count);
+    /* Additive codecs only: dst = dst + src, both len bytes encoding the
+     * same count.  NULL for the other kinds. */
+    loom_result_t (*reduce_encoded)(const loom_codec_t *codec, void *dst,
+                                    const void *src, size_t len);
+};
+
+/* Add a codec (copied; its name must be new).  Registration lasts for
+ * the life of the process.  Thread-safe, as is everything below. */
+loom_result_t loom_codec_register(const loom_codec_t *codec);
+
+/* The codec instance for spec, "name" or "name:args" ("int8:128",
+ * "topk:0.001").  The same spec always gives the same pointer, valid for
+ * the life of the process. */
+loom_result_t loom_codec_find(const char *spec, const loom_codec_t **codec);
+
+/* *bytes = the largest encoding of count values. */
+loom_result_t loom_codec_max_encoded_bytes(const loom_codec_t *codec,
+                                           size_t count, size_t *bytes);
+
+/* Encode src[0..count) into dst (capacity bytes, at least
+ * loom_codec_max_encoded_bytes); *len = the bytes written.  When decoded
+ * is not NULL it receives the decoded encoding (decoded may equal src):
+ * the owner of a chunk's final value keeps what the others will decode. */
+loom_result_t loom_codec_encode(const loom_codec_t *codec, const float *src,
+                                size_t count, void *dst, size_t capacity,
+                                size_t *len, float *decoded);
+
+/* dst[0..count) = the values encoded in src[0..len), or acc[i] += them.
+ * A malformed src gives LOOM_ERR_REMOTE and leaves dst/acc untouched. */
+loom_result_t loom_codec_decode(const loom_codec_t *codec, const void *src,
+                                size_t len, float *dst, size_t count);
+loom_result_t loom_codec_decode_accumulate(const loom_codec_t *codec,
+                                           const void *src, size_t len,
+                                           float *acc, size_t count);
+
+/* Additive codecs: dst = dst + src on the wire format (len bytes each). */
+loom_result_t loom_codec_reduce_encoded(const loom_codec_t *codec, void *dst,
+                                        const void *src, size_t len);
+
+/* Error-feedback residuals of many tensors, each named by the caller's
+ * key.  loom_codec_encode_ef writes a pending residual; commit makes it
+ * the current one (when the collective succeeded), rollback drops it. */
+typedef struct loom_codec_state *loom_codec_state_t;
+
+loom_result_t loom_codec_state_create(loom_codec_state_t *state);
+loom_result_t loom_codec_state_destroy(loom_codec_state_t state);
+
+/* Encode src[0..count) + the residual of elements [offset, offset+count)
+ * of tensor key (tensor_count elements; created zero at first use) and
+ * keep what was not sent as that range's pending residual.  Otherwise as
+ * loom_codec_encode. */
+loom_result_t loom_codec_encode_ef(const loom_codec_t *codec,
+                                   loom_codec_state_t state, uint64_t key,
+                                   size_t tensor_count, size_t offset,
+                                   const float *src, size_t count, void *dst,
+                                   size_t capacity, size_t *len,
+                                   float *decoded);
+loom_result_t loom_codec_state_commit(loom_codec_state_t state, uint64_t key);
+loom_result_t loom_codec_state_rollback(loom_codec_state_t state,
+                                        uint64_t key);
+/* Forget tensor key (its residual restarts from zero). */
+loom_result_t loom_codec_state_reset(loom_codec_state_t state, uint64_t key);
+/* Copy the committed residual of tensor key (count elements) out. */
+loom_result_t loom_codec_state_residual(loom_codec_state_t state,
+                                        uint64_t key, float *residual,
+                                        size_t count);
+
 #ifdef __cplusplus
 }
 #endif
