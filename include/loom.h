@@ -178,6 +178,23 @@ loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, i
  * declared failed, or when no agreement came within LOOM_TIMEOUT. */
 loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm);
 
+/* A new process enters a running job: it connects to the job's
+ * rendezvous address (LOOM_ROOT, with LOOM_JOB_KEY, as the launcher gave
+ * the members) and waits until the members call loom_comm_grow, or
+ * LOOM_TIMEOUT (cfg->timeout_ms) passes.  Its rank in *comm follows the
+ * members'.  cfg may be NULL. */
+loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg);
+
+/* How many processes wait to join (cheap: no communication; the count
+ * the join service last announced). */
+loom_result_t loom_comm_pending_joins(loom_comm_t comm, int *count);
+
+/* Collective over the members: admit the processes waiting to join, and
+ * leave out ranks that failed, into *newcomm (members keep their order,
+ * newcomers follow).  When nobody waits and nobody failed, *newcomm is
+ * NULL and comm goes on.  Otherwise comm must be destroyed afterwards. */
+loom_result_t loom_comm_grow(loom_comm_t comm, loom_comm_t *newcomm);
+
 /* One tensor of the shared state: `bytes` bytes at `data`. */
 typedef struct loom_tensor {
     void *data;

@@ -182,6 +182,7 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         r = loomi_ctrl_start(c->ctrl, all + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES,
                              LOOMI_ADDR_BYTES, deadline_ms);
     if (r != LOOM_SUCCESS) return r;
+    if (c->rdv_len) loomi_ctrl_serve_joins(c->ctrl, (struct sockaddr *)&c->rdv_addr, c->rdv_len);
     {
         int h = c->hosts->host_of[rank], cores = c->topo->ranks[rank].host.ncores;
         c->oversubscribed = cores > 0 && loomi_host_size(c->hosts, h) > cores;
@@ -246,6 +247,11 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
     c->bind_len = sizeof c->bind_addr;
     r = loomi_boot_connect(t, rank, deadline, &bfd, &c->bind_addr, &c->bind_len);
     if (r != LOOM_SUCCESS) goto fail;
+    {
+        /* Joiners come to the same address later (ctrl.h). */
+        socklen_t l = sizeof c->rdv_addr;
+        if (getpeername(bfd, (struct sockaddr *)&c->rdv_addr, &l) == 0) c->rdv_len = l;
+    }
     unsigned char addr[LOOMI_ADDR_BYTES];
     all = malloc((size_t)nranks * LOOMI_ADDR_BYTES);
     if (!all) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "%s: out of memory", caller);

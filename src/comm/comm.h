@@ -44,6 +44,9 @@ struct loom_comm {
     int oversubscribed;        /* this host has more ranks than cores */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
+    /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32
+     * SUM/AVG (NULL: none).  Set and read by the calling thread only. */
+    const loom_codec_t *codec;
     /* Buffers cached across operations (see engine.c). */
     void *scratch, *backup;
     size_t scratch_len, backup_len;
@@ -75,6 +78,8 @@ struct loom_comm {
     struct sockaddr_storage bind_addr;  /* the local address used at bootstrap */
     unsigned bind_len;
     uint32_t shrink_epoch;              /* membership rounds run (shrink.c) */
+    struct sockaddr_storage rdv_addr;   /* the job's rendezvous address (joiners come there) */
+    unsigned rdv_len;                   /* 0: unknown */
 
     /* First failure; once set the communicator is broken. */
     loom_result_t error;
@@ -150,6 +155,9 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
 loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,
                                   int nranks, const void *addr, size_t addr_len,
                                   unsigned char *all_addrs, uint64_t deadline_ms);
+
+/* A joiner's target: LOOM_ROOT and LOOM_JOB_KEY (join.c). */
+loom_result_t loomi_env_join_target(struct loomi_boot_target *t);
 
 /* Read the launcher's environment: fills target, rank and nranks. */
 loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nranks);

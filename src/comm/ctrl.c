@@ -39,11 +39,18 @@
  * failed rather than buffered for without bound. */
 #define OUT_LIMIT ((size_t)LOOMI_CTRL_MAX_PAYLOAD + (1u << 20))
 
-enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4 };
+enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4, T_JOIN = 5, T_PENDING = 6 };
+
+/* Joiner slots (after the n ranks in `p`): states. */
+enum { J_FREE = 0, J_HELLO, J_PENDING, J_ADMITTED, J_CLOSING };
+/* A joiner must say who it is this soon after connecting. */
+#define JOIN_HELLO_MS 2000
 
 struct peer {
     int fd;
     int failed, bye;
+    int jstate; /* joiner slots only (J_*) */
+    uint64_t jsince; /* when it connected, or was marked pending (arrival order) */
     uint64_t last_heard_ms;
     unsigned char *in;
     size_t in_len, in_cap;
@@ -71,8 +78,19 @@ struct loomi_ctrl {
     char why[256];
     unsigned gen;
     int stop;
-    struct peer *p;
+    struct peer *p; /* [n + LOOMI_CTRL_MAX_JOINERS]: ranks, then joiner slots */
     struct loomi_cmsg *mb_head, *mb_tail;
+
+    /* Join service: held by the lowest rank alive, on the job's
+     * rendezvous address, which it binds once the bootstrap root (or the
+     * previous holder) has let go of it. */
+    int serve;
+    struct sockaddr_storage jaddr;
+    socklen_t jaddr_len;
+    int jfd;
+    uint64_t next_bind_ms;
+    int npending;
+    atomic_int pending_seen; /* the holder's count, as last heard */
 };
 
 /* ------------------------------------------------------------ encoding */
@@ -175,6 +193,19 @@ static void close_peer(struct peer *p)
 static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
 {
     struct peer *p = &c->p[q];
+    if (q >= c->n) { /* a joiner gone: its slot is free again */
+        if (p->jstate == J_PENDING) c->npending--;
+        int admitted = p->jstate == J_ADMITTED;
+        close_peer(p);
+        p->jstate = J_FREE;
+        if (admitted) {
+            p->failed = 1; /* until the membership round that admitted it ends */
+            c->gen++;
+            pthread_cond_broadcast(&c->cv);
+        }
+        LOOMI_INFO(c->rank, "control plane: joiner %d left: %s", q - c->n, why);
+        return;
+    }
     if (p->failed) return;
     /* Tell the rank itself, best effort, so that a stopped or cut-off
      * rank that comes back knows it is out (and does not take the
@@ -211,12 +242,32 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     uint16_t type = (uint16_t)(h[4] | h[5] << 8);
     uint32_t src = get32(h + 8), epoch = get32(h + 12), len = get32(h + 24);
     uint64_t arg = get64(h + 16);
-    if ((int)src != q) {
+    if (q >= c->n) {
+        struct peer *p = &c->p[q];
+        if (p->jstate == J_HELLO) {
+            if (type != T_JOIN || len != 16 || memcmp(h + HDR_BYTES, c->key, 16) != 0) {
+                snprintf(err, errn, "a joiner without the job's key");
+                return -1;
+            }
+            p->jstate = J_PENDING;
+            p->jsince = loomi_now_ms();
+            c->npending++;
+            LOOMI_INFO(c->rank, "control plane: a process asks to join (%d pending)", c->npending);
+            return 0;
+        }
+        if (p->jstate != J_ADMITTED || type < 16) {
+            snprintf(err, errn, "unexpected message type %u from a joiner", type);
+            return -1;
+        }
+    } else if ((int)src != q) {
         snprintf(err, errn, "message claims to come from rank %u", src);
         return -1;
     }
     switch (type) {
     case T_HB: return 0;
+    case T_PENDING:
+        atomic_store(&c->pending_seen, arg > 4096 ? 4096 : (int)arg);
+        return 0;
     case T_BYE: c->p[q].bye = 1; return 0;
     case T_FAILED: {
         if (arg >= (uint64_t)c->n) {
@@ -371,13 +422,92 @@ static void peer_write(struct loomi_ctrl *c, int q)
     p->out_off = p->out_len = 0;
 }
 
+/* -------------------------------------------------------- join service */
+
+static int holder(const struct loomi_ctrl *c)
+{
+    for (int q = 0; q < c->n; q++)
+        if (!c->p[q].failed) return q;
+    return -1;
+}
+
+static void accept_joiner(struct loomi_ctrl *c, uint64_t now)
+{
+    int fd = accept4(c->jfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
+        struct peer *p = &c->p[c->n + j];
+        if (p->jstate != J_FREE || p->fd >= 0) continue;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        p->fd = fd;
+        p->failed = p->bye = 0;
+        p->jstate = J_HELLO;
+        p->jsince = now;
+        p->last_heard_ms = now;
+        return;
+    }
+    LOOMI_WARN(c->rank, "control plane: %d joiners already wait; refusing another",
+               LOOMI_CTRL_MAX_JOINERS);
+    close(fd);
+}
+
+/* The holder's duties, each round of the thread (under mu). */
+static void serve_joins(struct loomi_ctrl *c, uint64_t now, int *gossiped)
+{
+    if (!c->serve) return;
+    if (holder(c) != c->rank) return;
+    if (c->jfd < 0 && now >= c->next_bind_ms) {
+        /* The bootstrap root or the previous holder may still hold the
+         * address: try again shortly. */
+        c->next_bind_ms = now + 200;
+        int fd = socket(c->jaddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int one = 1;
+        if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&c->jaddr, c->jaddr_len) == 0 &&
+                 listen(fd, 64) == 0;
+        if (!ok && errno == EADDRNOTAVAIL) {
+            /* The address is another host's: this rank cannot hold it. */
+            LOOMI_INFO(c->rank, "control plane: the rendezvous address is not on this host; "
+                                "no joiners can be admitted here");
+            c->serve = 0;
+        }
+        if (ok) {
+            c->jfd = fd;
+            char a[80];
+            loomi_sockaddr_str((struct sockaddr *)&c->jaddr, a, sizeof a);
+            LOOMI_INFO(c->rank, "control plane: admitting joiners at %s", a);
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
+    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
+        struct peer *p = &c->p[c->n + j];
+        if (p->jstate == J_HELLO && now - p->jsince > JOIN_HELLO_MS)
+            fail_peer(c, c->n + j, "no hello in time");
+        else if (p->jstate == J_CLOSING && p->out_off == p->out_len) {
+            close_peer(p);
+            p->jstate = J_FREE;
+        }
+    }
+    /* Every rank keeps the count, so checking for joiners costs nothing. */
+    if (c->npending != *gossiped) {
+        *gossiped = c->npending;
+        atomic_store(&c->pending_seen, c->npending);
+        for (int q = 0; q < c->n; q++)
+            if (q != c->rank) queue_msg(c, q, T_PENDING, 0, (uint64_t)c->npending, NULL, 0);
+    }
+}
+
 /* -------------------------------------------------------------- thread */
 
 static void *ctrl_main(void *arg)
 {
     struct loomi_ctrl *c = arg;
-    struct pollfd *pf = malloc(sizeof *pf * (size_t)(c->n + 1));
-    int *who = malloc(sizeof *who * (size_t)(c->n + 1));
+    const int all = c->n + LOOMI_CTRL_MAX_JOINERS;
+    struct pollfd *pf = malloc(sizeof *pf * (size_t)(all + 2));
+    int *who = malloc(sizeof *who * (size_t)(all + 2));
+    int gossiped = 0;
     if (!pf || !who) {
         pthread_mutex_lock(&c->mu);
         set_revoked(c, LOOM_ERR_NO_MEMORY, -1, "control plane: out of memory");
@@ -395,7 +525,7 @@ static void *ctrl_main(void *arg)
         if (c->stop) {
             /* Flush the goodbyes for a short while, then leave. */
             int pending = 0;
-            for (int q = 0; q < c->n; q++)
+            for (int q = 0; q < all; q++)
                 if (c->p[q].fd >= 0 && c->p[q].out_off < c->p[q].out_len) pending = 1;
             if (!stop_by) stop_by = now + 200;
             if (!pending || now >= stop_by) break;
@@ -422,11 +552,17 @@ static void *ctrl_main(void *arg)
                 }
             }
         }
+        if (!c->stop) serve_joins(c, now, &gossiped);
         int nf = 0;
         pf[nf].fd = c->wake[0];
         pf[nf].events = POLLIN;
         who[nf++] = -1;
-        for (int q = 0; q < c->n; q++) {
+        if (c->jfd >= 0) {
+            pf[nf].fd = c->jfd;
+            pf[nf].events = POLLIN;
+            who[nf++] = -2;
+        }
+        for (int q = 0; q < all; q++) {
             struct peer *p = &c->p[q];
             if (p->fd < 0) continue;
             pf[nf].fd = p->fd;
@@ -434,6 +570,7 @@ static void *ctrl_main(void *arg)
             who[nf++] = q;
         }
         int tmo = c->stop ? 20 : c->hb_ms > 0 ? loomi_ms_left(next_hb) : 1000;
+        if (c->serve && tmo > 200) tmo = 200; /* binding, hello deadlines */
         pthread_mutex_unlock(&c->mu);
         int rc = poll(pf, (nfds_t)nf, tmo);
         pthread_mutex_lock(&c->mu);
@@ -446,9 +583,13 @@ static void *ctrl_main(void *arg)
         now = loomi_now_ms();
         for (int i = 0; i < nf; i++) {
             if (!pf[i].revents) continue;
-            if (who[i] < 0) {
+            if (who[i] == -1) {
                 char buf[64];
                 while (read(c->wake[0], buf, sizeof buf) > 0) {}
+                continue;
+            }
+            if (who[i] == -2) {
+                accept_joiner(c, now);
                 continue;
             }
             int q = who[i];
@@ -457,7 +598,7 @@ static void *ctrl_main(void *arg)
             if (c->p[q].fd >= 0 && (pf[i].revents & POLLOUT)) peer_write(c, q);
         }
         /* Messages queued while handling input go out now. */
-        for (int q = 0; q < c->n; q++)
+        for (int q = 0; q < all; q++)
             if (c->p[q].fd >= 0 && c->p[q].out_off < c->p[q].out_len) peer_write(c, q);
     }
     pthread_mutex_unlock(&c->mu);
@@ -483,9 +624,10 @@ loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[16
     c->failed_rank = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    c->p = calloc((size_t)nranks, sizeof *c->p);
+    c->p = calloc((size_t)nranks + LOOMI_CTRL_MAX_JOINERS, sizeof *c->p);
     if (!c->p) goto nomem;
-    for (int q = 0; q < nranks; q++) c->p[q].fd = -1;
+    for (int q = 0; q < nranks + LOOMI_CTRL_MAX_JOINERS; q++) c->p[q].fd = -1;
+    c->jfd = -1;
     if (getrandom(&c->nonce, sizeof c->nonce, 0) != (ssize_t)sizeof c->nonce)
         c->nonce = loomi_now_ns() ^ ((uint64_t)getpid() << 32);
     if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -634,7 +776,8 @@ void loomi_ctrl_destroy(struct loomi_ctrl *c, int polite)
         pthread_join(c->thread, NULL);
     }
     if (c->p)
-        for (int q = 0; q < c->n; q++) close_peer(&c->p[q]);
+        for (int q = 0; q < c->n + LOOMI_CTRL_MAX_JOINERS; q++) close_peer(&c->p[q]);
+    if (c->jfd >= 0) close(c->jfd);
     free(c->p);
     while (c->mb_head) {
         struct loomi_cmsg *m = c->mb_head;
@@ -703,7 +846,7 @@ int loomi_ctrl_failed(struct loomi_ctrl *c, unsigned char *set, unsigned *gen)
 loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint32_t epoch,
                               uint64_t arg, const void *data, uint32_t len)
 {
-    if (to < 0 || to >= c->n || to == c->rank || len > LOOMI_CTRL_MAX_PAYLOAD)
+    if (to < 0 || to >= c->n + LOOMI_CTRL_MAX_JOINERS || to == c->rank || len > LOOMI_CTRL_MAX_PAYLOAD)
         return loomi_fail(LOOM_ERR_INTERNAL, c->rank, "control plane: bad message to rank %d",
                           to);
     pthread_mutex_lock(&c->mu);
@@ -736,4 +879,93 @@ struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t 
     }
     pthread_mutex_unlock(&c->mu);
     return m;
+}
+
+/* ------------------------------------------------------------- joiners */
+
+void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len)
+{
+    pthread_mutex_lock(&c->mu);
+    if (len <= sizeof c->jaddr) {
+        memcpy(&c->jaddr, addr, len);
+        c->jaddr_len = len;
+        c->serve = 1;
+    }
+    pthread_mutex_unlock(&c->mu);
+    wake(c);
+}
+
+int loomi_ctrl_pending(const struct loomi_ctrl *c)
+{
+    return atomic_load(&((struct loomi_ctrl *)c)->pending_seen);
+}
+
+int loomi_ctrl_admit(struct loomi_ctrl *c, int *slots, int max)
+{
+    int k = 0;
+    pthread_mutex_lock(&c->mu);
+    /* Already admitted (an earlier round of this membership change) come
+     * first, then the pending ones in order of arrival. */
+    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS && k < max; j++)
+        if (c->p[c->n + j].jstate == J_ADMITTED) slots[k++] = c->n + j;
+    while (k < max) {
+        int best = -1;
+        for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
+            struct peer *p = &c->p[c->n + j];
+            if (p->jstate == J_PENDING && (best < 0 || p->jsince < c->p[best].jsince)) best = c->n + j;
+        }
+        if (best < 0) break;
+        c->p[best].jstate = J_ADMITTED;
+        c->npending--;
+        slots[k++] = best;
+    }
+    pthread_mutex_unlock(&c->mu);
+    wake(c);
+    return k;
+}
+
+int loomi_ctrl_joiner_alive(struct loomi_ctrl *c, int slot)
+{
+    pthread_mutex_lock(&c->mu);
+    int alive = slot >= c->n && slot < c->n + LOOMI_CTRL_MAX_JOINERS &&
+                c->p[slot].jstate == J_ADMITTED && c->p[slot].fd >= 0;
+    pthread_mutex_unlock(&c->mu);
+    return alive;
+}
+
+void loomi_ctrl_joiners_done(struct loomi_ctrl *c)
+{
+    pthread_mutex_lock(&c->mu);
+    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
+        struct peer *p = &c->p[c->n + j];
+        if (p->jstate == J_ADMITTED) p->jstate = J_CLOSING; /* closed once flushed */
+        p->failed = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    wake(c);
+}
+
+void loomi_ctrl_frame(unsigned char *hdr, uint16_t type, uint32_t epoch, uint64_t arg,
+                      uint32_t len)
+{
+    put32(hdr, CTRL_MSG_MAGIC);
+    hdr[4] = (unsigned char)type;
+    hdr[5] = (unsigned char)(type >> 8);
+    hdr[6] = hdr[7] = 0;
+    put32(hdr + 8, 0);
+    put32(hdr + 12, epoch);
+    put64(hdr + 16, arg);
+    put32(hdr + 24, len);
+    put32(hdr + 28, 0);
+}
+
+int loomi_ctrl_parse(const unsigned char *hdr, uint16_t *type, uint32_t *epoch, uint64_t *arg,
+                     uint32_t *len)
+{
+    if (get32(hdr) != CTRL_MSG_MAGIC) return -1;
+    *type = (uint16_t)(hdr[4] | hdr[5] << 8);
+    *epoch = get32(hdr + 12);
+    *arg = get64(hdr + 16);
+    *len = get32(hdr + 24);
+    return *len > LOOMI_CTRL_MAX_PAYLOAD ? -1 : 0;
 }

@@ -31,6 +31,9 @@
 /* Largest protocol message payload accepted from the network. */
 #define LOOMI_CTRL_MAX_PAYLOAD (64u << 20)
 
+/* Processes waiting to join that one holder admits at a time. */
+#define LOOMI_CTRL_MAX_JOINERS 64
+
 /* Message types of membership protocols (values below 16 are the control
  * plane's own). */
 enum {
@@ -38,6 +41,7 @@ enum {
     LOOMI_CMSG_DECIDE = 17,
     LOOMI_CMSG_ADDR = 18,
     LOOMI_CMSG_ALL = 19,
+    LOOMI_CMSG_ACCEPT = 20, /* to a joiner: arg = new rank | new size << 32 */
 };
 
 /* A protocol message delivered to the communicator's thread. */
@@ -95,5 +99,30 @@ loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint3
  * when none came before deadline_ms or the failed set changed from
  * `gen` (compare with loomi_ctrl_failed's). */
 struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms);
+
+/* A joiner's side of the wire: the 32-byte header of a message (its
+ * first message is LOOMI_CTRL_T_JOIN with the 16-byte job key), and the
+ * parse of one received (-1: not a control message, or too long). */
+#define LOOMI_CTRL_HDR_BYTES 32
+#define LOOMI_CTRL_T_JOIN 5
+void loomi_ctrl_frame(unsigned char *hdr, uint16_t type, uint32_t epoch, uint64_t arg,
+                      uint32_t len);
+int loomi_ctrl_parse(const unsigned char *hdr, uint16_t *type, uint32_t *epoch, uint64_t *arg,
+                     uint32_t *len);
+
+/* Joiners.  Every rank names the job's rendezvous address; the lowest
+ * rank alive binds it (retrying while the bootstrap root or a previous
+ * holder still has it) and takes hellos.  Joiner slots are numbered
+ * n .. n + LOOMI_CTRL_MAX_JOINERS - 1, as message sources and for
+ * loomi_ctrl_send. */
+void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len);
+/* Joiners waiting, as the holder last said (cheap: an atomic load). */
+int loomi_ctrl_pending(const struct loomi_ctrl *c);
+/* On the holder: admit up to max joiners (those admitted before first,
+ * then by arrival), their slots in `slots`; returns how many. */
+int loomi_ctrl_admit(struct loomi_ctrl *c, int *slots, int max);
+int loomi_ctrl_joiner_alive(struct loomi_ctrl *c, int slot);
+/* The admitted joiners are done: close them once their messages left. */
+void loomi_ctrl_joiners_done(struct loomi_ctrl *c);
 
 #endif

@@ -185,3 +185,18 @@ loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nran
     }
     return LOOM_SUCCESS;
 }
+
+loom_result_t loomi_env_join_target(struct loomi_boot_target *t)
+{
+    memset(t, 0, sizeof *t);
+    const char *root = env("LOOM_ROOT"), *key = env("LOOM_JOB_KEY");
+    if (!root || !key)
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
+                          "loom_comm_join: LOOM_ROOT (the job's rendezvous host:port) and "
+                          "LOOM_JOB_KEY (its key) must be set to join a running job");
+    if (split_hostport(root, t))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "loom_comm_join: LOOM_ROOT=%s is not host:port", root);
+    set_key(t, key);
+    return LOOM_SUCCESS;
+}

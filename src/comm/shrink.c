@@ -31,7 +31,7 @@
 #include "topo/select.h"
 #include "topo/topo.h"
 
-enum { ST_DONE = 0, ST_RESTART = 1, ST_ERROR = 2 };
+enum { ST_DONE = 0, ST_RESTART = 1, ST_ERROR = 2, ST_NOTHING = 3 };
 
 struct shrink {
     struct loom_comm *old;
@@ -45,6 +45,8 @@ struct shrink {
     struct loomi_cmsg *stash; /* messages of a later epoch, oldest first */
     struct loom_comm *nc;     /* the new communicator, being built */
     loom_result_t err;
+    int grow;                 /* loom_comm_grow: admit joiners, keep comm if nothing to do */
+    int nj, slots[LOOMI_CTRL_MAX_JOINERS]; /* joiners admitted (coordinator) */
 };
 
 static void refresh(struct shrink *s) { loomi_ctrl_failed(s->ctrl, s->failed, &s->gen); }
@@ -77,10 +79,11 @@ static struct loomi_cmsg *next_msg(struct shrink *s)
     return loomi_ctrl_recv(s->ctrl, s->gen, d);
 }
 
-/* Take a sender's failed set (PROPOSE, DECIDE) into this rank's view. */
+/* Take a sender's failed set (PROPOSE, DECIDE: its first n bytes) into
+ * this rank's view. */
 static int merge(struct shrink *s, const struct loomi_cmsg *m)
 {
-    if (m->len != (uint32_t)s->n) return -1;
+    if (m->len < (uint32_t)s->n) return -1;
     for (int q = 0; q < s->n; q++) {
         if (m->data[q] > 1) return -1;
         if (m->data[q] && !s->failed[q]) {
@@ -99,8 +102,8 @@ static void drop_new(struct shrink *s)
 }
 
 /* Create this rank's part of the communicator of the ranks not in D. */
-static loom_result_t make_new(struct shrink *s, const unsigned char *D, unsigned char *addr,
-                              int *newrank, int *newn)
+static loom_result_t make_new(struct shrink *s, const unsigned char *D, int nj,
+                              unsigned char *addr, int *newrank, int *newn)
 {
     struct loom_comm *o = s->old;
     int k = 0, mine = -1;
@@ -109,6 +112,7 @@ static loom_result_t make_new(struct shrink *s, const unsigned char *D, unsigned
             if (q == s->me) mine = k;
             k++;
         }
+    k += nj; /* joiners come after the members */
     drop_new(s);
     struct loom_comm *c = calloc(1, sizeof *c);
     if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
@@ -122,6 +126,8 @@ static loom_result_t make_new(struct shrink *s, const unsigned char *D, unsigned
     c->route_mask = o->route_mask;
     c->bind_addr = o->bind_addr;
     c->bind_len = o->bind_len;
+    c->rdv_addr = o->rdv_addr;
+    c->rdv_len = o->rdv_len;
     s->nc = c;
     *newrank = mine;
     *newn = k;
@@ -177,15 +183,31 @@ static int member(struct shrink *s, int coord)
                 if (coordinator(s) != m->src) break; /* not ours (yet) */
                 coord = m->src;
             }
+            if (m->len != (uint32_t)n && m->len != (uint32_t)n + 4) {
+                bad = 1;
+                break;
+            }
             bad = merge(s, m);
             if (bad) break;
+            if (m->arg == 1) { /* grow with nothing to do: keep the communicator */
+                free(m);
+                return ST_NOTHING;
+            }
+            uint32_t nj = 0;
+            if (m->len == (uint32_t)n + 4)
+                nj = (uint32_t)m->data[n] | (uint32_t)m->data[n + 1] << 8 |
+                     (uint32_t)m->data[n + 2] << 16 | (uint32_t)m->data[n + 3] << 24;
+            if (nj > LOOMI_CTRL_MAX_JOINERS) {
+                bad = 1;
+                break;
+            }
             if (m->data[s->me]) {
                 s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
                                     "loom_comm_shrink: the survivors counted this rank as failed");
                 free(m);
                 return ST_ERROR;
             }
-            s->err = make_new(s, m->data, addr, &newrank, &newn);
+            s->err = make_new(s, m->data, (int)nj, addr, &newrank, &newn);
             if (s->err != LOOM_SUCCESS) {
                 free(m);
                 return ST_ERROR;
@@ -224,14 +246,22 @@ static int member(struct shrink *s, int coord)
     }
 }
 
+static int alive_count(const unsigned char *D, int n)
+{
+    int k = 0;
+    for (int q = 0; q < n; q++) k += !D[q];
+    return k;
+}
+
 static int coordinate(struct shrink *s)
 {
     const int n = s->n;
     uint32_t e = s->epoch;
-    unsigned char *D = malloc((size_t)n), *have = calloc((size_t)n, 1);
+    unsigned char *D = malloc((size_t)n + 4), *have = calloc((size_t)n, 1);
     unsigned char *all = NULL;
     unsigned char addr[LOOMI_ADDR_BYTES];
-    int newrank = -1, newn = 0, decided = 0, st = ST_ERROR;
+    int jhave[LOOMI_CTRL_MAX_JOINERS];
+    int newrank = -1, newn = 0, alive = 0, decided = 0, st = ST_ERROR;
     if (!D || !have) {
         s->err = loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
         goto out;
@@ -250,17 +280,47 @@ static int coordinate(struct shrink *s)
                     st = ST_RESTART;
                     goto out;
                 }
+            for (int j = 0; j < s->nj; j++)
+                if (!jhave[j] && !loomi_ctrl_joiner_alive(s->ctrl, s->slots[j])) {
+                    LOOMI_WARN(s->me, "shrink: a joiner left during its admission; again");
+                    st = ST_RESTART;
+                    goto out;
+                }
         } else {
             int waiting = 0;
             for (int q = 0; q < n; q++)
                 if (q != s->me && !s->failed[q] && !s->proposed[q]) waiting = 1;
             if (!waiting) {
                 memcpy(D, s->failed, (size_t)n);
+                alive = alive_count(D, n);
+                s->nj = 0;
+                if (s->grow) {
+                    int k = loomi_ctrl_admit(s->ctrl, s->slots, LOOMI_CTRL_MAX_JOINERS);
+                    for (int j = 0; j < k; j++)
+                        if (loomi_ctrl_joiner_alive(s->ctrl, s->slots[j]))
+                            s->slots[s->nj++] = s->slots[j];
+                }
+                /* Growing with nobody failed and nobody to admit: keep comm. */
+                int nothing = s->grow && alive == n && s->nj == 0;
+                uint32_t nj = (uint32_t)s->nj;
+                for (int i = 0; i < 4; i++) D[n + i] = (unsigned char)(nj >> (8 * i));
                 for (int q = 0; q < n; q++)
                     if (q != s->me && !D[q])
-                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_DECIDE, e, 0, D, (uint32_t)n);
-                s->err = make_new(s, D, addr, &newrank, &newn);
+                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_DECIDE, e, nothing ? 1 : 0, D,
+                                        (uint32_t)n + 4);
+                if (nothing) {
+                    st = ST_NOTHING;
+                    goto out;
+                }
+                s->err = make_new(s, D, s->nj, addr, &newrank, &newn);
                 if (s->err != LOOM_SUCCESS) goto out;
+                /* Joiners learn their rank and the links (measured once). */
+                for (int j = 0; j < s->nj; j++) {
+                    jhave[j] = 0;
+                    uint64_t arg = (uint64_t)(alive + j) | (uint64_t)newn << 32;
+                    loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ACCEPT, e, arg,
+                                    s->old->links, (uint32_t)sizeof *s->old->links);
+                }
                 free(all);
                 all = malloc((size_t)newn * LOOMI_ADDR_BYTES);
                 if (!all) {
@@ -277,11 +337,16 @@ static int coordinate(struct shrink *s)
             int missing = 0;
             for (int q = 0; q < n; q++)
                 if (!D[q] && !have[q]) missing = 1;
+            for (int j = 0; j < s->nj; j++)
+                if (!jhave[j]) missing = 1;
             if (!missing) {
                 for (int q = 0; q < n; q++)
                     if (q != s->me && !D[q])
                         loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_ALL, e, (uint64_t)newn, all,
                                         (uint32_t)((size_t)newn * LOOMI_ADDR_BYTES));
+                for (int j = 0; j < s->nj; j++)
+                    loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ALL, e, (uint64_t)newn, all,
+                                    (uint32_t)((size_t)newn * LOOMI_ADDR_BYTES));
                 s->err = loomi_comm_finish(s->nc, all, s->deadline, s->old->links);
                 if (s->err != LOOM_SUCCESS) {
                     LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
@@ -290,6 +355,7 @@ static int coordinate(struct shrink *s)
                     st = ST_RESTART;
                     goto out;
                 }
+                loomi_ctrl_joiners_done(s->ctrl);
                 st = ST_DONE;
                 goto out;
             }
@@ -305,6 +371,17 @@ static int coordinate(struct shrink *s)
             }
             continue;
         }
+        if (m->src >= n) { /* a joiner's address */
+            int j = 0;
+            while (j < s->nj && s->slots[j] != m->src) j++;
+            if (decided && m->epoch == e && j < s->nj && m->type == LOOMI_CMSG_ADDR &&
+                m->len == LOOMI_ADDR_BYTES && m->arg == (uint64_t)(alive + j)) {
+                memcpy(all + (size_t)(alive + j) * LOOMI_ADDR_BYTES, m->data, LOOMI_ADDR_BYTES);
+                jhave[j] = 1;
+            }
+            free(m);
+            continue;
+        }
         if (m->epoch > e) {
             s->epoch = m->epoch;
             stash_front(s, m);
@@ -314,7 +391,7 @@ static int coordinate(struct shrink *s)
         int bad = 0;
         switch (m->type) {
         case LOOMI_CMSG_PROPOSE:
-            bad = merge(s, m);
+            bad = m->len != (uint32_t)n || merge(s, m);
             if (!bad) s->proposed[m->src] = 1;
             break;
         case LOOMI_CMSG_DECIDE:
@@ -358,9 +435,9 @@ out:
     return st;
 }
 
-loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)
+static loom_result_t reconfigure(loom_comm_t comm, loom_comm_t *newcomm, int grow,
+                                 const char *fn)
 {
-    const char *fn = "loom_comm_shrink";
     if (!newcomm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: newcomm is NULL", fn);
     if (!comm || comm->magic != LOOMI_COMM_MAGIC)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
@@ -372,11 +449,18 @@ loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)
     *newcomm = NULL;
     uint64_t t0 = loomi_now_ms();
     /* Shrinking revokes: operations still running fail everywhere, and
-     * the ranks blocked in them come here too. */
-    if (loomi_comm_sync(comm) == LOOM_SUCCESS)
-        loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_shrink on rank %d",
-                        comm->rank);
-    loomi_engine_fail_all(comm);
+     * the ranks blocked in them come here too.  Growing does not: when
+     * nobody failed and nobody waits to join, comm goes on. */
+    if (!grow) {
+        if (loomi_comm_sync(comm) == LOOM_SUCCESS)
+            loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_shrink on rank %d",
+                            comm->rank);
+        loomi_engine_fail_all(comm);
+    } else if (comm->nlive) {
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: %d operation(s) still pending; wait for them first", fn,
+                          comm->nlive);
+    }
 
     struct shrink s;
     memset(&s, 0, sizeof s);
@@ -393,6 +477,7 @@ loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)
         return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
     }
     s.epoch = comm->shrink_epoch + 1;
+    s.grow = grow;
     int st;
     int coord = -1;
     do {
@@ -423,14 +508,40 @@ loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)
     }
     free(s.failed);
     free(s.proposed);
+    if (st == ST_NOTHING) {
+        drop_new(&s);
+        return LOOM_SUCCESS; /* *newcomm stays NULL */
+    }
     if (st != ST_DONE) {
         drop_new(&s);
         return s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL;
     }
-    LOOMI_INFO(comm->rank, "shrink: rank %d is rank %d of %d in the new communicator "
+    LOOMI_INFO(comm->rank, "%s: rank %d is rank %d of %d in the new communicator "
                "(epoch %u, coordinator %d, %llu ms)",
-               comm->rank, s.nc->rank, s.nc->nranks, s.epoch, coord,
+               fn, comm->rank, s.nc->rank, s.nc->nranks, s.epoch, coord,
                (unsigned long long)(loomi_now_ms() - t0));
     *newcomm = s.nc;
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)
+{
+    return reconfigure(comm, newcomm, 0, "loom_comm_shrink");
+}
+
+loom_result_t loom_comm_grow(loom_comm_t comm, loom_comm_t *newcomm)
+{
+    return reconfigure(comm, newcomm, 1, "loom_comm_grow");
+}
+
+loom_result_t loom_comm_pending_joins(loom_comm_t comm, int *count)
+{
+    const char *fn = "loom_comm_pending_joins";
+    if (!count) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: count is NULL", fn);
+    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
+                          fn);
+    *count = comm->ctrl ? loomi_ctrl_pending(comm->ctrl) : 0;
     return LOOM_SUCCESS;
 }

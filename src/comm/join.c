@@ -1,0 +1,199 @@
+/*
+ * join.c - loom_comm_join: a new process enters a running job.
+ *
+ * It connects to the job's rendezvous address, where the lowest rank
+ * alive holds the join service (ctrl.c), says hello with the job key and
+ * waits.  When the members call loom_comm_grow, the coordinator sends it
+ * ACCEPT (its rank, the new size and the job's link figures); it creates
+ * its part of the communicator and answers with its address (ADDR); the
+ * coordinator sends everyone's (ALL) and all connect.  If the connection
+ * breaks (the holder died), it connects again: the next holder takes
+ * over the same address.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "comm/ctrl.h"
+#include "comm/net.h"
+#include "comm/route.h"
+#include "topo/select.h"
+#include "topo/topo.h"
+
+/* Link figures from the coordinator, checked before use. */
+static int links_ok(const struct loomi_links *l)
+{
+    for (int k = 0; k < LOOMI_LINKS; k++)
+        if (!(l->alpha[k] >= 0 && l->alpha[k] < 1 && l->beta[k] >= 0 && l->beta[k] < 1) ||
+            l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
+            return 0;
+    return l->gamma > 0 && l->gamma < 1 && l->gamma_copy > 0 && l->gamma_copy < 1 &&
+           (l->intra_shm == 0 || l->intra_shm == 1);
+}
+
+/* One message from the holder: header and payload (malloc'ed, caller
+ * frees).  Returns 0, or -1 when the connection broke or lied. */
+static int read_msg(int fd, uint64_t deadline, uint16_t *type, uint32_t *epoch, uint64_t *arg,
+                    unsigned char **data, uint32_t *len)
+{
+    unsigned char h[LOOMI_CTRL_HDR_BYTES];
+    *data = NULL;
+    if (loomi_read_full(fd, h, sizeof h, deadline)) return -1;
+    if (loomi_ctrl_parse(h, type, epoch, arg, len)) return -1;
+    *data = malloc(*len ? *len : 1);
+    if (!*data) return -1;
+    if (*len && loomi_read_full(fd, *data, *len, deadline)) {
+        free(*data);
+        *data = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int send_msg(int fd, uint16_t type, uint32_t epoch, uint64_t arg, const void *data,
+                    uint32_t len, uint64_t deadline)
+{
+    unsigned char h[LOOMI_CTRL_HDR_BYTES];
+    loomi_ctrl_frame(h, type, epoch, arg, len);
+    if (loomi_write_full(fd, h, sizeof h, deadline)) return -1;
+    return len ? loomi_write_full(fd, data, len, deadline) : 0;
+}
+
+loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
+{
+    const char *fn = "loom_comm_join";
+    if (!comm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: comm is NULL", fn);
+    *comm = NULL;
+    struct loomi_boot_target t;
+    loom_result_t r = loomi_env_join_target(&t);
+    if (r != LOOM_SUCCESS) return r;
+    /* Settings once, for every attempt. */
+    struct loom_comm *proto;
+    r = loomi_comm_alloc(&proto, 0, 1, cfg, fn);
+    if (r != LOOM_SUCCESS) return r;
+    unsigned mask;
+    r = loomi_route_parse(proto->set.transport, &mask, -1);
+    struct loomi_topo_rank me;
+    if (r == LOOM_SUCCESS) r = loomi_topo_discover(&proto->set, -1, &me);
+    if (r != LOOM_SUCCESS) {
+        free(proto);
+        return r;
+    }
+    const uint64_t deadline = loomi_now_ms() + (uint64_t)proto->set.timeout_ms;
+    struct loom_comm *c = NULL;
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    struct loomi_links links;
+    int fd = -1, newrank = -1, newn = 0;
+    uint32_t epoch = 0;
+    uint64_t t0 = loomi_now_ms();
+    r = LOOM_ERR_TIMEOUT;
+    while (loomi_now_ms() < deadline) {
+        if (fd < 0) {
+            struct sockaddr_storage local;
+            unsigned llen = sizeof local;
+            r = loomi_boot_connect(&t, -1, deadline, &fd, &local, &llen);
+            if (r != LOOM_SUCCESS) break;
+            if (send_msg(fd, LOOMI_CTRL_T_JOIN, 0, 0, t.job_key, 16, deadline)) {
+                close(fd);
+                fd = -1;
+                continue;
+            }
+            proto->bind_addr = local;
+            proto->bind_len = llen;
+            socklen_t l = sizeof proto->rdv_addr;
+            if (getpeername(fd, (struct sockaddr *)&proto->rdv_addr, &l) == 0) proto->rdv_len = l;
+            LOOMI_INFO(-1, "%s: waiting at %s:%s to be admitted", fn, t.host, t.port);
+        }
+        uint16_t type;
+        uint32_t e, len;
+        uint64_t arg;
+        unsigned char *data;
+        if (read_msg(fd, deadline, &type, &e, &arg, &data, &len)) {
+            /* The holder is gone (or lied): start over with its successor. */
+            free(data);
+            close(fd);
+            fd = -1;
+            if (c) loomi_comm_discard(c);
+            c = NULL;
+            r = LOOM_ERR_TIMEOUT;
+            usleep(100000);
+            continue;
+        }
+        if (type == LOOMI_CMSG_ACCEPT && e >= epoch) {
+            uint64_t nr = arg & 0xffffffffu, nn = arg >> 32;
+            if (nn < 2 || nn > (1u << 20) || nr >= nn || len != sizeof links) {
+                free(data);
+                r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent a bad admission", fn);
+                break;
+            }
+            memcpy(&links, data, sizeof links);
+            if (!links_ok(&links)) {
+                free(data);
+                r = loomi_fail(LOOM_ERR_REMOTE, -1,
+                               "%s: the holder sent out-of-range link figures", fn);
+                break;
+            }
+            if (c) loomi_comm_discard(c);
+            c = calloc(1, sizeof *c);
+            if (!c) {
+                free(data);
+                r = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "%s: out of memory", fn);
+                break;
+            }
+            newrank = (int)nr;
+            newn = (int)nn;
+            epoch = e;
+            c->rank = newrank;
+            c->nranks = newn;
+            c->failed_rank = -1;
+            c->set = proto->set;
+            memcpy(c->algo_forced, proto->algo_forced, sizeof c->algo_forced);
+            memcpy(c->job_key, t.job_key, 16);
+            c->tops = &loomi_route_ops;
+            c->route_mask = mask;
+            c->bind_addr = proto->bind_addr;
+            c->bind_len = proto->bind_len;
+            c->rdv_addr = proto->rdv_addr;
+            c->rdv_len = proto->rdv_len;
+            r = loomi_comm_prepare(c, &me, addr);
+            if (r == LOOM_SUCCESS &&
+                send_msg(fd, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr, LOOMI_ADDR_BYTES,
+                         deadline))
+                r = LOOM_ERR_REMOTE; /* the connection broke: the next read says so */
+            free(data);
+            if (r != LOOM_SUCCESS && r != LOOM_ERR_REMOTE) break;
+            continue;
+        }
+        if (type == LOOMI_CMSG_ALL && c && e == epoch) {
+            if (arg != (uint64_t)newn || len != (uint32_t)newn * LOOMI_ADDR_BYTES ||
+                memcmp(data + (size_t)newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES)) {
+                free(data);
+                r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent bad addresses", fn);
+                break;
+            }
+            close(fd);
+            fd = -1;
+            r = loomi_comm_finish(c, data, deadline, &links);
+            free(data);
+            if (r != LOOM_SUCCESS) break;
+            LOOMI_INFO(newrank, "%s: admitted as rank %d of %d after %llu ms", fn, newrank, newn,
+                       (unsigned long long)(loomi_now_ms() - t0));
+            free(proto);
+            *comm = c;
+            return LOOM_SUCCESS;
+        }
+        free(data); /* stale or unknown: ignore */
+    }
+    if (fd >= 0) close(fd);
+    if (c) loomi_comm_discard(c);
+    free(proto);
+    if (r == LOOM_ERR_TIMEOUT)
+        r = loomi_fail(LOOM_ERR_TIMEOUT, -1,
+                       "%s: not admitted within LOOM_TIMEOUT (%d ms): no member called "
+                       "loom_comm_grow, or the rendezvous %s:%s is not held",
+                       fn, (int)(deadline - t0), t.host, t.port);
+    return r;
+}

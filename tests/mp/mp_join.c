@@ -1,0 +1,208 @@
+/*
+ * mp_join.c - one rank of the join tests.
+ *
+ * usage: mp_join MODE OUTFILE [MIB]
+ *   MODE grow:   rank 0 starts a new process (this program, "joiner")
+ *                that joins; the members loop allreduce until they all
+ *                see it waiting (allreduce of loom_comm_pending_joins),
+ *                then call loom_comm_grow and destroy the old
+ *                communicator.  Everyone then syncs a MIB MiB state (the
+ *                newcomer has none) and checks an allreduce on n+1 ranks.
+ *   MODE holder: the same, but rank 0 (which holds the join service)
+ *                SIGKILLs itself once the joiner waits: the others shrink
+ *                and then admit the joiner through the next holder.
+ * Members print "OK member grow_ms=G sync_ms=S size=N"; the joiner writes
+ * "OK joiner join_ms=J rank=R size=N" to OUTFILE.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loom.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static unsigned char val(size_t i) { return (unsigned char)(i * 13u + 5u); }
+
+/* The shared state, a check of it, and an allreduce on the new group. */
+static int after(loom_comm_t comm, size_t bytes, int newcomer, double *sync_ms)
+{
+    unsigned char *b = malloc(bytes ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) b[i] = newcomer ? 0 : val(i);
+    loom_tensor_t t = {b, bytes};
+    uint64_t rev = newcomer ? 0 : 5;
+    double t0 = now_ms();
+    loom_result_t r = loom_state_sync(comm, &t, 1, &rev);
+    *sync_ms = now_ms() - t0;
+    size_t wrong = 0;
+    for (size_t i = 0; i < bytes; i++) wrong += b[i] != val(i);
+    free(b);
+    if (r != LOOM_SUCCESS || wrong || rev != 5) {
+        printf("FAIL state sync: %s (%s) %zu wrong\n", loom_strerror(r), loom_get_last_error(),
+               wrong);
+        return -1;
+    }
+    int n;
+    loom_comm_size(comm, &n);
+    float x = 1;
+    r = loom_allreduce(&x, &x, 1, LOOM_FLOAT32, LOOM_SUM, comm);
+    if (r != LOOM_SUCCESS || x != (float)n) {
+        printf("FAIL allreduce on %d ranks: %s %g\n", n, loom_strerror(r), (double)x);
+        return -1;
+    }
+    return 0;
+}
+
+static int joiner(const char *out, size_t bytes)
+{
+    FILE *f = fopen(out, "w");
+    if (!f) return 2;
+    double t0 = now_ms();
+    loom_comm_t comm;
+    loom_result_t r = loom_comm_join(&comm, NULL);
+    double dt = now_ms() - t0;
+    if (r != LOOM_SUCCESS) {
+        fprintf(f, "FAIL join: %s: %s\n", loom_strerror(r), loom_get_last_error());
+        fclose(f);
+        return 1;
+    }
+    int rank, n;
+    loom_comm_rank(comm, &rank);
+    loom_comm_size(comm, &n);
+    double sync;
+    if (after(comm, bytes, 1, &sync)) {
+        fprintf(f, "FAIL after join\n");
+        fclose(f);
+        return 1;
+    }
+    /* As the members do: nobody else waits, so grow keeps the communicator. */
+    loom_comm_t none = comm;
+    r = loom_comm_grow(comm, &none);
+    if (r != LOOM_SUCCESS || none != NULL) {
+        fprintf(f, "FAIL grow with nobody waiting: %s\n", loom_strerror(r));
+        fclose(f);
+        return 1;
+    }
+    fprintf(f, "OK joiner join_ms=%.1f sync_ms=%.1f rank=%d size=%d\n", dt, sync, rank, n);
+    fclose(f);
+    loom_comm_destroy(comm);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: mp_join grow|holder OUTFILE [MIB]\n");
+        return 2;
+    }
+    size_t bytes = (argc > 3 ? (size_t)atoi(argv[3]) : 4) << 20;
+    if (!strcmp(argv[1], "joiner")) return joiner(argv[2], bytes);
+    int holder = !strcmp(argv[1], "holder");
+    loom_comm_t comm;
+    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
+        fprintf(stderr, "init: %s\n", loom_get_last_error());
+        return 2;
+    }
+    int rank, n;
+    loom_comm_rank(comm, &rank);
+    loom_comm_size(comm, &n);
+    pid_t child = -1;
+    if (rank == 0) {
+        child = fork();
+        if (child == 0) {
+            char mib[16];
+            snprintf(mib, sizeof mib, "%zu", bytes >> 20);
+            execl("/proc/self/exe", argv[0], "joiner", argv[2], mib, (char *)NULL);
+            _exit(127);
+        }
+    }
+    /* Loop until every member sees the joiner waiting. */
+    double t_end = now_ms() + 20000;
+    int seen = 0;
+    while (!seen && now_ms() < t_end) {
+        int pend = 0;
+        loom_comm_pending_joins(comm, &pend);
+        int all = pend > 0;
+        loom_result_t r = loom_allreduce(&all, &all, 1, LOOM_INT32, LOOM_MIN, comm);
+        if (r != LOOM_SUCCESS && holder) {
+            /* Rank 0 died right after its part of the last check. */
+            seen = 1;
+            break;
+        }
+        if (r != LOOM_SUCCESS) {
+            printf("FAIL allreduce while waiting: %s\n", loom_get_last_error());
+            return 1;
+        }
+        seen = all;
+        if (!seen) usleep(20000);
+    }
+    if (!seen) {
+        printf("FAIL the joiner was never seen waiting\n");
+        return 1;
+    }
+    if (holder) {
+        if (rank == 0) raise(SIGKILL);
+        float x = 1;
+        loom_result_t r = LOOM_SUCCESS;
+        for (int k = 0; k < 1000 && r == LOOM_SUCCESS; k++)
+            r = loom_allreduce(&x, &x, 1, LOOM_FLOAT32, LOOM_SUM, comm);
+        loom_comm_t small;
+        if (r == LOOM_SUCCESS || loom_comm_shrink(comm, &small) != LOOM_SUCCESS) {
+            printf("FAIL shrink after the holder died: %s\n", loom_get_last_error());
+            return 1;
+        }
+        loom_comm_destroy(comm);
+        comm = small;
+        /* The joiner comes back to the next holder: wait for it again. */
+        seen = 0;
+        while (!seen && now_ms() < t_end) {
+            int pend = 0;
+            loom_comm_pending_joins(comm, &pend);
+            int all = pend > 0;
+            if (loom_allreduce(&all, &all, 1, LOOM_INT32, LOOM_MIN, comm) != LOOM_SUCCESS) {
+                printf("FAIL allreduce on the shrunk communicator\n");
+                return 1;
+            }
+            seen = all;
+            if (!seen) usleep(20000);
+        }
+        if (!seen) {
+            printf("FAIL the joiner never came back to the next holder\n");
+            return 1;
+        }
+    }
+    double t0 = now_ms();
+    loom_comm_t big = NULL;
+    loom_result_t r = loom_comm_grow(comm, &big);
+    double grow = now_ms() - t0;
+    if (r != LOOM_SUCCESS || !big) {
+        printf("FAIL grow: %s: %s\n", loom_strerror(r), loom_get_last_error());
+        return 1;
+    }
+    loom_comm_destroy(comm);
+    int nn, nr;
+    loom_comm_size(big, &nn);
+    loom_comm_rank(big, &nr);
+    double sync;
+    if (after(big, bytes, 0, &sync)) return 1;
+    /* Nobody waits now: grow keeps the communicator. */
+    loom_comm_t none = big;
+    r = loom_comm_grow(big, &none);
+    if (r != LOOM_SUCCESS || none != NULL) {
+        printf("FAIL grow with nobody waiting: %s, newcomm %p\n", loom_strerror(r), (void *)none);
+        return 1;
+    }
+    printf("OK member grow_ms=%.1f sync_ms=%.1f size=%d rank=%d\n", grow, sync, nn, nr);
+    loom_comm_destroy(big);
+    if (child > 0) waitpid(child, NULL, 0);
+    return 0;
+}
