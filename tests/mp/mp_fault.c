@@ -85,7 +85,7 @@ static loom_result_t checked_allreduce(loom_comm_t comm, float *buf, float mine,
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: mp_fault kill|stop|idle|revoke|coord VICTIM STAMP [VICTIM2]\n");
+        fprintf(stderr, "usage: mp_fault kill|stop|idle|revoke|coord|cut VICTIM STAMP [VICTIM2]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -94,6 +94,9 @@ int main(int argc, char **argv)
     int victim2 = argc > 4 ? atoi(argv[4]) : -1;
     int revoke = !strcmp(mode, "revoke"), idle = !strcmp(mode, "idle");
     int stop = !strcmp(mode, "stop"), coord = !strcmp(mode, "coord");
+    /* cut: the driver takes ranks VICTIM and VICTIM2's host off the
+     * network (they stay alive); nobody acts from inside. */
+    int cut = !strcmp(mode, "cut");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -108,7 +111,7 @@ int main(int argc, char **argv)
     loom_result_t r = LOOM_SUCCESS;
     double t_fail = 0;
     for (it = 0; it < 10000 && r == LOOM_SUCCESS; it++) {
-        if (rank == victim && it == 3) {
+        if (rank == victim && it == 3 && !cut) {
             if (revoke) {
                 usleep(100000); /* let the others block in the next operation */
                 stamp(stampf);
@@ -175,7 +178,20 @@ int main(int argc, char **argv)
     loom_comm_get_failed(comm, failed, 64, &nf);
     int gone[64], ng = 0;
     if (!revoke) gone[ng++] = victim;
-    if (coord && victim2 >= 0 && victim2 != victim) gone[ng++] = victim2;
+    if ((coord || cut) && victim2 >= 0 && victim2 != victim) gone[ng++] = victim2;
+    if (cut && (rank == victim || rank == victim2)) {
+        /* Cut off: the others look dead from here.  A partitioned
+         * application must see that it kept a minority and stop. */
+        int nn;
+        loom_comm_size(nc, &nn);
+        if (2 * nn < n) {
+            printf("OK minority detect_ms=%.1f shrink_ms=%.1f size=%d of %d\n", detect, shrink,
+                   nn, n);
+            return 0;
+        }
+        printf("FAIL cut-off rank kept %d of %d ranks\n", nn, n);
+        return 1;
+    }
     int nrank, nn, expect_rank = 0;
     loom_comm_rank(nc, &nrank);
     loom_comm_size(nc, &nn);
