@@ -480,6 +480,67 @@ loom_result_t loom_codec_state_residual(loom_codec_state_t state,
                                         uint64_t key, float *residual,
                                         size_t count);
 
+/* ------------------------------------------------ compressed collectives */
+
+/*
+ * Options of the *_opts collectives (see loom_allreduce_opts(3) and
+ * loom-codecs(7)).  The first member is the size of the structure the
+ * caller was compiled with: initialise with LOOM_COLL_OPTIONS_INITIALIZER
+ * (or zero it and set size).  With a codec the traffic is encoded: the
+ * data must be LOOM_FLOAT32 and the op LOOM_SUM or LOOM_AVG, else the
+ * call fails with LOOM_ERR_INVALID_ARGUMENT and touches nothing.  The
+ * result is then approximate, and allreduce and allgather leave
+ * identical bytes on every rank.  With state, each rank's own input is
+ * encoded with error feedback under key (loom_codec_encode_ef), and the
+ * residual is committed when the operation succeeds on this rank and
+ * rolled back when it fails.
+ */
+typedef struct loom_coll_options {
+    size_t size;              /* sizeof(loom_coll_options_t) */
+    const loom_codec_t *codec; /* from loom_codec_find; NULL: exact */
+    loom_codec_state_t state; /* error feedback; NULL: none */
+    uint64_t key;             /* the tensor's key in state */
+} loom_coll_options_t;
+
+#define LOOM_COLL_OPTIONS_INITIALIZER                                          \
+    { sizeof(loom_coll_options_t), NULL, NULL, 0 }
+
+/* As loom_allreduce / loom_reduce_scatter / loom_allgather (and their
+ * non-blocking forms) with options; opts NULL is the plain call. */
+loom_result_t loom_allreduce_opts(const void *sendbuf, void *recvbuf,
+                                  size_t count, loom_datatype_t dtype,
+                                  loom_op_t op, loom_comm_t comm,
+                                  const loom_coll_options_t *opts);
+loom_result_t loom_iallreduce_opts(const void *sendbuf, void *recvbuf,
+                                   size_t count, loom_datatype_t dtype,
+                                   loom_op_t op, loom_comm_t comm,
+                                   const loom_coll_options_t *opts,
+                                   loom_request_t *req);
+loom_result_t loom_reduce_scatter_opts(const void *sendbuf, void *recvbuf,
+                                       size_t recvcount, loom_datatype_t dtype,
+                                       loom_op_t op, loom_comm_t comm,
+                                       const loom_coll_options_t *opts);
+loom_result_t loom_ireduce_scatter_opts(const void *sendbuf, void *recvbuf,
+                                        size_t recvcount,
+                                        loom_datatype_t dtype, loom_op_t op,
+                                        loom_comm_t comm,
+                                        const loom_coll_options_t *opts,
+                                        loom_request_t *req);
+loom_result_t loom_allgather_opts(const void *sendbuf, void *recvbuf,
+                                  size_t sendcount, loom_datatype_t dtype,
+                                  loom_comm_t comm,
+                                  const loom_coll_options_t *opts);
+loom_result_t loom_iallgather_opts(const void *sendbuf, void *recvbuf,
+                                   size_t sendcount, loom_datatype_t dtype,
+                                   loom_comm_t comm,
+                                   const loom_coll_options_t *opts,
+                                   loom_request_t *req);
+
+/* The codec plain loom_allreduce / loom_iallreduce of this communicator
+ * use for LOOM_FLOAT32 with LOOM_SUM or LOOM_AVG (other calls stay
+ * exact); NULL: none (the default).  Every rank must set the same. */
+loom_result_t loom_comm_set_codec(loom_comm_t comm, const loom_codec_t *codec);
+
 #ifdef __cplusplus
 }
 #endif

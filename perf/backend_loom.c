@@ -81,8 +81,15 @@ static int be_size(void) { return nranks; }
  * library's answer (LOOM_ERR_UNSUPPORTED otherwise, reported per call). */
 static int be_supports(const perf_call_t *call, const char **why)
 {
-    (void)call;
-    (void)why;
+    if (call->codec && call->dtype != PERF_FLOAT) {
+        *why = "a codec compresses float data only";
+        return 0;
+    }
+    if (call->codec && call->op != PERF_OP_NONE && call->op != PERF_SUM &&
+        call->op != PERF_AVG) {
+        *why = "a codec applies to sum and avg only";
+        return 0;
+    }
     return 1;
 }
 
@@ -183,6 +190,42 @@ static int sendrecv(const perf_call_t *call, char *err, size_t errlen)
            call->blocking ? NULL : &req,                                       \
            call->blocking ? "loom_" #name : "loom_i" #name, err, errlen)
 
+/* CALLO(name, args...): as CALL, for the *_opts forms with options o. */
+#define CALLO(name, ...)                                                       \
+    finish(call->blocking ? loom_##name##_opts(__VA_ARGS__, comm, &o)          \
+                          : loom_i##name##_opts(__VA_ARGS__, comm, &o, &req),  \
+           call->blocking ? NULL : &req,                                       \
+           call->blocking ? "loom_" #name "_opts" : "loom_i" #name "_opts",    \
+           err, errlen)
+
+/* A call with a codec (-Z). */
+static int run_codec(const perf_call_t *call, char *err, size_t errlen)
+{
+    loom_datatype_t dtype = (loom_datatype_t)call->dtype;
+    loom_op_t op = (loom_op_t)call->op;
+    loom_request_t req = LOOM_REQUEST_NULL;
+    loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+    loom_result_t res = loom_codec_find(call->codec, &o.codec);
+
+    if (res != LOOM_SUCCESS)
+        return fail(res, "loom_codec_find", err, errlen);
+    switch (call->coll) {
+    case PERF_ALLREDUCE:
+        return CALLO(allreduce, call->sendbuf, call->recvbuf, call->count,
+                     dtype, op);
+    case PERF_REDUCE_SCATTER:
+        return CALLO(reduce_scatter, call->sendbuf, call->recvbuf,
+                     call->count, dtype, op);
+    case PERF_ALLGATHER:
+        return CALLO(allgather, call->sendbuf, call->recvbuf, call->count,
+                     dtype);
+    default:
+        snprintf(err, errlen, "no compressed form of collective %d",
+                 (int)call->coll);
+        return -1;
+    }
+}
+
 static int be_run(const perf_call_t *call, char *err, size_t errlen)
 {
     loom_datatype_t dtype = (loom_datatype_t)call->dtype;
@@ -193,6 +236,8 @@ static int be_run(const perf_call_t *call, char *err, size_t errlen)
     size_t n = call->count;
     int root = call->root;
 
+    if (call->codec)
+        return run_codec(call, err, errlen);
     switch (call->coll) {
     case PERF_ALLREDUCE: return CALL(allreduce, sb, rb, n, dtype, op);
     case PERF_REDUCE_SCATTER:

@@ -342,6 +342,70 @@ static size_t count_wrong(const perf_check_t *c, const perf_coll_desc_t *coll,
     return wrong;
 }
 
+/* With a codec (-Z): the error of a compressed result against the exact
+ * one.  e[0] += squared errors, e[1] += squared exact values, e[2] =
+ * max(e[2], largest absolute error); returns the elements that are NaN
+ * or beyond tol (tol <= 0: NaN only). */
+static size_t codec_error(const perf_check_t *c, const perf_coll_desc_t *coll,
+                          const void *buf, size_t n, double tol, double e[3])
+{
+    size_t wrong = 0;
+
+    for (size_t j = 0; j < n; j++) {
+        double want, got, d;
+
+        if (!coll->expected(c, c->rank, j, &want))
+            continue;
+        got = load(c->dtype, buf, j);
+        d = fabs(got - want);
+        if (got != got) {
+            wrong++;
+            continue;
+        }
+        e[0] += d * d;
+        e[1] += want * want;
+        if (d > e[2])
+            e[2] = d;
+        if (tol > 0 && d > tol)
+            wrong++;
+    }
+    return wrong;
+}
+
+/* How far a codec's result may be from the exact one: its quantum (the
+ * error of one encoding, relative to the largest value of a block) times
+ * the encodings a value goes through times the largest partial result.
+ * 0 (NaN and mismatches only) for codecs without such a bound (topk). */
+static double codec_tolerance(const char *spec, const perf_check_t *c,
+                              perf_coll_t coll)
+{
+    static const struct {
+        const char *name;
+        double q;
+    } q[] = {{"bf16", 1.0 / 256}, {"fp16", 1.0 / 2048}, {"int8", 1.0 / 127},
+             {"int4", 1.0 / 7},   {"fp4", 1.0 / 3}};
+    size_t len = strcspn(spec, ":");
+    double hops = coll == PERF_ALLGATHER ? 1 : c->nranks + 1;
+    double top = (double)(c->span > 0 ? c->span : 1) *
+                 (coll == PERF_ALLGATHER ? 1 : c->nranks);
+
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        if (strlen(q[i].name) == len && !strncmp(spec, q[i].name, len))
+            return q[i].q * hops * top + 1e-6 * top;
+    return 0;
+}
+
+/* A 52-bit hash of bytes (exact in a double), to compare ranks. */
+static double hash_bytes(const void *buf, size_t n)
+{
+    const unsigned char *p = buf;
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return (double)(mix64(h) >> 12);
+}
+
 /* ------------------------------------------------------------- options */
 
 struct opts {
@@ -352,6 +416,7 @@ struct opts {
     int dtype; /* -1: all */
     int op;    /* -1: all */
     const char *json;
+    const char *codec; /* -Z: NULL: none */
 };
 
 static const char *prog = "perf";
@@ -426,6 +491,12 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            "                        (default 0: none)\n"
            "  -J, --json FILE       also write one JSON record per row to"
            " FILE\n"
+           "  -Z, --codec NAME      compress with codec NAME (int8, int4,"
+           " fp4,\n"
+           "                        bf16, fp16, topk[:F]); float sum/avg"
+           " only;\n"
+           "                        reports the error against the exact"
+           " result\n"
            "  -h, --help            this help\n",
            prog, coll->name, be->name, coll->reduces ? "" : ignored_op,
            coll->rooted ? "" : ignored_root);
@@ -520,6 +591,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         {"average", required_argument, NULL, 'a'},
         {"timeout", required_argument, NULL, 'T'},
         {"json", required_argument, NULL, 'J'},
+        {"codec", required_argument, NULL, 'Z'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int ch, bad;
@@ -530,7 +602,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                        .timeout = 0, .root = 0, .dtype = PERF_FLOAT,
                        .op = PERF_SUM, .json = NULL};
     opterr = 0; /* our own messages, printed once */
-    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:T:J:h",
+    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:T:J:Z:h",
                              longopts, NULL)) != -1) {
         bad = 0;
         switch (ch) {
@@ -558,6 +630,14 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         case 'a': bad = parse_int(optarg, 0, 3, &o->average); break;
         case 'T': bad = parse_int(optarg, 0, INT_MAX, &o->timeout); break;
         case 'J': o->json = optarg; bad = !*optarg; break;
+        case 'Z':
+            o->codec = optarg;
+            bad = !*optarg;
+            if (!bad && coll->id != PERF_ALLREDUCE &&
+                coll->id != PERF_REDUCE_SCATTER && coll->id != PERF_ALLGATHER)
+                return usage_error("-Z/--codec applies to all_reduce, "
+                                   "reduce_scatter and all_gather only");
+            break;
         case 'h': usage(be, coll); return 0;
         case ':':
             return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -583,7 +663,9 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 ['z'] = "0 or 1",
                 ['a'] = "0, 1, 2 or 3",
                 ['T'] = "a number of seconds >= 0",
-                ['J'] = "a file name"};
+                ['J'] = "a file name",
+                ['Z'] = "a codec such as int8, int4, fp4, bf16, fp16 or "
+                        "topk:0.01"};
             return usage_error("invalid value '%s' for -%c: expected %s",
                                optarg, ch, want[ch]);
         }
@@ -803,6 +885,10 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
     size_t ts = dtypes[call->dtype].size;
     size_t ip_elems = s->ip_send_off + s->send_elems;
     double t[2], wrong[2] = {0, 0}, algbw[2], busbw[2];
+    /* With a codec: per placement, squared error, squared value, max
+     * abs error; and the hash of the result, to compare ranks. */
+    double cz[2][3] = {{0, 0, 0}, {0, 0, 0}}, hash[2] = {0, 0};
+    double tol = r->o.codec ? codec_tolerance(r->o.codec, c, r->coll->id) : 0;
     char err[PERF_ERRLEN] = "";
 
     if (s->ip_recv_off + s->recv_elems > ip_elems)
@@ -821,7 +907,14 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
         fill_input(c, r->sendbuf, s->send_elems);
         memset(r->recvbuf, POISON_BYTE, s->recv_elems * ts);
         run_call(r, call, s, "out-of-place check");
-        wrong[0] = (double)count_wrong(c, r->coll, r->recvbuf, s->recv_elems);
+        if (r->o.codec) {
+            wrong[0] = (double)codec_error(c, r->coll, r->recvbuf,
+                                           s->recv_elems, tol, cz[0]);
+            hash[0] = hash_bytes(r->recvbuf, s->recv_elems * ts);
+        } else {
+            wrong[0] =
+                (double)count_wrong(c, r->coll, r->recvbuf, s->recv_elems);
+        }
     }
 
     /* In place: one buffer; the timed iterations reuse their own output,
@@ -837,9 +930,17 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
         memset(r->recvbuf, POISON_BYTE, ip_elems * ts);
         fill_input(c, r->recvbuf + s->ip_send_off * ts, s->send_elems);
         run_call(r, call, s, "in-place check");
-        wrong[1] = (double)count_wrong(c, r->coll,
-                                       r->recvbuf + s->ip_recv_off * ts,
-                                       s->recv_elems);
+        if (r->o.codec) {
+            wrong[1] = (double)codec_error(c, r->coll,
+                                           r->recvbuf + s->ip_recv_off * ts,
+                                           s->recv_elems, tol, cz[1]);
+            hash[1] = hash_bytes(r->recvbuf + s->ip_recv_off * ts,
+                                 s->recv_elems * ts);
+        } else {
+            wrong[1] = (double)count_wrong(c, r->coll,
+                                           r->recvbuf + s->ip_recv_off * ts,
+                                           s->recv_elems);
+        }
     }
 
     /* Combine over ranks (-a for times; error counts add up). */
@@ -854,6 +955,31 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
         if (r->o.average == 1) {
             t[0] /= r->nranks;
             t[1] /= r->nranks;
+        }
+    }
+    if (r->o.check && r->o.codec) {
+        /* Every rank must hold the same bytes (allreduce, allgather): a
+         * rank whose hash is not the smallest counts one more wrong. */
+        double lo[2] = {hash[0], hash[1]}, sums[6], mx[2];
+
+        if (r->coll->id != PERF_REDUCE_SCATTER) {
+            if (r->be->allreduce_doubles(lo, 2, PERF_MIN, err, sizeof err) != 0)
+                fail_helper(r, "allreduce of hashes", err);
+            for (int k = 0; k < 2; k++)
+                wrong[k] += hash[k] != lo[k];
+        }
+        for (int k = 0; k < 2; k++) {
+            sums[3 * k] = cz[k][0];
+            sums[3 * k + 1] = cz[k][1];
+            mx[k] = cz[k][2];
+        }
+        if (r->be->allreduce_doubles(sums, 6, PERF_SUM, err, sizeof err) != 0 ||
+            r->be->allreduce_doubles(mx, 2, PERF_MAX, err, sizeof err) != 0)
+            fail_helper(r, "allreduce of errors", err);
+        for (int k = 0; k < 2; k++) {
+            cz[k][0] = sums[3 * k + 1] > 0 ? sqrt(sums[3 * k] / sums[3 * k + 1])
+                                           : sqrt(sums[3 * k]);
+            cz[k][2] = mx[k];
         }
     }
     if (r->o.check &&
@@ -884,6 +1010,11 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
                s->bytes, s->elems, dtypes[call->dtype].name,
                op_name(call->op), call->root, tm[0], algbw[0], busbw[0],
                wr[0], tm[1], algbw[1], busbw[1], wr[1]);
+        if (r->o.codec && r->o.check)
+            printf("#  codec %s error: out-of-place rel_l2 %.3e max_abs "
+                   "%.3e, in-place rel_l2 %.3e max_abs %.3e (tolerance "
+                   "%.3g)\n",
+                   r->o.codec, cz[0][0], cz[0][2], cz[1][0], cz[1][2], tol);
         fflush(stdout);
     }
     if (r->json) {
@@ -905,7 +1036,12 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
                 fprintf(r->json, "%.0f", wrong[k]);
             else
                 fputs("null", r->json);
+            if (r->o.codec && r->o.check)
+                fprintf(r->json, ",\"%s_rel_l2\":%.6e,\"%s_max_abs\":%.6e", p,
+                        cz[k][0], p, cz[k][2]);
         }
+        if (r->o.codec)
+            fprintf(r->json, ",\"codec\":\"%s\"", r->o.codec);
         fputs("}\n", r->json);
         fflush(r->json);
     }
@@ -986,6 +1122,10 @@ static void print_banner(struct run *r)
            : r->o.op < 0     ? "all"
                              : op_names[r->o.op],
            root, r->o.json ? r->o.json : "-");
+    if (r->o.codec)
+        printf("# codec: %s (error against the exact result below each "
+               "row; #wrong: NaN, beyond tolerance or ranks differing)\n",
+               r->o.codec);
     printf("#\n#  Rank %2d Pid %6ld on %s\n#\n", r->rank, (long)getpid(),
            host);
 }
@@ -996,7 +1136,8 @@ static void run_series(struct run *r, perf_check_t *check, perf_dtype_t t,
 {
     perf_call_t call = {
         .coll = r->coll->id, .dtype = t, .op = op, .root = root,
-        .peer = -1, .recv_peer = -1, .blocking = r->o.blocking};
+        .peer = -1, .recv_peer = -1, .blocking = r->o.blocking,
+        .codec = r->o.codec};
     const char *why = "";
     size_t last_bytes = SIZE_MAX;
 

@@ -72,6 +72,8 @@ typedef struct perf_call {
     int peer;           /* sendrecv: send to peer, receive from recv_peer; */
     int recv_peer;      /* -1 otherwise */
     int blocking;       /* -z: 1 = blocking call, 0 = non-blocking + wait */
+    const char *codec;  /* -Z: a codec spec ("int8", "topk:0.01"), NULL:
+                           none (allreduce, reduce_scatter, allgather) */
 } perf_call_t;
 
 /*

@@ -169,6 +169,21 @@ struct loomi_embed {
 loom_result_t loomi_embed(struct loomi_sched *s, const struct loomi_embed *e,
                           const struct loomi_coll_args *a, int algo, uint32_t *join);
 
+/* compressed.c: collectives through a codec (fp32, SUM or AVG for the
+ * reductions).  They set s->codec and, with z->state, the error-feedback
+ * fields of s. */
+struct loomi_cz {
+    const loom_codec_t *codec;
+    loom_codec_state_t state; /* NULL: no error feedback */
+    uint64_t key;
+};
+loom_result_t loomi_gen_allreduce_cz(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                     const struct loomi_cz *z);
+loom_result_t loomi_gen_reduce_scatter_cz(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                          const struct loomi_cz *z);
+loom_result_t loomi_gen_allgather_cz(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                     const struct loomi_cz *z);
+
 /* barrier.c */
 loom_result_t loomi_gen_barrier_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);
 loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_coll_args *a);

@@ -24,6 +24,7 @@ struct call {
     const void *sendbuf;
     void *recvbuf;
     struct loomi_coll_args a;
+    struct loomi_cz cz; /* compression (cz.codec NULL: none) */
 };
 
 static loom_result_t bad(const struct call *c, const char *fmt, const char *what)
@@ -147,6 +148,78 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
     return LOOM_SUCCESS;
 }
 
+/* The schedule of a compressed call (compressed.c). */
+static loom_result_t build_cz(struct loom_comm *comm, const struct call *c, struct loomi_sched *s)
+{
+    loomi_sched_init(s, comm->rank, comm->nranks, c->dtype, c->op);
+    loom_result_t r;
+    switch (c->a.coll) {
+    case LOOMI_COLL_ALLREDUCE: r = loomi_gen_allreduce_cz(s, &c->a, &c->cz); break;
+    case LOOMI_COLL_REDUCE_SCATTER: r = loomi_gen_reduce_scatter_cz(s, &c->a, &c->cz); break;
+    case LOOMI_COLL_ALLGATHER: r = loomi_gen_allgather_cz(s, &c->a, &c->cz); break;
+    default: r = loomi_fail(LOOM_ERR_INTERNAL, comm->rank, "%s: no compressed form", c->fn);
+    }
+    if (r != LOOM_SUCCESS) loomi_sched_free(s);
+    return r;
+}
+
+/* Is codec one that loom_codec_find returned? */
+static int codec_ok(const loom_codec_t *codec)
+{
+    size_t b;
+    return codec && loom_codec_max_encoded_bytes(codec, 1, &b) == LOOM_SUCCESS;
+}
+
+/* Check a call's options (after check_common) and set c->cz.  opts NULL:
+ * the communicator's codec, for allreduce on fp32 SUM/AVG. */
+static loom_result_t check_opts(struct call *c, const loom_coll_options_t *o)
+{
+    struct loom_comm *comm = c->comm;
+    int reduces = c->a.coll != LOOMI_COLL_ALLGATHER;
+    int fits = c->dtype == LOOM_FLOAT32 && (!reduces || c->op == LOOM_SUM || c->op == LOOM_AVG);
+    if (!o) {
+        if (c->a.coll == LOOMI_COLL_ALLREDUCE && comm->codec && fits) c->cz.codec = comm->codec;
+        return LOOM_SUCCESS;
+    }
+    if (o->size < sizeof *o)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: opts->size %zu is less than sizeof(loom_coll_options_t) %zu "
+                          "(initialise with LOOM_COLL_OPTIONS_INITIALIZER)",
+                          c->fn, o->size, sizeof *o);
+    if (!o->codec) {
+        if (o->state)
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                              "%s: opts->state is set but opts->codec is NULL", c->fn);
+        return LOOM_SUCCESS;
+    }
+    if (!codec_ok(o->codec))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: opts->codec is not a codec found by loom_codec_find", c->fn);
+    if (c->dtype != LOOM_FLOAT32)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: dtype %s: opts->codec %s compresses LOOM_FLOAT32 data only",
+                          c->fn, loomi_dtype_name(c->dtype), o->codec->name);
+    if (!fits)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: op %d: opts->codec %s compresses LOOM_SUM and LOOM_AVG only",
+                          c->fn, (int)c->op, o->codec->name);
+    c->cz.codec = o->codec;
+    c->cz.state = o->state;
+    c->cz.key = o->key;
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_set_codec(loom_comm_t comm, const loom_codec_t *codec)
+{
+    loom_result_t r = loomi_comm_check(comm, "loom_comm_set_codec");
+    if (r != LOOM_SUCCESS) return r;
+    if (codec && !codec_ok(codec))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "loom_comm_set_codec: codec is not a codec found by loom_codec_find");
+    comm->codec = codec;
+    return LOOM_SUCCESS;
+}
+
 /* Build the schedule and run it, hand it out as a request, or queue it. */
 static loom_result_t launch(struct call *c, loom_request_t *req)
 {
@@ -163,11 +236,15 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
     struct loomi_sched s;
-    /* Queued group members are handed over (the group frees them). */
-    loom_result_t r = group ? loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype, c->op,
-                                               &c->a, algo)
-                            : get_sched(comm, c, algo, &s);
+    /* Queued group members are handed over (the group frees them).
+     * Compressed schedules are built each time (not cached: they carry
+     * the codec and the error-feedback state). */
+    loom_result_t r = c->cz.codec ? build_cz(comm, c, &s)
+                      : group     ? loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype,
+                                                     c->op, &c->a, algo)
+                                  : get_sched(comm, c, algo, &s);
     if (r != LOOM_SUCCESS) return r;
+    if (c->cz.codec) algo = LOOMI_ALGO_RING;
     LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s", c->fn, c->a.count,
                 loomi_dtype_name(c->dtype), loomi_algo_name(algo), s.nsteps,
                 c->a.inplace ? ", in place" : "");
@@ -216,10 +293,11 @@ static struct call call_init(const char *fn, int coll, const void *sendbuf, void
 
 static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
                                loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
-                               loom_request_t *req)
+                               const loom_coll_options_t *opts, loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0);
     loom_result_t r = check_common(&c, comm, 1, 0, count, 2);
+    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
     if (r != LOOM_SUCCESS) return r;
     size_t n = count * loom_datatype_size(dtype);
     c.a.inplace = sendbuf == recvbuf;
@@ -230,7 +308,23 @@ static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbu
 loom_result_t loom_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                              loom_datatype_t dtype, loom_op_t op, loom_comm_t comm)
 {
-    return allreduce("loom_allreduce", sendbuf, recvbuf, count, dtype, op, comm, NULL);
+    return allreduce("loom_allreduce", sendbuf, recvbuf, count, dtype, op, comm, NULL, NULL);
+}
+
+loom_result_t loom_allreduce_opts(const void *sendbuf, void *recvbuf, size_t count,
+                                  loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                                  const loom_coll_options_t *opts)
+{
+    return allreduce("loom_allreduce_opts", sendbuf, recvbuf, count, dtype, op, comm, opts, NULL);
+}
+
+loom_result_t loom_iallreduce_opts(const void *sendbuf, void *recvbuf, size_t count,
+                                   loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                                   const loom_coll_options_t *opts, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_iallreduce_opts", req);
+    if (r != LOOM_SUCCESS) return r;
+    return allreduce("loom_iallreduce_opts", sendbuf, recvbuf, count, dtype, op, comm, opts, req);
 }
 
 loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -239,18 +333,20 @@ loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
 {
     loom_result_t r = need_req("loom_iallreduce", req);
     if (r != LOOM_SUCCESS) return r;
-    return allreduce("loom_iallreduce", sendbuf, recvbuf, count, dtype, op, comm, req);
+    return allreduce("loom_iallreduce", sendbuf, recvbuf, count, dtype, op, comm, NULL, req);
 }
 
 /* ------------------------------------------------------- reduce_scatter */
 
 static loom_result_t reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
                                     size_t recvcount, loom_datatype_t dtype, loom_op_t op,
-                                    loom_comm_t comm, loom_request_t *req)
+                                    loom_comm_t comm, const loom_coll_options_t *opts,
+                                    loom_request_t *req)
 {
     struct call c =
         call_init(fn, LOOMI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
     loom_result_t r = check_common(&c, comm, 1, 0, recvcount, (size_t)comm->nranks + 1);
+    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
     if (r != LOOM_SUCCESS) return r;
     size_t n = recvcount * loom_datatype_size(dtype);
     c.a.inplace = sendbuf && (const char *)sendbuf + (size_t)comm->rank * n == recvbuf;
@@ -262,7 +358,25 @@ loom_result_t loom_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
                                   loom_datatype_t dtype, loom_op_t op, loom_comm_t comm)
 {
     return reduce_scatter("loom_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, op, comm,
-                          NULL);
+                          NULL, NULL);
+}
+
+loom_result_t loom_reduce_scatter_opts(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                       loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                                       const loom_coll_options_t *opts)
+{
+    return reduce_scatter("loom_reduce_scatter_opts", sendbuf, recvbuf, recvcount, dtype, op,
+                          comm, opts, NULL);
+}
+
+loom_result_t loom_ireduce_scatter_opts(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                                        const loom_coll_options_t *opts, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_ireduce_scatter_opts", req);
+    if (r != LOOM_SUCCESS) return r;
+    return reduce_scatter("loom_ireduce_scatter_opts", sendbuf, recvbuf, recvcount, dtype, op,
+                          comm, opts, req);
 }
 
 loom_result_t loom_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -272,18 +386,19 @@ loom_result_t loom_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t re
     loom_result_t r = need_req("loom_ireduce_scatter", req);
     if (r != LOOM_SUCCESS) return r;
     return reduce_scatter("loom_ireduce_scatter", sendbuf, recvbuf, recvcount, dtype, op, comm,
-                          req);
+                          NULL, req);
 }
 
 /* ------------------------------------------------------------ allgather */
 
 static loom_result_t allgather(const char *fn, const void *sendbuf, void *recvbuf,
                                size_t sendcount, loom_datatype_t dtype, loom_comm_t comm,
-                               loom_request_t *req)
+                               const loom_coll_options_t *opts, loom_request_t *req)
 {
     struct call c =
         call_init(fn, LOOMI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, 0);
     loom_result_t r = check_common(&c, comm, 0, 0, sendcount, (size_t)comm->nranks + 1);
+    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
     if (r != LOOM_SUCCESS) return r;
     size_t n = sendcount * loom_datatype_size(dtype);
     c.a.inplace = recvbuf && (const char *)recvbuf + (size_t)comm->rank * n == sendbuf;
@@ -294,7 +409,23 @@ static loom_result_t allgather(const char *fn, const void *sendbuf, void *recvbu
 loom_result_t loom_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                              loom_datatype_t dtype, loom_comm_t comm)
 {
-    return allgather("loom_allgather", sendbuf, recvbuf, sendcount, dtype, comm, NULL);
+    return allgather("loom_allgather", sendbuf, recvbuf, sendcount, dtype, comm, NULL, NULL);
+}
+
+loom_result_t loom_allgather_opts(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  loom_datatype_t dtype, loom_comm_t comm,
+                                  const loom_coll_options_t *opts)
+{
+    return allgather("loom_allgather_opts", sendbuf, recvbuf, sendcount, dtype, comm, opts, NULL);
+}
+
+loom_result_t loom_iallgather_opts(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   loom_datatype_t dtype, loom_comm_t comm,
+                                   const loom_coll_options_t *opts, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_iallgather_opts", req);
+    if (r != LOOM_SUCCESS) return r;
+    return allgather("loom_iallgather_opts", sendbuf, recvbuf, sendcount, dtype, comm, opts, req);
 }
 
 loom_result_t loom_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -302,7 +433,7 @@ loom_result_t loom_iallgather(const void *sendbuf, void *recvbuf, size_t sendcou
 {
     loom_result_t r = need_req("loom_iallgather", req);
     if (r != LOOM_SUCCESS) return r;
-    return allgather("loom_iallgather", sendbuf, recvbuf, sendcount, dtype, comm, req);
+    return allgather("loom_iallgather", sendbuf, recvbuf, sendcount, dtype, comm, NULL, req);
 }
 
 /* ------------------------------------------------------------- alltoall */

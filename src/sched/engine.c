@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "compress/compress.h"
 #include "topo/hostmap.h"
 #include "reduce/reduce.h"
 #include "sched/sched.h"
@@ -143,6 +144,62 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
 
 static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes);
 
+/* An encode or decode step (compressed schedules; see sched.h for the
+ * slot format).  A failure (a malformed encoding from a peer, a codec
+ * error) fails the operation. */
+static loom_result_t run_codec(struct loomi_op *op, const struct loomi_step *st)
+{
+    const struct loomi_sched *s = &op->s;
+    const loom_codec_t *cd = s->codec;
+    const size_t sb = loomi_codec_slot_bytes(cd, st->count);
+    loom_result_t r;
+    const char *what;
+    if (st->kind == LOOMI_STEP_ENCODE) {
+        const float *x = (const float *)(void *)(bufp(op, st->src) + st->src_off);
+        unsigned char *slot = bufp(op, st->dst) + st->dst_off;
+        float *dec = (st->flags & LOOMI_ENC_DECODED)
+                         ? (float *)(void *)(bufp(op, st->src2) + st->src2_off)
+                         : NULL;
+        size_t len = 0;
+        what = "encoding";
+        if (st->flags & LOOMI_ENC_EF)
+            r = loom_codec_encode_ef(cd, s->ef_state, s->ef_key, s->ef_count,
+                                     (st->src_off - s->ef_base) / s->esize, x, st->count, slot + 8, sb - 8,
+                                     &len, dec);
+        else
+            r = loom_codec_encode(cd, x, st->count, slot + 8, sb - 8, &len, dec);
+        if (r == LOOM_SUCCESS) {
+            loomi_le64_store(slot, (uint64_t)len);
+            memset(slot + 8 + len, 0, sb - 8 - len);
+        }
+    } else {
+        const unsigned char *slot = bufp(op, st->src) + st->src_off;
+        float *dst = (float *)(void *)(bufp(op, st->dst) + st->dst_off);
+        uint64_t len = loomi_le64_load(slot);
+        what = "decoding";
+        if (len > sb - 8) {
+            r = loomi_fail(LOOM_ERR_REMOTE, op->comm->rank,
+                           "an encoded chunk of %zu values announces %llu bytes; codec %s "
+                           "makes at most %zu",
+                           st->count, (unsigned long long)len, cd->name, sb - 8);
+        } else if (st->kind == LOOMI_STEP_DECODE) {
+            r = loom_codec_decode(cd, slot + 8, (size_t)len, dst, st->count);
+        } else {
+            const unsigned char *base = bufp(op, st->src2) + st->src2_off;
+            if (base != (const unsigned char *)dst)
+                memcpy(dst, base, st->count * sizeof(float));
+            r = loom_codec_decode_accumulate(cd, slot + 8, (size_t)len, dst, st->count);
+        }
+    }
+    if (r != LOOM_SUCCESS && op->status == LOOM_SUCCESS) {
+        op->status = r;
+        op->failed_peer = -1;
+        snprintf(op->errmsg, sizeof op->errmsg, "%s %zu values with codec %s failed: %s", what,
+                 st->count, cd->name, loom_get_last_error());
+    }
+    return r;
+}
+
 /* A point-to-point transfer with this very rank: pair it with the oldest
  * opposite one of the same tag, or queue it.  Completions run at once;
  * they only mark steps done. */
@@ -229,6 +286,12 @@ static void op_run_ready(struct loomi_op *op)
             if (st->count) run_local(op, st, bytes);
             step_done(op, i);
             break;
+        case LOOMI_STEP_ENCODE:
+        case LOOMI_STEP_DECODE:
+        case LOOMI_STEP_DECODE_ACC:
+            if (st->count && run_codec(op, st) != LOOM_SUCCESS) break;
+            step_done(op, i);
+            break;
         }
     }
 }
@@ -301,6 +364,12 @@ static void op_finish(struct loomi_op *op)
             }
         if (op->restore_from && op->inplace_buf)
             memcpy(op->inplace_buf, op->restore_from, op->inplace_len);
+    }
+    /* Error feedback: what this operation encoded counts only if it
+     * completed (a retry after a failure must not count it twice). */
+    if (op->s.ef_state) {
+        if (op->status == LOOM_SUCCESS) loom_codec_state_commit(op->s.ef_state, op->s.ef_key);
+        else loom_codec_state_rollback(op->s.ef_state, op->s.ef_key);
     }
     op_release_buffers(op);
     active_remove(c, op);

@@ -153,6 +153,23 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
                  in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes) &&
                  in_range(s, st->src, st->src_off, bytes) && in_range(s, st->dst, st->dst_off, bytes);
             break;
+        case LOOMI_STEP_ENCODE:
+        case LOOMI_STEP_DECODE:
+        case LOOMI_STEP_DECODE_ACC: {
+            size_t sb = s->codec ? loomi_codec_slot_bytes(s->codec, st->count) : 0;
+            int enc = st->kind == LOOMI_STEP_ENCODE;
+            ok = sb && s->dtype == LOOM_FLOAT32 &&
+                 in_range(s, st->src, st->src_off, enc ? bytes : sb) &&
+                 in_range(s, st->dst, st->dst_off, enc ? sb : bytes);
+            if (st->kind == LOOMI_STEP_DECODE_ACC ||
+                (enc && (st->flags & LOOMI_ENC_DECODED)))
+                ok = ok && in_range(s, st->src2, st->src2_off, bytes);
+            if (enc && (st->flags & LOOMI_ENC_EF))
+                ok = ok && s->ef_state && st->src_off >= s->ef_base &&
+                     (st->src_off - s->ef_base) % s->esize == 0 &&
+                     (st->src_off - s->ef_base) / s->esize + st->count <= s->ef_count;
+            break;
+        }
         default:
             ok = 0;
         }
@@ -231,6 +248,56 @@ uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_of
     st.src2 = LOOMI_BUF_SHARED;
     st.src2_off = arena_off;
     st.peer = skip;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+size_t loomi_codec_slot_bytes(const loom_codec_t *codec, size_t n)
+{
+    size_t m = 0;
+    if (loom_codec_max_encoded_bytes(codec, n, &m) != LOOM_SUCCESS || m > SIZE_MAX / 2) return 0;
+    return (8 + m + 7) & ~(size_t)7;
+}
+
+uint32_t loomi_sched_encode(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                            size_t src_off, size_t count, unsigned flags, int dec,
+                            size_t dec_off, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_ENCODE);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.src2 = (uint8_t)dec;
+    st.src2_off = dec_off;
+    st.flags = flags;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_decode(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                            size_t src_off, size_t count, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_DECODE);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_decode_acc(struct loomi_sched *s, int dst, size_t dst_off, int base,
+                                size_t base_off, int src, size_t src_off, size_t count,
+                                const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_DECODE_ACC);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.src2 = (uint8_t)base;
+    st.src2_off = base_off;
     st.count = count;
     return loomi_sched_add(s, &st, deps, ndeps);
 }

@@ -26,8 +26,23 @@ enum loomi_step_kind {
      * reads each operand once (blocked in cache): the reduction of a
      * slice against the copies the host's other ranks left in their
      * arenas. */
-    LOOMI_STEP_REDUCE_SHARED
+    LOOMI_STEP_REDUCE_SHARED,
+    /* Compression (s->codec; fp32 schedules).  An encoded "slot" of n
+     * values is loomi_codec_slot_bytes(codec, n) bytes: a u64 LE length,
+     * then the encoding, then zero padding; it is sent and received
+     * whole (count = slot bytes / esize), so both sides agree on the
+     * length whatever the codec.  count is the number of fp32 values. */
+    LOOMI_STEP_ENCODE,     /* slot dst = encode(src fp32); flags LOOMI_ENC_* */
+    LOOMI_STEP_DECODE,     /* dst fp32 = decode(slot src) */
+    LOOMI_STEP_DECODE_ACC  /* dst fp32 = src2 fp32 + decode(slot src) */
 };
+
+/* LOOMI_STEP_ENCODE flags: write the decoded encoding to src2 (which may
+ * be src itself); encode with error feedback (s->ef_state, s->ef_key, a
+ * tensor of s->ef_count values whose element i is at byte ef_base + i *
+ * esize of src's buffer). */
+#define LOOMI_ENC_DECODED 0x1u
+#define LOOMI_ENC_EF 0x2u
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
@@ -47,6 +62,7 @@ struct loomi_step {
     uint8_t src, src2, dst; /* enum loomi_buf */
     int32_t peer;           /* SEND/RECV */
     uint32_t tag;           /* SEND/RECV: equal on both sides of a message */
+    uint32_t flags;         /* ENCODE: LOOMI_ENC_* */
     size_t src_off, src2_off, dst_off; /* bytes */
     size_t count;                      /* elements */
 };
@@ -76,6 +92,14 @@ struct loomi_sched {
     /* Owned by a cache, lent to an operation: loomi_sched_free leaves the
      * arrays alone, and loomi_sched_finish has already run. */
     int borrowed;
+    /* Compressed schedules: the codec of the ENCODE/DECODE steps, and the
+     * error-feedback state the engine commits when the operation
+     * succeeds and rolls back when it fails (NULL: none). */
+    const loom_codec_t *codec;
+    loom_codec_state_t ef_state;
+    uint64_t ef_key;
+    size_t ef_count;
+    size_t ef_base; /* byte offset of the tensor's element 0 in an EF step's src */
 };
 
 int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,
@@ -111,6 +135,19 @@ uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n);
 uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                    size_t src_off, size_t arena_off, int skip, size_t count,
                                    const uint32_t *deps, int ndeps);
+
+/* Bytes of an encoded slot of n values (see LOOMI_STEP_ENCODE): 8 +
+ * loom_codec_max_encoded_bytes, rounded up to 8; 0 if too large. */
+size_t loomi_codec_slot_bytes(const loom_codec_t *codec, size_t n);
+uint32_t loomi_sched_encode(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                            size_t src_off, size_t count, unsigned flags, int dec,
+                            size_t dec_off, const uint32_t *deps, int ndeps);
+uint32_t loomi_sched_decode(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                            size_t src_off, size_t count, const uint32_t *deps, int ndeps);
+/* dst = base + decode(src); base may be dst itself (accumulate). */
+uint32_t loomi_sched_decode_acc(struct loomi_sched *s, int dst, size_t dst_off, int base,
+                                size_t base_off, int src, size_t src_off, size_t count,
+                                const uint32_t *deps, int ndeps);
 
 /* ------------------------------------------------------------- engine */
 

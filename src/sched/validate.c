@@ -86,10 +86,28 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  i, buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off, st->peer,
                  st->src2_off, st->count);
         break;
+    case LOOMI_STEP_ENCODE:
+        snprintf(b, n, "step %u (encode %s+%zu = %s+%zu, %zu values%s%s)", i, buf_name(st->dst),
+                 st->dst_off, buf_name(st->src), st->src_off, st->count,
+                 (st->flags & LOOMI_ENC_DECODED) ? ", decoded back" : "",
+                 (st->flags & LOOMI_ENC_EF) ? ", error feedback" : "");
+        break;
+    case LOOMI_STEP_DECODE:
+    case LOOMI_STEP_DECODE_ACC:
+        snprintf(b, n, "step %u (decode%s %s+%zu = %s+%zu, %zu values)", i,
+                 st->kind == LOOMI_STEP_DECODE ? "" : "-accumulate", buf_name(st->dst),
+                 st->dst_off, buf_name(st->src), st->src_off, st->count);
+        break;
     default:
         snprintf(b, n, "step %u (kind %d)", i, st->kind);
     }
     return b;
+}
+
+/* Bytes of an encoded slot of a step's count (0: no codec, or too big). */
+static size_t slot_of(const struct loomi_sched *s, const struct loomi_step *st)
+{
+    return s->codec ? loomi_codec_slot_bytes(s->codec, st->count) : 0;
 }
 
 static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t bytes)
@@ -206,6 +224,26 @@ static loom_result_t check_steps(struct vctx *v)
                 else if (!overlap_ok(v, s, st->dst, st->dst_off, st->src, st->src_off, bytes))
                     why = "writes a range that partly overlaps an input";
                 break;
+            case LOOMI_STEP_ENCODE:
+            case LOOMI_STEP_DECODE:
+            case LOOMI_STEP_DECODE_ACC: {
+                size_t sb = slot_of(s, st);
+                int enc = st->kind == LOOMI_STEP_ENCODE;
+                int two = !enc || (st->flags & LOOMI_ENC_DECODED);
+                if (!sb || s->dtype != LOOM_FLOAT32) why = "has no codec for fp32 data";
+                else if (!in_range(s, st->src, st->src_off, enc ? bytes : sb))
+                    why = "reads outside its buffer";
+                else if (!in_range(s, st->dst, st->dst_off, enc ? sb : bytes) ||
+                         (enc && two && !in_range(s, st->src2, st->src2_off, bytes)))
+                    why = "writes outside its buffer";
+                else if (st->kind == LOOMI_STEP_DECODE_ACC &&
+                         (!in_range(s, st->src2, st->src2_off, bytes) ||
+                          !overlap_ok(v, s, st->dst, st->dst_off, st->src2, st->src2_off, bytes)))
+                    why = "accumulates onto a bad range";
+                else if (enc && two && st->src2 == LOOMI_BUF_SEND)
+                    why = "writes SEND (the caller's read-only buffer)";
+                break;
+            }
             default:
                 why = "has an unknown kind";
             }
@@ -594,6 +632,21 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
             /* fall through */
         case LOOMI_STEP_AVG:
+            add_access(v, s, acc, &na, i, st->dst, st->dst_off, bytes, 1);
+            break;
+        case LOOMI_STEP_ENCODE: {
+            size_t sb = slot_of(s, st);
+            add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
+            add_access(v, s, acc, &na, i, st->dst, st->dst_off, sb, 1);
+            if ((st->flags & LOOMI_ENC_DECODED) && na < cap)
+                add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 1);
+            break;
+        }
+        case LOOMI_STEP_DECODE_ACC:
+            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
+            /* fall through */
+        case LOOMI_STEP_DECODE:
+            add_access(v, s, acc, &na, i, st->src, st->src_off, slot_of(s, st), 0);
             add_access(v, s, acc, &na, i, st->dst, st->dst_off, bytes, 1);
             break;
         }
