@@ -1,7 +1,8 @@
 /*
  * route.c - one communicator, several transports: each peer's data goes
  * through the transport chosen for it (shared memory for ranks on this
- * host, TCP for the others), behind the same ops table, so the engine
+ * host, RDMA verbs for the others where both ends have them, else TCP),
+ * behind the same ops table, so the engine
  * still sees a single transport.
  *
  * TCP, when allowed, connects to every peer even where shared memory
@@ -15,10 +16,19 @@
 
 #include "comm/route.h"
 #include "core/internal.h"
+#include "transports/verbs/verbs.h"
 
-#define SLOT 64 /* bytes of each sub-transport's address in a route address */
+#define SLOT 64 /* stride of the sub-addresses handed to connect_all */
 
-enum { T_TCP = 0, T_SHM = 1, T_N = 2 };
+enum { T_TCP = 0, T_SHM = 1, T_VERBS = 2, T_N = 3 };
+
+/* Where each sub-transport's address lies in a route address (of
+ * LOOMI_ROUTE_ADDR_BYTES): TCP's needs 24 bytes and verbs' 32, so they
+ * share the first 64; shared memory has the second. */
+static const unsigned slot_off[T_N] = {0, 64, 32};
+static const unsigned slot_len[T_N] = {32, 64, LOOMI_VERBS_ADDR_BYTES};
+_Static_assert(32 + LOOMI_VERBS_ADDR_BYTES <= 64 && 128 <= LOOMI_ROUTE_ADDR_BYTES,
+               "route address layout");
 
 struct route {
     int rank, nranks;
@@ -31,9 +41,10 @@ struct route {
     unsigned polls; /* progress calls, to poll idle sockets only now and then */
 };
 
-static const struct loomi_transport_ops *const known[T_N] = {&loomi_tcp_ops, &loomi_shm_ops};
+static const struct loomi_transport_ops *const known[T_N] = {&loomi_tcp_ops, &loomi_shm_ops,
+                                                             &loomi_verbs_ops};
 
-const char *loomi_route_names(void) { return "tcp, shm"; }
+const char *loomi_route_names(void) { return "tcp, shm, verbs"; }
 
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
 {
@@ -80,6 +91,13 @@ loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
     for (int i = 0; i < T_N; i++) {
         /* Shared memory is only worth its segment when a peer can use it. */
         if (!(mask & (1u << i)) || (i == T_SHM && ctx->nranks < 2)) continue;
+        /* Verbs where the machine has them: when only allowed (not
+         * forced), their absence is no error. */
+        char why[256];
+        if (i == T_VERBS && mask != (1u << T_VERBS) && !loomi_verbs_available(why, sizeof why)) {
+            LOOMI_INFO(ctx->rank, "verbs: not used: %s", why);
+            continue;
+        }
         r->ops[i] = known[i];
         loom_result_t rc = known[i]->create(ctx, &r->st[i]);
         if (rc != LOOM_SUCCESS) {
@@ -100,8 +118,9 @@ static loom_result_t route_local_addr(void *state, void *buf, size_t *len)
     memset(buf, 0, LOOMI_ROUTE_ADDR_BYTES);
     for (int i = 0; i < T_N; i++) {
         if (!r->ops[i]) continue;
-        size_t l = SLOT;
-        loom_result_t rc = r->ops[i]->local_addr(r->st[i], (unsigned char *)buf + i * SLOT, &l);
+        size_t l = slot_len[i];
+        loom_result_t rc =
+            r->ops[i]->local_addr(r->st[i], (unsigned char *)buf + slot_off[i], &l);
         if (rc != LOOM_SUCCESS) return rc;
     }
     *len = LOOMI_ROUTE_ADDR_BYTES;
@@ -128,19 +147,23 @@ static loom_result_t route_connect_all(void *state, const unsigned char *addrs, 
     if (addr_len < LOOMI_ROUTE_ADDR_BYTES)
         return loomi_fail(LOOM_ERR_INTERNAL, me, "route: address stride %zu too small", addr_len);
     /* Choose per peer: shared memory on this host when both sides have it,
-     * else TCP. */
+     * else verbs when both sides have them, else TCP. */
     for (int q = 0; q < n; q++) {
         if (q == me) continue;
         const unsigned char *a = addrs + (size_t)q * addr_len;
         int same = r->hosts && r->hosts->host_of[q] == r->hosts->host_of[me];
-        if (same && r->ops[T_SHM] && !all_zero(a + T_SHM * SLOT, SLOT)) r->via[q] = T_SHM;
-        else if (r->ops[T_TCP] && !all_zero(a + T_TCP * SLOT, SLOT)) r->via[q] = T_TCP;
+        if (same && r->ops[T_SHM] && !all_zero(a + slot_off[T_SHM], slot_len[T_SHM]))
+            r->via[q] = T_SHM;
+        else if (r->ops[T_VERBS] && !all_zero(a + slot_off[T_VERBS], slot_len[T_VERBS]))
+            r->via[q] = T_VERBS;
+        else if (r->ops[T_TCP] && !all_zero(a + slot_off[T_TCP], slot_len[T_TCP]))
+            r->via[q] = T_TCP;
         else
             return loomi_fail(LOOM_ERR_UNSUPPORTED, me,
                               "no allowed transport reaches rank %d (%s host; LOOM_TRANSPORT "
-                              "allows %s%s)",
+                              "allows %s%s%s)",
                               q, same ? "same" : "another", r->ops[T_TCP] ? "tcp " : "",
-                              r->ops[T_SHM] ? "shm" : "");
+                              r->ops[T_SHM] ? "shm " : "", r->ops[T_VERBS] ? "verbs" : "");
         r->nvia[r->via[q]]++;
     }
     unsigned char *sub = malloc((size_t)n * SLOT);
@@ -149,15 +172,15 @@ static loom_result_t route_connect_all(void *state, const unsigned char *addrs, 
     for (int i = 0; i < T_N && rc == LOOM_SUCCESS; i++) {
         if (!r->ops[i]) continue;
         for (int q = 0; q < n; q++) {
-            const unsigned char *a = addrs + (size_t)q * addr_len + (size_t)i * SLOT;
+            const unsigned char *a = addrs + (size_t)q * addr_len + slot_off[i];
             /* TCP reaches everyone (see the top of the file); shared memory
-             * only the peers it carries. */
+             * and verbs only the peers they carry. */
             int use = i == T_TCP || q == me || r->via[q] == i;
-            if (use) memcpy(sub + (size_t)q * SLOT, a, SLOT);
-            else memset(sub + (size_t)q * SLOT, 0, SLOT);
+            memset(sub + (size_t)q * SLOT, 0, SLOT);
+            if (use) memcpy(sub + (size_t)q * SLOT, a, slot_len[i]);
         }
-        if (i == T_SHM && r->nvia[T_SHM] == 0) {
-            /* No peer on this host: drop the segment now. */
+        if ((i == T_SHM || i == T_VERBS) && r->nvia[i] == 0) {
+            /* No peer for it: drop it now (shared memory: its segment). */
             r->ops[i]->destroy(r->st[i]);
             r->ops[i] = NULL;
             r->st[i] = NULL;
@@ -197,26 +220,41 @@ static void route_cancel(void *state, struct loomi_xfer *x)
 static loom_result_t route_progress(void *state, int timeout_ms)
 {
     struct route *r = state;
-    const struct loomi_transport_ops *tcp = r->ops[T_TCP], *shm = r->ops[T_SHM];
-    if (!shm) return tcp->progress(r->st[T_TCP], timeout_ms);
-    if (!tcp) return shm->progress(r->st[T_SHM], timeout_ms);
-    /* Sockets that carry no data (every peer on this host) only bring
-     * abort notices and goodbyes: a look every 32 polls is enough, and
-     * spares a system call on the small-message path. */
-    if (timeout_ms <= 0 && r->nvia[T_TCP] == 0 && ++r->polls % 32) {
-        return shm->progress(r->st[T_SHM], 0);
+    const struct loomi_transport_ops *tcp = r->ops[T_TCP], *shm = r->ops[T_SHM],
+                                     *vb = r->ops[T_VERBS];
+    int nt = !!tcp + !!shm + !!vb;
+    if (nt == 0) return LOOM_SUCCESS;
+    if (nt == 1) {
+        int i = tcp ? T_TCP : shm ? T_SHM : T_VERBS;
+        return r->ops[i]->progress(r->st[i], timeout_ms);
+    }
+    /* The transport a long wait naps on: TCP's sockets, else verbs'
+     * completion channel (shared memory has no descriptor). */
+    const int napper = tcp ? T_TCP : T_VERBS;
+    /* Sockets that carry no data (every peer on this host or over verbs)
+     * only bring abort notices and goodbyes: a look every 32 polls is
+     * enough, and spares a system call on the small-message path. */
+    if (timeout_ms <= 0 && tcp && r->nvia[T_TCP] == 0 && ++r->polls % 32) {
+        loom_result_t rc = LOOM_SUCCESS;
+        if (shm) rc = shm->progress(r->st[T_SHM], 0);
+        if (rc == LOOM_SUCCESS && vb) rc = vb->progress(r->st[T_VERBS], 0);
+        return rc;
     }
     loom_result_t rc;
     const uint64_t e0 = *r->events, t0 = loomi_now_ns();
     const uint64_t end = t0 + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
     for (;;) {
         /* Shared memory has no descriptor to sleep on, so a wait polls
-         * both; once it has lasted a while, it naps on the sockets in
+         * them all; once it has lasted a while, it naps on the sockets in
          * short slices instead of burning the core. */
-        if ((rc = shm->progress(r->st[T_SHM], 0)) != LOOM_SUCCESS) return rc;
+        for (int i = 0; i < T_N; i++) {
+            if (!r->ops[i] || i == napper) continue;
+            if ((rc = r->ops[i]->progress(r->st[i], 0)) != LOOM_SUCCESS) return rc;
+        }
         uint64_t now = loomi_now_ns();
         int nap = timeout_ms > 0 && now - t0 > ROUTE_SPIN_NS;
-        if ((rc = tcp->progress(r->st[T_TCP], nap ? 1 : 0)) != LOOM_SUCCESS) return rc;
+        if ((rc = r->ops[napper]->progress(r->st[napper], nap ? 1 : 0)) != LOOM_SUCCESS)
+            return rc;
         if (*r->events != e0 || timeout_ms <= 0 || loomi_now_ns() >= end) return LOOM_SUCCESS;
         if (!nap) sched_yield();
     }
@@ -225,9 +263,12 @@ static loom_result_t route_progress(void *state, int timeout_ms)
 static int route_wait_fd(void *state)
 {
     struct route *r = state;
-    /* Only usable alone: with shared memory in play nothing signals it. */
-    if (r->ops[T_SHM] || !r->ops[T_TCP]) return -1;
-    return r->ops[T_TCP]->wait_fd(r->st[T_TCP]);
+    /* Only usable alone: with several transports in play no one
+     * descriptor signals them all. */
+    int nt = !!r->ops[T_TCP] + !!r->ops[T_SHM] + !!r->ops[T_VERBS];
+    if (nt != 1 || r->ops[T_SHM]) return -1;
+    int i = r->ops[T_TCP] ? T_TCP : T_VERBS;
+    return r->ops[i]->wait_fd(r->st[i]);
 }
 
 static void route_abort_all(void *state, int failed, loom_result_t code)
@@ -258,9 +299,15 @@ static void *route_shared_map(void *state, int rank, size_t *len)
 const char *loomi_route_describe(void *state, char *buf, size_t n)
 {
     struct route *r = state;
-    snprintf(buf, n, "%s%s%s (%d peer(s) over shm, %d over tcp)",
-             r->ops[T_SHM] ? "shm" : "", r->ops[T_SHM] && r->ops[T_TCP] ? "+" : "",
-             r->ops[T_TCP] ? "tcp" : "", r->nvia[T_SHM], r->nvia[T_TCP]);
+    if (r->ops[T_VERBS])
+        snprintf(buf, n, "%s%sverbs%s%s (%d peer(s) over shm, %d over verbs, %d over tcp)",
+                 r->ops[T_SHM] ? "shm" : "", r->ops[T_SHM] ? "+" : "",
+                 r->ops[T_TCP] ? "+" : "", r->ops[T_TCP] ? "tcp" : "", r->nvia[T_SHM],
+                 r->nvia[T_VERBS], r->nvia[T_TCP]);
+    else
+        snprintf(buf, n, "%s%s%s (%d peer(s) over shm, %d over tcp)",
+                 r->ops[T_SHM] ? "shm" : "", r->ops[T_SHM] && r->ops[T_TCP] ? "+" : "",
+                 r->ops[T_TCP] ? "tcp" : "", r->nvia[T_SHM], r->nvia[T_TCP]);
     return buf;
 }
 

@@ -12,7 +12,7 @@
 
 extern const struct loomi_transport_ops loomi_route_ops;
 
-/* "tcp, shm": the transports this build has. */
+/* "tcp, shm, verbs": the transports this build has. */
 const char *loomi_route_names(void);
 /* LOOM_TRANSPORT ("tcp", "shm", "tcp,shm"; empty: all) into a mask;
  * an unknown name is an error listing the known ones. */
@@ -26,7 +26,7 @@ loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
 void loomi_route_set_hosts(void *state, const struct loomi_hostmap *hosts);
 /* "shm+tcp (3 peer(s) over shm, 4 over tcp)" */
 const char *loomi_route_describe(void *state, char *buf, size_t n);
-/* Index of the transport carrying data to peer (0 tcp, 1 shm), -1 for self. */
+/* Index of the transport carrying data to peer (0 tcp, 1 shm, 2 verbs), -1 for self. */
 int loomi_route_peer_transport(void *state, int peer, const char **name);
 int loomi_route_has_shm(void *state);
 

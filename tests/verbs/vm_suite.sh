@@ -1,0 +1,160 @@
+#!/bin/sh
+# vm_suite.sh - the verbs suite, run inside the soft-RoCE VM by
+# run_in_vm.sh (busybox sh; binaries in /loom/bin).  Every rank is a
+# local process, and LOOM_TRANSPORT=verbs sends all of their traffic
+# through the rxe0 device.
+#
+#  1. the transport in use is verbs (LOOM_DEBUG=info names it);
+#  2. every collective (the perf binaries with -c 1) on 2, 3 and 4 ranks,
+#     at sizes that go eager and rendezvous: #wrong 0 everywhere;
+#  3. the multi-process tests: allreduce (every type and op) and
+#     point-to-point/groups on 2, 3 and 4 ranks;
+#  4. the kill test: a rank SIGKILLed mid-allreduce, every survivor fails
+#     cleanly, naming it, within 5 s; one SIGSTOPped, within LOOM_TIMEOUT;
+#  5. figures (not pass/fail unless LOOM_VM_BW_MIN is set): ib_write_bw
+#     against sendrecv_perf on the same device, and a 64 MiB allreduce
+#     over verbs and over TCP.
+# LOOM_VM_QUICK=1 skips 3 and 5.  Ends with "N passed, N failed".
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+export LOOM_DEBUG=none
+export LOOM_TRANSPORT=verbs
+tmp=/tmp/suite
+mkdir -p $tmp
+
+run() { # run NRANKS PROG ARGS...: output in $out, status in $rc
+    n=$1
+    shift
+    out=$(timeout 300 loomrun -n "$n" --timeout 280 "$@" 2>&1)
+    rc=$?
+}
+wrong_ok() { # every data row's two #wrong columns are 0, and there are rows
+    awk '!/^#/ && NF >= 13 { rows++; if ($9 != 0 || $13 != 0) bad++ }
+         END { exit !(rows > 0 && bad == 0) }'
+}
+
+echo "# $(uname -r); $(rdma link show 2>&1 | head -1)"
+
+# 1. The transport in use.
+out=$(LOOM_DEBUG=info timeout 120 loomrun -n 3 --timeout 100 sendrecv_perf -b 8 -e 8 -n 1 -w 0 2>&1)
+if echo "$out" | grep -q "transport verbs (0 peer(s) over shm, 2 over verbs, 0 over tcp)"; then
+    ok "LOOM_TRANSPORT=verbs: every peer over verbs ($(echo "$out" | grep -o 'verbs: using [^,]*, GID index [0-9]* ([^)]*)' | head -1))"
+else
+    bad "LOOM_TRANSPORT=verbs: the communicator does not report verbs"
+    echo "$out" | tail -20
+fi
+
+# 2. Every collective, 2, 3 and 4 ranks: 4, 92, 2116, 48668 and 1119364
+#    bytes (odd counts; eager and rendezvous), in and out of place.
+for n in 2 3 4; do
+    for b in all_reduce reduce_scatter all_gather alltoall broadcast reduce gather scatter sendrecv; do
+        root=
+        case $b in broadcast | reduce | gather | scatter) root="-r $((n - 1))" ;; esac
+        run $n ${b}_perf -b 4 -e 2M -f 23 -n 1 -w 0 -c 1 $root
+        if [ $rc -eq 0 ] && echo "$out" | wrong_ok && echo "$out" | grep -q "Out of bounds values : 0 OK"; then
+            ok "${b}_perf on $n ranks over verbs: #wrong 0"
+        else
+            bad "${b}_perf on $n ranks over verbs (exit $rc)"
+            echo "$out" | grep -v '^#' | tail -15
+        fi
+    done
+done
+# Every algorithm of allreduce, and small chunks (many messages in
+# flight, credits exhausted and returned), on 3 ranks.
+for a in ring recursive_doubling halving_doubling tree; do
+    LOOM_ALGO=allreduce:$a run 3 all_reduce_perf -b 4 -e 2M -f 23 -n 2 -w 0 -c 1
+    if [ $rc -eq 0 ] && echo "$out" | wrong_ok; then ok "all_reduce_perf, LOOM_ALGO=allreduce:$a, 3 ranks: #wrong 0"
+    else bad "all_reduce_perf, LOOM_ALGO=allreduce:$a, 3 ranks (exit $rc)"; echo "$out" | grep -v '^#' | tail -8; fi
+done
+LOOM_CHUNK_SIZE=4K run 4 all_reduce_perf -b 1M -e 4M -f 4 -n 2 -w 0 -c 1
+if [ $rc -eq 0 ] && echo "$out" | wrong_ok; then ok "all_reduce_perf, 4K chunks, 4 ranks: #wrong 0"
+else bad "all_reduce_perf, 4K chunks, 4 ranks (exit $rc)"; echo "$out" | grep -v '^#' | tail -8; fi
+
+# 3. The multi-process tests.
+if [ -z "${LOOM_VM_QUICK:-}" ]; then
+    for n in 2 3 4; do
+        run $n mp_allreduce quick
+        if [ $rc -eq 0 ]; then ok "mp_allreduce on $n ranks over verbs: $(echo "$out" | grep 'rank 0 of')"
+        else bad "mp_allreduce on $n ranks over verbs (exit $rc)"; echo "$out" | tail -10; fi
+        run $n mp_p2p
+        if [ $rc -eq 0 ]; then ok "mp_p2p on $n ranks over verbs: $(echo "$out" | grep 'rank 0 of')"
+        else bad "mp_p2p on $n ranks over verbs (exit $rc)"; echo "$out" | tail -10; fi
+    done
+fi
+
+# 4. The kill test.
+# "stop": the victim is SIGSTOPped (alive, its queue pairs still answered
+# by the kernel, saying nothing): the survivors fail by LOOM_TIMEOUT (3 s).
+for nv in "2 1 kill 20000 5000" "4 1 kill 20000 5000" "4 3 kill 20000 5000" "2 1 stop 3000 6000"; do
+    set -- $nv
+    n=$1 victim=$2 mode=$3 limit=$5
+    rm -rf $tmp/out $tmp/stamp
+    LOOM_TIMEOUT=$4 timeout 200 loomrun -n $n --keep-going --timeout 180 --output $tmp/out \
+        mp_kill $victim $tmp/stamp $((4 << 20)) $mode >/dev/null 2>&1
+    good=1 worst=0 r=0
+    while [ $r -lt $n ]; do
+        if [ $r -ne $victim ]; then
+            line=$(cat $tmp/out/rank.$r.out 2>/dev/null)
+            case "$line" in
+            *": OK after "*) ;;
+            *) good=0; echo "  rank $r: ${line:-no output}"; tail -3 $tmp/out/rank.$r.err 2>/dev/null ;;
+            esac
+            ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
+            [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
+        fi
+        r=$((r + 1))
+    done
+    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < $limit)}"; then
+        ok "$mode rank $victim of $n mid-allreduce over verbs: every survivor failed cleanly, slowest after $worst ms"
+    else
+        bad "$mode rank $victim of $n mid-allreduce over verbs (slowest $worst ms)"
+    fi
+done
+
+# 5. Figures: the same device, the same VM, the same run.
+if [ -z "${LOOM_VM_QUICK:-}" ]; then
+    sz=4194304
+    gid=$(echo "$(LOOM_DEBUG=info timeout 60 loomrun -n 1 sendrecv_perf -b 8 -e 8 -n 1 -w 0 2>&1)" |
+        sed -n 's/.*GID index \([0-9]*\).*/\1/p' | head -1)
+    [ -n "$gid" ] || gid=1
+    ibbw() { # ibbw EXTRA_FLAGS: ib_write_bw's average MB/s at $sz bytes
+        ib_write_bw -d rxe0 -x $gid -s $sz -n 150 -F $1 >$tmp/srv 2>&1 &
+        spid=$!
+        sleep 1
+        timeout 120 ib_write_bw -d rxe0 -x $gid -s $sz -n 150 -F $1 10.9.0.1 >$tmp/cli 2>&1
+        wait $spid
+        awk -v s=$sz '$1 == s && NF >= 5 { print $4 }' $tmp/cli | tail -1
+    }
+    uni=$(ibbw "")
+    bi=$(ibbw "-b")
+    echo "# ib_write_bw, $sz bytes, rxe0 GID $gid: unidirectional $uni MB/s, bidirectional (sum) $bi MB/s"
+    grep -E "^ *$sz" $tmp/cli | sed 's/^/#   /'
+    # sendrecv on 2 ranks: each sends to the other at once, so each
+    # direction carries algbw (and the device both together).
+    run 2 sendrecv_perf -b $sz -e $sz -n 40 -w 4 -c 0
+    echo "$out" | grep -v '^# *$' | grep -E '^ *[0-9]|size' | sed 's/^/#   /'
+    sr=$(echo "$out" | awk '!/^#/ && NF >= 13 && $6 > 0 { printf "%.2f\n", $1 / $6 }' | tail -1)
+    echo "# sendrecv_perf over verbs, $sz bytes, 2 ranks: $sr MB/s each way"
+    if awk "BEGIN{exit !(${sr:-0} > 0 && ${bi:-0} > 0 && ${uni:-0} > 0)}"; then
+        echo "# ratio: Loom both ways / ib_write_bw -b = $(awk "BEGIN{printf \"%.2f\", 2*$sr/$bi}"); Loom one way / ib_write_bw one way = $(awk "BEGIN{printf \"%.2f\", $sr/$uni}")"
+        if [ -n "${LOOM_VM_BW_MIN:-}" ]; then
+            if awk "BEGIN{exit !(2*$sr/$bi >= $LOOM_VM_BW_MIN)}"; then ok "sendrecv over verbs >= $LOOM_VM_BW_MIN of ib_write_bw -b"
+            else bad "sendrecv over verbs < $LOOM_VM_BW_MIN of ib_write_bw -b"; fi
+        fi
+    fi
+    # A 64 MiB allreduce on 2 ranks: verbs, then TCP.
+    for tr in verbs tcp; do
+        LOOM_TRANSPORT=$tr run 2 all_reduce_perf -b 64M -e 64M -n 5 -w 1 -c 1
+        echo "$out" | grep -E '^ *[0-9]' | sed "s/^/#   $tr: /"
+        t=$(echo "$out" | awk '!/^#/ && NF >= 13 { print $6 }' | tail -1)
+        eval "ar_$tr=\$t"
+        if [ $rc -eq 0 ] && echo "$out" | wrong_ok; then ok "64 MiB allreduce over $tr on 2 ranks: #wrong 0, $t us"
+        else bad "64 MiB allreduce over $tr on 2 ranks (exit $rc)"; echo "$out" | tail -5; fi
+    done
+    [ -n "$ar_verbs" ] && [ -n "$ar_tcp" ] &&
+        echo "# 64 MiB allreduce, 2 ranks: verbs $ar_verbs us, tcp $ar_tcp us: verbs is $(awk "BEGIN{printf \"%.2f\", $ar_tcp/$ar_verbs}")x TCP's speed"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
