@@ -135,7 +135,9 @@ int main(int argc, char **argv)
                 else
                     printf("FAIL victim resumed: operation %s, shrink %s\n", loom_strerror(r),
                            loom_strerror(rs));
+                fflush(stdout);
                 loom_comm_destroy(comm);
+                free(buf);
                 return 0;
             }
         }
@@ -187,6 +189,10 @@ int main(int argc, char **argv)
         if (2 * nn < n) {
             printf("OK minority detect_ms=%.1f shrink_ms=%.1f size=%d of %d\n", detect, shrink,
                    nn, n);
+            fflush(stdout); /* before a sanitizer's exit report, whatever it says */
+            loom_comm_destroy(nc);
+            loom_comm_destroy(comm);
+            free(buf);
             return 0;
         }
         printf("FAIL cut-off rank kept %d of %d ranks\n", nn, n);

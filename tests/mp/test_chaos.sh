@@ -76,9 +76,14 @@ for f in "$dir"/summary.*; do
     [ "$(get shrinks)" -gt "$shrinks" ] && shrinks=$(get shrinks)
 done
 left=$(alive | wc -l)
-echo "  ${dur}s: $steps steps, $kills kills, $stops stops, $joins joins started, up to $grows grows and $shrinks shrinks per process, $n processes finished, $left still running, wrong $wrong, diverged $div"
+# Every process that completed a step has a progress file: the 8 members
+# and each newcomer admitted.
+ran=$(ls "$dir"/progress.* 2>/dev/null | wc -l)
+admitted=$((ran > 8 ? ran - 8 : 0))
+quit=$(cat "$dir"/out/*.err "$dir"/join.*.out 2>/dev/null | grep -c 'leaving')
+echo "  ${dur}s: $steps steps, $kills kills, $stops stops, $joins joins started and $admitted admitted, up to $grows grows and $shrinks shrinks per process, $n processes finished, $left still running, $quit left after a failed shrink, wrong $wrong, diverged $div"
 if [ $hang = 0 ] && [ "$wrong" = 0 ] && [ "$div" = 0 ] && [ "$n" -ge 3 ] && [ "$steps" -gt 0 ]; then
-    ok "chaos ${dur}s: $steps steps, $kills kills + $stops stops, $joins joins ($grows admitted by the longest-lived), no hang, no wrong result, no divergence"
+    ok "chaos ${dur}s: $steps steps, $kills kills + $stops stops, $admitted of $joins joiners admitted, no hang, no wrong result, no divergence"
 else
     bad "chaos ${dur}s (hang $hang, wrong $wrong, diverged $div, finished $n)"
     tail -5 "$dir"/out/*.err 2>/dev/null | tail -30
