@@ -227,6 +227,17 @@ loom_result_t loom_wait(loom_request_t *req);
  * LOOM_REQUEST_NULL and the operation's result returned. */
 loom_result_t loom_test(loom_request_t *req, int *done);
 
+/* Wait until one of the n requests completes, release it, set reqs[*index]
+ * to LOOM_REQUEST_NULL and return its result.  LOOM_REQUEST_NULL entries
+ * are skipped; when every entry is one, *index is -1 and LOOM_SUCCESS is
+ * returned at once.  The requests may belong to different communicators. */
+loom_result_t loom_wait_any(loom_request_t *reqs, int n, int *index);
+
+/* Wait for every one of the n requests (LOOM_REQUEST_NULL entries are
+ * skipped), setting each to LOOM_REQUEST_NULL; returns the first failure
+ * in completion order, or LOOM_SUCCESS. */
+loom_result_t loom_wait_all(loom_request_t *reqs, int n);
+
 /* ---------------------------------------------------------- collectives */
 
 /* recvbuf[i] = op over all ranks of sendbuf[i], for i < count, on every

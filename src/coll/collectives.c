@@ -696,3 +696,38 @@ loom_result_t loom_test(loom_request_t *req, int *done)
     if (*done) *req = LOOM_REQUEST_NULL;
     return r;
 }
+
+static loom_result_t check_reqs(const char *fn, loom_request_t *reqs, int n)
+{
+    if (n < 0) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: n %d is negative", fn, n);
+    if (n > 0 && !reqs)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: reqs is NULL with n %d", fn, n);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_wait_any(loom_request_t *reqs, int n, int *index)
+{
+    const char *fn = "loom_wait_any";
+    if (!index) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: index is NULL", fn);
+    *index = -1;
+    loom_result_t r = check_reqs(fn, reqs, n);
+    if (r != LOOM_SUCCESS) return r;
+    int i = 0;
+    while (i < n && reqs[i] == LOOM_REQUEST_NULL) i++;
+    if (i == n) return LOOM_SUCCESS;
+    return loomi_op_wait_any(reqs, n, index);
+}
+
+loom_result_t loom_wait_all(loom_request_t *reqs, int n)
+{
+    const char *fn = "loom_wait_all";
+    loom_result_t r = check_reqs(fn, reqs, n), first = LOOM_SUCCESS;
+    if (r != LOOM_SUCCESS) return r;
+    for (;;) {
+        int i;
+        r = loom_wait_any(reqs, n, &i);
+        if (i < 0) break;
+        if (first == LOOM_SUCCESS) first = r;
+    }
+    return first;
+}

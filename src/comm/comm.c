@@ -42,16 +42,19 @@ loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
     loom_result_t r = comm_live(comm, fn);
     if (r != LOOM_SUCCESS) return r;
     /* The communicator's owner is the caller: it may bring it up to date. */
+    loomi_comm_lock(comm);
     if (comm->error == LOOM_SUCCESS) loomi_comm_sync((struct loom_comm *)comm);
     if (comm->error != LOOM_SUCCESS)
-        return loomi_fail(LOOM_ERR_REVOKED, comm->rank,
-                          "%s: the communicator is broken since an earlier failure: %s", fn,
-                          comm->errmsg);
-    return LOOM_SUCCESS;
+        r = loomi_fail(LOOM_ERR_REVOKED, comm->rank,
+                       "%s: the communicator is broken since an earlier failure: %s", fn,
+                       comm->errmsg);
+    loomi_comm_unlock(comm);
+    return r;
 }
 
 loom_result_t loomi_comm_sync(struct loom_comm *c)
 {
+    loomi_comm_lock(c);
     if (c->error == LOOM_SUCCESS && c->ctrl && loomi_ctrl_revoked(c->ctrl)) {
         loom_result_t code;
         int failed;
@@ -62,13 +65,19 @@ loom_result_t loomi_comm_sync(struct loom_comm *c)
         else
             loomi_comm_fail(c, code, failed, "%s", why);
     }
-    return c->error;
+    loom_result_t r = c->error;
+    loomi_comm_unlock(c);
+    return r;
 }
 
 void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, const char *fmt,
                      ...)
 {
-    if (c->error != LOOM_SUCCESS) return;
+    loomi_comm_lock(c);
+    if (c->error != LOOM_SUCCESS) {
+        loomi_comm_unlock(c);
+        return;
+    }
     c->error = code;
     c->failed_rank = failed_rank;
     va_list ap;
@@ -83,6 +92,7 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
     /* Tell everyone at once, so that ranks not talking to the failed
      * peer stop too instead of waiting for their deadline. */
     if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
+    loomi_comm_unlock(c);
 }
 
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
@@ -200,6 +210,7 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
 
 void loomi_comm_discard(struct loom_comm *c)
 {
+    loomi_progress_stop(c);
     loomi_ctrl_destroy(c->ctrl, 0);
     if (c->tstate) c->tops->destroy(c->tstate);
     free(c->hosts);
@@ -359,6 +370,7 @@ loom_result_t loom_comm_init_env(loom_comm_t *comm, const loom_config_t *cfg)
 
 static void comm_free(struct loom_comm *c, int polite)
 {
+    loomi_progress_stop(c);
     loomi_ctrl_destroy(c->ctrl, polite);
     c->ctrl = NULL;
     free(c->scratch);
@@ -385,6 +397,7 @@ loom_result_t loom_comm_destroy(loom_comm_t comm)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",
                           comm->nlive);
+    loomi_progress_stop(comm); /* before the transport goes */
     /* Goodbye on the control plane first: the peers see a departure. */
     loomi_ctrl_destroy(comm->ctrl, 1);
     comm->ctrl = NULL;
@@ -397,6 +410,7 @@ loom_result_t loom_comm_abort(loom_comm_t comm)
 {
     loom_result_t r = comm_live(comm, "loom_comm_abort");
     if (r != LOOM_SUCCESS) return r;
+    loomi_progress_stop(comm);
     loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
                     comm->rank);
     loomi_engine_free_all(comm);
@@ -430,8 +444,11 @@ loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank)
 {
     loom_result_t r = comm_live(comm, "loom_comm_get_error");
     if (r != LOOM_SUCCESS) return r;
+    loomi_comm_lock(comm);
     if (failed_rank) *failed_rank = comm->error != LOOM_SUCCESS ? comm->failed_rank : -1;
-    return comm->error;
+    r = comm->error;
+    loomi_comm_unlock(comm);
+    return r;
 }
 
 loom_result_t loom_comm_revoke(loom_comm_t comm)

@@ -3,6 +3,7 @@
 #define LOOMI_COMM_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/socket.h>
 
@@ -18,6 +19,19 @@ struct loomi_ctrl;
 struct loomi_topo_rank;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
+
+/* The progress thread of a communicator (LOOM_PROGRESS_THREAD=1; engine.c).
+ * `mu` guards the engine state (operations, transport, error) against
+ * it: every entry that touches them takes it through loomi_comm_lock. */
+struct loomi_progress {
+    pthread_mutex_t mu;   /* recursive: internal paths nest */
+    pthread_cond_t turn;  /* the thread waits here while a caller wants mu */
+    atomic_int want;      /* callers waiting for mu */
+    pthread_t thread;
+    int wakefd;           /* eventfd: an operation started, or stop */
+    int sleeping;         /* the thread is in poll() (under mu) */
+    int stop;             /* under mu */
+};
 #define LOOMI_MAX_COLLS 16
 
 struct loom_comm {
@@ -85,7 +99,30 @@ struct loom_comm {
     loom_result_t error;
     int failed_rank;
     char errmsg[256];
+
+    /* The progress thread, started with the first operation when
+     * set.progress_thread; NULL: none (then no lock is taken). */
+    struct loomi_progress *pt;
 };
+
+/* Take / release the communicator's engine lock (nothing without a
+ * progress thread).  Recursive; the caller thread's own calls only. */
+static inline void loomi_comm_lock(const struct loom_comm *c)
+{
+    struct loomi_progress *pt = c->pt;
+    if (!pt) return;
+    atomic_fetch_add_explicit(&pt->want, 1, memory_order_relaxed);
+    pthread_mutex_lock(&pt->mu);
+    atomic_fetch_sub_explicit(&pt->want, 1, memory_order_relaxed);
+}
+
+static inline void loomi_comm_unlock(const struct loom_comm *c)
+{
+    struct loomi_progress *pt = c->pt;
+    if (!pt) return;
+    pthread_cond_signal(&pt->turn);
+    pthread_mutex_unlock(&pt->mu);
+}
 
 /* Check that comm is a live communicator that can run operations
  * (LOOM_ERR_INVALID_ARGUMENT for NULL/garbage, LOOM_ERR_REVOKED when broken). */

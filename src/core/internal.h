@@ -76,6 +76,7 @@ struct loomi_env {
     size_t shm_bytes;          /* shared-memory arena per rank */
     size_t shm_cma_min;        /* single-copy (CMA) from this size on; 0: never */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
+    int progress_thread;       /* 1: a thread progresses non-blocking operations */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -102,6 +103,7 @@ struct loomi_settings {
     size_t shm_bytes;
     size_t shm_cma_min;
     int heartbeat_ms;
+    int progress_thread;
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -9,10 +9,15 @@
  * from its own callbacks.  Failures are likewise recorded in callbacks and
  * acted on (cancel, restore, tell peers) after progress() returns.
  */
+#include <errno.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "compress/compress.h"
@@ -439,9 +444,9 @@ static void *comm_buffer(void **cache, size_t *cache_len, int *busy, size_t len,
     return malloc(len);
 }
 
-loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
-                             const void *sendbuf, void *recvbuf, int inplace,
-                             struct loomi_op **out)
+static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
+                              const void *sendbuf, void *recvbuf, int inplace,
+                              struct loomi_op **out)
 {
     loom_result_t r = loomi_sched_finish(s);
     if (r != LOOM_SUCCESS) {
@@ -539,6 +544,23 @@ fail_op:
     return r;
 }
 
+static void progress_start(struct loom_comm *c);
+static void progress_wake(struct loomi_progress *pt);
+
+loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
+                             const void *sendbuf, void *recvbuf, int inplace,
+                             struct loomi_op **out)
+{
+    if (c->set.progress_thread && !c->pt) progress_start(c);
+    loomi_comm_lock(c);
+    loom_result_t r = op_start(c, s, sendbuf, recvbuf, inplace, out);
+    /* A sleeping thread looks at the new operation (its sends may wait
+     * for room, its receives for data). */
+    if (c->pt && c->pt->sleeping && c->active) progress_wake(c->pt);
+    loomi_comm_unlock(c);
+    return r;
+}
+
 /* After progress: run what became ready, finish what completed, and turn
  * any failure into a broken communicator. */
 static void engine_advance(struct loom_comm *c)
@@ -571,6 +593,7 @@ void loomi_engine_free_all(struct loom_comm *c)
 void loomi_engine_fail_all(struct loom_comm *c)
 {
     struct loomi_op *op;
+    loomi_comm_lock(c);
     while ((op = c->active) != NULL) {
         if (op->status == LOOM_SUCCESS) {
             op->status = c->error;
@@ -582,6 +605,7 @@ void loomi_engine_fail_all(struct loom_comm *c)
         }
         op_finish(op);
     }
+    loomi_comm_unlock(c);
 }
 
 /* Milliseconds until the no-progress deadline of the running operations. */
@@ -609,9 +633,29 @@ static int silent_peer(const struct loom_comm *c)
     return send_peer;
 }
 
+/* Running operations fail when the communicator has moved nothing for
+ * timeout_ms. */
+static void check_deadline(struct loom_comm *c)
+{
+    if (!c->active || ms_to_deadline(c) != 0) return;
+    const struct loomi_op *op = c->active;
+    int suspect = silent_peer(c);
+    const struct loomi_op *head = c->shq_head;
+    char held[96] = "";
+    if (op->held && head)
+        snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
+                 "to release the shared arenas)",
+                 (unsigned long long)head->seq, head->ndone, head->s.nsteps);
+    loomi_comm_fail(c, LOOM_ERR_TIMEOUT, suspect,
+                    "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
+                    "waiting on rank %d; operation %llu had %u of %u steps done%s",
+                    c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq,
+                    op->ndone, op->s.nsteps, held);
+    loomi_engine_fail_all(c);
+}
+
 /* One round: progress the transport for at most wait_ms, then advance and
- * enforce the deadline: running operations fail when the communicator has
- * moved nothing for timeout_ms. */
+ * enforce the deadline. */
 static void engine_round(struct loom_comm *c, int wait_ms)
 {
     /* A revocation comes from the control plane's thread: look for it
@@ -630,22 +674,7 @@ static void engine_round(struct loom_comm *c, int wait_ms)
     engine_advance(c);
     /* Reading the clock costs as much as a poll: polls check the deadline
      * only now and then (it is counted in milliseconds anyway). */
-    if (c->active && (wait_ms > 0 || ++c->rounds % 64 == 0) && ms_to_deadline(c) == 0) {
-        const struct loomi_op *op = c->active;
-        int suspect = silent_peer(c);
-        const struct loomi_op *head = c->shq_head;
-        char held[96] = "";
-        if (op->held && head)
-            snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
-                     "to release the shared arenas)",
-                     (unsigned long long)head->seq, head->ndone, head->s.nsteps);
-        loomi_comm_fail(c, LOOM_ERR_TIMEOUT, suspect,
-                        "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
-                        "waiting on rank %d; operation %llu had %u of %u steps done%s",
-                        c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq,
-                        op->ndone, op->s.nsteps, held);
-        loomi_engine_fail_all(c);
-    }
+    if (c->active && (wait_ms > 0 || ++c->rounds % 64 == 0)) check_deadline(c);
 }
 
 static loom_result_t op_result(struct loomi_op *op)
@@ -657,7 +686,7 @@ static loom_result_t op_result(struct loomi_op *op)
     return r;
 }
 
-loom_result_t loomi_op_wait(struct loomi_op *op)
+static loom_result_t op_wait(struct loomi_op *op)
 {
     struct loom_comm *c = op->comm;
     while (!op->finished) {
@@ -697,14 +726,270 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
     return op_result(op);
 }
 
+/* With a progress thread, the waiting caller drives the engine itself
+ * (holding the lock, so the thread stays parked): no hand-off on the
+ * critical path, and the same spin-then-sleep as without the thread. */
+loom_result_t loomi_op_wait(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    loomi_comm_lock(c);
+    loom_result_t r = op_wait(op);
+    loomi_comm_unlock(c);
+    return r;
+}
+
 loom_result_t loomi_op_test(struct loomi_op *op, int *done)
 {
-    if (!op->finished) engine_advance(op->comm);
-    if (!op->finished) engine_round(op->comm, 0);
-    if (!op->finished) {
-        *done = 0;
-        return LOOM_SUCCESS;
+    struct loom_comm *c = op->comm;
+    loomi_comm_lock(c);
+    if (!op->finished) engine_advance(c);
+    if (!op->finished) engine_round(c, 0);
+    loom_result_t r = LOOM_SUCCESS;
+    *done = op->finished;
+    if (op->finished) r = op_result(op);
+    loomi_comm_unlock(c);
+    return r;
+}
+
+
+/* ------------------------------------------------------- wait for any */
+
+static int any_finished(struct loomi_op *const *ops, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ops[i] && ops[i]->finished) return 1;
+    return 0;
+}
+
+/* Drive c (locked) until one of ops (all of c) is finished: loomi_op_wait's
+ * loop, watching several operations. */
+static void wait_some(struct loom_comm *c, struct loomi_op *const *ops, int n)
+{
+    while (!any_finished(ops, n)) {
+        engine_advance(c);
+        if (any_finished(ops, n)) break;
+        if (c->set.spin_us) {
+            uint64_t t0 = 0;
+            unsigned idle = 0;
+            while (!any_finished(ops, n)) {
+                uint64_t before = c->xfer_events;
+                engine_round(c, 0);
+                if (c->xfer_events != before) {
+                    idle = 0;
+                    t0 = 0;
+                    continue;
+                }
+                if (c->oversubscribed || idle % 64 == 63) sched_yield();
+                if (++idle % 8 == 0) {
+                    uint64_t now = loomi_now_ns();
+                    if (!t0) t0 = now;
+                    else if (now - t0 >= (uint64_t)c->set.spin_us * 1000u) break;
+                }
+            }
+            if (any_finished(ops, n)) break;
+        }
+        engine_round(c, ms_to_deadline(c));
     }
-    *done = 1;
-    return op_result(op);
+}
+
+/* Is ops[i] finished?  Drives its communicator one round first if not. */
+static int test_one(struct loomi_op *op)
+{
+    struct loom_comm *c = op->comm;
+    loomi_comm_lock(c);
+    if (!op->finished) engine_advance(c);
+    if (!op->finished) engine_round(c, 0);
+    int f = op->finished;
+    loomi_comm_unlock(c);
+    return f;
+}
+
+loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
+{
+    struct loomi_op **ops = (struct loomi_op **)malloc((size_t)n * sizeof *ops);
+    if (!ops) return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_wait_any: out of memory");
+    struct loom_comm *one = NULL;
+    int single = 1;
+    for (int i = 0; i < n; i++) {
+        ops[i] = (struct loomi_op *)reqs[i];
+        if (!ops[i]) continue;
+        if (!one) one = ops[i]->comm;
+        else if (ops[i]->comm != one) single = 0;
+    }
+    struct pollfd *pf = single ? NULL : malloc((size_t)n * sizeof *pf);
+    int found = -1;
+    while (found < 0) {
+        for (int i = 0; i < n && found < 0; i++)
+            if (ops[i] && test_one(ops[i])) found = i;
+        if (found >= 0) break;
+        if (single) {
+            /* One communicator: sleep in its transport, as loom_wait does. */
+            loomi_comm_lock(one);
+            wait_some(one, ops, n);
+            loomi_comm_unlock(one);
+            continue;
+        }
+        /* Several: each is driven in turn, or one could wait on a peer
+         * that waits on another; sleep until some transport has work. */
+        nfds_t npf = 0;
+        int blind = !pf;
+        for (int i = 0; i < n && pf; i++) {
+            if (!ops[i]) continue;
+            struct loom_comm *c = ops[i]->comm;
+            loomi_comm_lock(c);
+            int fd = c->tops->wait_fd(c->tstate);
+            loomi_comm_unlock(c);
+            if (fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
+            else blind = 1;
+        }
+        poll(pf, npf, npf && !blind ? 10 : 1);
+    }
+    free(pf);
+    struct loomi_op *op = ops[found];
+    free(ops);
+    struct loom_comm *c = op->comm;
+    loomi_comm_lock(c);
+    loom_result_t r = op_result(op);
+    loomi_comm_unlock(c);
+    reqs[found] = LOOM_REQUEST_NULL;
+    *index = found;
+    return r;
+}
+
+/* ------------------------------------------------------ progress thread */
+
+/* Called with mu held. */
+static void progress_wake(struct loomi_progress *pt)
+{
+    uint64_t one = 1;
+    ssize_t w = write(pt->wakefd, &one, sizeof one);
+    (void)w; /* the counter is full: a wake-up is pending anyway */
+    pt->sleeping = 0;
+}
+
+/* Sleep with mu released until the wake descriptor or `fd` (if >= 0) is
+ * readable, or ms pass (-1: no limit). */
+static void progress_sleep(struct loomi_progress *pt, int fd, int ms)
+{
+    struct pollfd pf[2] = {{.fd = pt->wakefd, .events = POLLIN},
+                           {.fd = fd, .events = POLLIN}};
+    pt->sleeping = 1;
+    pthread_mutex_unlock(&pt->mu);
+    if (poll(pf, fd >= 0 ? 2 : 1, ms) > 0 && (pf[0].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t rd = read(pt->wakefd, &v, sizeof v);
+        (void)rd;
+    }
+    pthread_mutex_lock(&pt->mu);
+    pt->sleeping = 0;
+}
+
+/* The thread: drives the engine while operations are in flight, polls on
+ * for LOOM_SPIN_US after the last progress, then sleeps in the transport's
+ * descriptor (in 1 ms naps where it has none: shared memory), and with
+ * nothing in flight sleeps until an operation starts.  Callers that want
+ * the lock get it first. */
+static void *progress_main(void *arg)
+{
+    struct loom_comm *c = arg;
+    struct loomi_progress *pt = c->pt;
+    uint64_t t0 = 0; /* when the current stretch without progress began; 0: none */
+    pthread_mutex_lock(&pt->mu);
+    while (!pt->stop) {
+        while (atomic_load_explicit(&pt->want, memory_order_relaxed) > 0 && !pt->stop)
+            pthread_cond_wait(&pt->turn, &pt->mu);
+        if (pt->stop) break;
+        if (!c->active) {
+            t0 = 0;
+            progress_sleep(pt, -1, -1);
+            continue;
+        }
+        uint64_t ev = c->xfer_events;
+        int na = c->nactive;
+        engine_advance(c);
+        if (c->active) engine_round(c, 0);
+        if (c->xfer_events != ev || c->nactive != na) {
+            t0 = 0;
+            continue;
+        }
+        uint64_t now = loomi_now_ns();
+        if (!t0) t0 = now;
+        if (now - t0 < (uint64_t)c->set.spin_us * 1000u) {
+            pthread_mutex_unlock(&pt->mu);
+            sched_yield();
+            pthread_mutex_lock(&pt->mu);
+            continue;
+        }
+        int fd = c->tops->wait_fd(c->tstate);
+        int ms = ms_to_deadline(c);
+        if (c->ctrl && ms > LOOMI_CTRL_POLL_MS) ms = LOOMI_CTRL_POLL_MS;
+        if (fd < 0 && ms > 1) ms = 1; /* nothing to sleep on: nap, then look again */
+        progress_sleep(pt, fd, ms);
+        check_deadline(c);
+    }
+    pthread_mutex_unlock(&pt->mu);
+    return NULL;
+}
+
+static void progress_free(struct loomi_progress *pt)
+{
+    pthread_cond_destroy(&pt->turn);
+    pthread_mutex_destroy(&pt->mu);
+    if (pt->wakefd >= 0) close(pt->wakefd);
+    free(pt);
+}
+
+static void progress_start(struct loom_comm *c)
+{
+    const char *why = "out of memory";
+    int err = 0;
+    struct loomi_progress *pt = calloc(1, sizeof *pt);
+    if (!pt) goto fail;
+    pt->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (pt->wakefd < 0) {
+        err = errno;
+        why = "eventfd";
+        free(pt);
+        goto fail;
+    }
+    atomic_init(&pt->want, 0);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&pt->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    pthread_cond_init(&pt->turn, NULL);
+    c->pt = pt;
+    /* Signals stay with the application's threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(&pt->thread, NULL, progress_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) {
+        c->pt = NULL;
+        progress_free(pt);
+        why = "pthread_create";
+        goto fail;
+    }
+    LOOMI_INFO(c->rank, "progress thread started (LOOM_PROGRESS_THREAD=1)");
+    return;
+fail:
+    c->set.progress_thread = 0;
+    LOOMI_WARN(c->rank, "progress thread not started (%s%s%s): operations progress inside "
+               "Loom calls only", why, err ? ": " : "", err ? strerror(err) : "");
+}
+
+void loomi_progress_stop(struct loom_comm *c)
+{
+    struct loomi_progress *pt = c->pt;
+    if (!pt) return;
+    pthread_mutex_lock(&pt->mu);
+    pt->stop = 1;
+    progress_wake(pt);
+    pthread_cond_signal(&pt->turn);
+    pthread_mutex_unlock(&pt->mu);
+    pthread_join(pt->thread, NULL);
+    c->pt = NULL;
+    progress_free(pt);
 }

@@ -165,6 +165,15 @@ loom_result_t loomi_op_wait(struct loomi_op *op);
 /* Non-blocking: *done=1 and result returned (op freed) when complete. */
 loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
+/* Wait until one of reqs[0..n) (NULL entries skipped; at least one is
+ * not) completes, across communicators: frees it, sets reqs[i] to
+ * LOOM_REQUEST_NULL and *index to i, and returns its result. */
+loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index);
+
+/* Stop and join comm's progress thread, if any (before its transport
+ * goes); afterwards the communicator takes no lock. */
+void loomi_progress_stop(struct loom_comm *comm);
+
 /* Fail every running op of comm (called when the communicator breaks). */
 void loomi_engine_fail_all(struct loom_comm *comm);
 /* Fail and free every op, waited for or not (loom_comm_abort): the
