@@ -631,7 +631,9 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         case 'T': bad = parse_int(optarg, 0, INT_MAX, &o->timeout); break;
         case 'J': o->json = optarg; bad = !*optarg; break;
         case 'Z':
-            o->codec = optarg;
+            /* "none" is the uncompressed baseline, checked exactly, so
+             * that a sweep over codecs can name it like the others. */
+            o->codec = strcmp(optarg, "none") ? optarg : NULL;
             bad = !*optarg;
             if (!bad && coll->id != PERF_ALLREDUCE &&
                 coll->id != PERF_REDUCE_SCATTER && coll->id != PERF_ALLGATHER)
@@ -664,8 +666,8 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 ['a'] = "0, 1, 2 or 3",
                 ['T'] = "a number of seconds >= 0",
                 ['J'] = "a file name",
-                ['Z'] = "a codec such as int8, int4, fp4, bf16, fp16 or "
-                        "topk:0.01"};
+                ['Z'] = "a codec such as none, int8, int4, fp4, bf16, "
+                        "fp16 or topk:0.01"};
             return usage_error("invalid value '%s' for -%c: expected %s",
                                optarg, ch, want[ch]);
         }

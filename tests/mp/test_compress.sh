@@ -46,6 +46,16 @@ expect_ok "all_reduce_perf -Z int8 -z 0 (non-blocking) on 4 ranks"
 LOOM_TRANSPORT=tcp run 3 all_reduce_perf "${sizes[@]}" -Z int4
 expect_ok "all_reduce_perf -Z int4 over tcp on 3 ranks"
 
+# -Z none is the exact baseline: no codec line, rows checked exactly.
+run 3 all_reduce_perf "${sizes[@]}" -Z none
+if [ "$rc" -eq 0 ] && ! grep -q "codec" <<<"$out" &&
+    awk '!/^#/ && NF >= 13 { rows++; if ($9 != 0 || $13 != 0) bad++ }
+         END { exit !(rows > 0 && bad == 0) }' <<<"$out"; then
+    ok "all_reduce_perf -Z none runs uncompressed and exact"
+else
+    bad "all_reduce_perf -Z none (exit $rc)"; tail -5 <<<"$out"
+fi
+
 # An unknown codec fails the run with a message naming it.
 run 2 all_reduce_perf -b 64 -e 64 -n 1 -w 0 -Z no_such_codec
 check "an unknown codec fails the run" [ "$rc" -ne 0 ]
