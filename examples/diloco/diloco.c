@@ -31,11 +31,15 @@
  *                  progress is counted twice, and ranks drift apart by at
  *                  most one round's progress.  After the last round the
  *                  outstanding and the last delta are applied in order.
+ *   --elastic      (diloco) survive workers that die (shrink, redo the
+ *                  round's average) and admit processes started with
+ *                  --join between rounds (grow, then loom_state_sync).
  *
  * Rank 0 writes the CSV (--csv) and the final summary line.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +85,9 @@ typedef struct opts {
     size_t shard, eval_n;
     double sharp, tscale, lr, wd, beta1, beta2, outer_lr, outer_mom, lr_min;
     int cosine, quiet;
+    int elastic, join;                /* --elastic, --join */
+    long crash_round, crash_rank;     /* --crash-at ROUND:RANK (-1: none) */
+    long grow_round, grow_count;      /* --grow-at ROUND:WORKERS (-1: none) */
 } opts_t;
 
 static void usage(FILE *f)
@@ -90,6 +97,7 @@ static void usage(FILE *f)
           "              [--csv FILE] [--seed S] [--batch B] [--hidden N] [--inputs D]\n"
           "              [--classes C] [--shard N] [--eval N] [--lr X] [--wd X]\n"
           "              [--outer-lr X] [--outer-momentum X] [--const-lr] [--quiet]\n"
+          "              [--elastic [--join] [--crash-at ROUND:RANK] [--grow-at ROUND:WORKERS]]\n"
           "Run under loomrun, e.g.: loomrun -n 4 diloco --mode diloco --codec int8\n",
           f);
 }
@@ -112,15 +120,27 @@ static double parse_double(const char *s, const char *name)
     return v;
 }
 
+/* A:B with A, B >= 0 (--crash-at, --grow-at). */
+static void parse_pair(const char *s, const char *name, long *a, long *b)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end != ':' || x < 0) die("bad %s: %s (expected A:B)", name, s);
+    *a = x;
+    *b = parse_long(end + 1, name, 0);
+}
+
 static void parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){.diloco = 1, .codec_spec = "none", .steps = 600, .inner = 50, .eval_every = 0,
                   .seed = 1, .d = 64, .hidden = 256, .classes = 10, .batch = 32, .shard = 16384,
                   .eval_n = 4096, .sharp = 6.0, .tscale = 0.7, .lr = 3e-3, .wd = 1e-4, .beta1 = 0.9,
-                  .beta2 = 0.99, .outer_lr = 0.7, .outer_mom = 0.5, .lr_min = 0.1, .cosine = 1};
+                  .beta2 = 0.99, .outer_lr = 0.7, .outer_mom = 0.5, .lr_min = 0.1, .cosine = 1,
+                  .crash_round = -1, .crash_rank = -1, .grow_round = -1, .grow_count = 0};
     enum { O_MODE = 256, O_CODEC, O_EF, O_OVERLAP, O_STEPS, O_INNER, O_EVERY, O_CSV, O_SEED,
            O_BATCH, O_HIDDEN, O_INPUTS, O_CLASSES, O_SHARD, O_EVAL, O_LR, O_WD, O_OLR, O_OMOM,
-           O_CONST, O_QUIET, O_HELP, O_SHARP, O_TSCALE };
+           O_CONST, O_QUIET, O_HELP, O_SHARP, O_TSCALE, O_ELASTIC, O_JOIN, O_CRASH, O_GROW };
     static const struct option lo[] = {
         {"mode", 1, 0, O_MODE},       {"codec", 1, 0, O_CODEC},     {"ef", 0, 0, O_EF},
         {"overlap", 0, 0, O_OVERLAP}, {"steps", 1, 0, O_STEPS},     {"inner", 1, 0, O_INNER},
@@ -129,7 +149,9 @@ static void parse(opts_t *o, int argc, char **argv)
         {"classes", 1, 0, O_CLASSES}, {"shard", 1, 0, O_SHARD},     {"eval", 1, 0, O_EVAL},
         {"lr", 1, 0, O_LR},           {"wd", 1, 0, O_WD},           {"outer-lr", 1, 0, O_OLR},
         {"outer-momentum", 1, 0, O_OMOM}, {"const-lr", 0, 0, O_CONST}, {"quiet", 0, 0, O_QUIET},
-        {"help", 0, 0, O_HELP},       {"sharpness", 1, 0, O_SHARP}, {"teacher-scale", 1, 0, O_TSCALE},       {0, 0, 0, 0}};
+        {"help", 0, 0, O_HELP},       {"sharpness", 1, 0, O_SHARP}, {"teacher-scale", 1, 0, O_TSCALE},
+        {"elastic", 0, 0, O_ELASTIC}, {"join", 0, 0, O_JOIN},       {"crash-at", 1, 0, O_CRASH},
+        {"grow-at", 1, 0, O_GROW},    {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -159,6 +181,10 @@ static void parse(opts_t *o, int argc, char **argv)
         case O_CONST: o->cosine = 0; break;
         case O_SHARP: o->sharp = parse_double(optarg, "--sharpness"); break;
         case O_TSCALE: o->tscale = parse_double(optarg, "--teacher-scale"); break;
+        case O_ELASTIC: o->elastic = 1; break;
+        case O_JOIN: o->join = 1; break;
+        case O_CRASH: parse_pair(optarg, "--crash-at", &o->crash_round, &o->crash_rank); break;
+        case O_GROW: parse_pair(optarg, "--grow-at", &o->grow_round, &o->grow_count); break;
         case O_QUIET: o->quiet = 1; break;
         case O_HELP: usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -168,6 +194,10 @@ static void parse(opts_t *o, int argc, char **argv)
     if (o->classes > 64) die("--classes is at most 64");
     if (o->batch > 1 << 20) die("--batch too large");
     if (!o->diloco && o->overlap) die("--overlap needs --mode diloco");
+    if (o->elastic && !o->diloco) die("--elastic needs --mode diloco");
+    if (o->elastic && o->overlap) die("--elastic and --overlap cannot be combined");
+    if (!o->elastic && (o->join || o->crash_round >= 0 || o->grow_round >= 0))
+        die("--join, --crash-at and --grow-at need --elastic");
     if (!o->eval_every) o->eval_every = o->diloco ? o->inner : 50;
 }
 
@@ -179,6 +209,7 @@ typedef struct trainer {
     const loom_codec_t *codec;
     loom_codec_state_t ef;
     mlp_t net;
+    task_t task;
     dataset_t train, eval;
     size_t np;
     float *local, *grad, *global, *start, *mom, *delta, *comm_buf;
@@ -190,6 +221,11 @@ typedef struct trainer {
     double loss_sum;
     long loss_n;
     FILE *csv;
+    /* --elastic: the global step and round the state describes, the next
+     * unused data shard, membership changes, and where a joiner came in. */
+    uint64_t step, rounds, next_shard;
+    int shrinks, grows, joined;
+    long joined_step;
 } trainer_t;
 
 /* Payload bytes this rank sends for one allreduce of count fp32 values:
@@ -256,10 +292,18 @@ static double evaluate(trainer_t *t, long step, const float *params, double *acc
     t->loss_n = 0;
     if (acc) *acc = (double)right / (double)t->eval.n;
     if (t->rank == 0) {
+        /* Elastic: rank 0 may be another process than at the start, so
+         * each row is appended by whoever is rank 0 now. */
+        if (t->o.elastic && t->o.csv && !(t->csv = fopen(t->o.csv, "a")))
+            die("%s: %s", t->o.csv, strerror(errno));
         if (t->csv)
             fprintf(t->csv, "%ld,%.4f,%.6f,%.6f,%llu,%s,%s%s%s\n", step, train_time(t), train, l,
                     (unsigned long long)t->bytes, t->o.diloco ? "diloco" : "ddp", t->o.codec_spec,
-                    t->ef ? "+ef" : "", t->o.overlap ? "+overlap" : "");
+                    t->ef ? "+ef" : "", t->o.overlap ? "+overlap" : (t->o.elastic ? "+elastic" : ""));
+        if (t->o.elastic && t->csv) {
+            if (fclose(t->csv)) die("%s: %s", t->o.csv, strerror(errno));
+            t->csv = NULL;
+        }
         if (!t->o.quiet)
             printf("step %6ld  wall %8.3f s  train %.4f  eval %.4f  sent %llu B\n", step,
                    train_time(t), train, l, (unsigned long long)t->bytes);
@@ -359,12 +403,184 @@ static void run_diloco(trainer_t *t)
     }
 }
 
+/* ---- Elastic DiLoCo (--elastic) ----
+ *
+ * A worker that dies makes the round's allreduce fail on the others
+ * (LOOM_ERR_REMOTE or LOOM_ERR_REVOKED); they shrink the communicator and
+ * average the round's pseudo-gradients again among themselves.  Between
+ * rounds the workers admit processes waiting in loom_comm_join (a
+ * replacement started with the job's LOOM_ROOT and LOOM_JOB_KEY, and
+ * --join): loom_comm_grow, then loom_state_sync hands the newcomers the
+ * global parameters, the outer momentum and the step counters, verified by
+ * hash.  A newcomer trains on a data shard nobody has used, with a fresh
+ * AdamW state (the inner optimizer state is per worker in DiLoCo). */
+
+static int peer_failed(loom_result_t r) { return r == LOOM_ERR_REMOTE || r == LOOM_ERR_REVOKED; }
+
+static void take_comm(trainer_t *t, loom_comm_t c)
+{
+    check(loom_comm_destroy(t->comm), "loom_comm_destroy");
+    t->comm = c;
+    check(loom_comm_rank(c, &t->rank), "loom_comm_rank");
+    check(loom_comm_size(c, &t->nranks), "loom_comm_size");
+    g_rank = t->rank;
+}
+
+/* After an operation failed because a peer did: go on with the survivors. */
+static void shrink(trainer_t *t, const char *during, loom_result_t why)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", loom_get_last_error());
+    loom_comm_t s = NULL;
+    int before = t->nranks;
+    check(loom_comm_shrink(t->comm, &s), "loom_comm_shrink");
+    take_comm(t, s);
+    t->shrinks++;
+    if (t->rank == 0)
+        printf("elastic: step %llu: %s failed (%s: %s); shrank from %d to %d ranks\n",
+               (unsigned long long)t->step, during, loom_strerror(why), msg, before, t->nranks);
+}
+
+/* Everyone leaves with the same global parameters, momentum and counters.
+ * member: this process held the state before (a newcomer passes revision 0
+ * and so receives it). */
+static void sync_state(trainer_t *t, int member)
+{
+    uint64_t meta[3];
+    loom_tensor_t ts[3] = {{t->global, sizeof(float) * t->np},
+                           {t->mom, sizeof(float) * t->np},
+                           {meta, sizeof meta}};
+    for (;;) {
+        meta[0] = t->step;
+        meta[1] = t->rounds;
+        meta[2] = t->next_shard;
+        uint64_t rev = member ? t->rounds + 1 : 0;
+        loom_result_t r = loom_state_sync(t->comm, ts, 3, &rev);
+        if (r == LOOM_SUCCESS) break;
+        if (!peer_failed(r)) check(r, "loom_state_sync");
+        shrink(t, "loom_state_sync", r);
+    }
+    t->step = meta[0];
+    t->rounds = meta[1];
+    /* Newcomers take shards next_shard + their rank, all distinct; then
+     * every rank moves past the shards that could have been handed out. */
+    t->next_shard = meta[2] + (uint64_t)t->nranks;
+    if (member) return;
+    uint64_t shard = meta[2] + (uint64_t)t->rank;
+    if (dataset_make(&t->train, &t->task, t->o.seed, STREAM_TRAIN, shard * t->o.shard, t->o.shard))
+        die("out of memory");
+    t->batch_rng = rng_make(t->o.seed, STREAM_BATCH, shard);
+    memcpy(t->local, t->global, sizeof(float) * t->np);
+    t->joined = 1;
+    t->joined_step = (long)t->step;
+    printf("elastic: joined at step %llu as rank %d of %d, data shard %llu\n",
+           (unsigned long long)t->step, t->rank, t->nranks, (unsigned long long)shard);
+}
+
+/* Between rounds: admit the processes waiting to join, if any.  At the
+ * --grow-at round, first wait (bounded) until enough are waiting to bring
+ * the job to that many workers. */
+static void admit(trainer_t *t)
+{
+    if ((long)t->rounds == t->o.grow_round) {
+        double deadline = now() + 120;
+        int n = 0;
+        for (;;) {
+            check(loom_comm_pending_joins(t->comm, &n), "loom_comm_pending_joins");
+            if (t->nranks + n >= t->o.grow_count) break;
+            if (now() > deadline)
+                die("--grow-at: %d workers and %d waiting to join after 120 s, not %ld",
+                    t->nranks, n, t->o.grow_count);
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (;;) {
+        /* The count announced to each rank may lag: agree on it first. */
+        int32_t n = 0;
+        check(loom_comm_pending_joins(t->comm, &n), "loom_comm_pending_joins");
+        loom_result_t r = loom_allreduce(&n, &n, 1, LOOM_INT32, LOOM_MAX, t->comm);
+        if (peer_failed(r)) { shrink(t, "the join count", r); continue; }
+        check(r, "loom_allreduce (join count)");
+        if (n == 0) return;
+        loom_comm_t g = NULL;
+        int before = t->nranks;
+        r = loom_comm_grow(t->comm, &g);
+        if (peer_failed(r)) { shrink(t, "loom_comm_grow", r); continue; }
+        check(r, "loom_comm_grow");
+        if (!g) return;
+        take_comm(t, g);
+        t->grows++;
+        if (t->rank == 0)
+            printf("elastic: step %llu: grew from %d to %d ranks\n", (unsigned long long)t->step,
+                   before, t->nranks);
+        sync_state(t, 1);
+        return;
+    }
+}
+
+static void run_elastic(trainer_t *t)
+{
+    size_t np = t->np;
+    loom_coll_options_t co = coll_opts(t, 1);
+    memcpy(t->start, t->local, sizeof(float) * np);
+    while ((long)t->step < t->o.steps) {
+        long h = t->o.inner;
+        if (h > t->o.steps - (long)t->step) h = t->o.steps - (long)t->step;
+        for (long k = 0; k < h; k++, t->step++) {
+            minibatch(t);
+            adamw_step(&t->opt, t->local, t->grad, np, inner_lr(t, (long)t->step));
+        }
+        for (size_t i = 0; i < np; i++) t->delta[i] = t->start[i] - t->local[i];
+        if ((long)t->rounds == t->o.crash_round && t->rank == t->o.crash_rank) {
+            /* Fault injection: die as abruptly as a lost machine would. */
+            fflush(NULL);
+            raise(SIGKILL);
+        }
+        /* Average the round's pseudo-gradients; after a failure, among the
+         * survivors (the buffer is copied again: the average is over them). */
+        for (;;) {
+            memcpy(t->comm_buf, t->delta, sizeof(float) * np);
+            double w = now();
+            loom_result_t r = loom_allreduce_opts(t->comm_buf, t->comm_buf, np, LOOM_FLOAT32,
+                                                  LOOM_AVG, t->comm, &co);
+            t->comm_wait += now() - w;
+            if (r == LOOM_SUCCESS) break;
+            if (!peer_failed(r)) check(r, "loom_allreduce_opts (pseudo-gradient)");
+            shrink(t, "the pseudo-gradient allreduce", r);
+        }
+        t->bytes += allreduce_bytes(t, np);
+        outer_step(t, t->comm_buf);
+        t->rounds++;
+        memcpy(t->local, t->global, sizeof(float) * np);
+        memcpy(t->start, t->local, sizeof(float) * np);
+        if ((long)t->step % t->o.eval_every == 0 || (long)t->step == t->o.steps)
+            evaluate(t, (long)t->step, t->global, NULL);
+        if ((long)t->step < t->o.steps) admit(t);
+    }
+}
+
+/* FNV-1a over the parameters: do all ranks end with the same bytes? */
+static uint64_t params_hash(const float *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
 int main(int argc, char **argv)
 {
     trainer_t t;
     memset(&t, 0, sizeof t);
     parse(&t.o, argc, argv);
-    check(loom_comm_init_env(&t.comm, NULL), "loom_comm_init_env");
+    if (t.o.join) {
+        /* A replacement: wait at the job's rendezvous address until the
+         * workers admit it (LOOM_TIMEOUT bounds the wait). */
+        check(loom_comm_join(&t.comm, NULL), "loom_comm_join");
+    } else {
+        check(loom_comm_init_env(&t.comm, NULL), "loom_comm_init_env");
+    }
     check(loom_comm_rank(t.comm, &t.rank), "loom_comm_rank");
     check(loom_comm_size(t.comm, &t.nranks), "loom_comm_size");
     g_rank = t.rank;
@@ -374,13 +590,14 @@ int main(int argc, char **argv)
         if (t.o.ef) check(loom_codec_state_create(&t.ef), "loom_codec_state_create");
     }
 
-    task_t task;
-    if (task_init(&task, t.o.seed, t.o.d, t.o.classes, t.o.sharp, t.o.tscale) ||
-        dataset_make(&t.train, &task, t.o.seed, STREAM_TRAIN, (size_t)t.rank * t.o.shard, t.o.shard) ||
-        dataset_make(&t.eval, &task, t.o.seed, STREAM_EVAL, 0, t.o.eval_n) ||
+    if (task_init(&t.task, t.o.seed, t.o.d, t.o.classes, t.o.sharp, t.o.tscale) ||
+        dataset_make(&t.eval, &t.task, t.o.seed, STREAM_EVAL, 0, t.o.eval_n) ||
         mlp_init(&t.net, t.o.d, t.o.hidden, t.o.classes))
         die("out of memory");
-    task_free(&task);
+    /* A joiner learns its shard from the shared state (sync_state). */
+    if (!t.o.join &&
+        dataset_make(&t.train, &t.task, t.o.seed, STREAM_TRAIN, (size_t)t.rank * t.o.shard, t.o.shard))
+        die("out of memory");
     t.np = t.net.nparams;
     size_t np = t.np;
     float **bufs[] = {&t.local, &t.grad, &t.global, &t.start, &t.mom, &t.delta, &t.comm_buf};
@@ -392,11 +609,16 @@ int main(int argc, char **argv)
     mlp_init_params(&t.net, t.global, t.o.seed);
     memcpy(t.local, t.global, sizeof(float) * np);
     t.batch_rng = rng_make(t.o.seed, STREAM_BATCH, (uint64_t)t.rank);
+    t.next_shard = (uint64_t)t.nranks;
 
-    if (t.rank == 0) {
+    if (t.rank == 0 && !t.o.join) {
         if (t.o.csv) {
             if (!(t.csv = fopen(t.o.csv, "w"))) die("%s: %s", t.o.csv, strerror(errno));
             fputs("step,wall_s,train_loss,eval_loss,bytes_sent,mode,codec\n", t.csv);
+            if (t.o.elastic) {
+                if (fclose(t.csv)) die("%s: %s", t.o.csv, strerror(errno));
+                t.csv = NULL;
+            }
         }
         if (!t.o.quiet)
             printf("# %s on %d ranks: %zu parameters, %ld steps of batch %d per rank%s%ld, codec %s%s%s, "
@@ -404,35 +626,68 @@ int main(int argc, char **argv)
                    t.o.diloco ? "diloco" : "ddp", t.nranks, np, t.o.steps, t.o.batch,
                    t.o.diloco ? ", inner steps per round " : "", t.o.diloco ? t.o.inner : 0L,
                    t.o.codec_spec, t.ef ? " with error feedback" : "",
-                   t.o.overlap ? ", overlapped (one-step delayed)" : "", t.eval.floor);
+                   t.o.overlap ? ", overlapped (one-step delayed)" : (t.o.elastic ? ", elastic" : ""),
+                   t.eval.floor);
     }
-    check(loom_barrier(t.comm), "loom_barrier");
-    t.t0 = now();
-    double first = evaluate(&t, 0, t.global, NULL);
-    if (t.o.diloco) run_diloco(&t);
+    double first = NAN;
+    if (t.o.join) {
+        t.t0 = now();
+        sync_state(&t, 0);
+    } else {
+        check(loom_barrier(t.comm), "loom_barrier");
+        t.t0 = now();
+        first = evaluate(&t, 0, t.global, NULL);
+    }
+    if (t.o.elastic) run_elastic(&t);
+    else if (t.o.diloco) run_diloco(&t);
     else run_ddp(&t);
     double wall = train_time(&t), acc = 0;
     t.loss_n = 0;
     size_t right = 0;
     double final = mlp_loss(&t.net, t.global, &t.eval, NULL, t.eval.n, NULL, &right);
     acc = (double)right / (double)t.eval.n;
-    check(loom_barrier(t.comm), "loom_barrier");
+    int agree = 1;
+    if (t.o.elastic) {
+        /* max(h) and max(~h) = ~min(h): equal everywhere iff they meet. */
+        uint64_t h = params_hash(t.global, np), mm[2] = {h, ~h};
+        for (;;) {
+            loom_result_t r = loom_allreduce(mm, mm, 2, LOOM_UINT64, LOOM_MAX, t.comm);
+            if (r == LOOM_SUCCESS) break;
+            if (!peer_failed(r)) check(r, "loom_allreduce (parameter hashes)");
+            shrink(&t, "the parameter hash check", r);
+            mm[0] = h;
+            mm[1] = ~h;
+        }
+        agree = mm[0] == ~mm[1];
+        printf("elastic: rank=%d of %d joined=%d joined_step=%ld shrinks=%d grows=%d "
+               "params_hash=%016llx\n",
+               t.rank, t.nranks, t.joined, t.joined ? t.joined_step : -1L, t.shrinks, t.grows,
+               (unsigned long long)h);
+    } else {
+        check(loom_barrier(t.comm), "loom_barrier");
+    }
     if (t.rank == 0) {
         printf("diloco: mode=%s codec=%s%s%s ranks=%d steps=%ld inner=%ld params=%zu "
                "initial_eval_loss=%.6f final_eval_loss=%.6f eval_accuracy=%.4f floor=%.6f "
-               "bytes_sent=%llu wall_s=%.3f comm_wait_s=%.3f\n",
+               "bytes_sent=%llu wall_s=%.3f comm_wait_s=%.3f",
                t.o.diloco ? "diloco" : "ddp", t.o.codec_spec, t.ef ? "+ef" : "",
-               t.o.overlap ? "+overlap" : "", t.nranks, t.o.steps, t.o.diloco ? t.o.inner : 1L, np,
-               first, final, acc, t.eval.floor, (unsigned long long)t.bytes, wall, t.comm_wait);
+               t.o.overlap ? "+overlap" : (t.o.elastic ? "+elastic" : ""), t.nranks, t.o.steps,
+               t.o.diloco ? t.o.inner : 1L, np, first, final, acc, t.eval.floor,
+               (unsigned long long)t.bytes, wall, t.comm_wait);
+        if (t.o.elastic)
+            printf(" shrinks=%d grows=%d params_agree=%d", t.shrinks, t.grows, agree);
+        printf("\n");
         if (t.csv && fclose(t.csv)) die("%s: %s", t.o.csv, strerror(errno));
     }
+    fflush(stdout);
     if (t.ef) loom_codec_state_destroy(t.ef);
     check(loom_comm_destroy(t.comm), "loom_comm_destroy");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
     free(t.idx);
     adamw_free(&t.opt);
     mlp_free(&t.net);
+    task_free(&t.task);
     dataset_free(&t.train);
     dataset_free(&t.eval);
-    return 0;
+    return agree ? 0 : 1;
 }
