@@ -154,6 +154,18 @@ loom_result_t loom_comm_size(loom_comm_t comm, int *size);
  * none is known).  failed_rank may be NULL. */
 loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank);
 
+/* Register [buf, buf + bytes) with the transports of comm that need
+ * registered memory (RDMA verbs): operations on buffers inside it skip
+ * registering them, and the region stays registered until
+ * loom_mem_deregister, which the application must call before it frees
+ * or remaps that memory.  Where no transport needs registration it only
+ * records the region.  Unregistered buffers work as well: Loom then
+ * registers them itself and drops those registrations whenever comm is
+ * idle. */
+typedef struct loom_mem *loom_mem_t;
+loom_result_t loom_mem_register(loom_comm_t comm, void *buf, size_t bytes, loom_mem_t *handle);
+loom_result_t loom_mem_deregister(loom_comm_t comm, loom_mem_t handle);
+
 /* ------------------------------------------------------ fault tolerance */
 
 /* A failed peer (killed, stopped, cut off: silent for a few heartbeats of

@@ -103,7 +103,14 @@ struct loom_comm {
     /* The progress thread, started with the first operation when
      * set.progress_thread; NULL: none (then no lock is taken). */
     struct loomi_progress *pt;
+
+    /* loom_mem_register's regions not yet deregistered (mem.c). */
+    struct loom_mem *regs;
 };
+
+/* Release the registrations left on comm (destroy, before the transport
+ * goes). */
+void loomi_mem_release_all(struct loom_comm *comm);
 
 /* Take / release the communicator's engine lock (nothing without a
  * progress thread).  Recursive; the caller thread's own calls only. */

@@ -31,7 +31,9 @@ static int links_ok(const struct loomi_links *l)
             l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
             return 0;
     return l->gamma > 0 && l->gamma < 1 && l->gamma_copy > 0 && l->gamma_copy < 1 &&
-           (l->intra_shm == 0 || l->intra_shm == 1);
+           (l->intra_shm == 0 || l->intra_shm == 1) &&
+           (l->verbs_compared == 0 || l->verbs_compared == 1) &&
+           (l->inter_verbs == 0 || l->inter_verbs == 1);
 }
 
 /* One message from the holder: header and payload (malloc'ed, caller

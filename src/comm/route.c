@@ -35,6 +35,7 @@ struct route {
     const struct loomi_transport_ops *ops[T_N];
     void *st[T_N];
     unsigned char *via;     /* [nranks]: the transport carrying data to each peer */
+    unsigned char *both;    /* [nranks]: verbs and TCP both reach the peer */
     int nvia[T_N];          /* peers carried by each */
     const struct loomi_hostmap *hosts;
     const uint64_t *events;
@@ -84,7 +85,10 @@ loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
     r->nranks = ctx->nranks;
     r->events = events;
     r->via = calloc((size_t)ctx->nranks, 1);
-    if (!r->via) {
+    r->both = calloc((size_t)ctx->nranks, 1);
+    if (!r->via || !r->both) {
+        free(r->via);
+        free(r->both);
         free(r);
         return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "route: out of memory");
     }
@@ -154,9 +158,10 @@ static loom_result_t route_connect_all(void *state, const unsigned char *addrs, 
         int same = r->hosts && r->hosts->host_of[q] == r->hosts->host_of[me];
         if (same && r->ops[T_SHM] && !all_zero(a + slot_off[T_SHM], slot_len[T_SHM]))
             r->via[q] = T_SHM;
-        else if (r->ops[T_VERBS] && !all_zero(a + slot_off[T_VERBS], slot_len[T_VERBS]))
+        else if (r->ops[T_VERBS] && !all_zero(a + slot_off[T_VERBS], slot_len[T_VERBS])) {
             r->via[q] = T_VERBS;
-        else if (r->ops[T_TCP] && !all_zero(a + slot_off[T_TCP], slot_len[T_TCP]))
+            r->both[q] = r->ops[T_TCP] && !all_zero(a + slot_off[T_TCP], slot_len[T_TCP]);
+        } else if (r->ops[T_TCP] && !all_zero(a + slot_off[T_TCP], slot_len[T_TCP]))
             r->via[q] = T_TCP;
         else
             return loomi_fail(LOOM_ERR_UNSUPPORTED, me,
@@ -285,6 +290,7 @@ static void route_destroy(void *state)
     for (int i = 0; i < T_N; i++)
         if (r->ops[i]) r->ops[i]->destroy(r->st[i]);
     free(r->via);
+    free(r->both);
     free(r);
 }
 
@@ -322,6 +328,52 @@ int loomi_route_peer_transport(void *state, int peer, const char **name)
 int loomi_route_has_shm(void *state)
 {
     return ((struct route *)state)->ops[T_SHM] != NULL;
+}
+
+int loomi_route_can_switch(void *state, int peer)
+{
+    struct route *r = state;
+    return peer >= 0 && peer < r->nranks && peer != r->rank && r->both[peer] &&
+           r->ops[T_VERBS] && r->ops[T_TCP];
+}
+
+void loomi_route_switch(void *state, int peer, int verbs)
+{
+    struct route *r = state;
+    if (!loomi_route_can_switch(state, peer)) return;
+    int to = verbs ? T_VERBS : T_TCP;
+    if (r->via[peer] == to) return;
+    /* The verbs transport stays connected (and polled) either way: its
+     * queue pairs may still hold credit returns, and tearing one down
+     * would look like a failure to the peer. */
+    r->nvia[r->via[peer]]--;
+    r->via[peer] = (unsigned char)to;
+    r->nvia[to]++;
+}
+
+loom_result_t loomi_route_mem_register(void *state, void *addr, size_t len, struct loomi_mr *mr,
+                                       int *done)
+{
+    struct route *r = state;
+    const struct loomi_transport_ops *vb = r->ops[T_VERBS];
+    *done = 0;
+    if (!vb || !vb->mem_register || !(vb->caps & LOOMI_TCAP_MEM_REG)) return LOOM_SUCCESS;
+    loom_result_t rc = vb->mem_register(r->st[T_VERBS], addr, len, LOOMI_MEM_HOST, mr);
+    *done = rc == LOOM_SUCCESS;
+    return rc;
+}
+
+void loomi_route_mem_deregister(void *state, struct loomi_mr *mr)
+{
+    struct route *r = state;
+    if (r->ops[T_VERBS] && r->ops[T_VERBS]->mem_deregister)
+        r->ops[T_VERBS]->mem_deregister(r->st[T_VERBS], mr);
+}
+
+void loomi_route_switch_all(void *state, int verbs)
+{
+    struct route *r = state;
+    for (int q = 0; q < r->nranks; q++) loomi_route_switch(state, q, verbs);
 }
 
 const struct loomi_transport_ops loomi_route_ops = {

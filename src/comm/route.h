@@ -29,5 +29,19 @@ const char *loomi_route_describe(void *state, char *buf, size_t n);
 /* Index of the transport carrying data to peer (0 tcp, 1 shm, 2 verbs), -1 for self. */
 int loomi_route_peer_transport(void *state, int peer, const char **name);
 int loomi_route_has_shm(void *state);
+/* Whether data to peer goes over verbs while TCP reaches it too, so
+ * that either can carry it. */
+int loomi_route_can_switch(void *state, int peer);
+/* Carry data to peer over verbs (1) or TCP (0); both ends must switch at
+ * the same point of their message sequence, with nothing in flight
+ * between them.  Only for peers loomi_route_can_switch accepted. */
+void loomi_route_switch(void *state, int peer, int verbs);
+/* The same for every such peer: the job-wide choice after the probe. */
+void loomi_route_switch_all(void *state, int verbs);
+/* Register memory with the sub-transports that need it (verbs); *done
+ * is 1 when one did, and then loomi_route_mem_deregister undoes it. */
+loom_result_t loomi_route_mem_register(void *state, void *addr, size_t len, struct loomi_mr *mr,
+                                       int *done);
+void loomi_route_mem_deregister(void *state, struct loomi_mr *mr);
 
 #endif

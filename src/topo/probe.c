@@ -9,6 +9,10 @@
  * then broadcasts everything, so every rank builds the same selection
  * table.  The whole probe takes a few milliseconds on one host and a few
  * tens over a 1 Gbit/s link (PROBE_BYTES at that rate is 2 ms a way).
+ *
+ * Where RDMA verbs and TCP both reach the other hosts, the inter-host
+ * pair is measured over each, and the one faster at
+ * LOOMI_VERBS_COMPARE_BYTES carries every rank's inter-host data.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -90,8 +94,11 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
 /* Wire form of the figures rank 0 broadcasts. */
 struct tune_msg {
     double alpha[LOOMI_LINKS], beta[LOOMI_LINKS], gamma, gamma_copy, probe_ms;
-    int32_t source[LOOMI_LINKS];
+    double verbs_alpha, verbs_beta, tcp_alpha, tcp_beta;
+    int32_t source[LOOMI_LINKS], verbs_compared, inter_verbs;
 };
+
+static int fig_ok(double a, double b) { return a >= 0 && a < 1 && b >= 0 && b < 1; }
 
 loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *known)
 {
@@ -102,9 +109,11 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
     loom_result_t r = LOOM_SUCCESS;
     uint64_t t0 = loomi_now_ns();
     if (known) {
-        /* A communicator made from another (shrink): the same links. */
+        /* A communicator made from another (shrink, grow): the same
+         * links, and the same choice between verbs and TCP. */
         l = *known;
         l.intra_shm = shm;
+        if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->tstate, 0);
     } else if (c->set.tuning_file[0]) {
         /* Every rank reads the file: the launcher gives them all the same. */
         r = loomi_links_read(c->set.tuning_file, &l, c->rank);
@@ -128,11 +137,35 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             }
         }
         if (r == LOOM_SUCCESS && inter > 0 && (c->rank == 0 || c->rank == inter)) {
+            const int other = c->rank == 0 ? inter : 0;
+            /* Both ends see the same transports, so they agree on this. */
+            const int both = loomi_route_can_switch(c->tstate, other);
             r = pingpong(c, inter, buf, &a, &b);
             if (r == LOOM_SUCCESS && c->rank == 0) {
                 l.alpha[LOOMI_LINK_INTER] = a;
                 l.beta[LOOMI_LINK_INTER] = b;
                 l.source[LOOMI_LINK_INTER] = LOOMI_SRC_MEASURED;
+            }
+            if (r == LOOM_SUCCESS && both) {
+                /* That was verbs; now the same over TCP.  Each end switches
+                 * after its last message of the pair completed. */
+                double ta, tb;
+                loomi_route_switch(c->tstate, other, 0);
+                r = pingpong(c, inter, buf, &ta, &tb);
+                loomi_route_switch(c->tstate, other, 1);
+                if (r == LOOM_SUCCESS && c->rank == 0) {
+                    const double s = (double)LOOMI_VERBS_COMPARE_BYTES;
+                    l.verbs_compared = 1;
+                    l.verbs_alpha = a;
+                    l.verbs_beta = b;
+                    l.tcp_alpha = ta;
+                    l.tcp_beta = tb;
+                    l.inter_verbs = a + s * b <= ta + s * tb;
+                    if (!l.inter_verbs) {
+                        l.alpha[LOOMI_LINK_INTER] = ta;
+                        l.beta[LOOMI_LINK_INTER] = tb;
+                    }
+                }
             }
         }
         free(buf);
@@ -155,6 +188,12 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         msg.gamma = l.gamma;
         msg.gamma_copy = l.gamma_copy;
         msg.probe_ms = l.probe_ms;
+        msg.verbs_alpha = l.verbs_alpha;
+        msg.verbs_beta = l.verbs_beta;
+        msg.tcp_alpha = l.tcp_alpha;
+        msg.tcp_beta = l.tcp_beta;
+        msg.verbs_compared = l.verbs_compared;
+        msg.inter_verbs = l.inter_verbs;
         if (r == LOOM_SUCCESS)
             r = loom_broadcast(&msg, &msg, sizeof msg, LOOM_UINT8, 0, c);
         if (r != LOOM_SUCCESS)
@@ -169,9 +208,21 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             l.beta[k] = msg.beta[k];
             l.source[k] = msg.source[k];
         }
-        if (!(msg.gamma > 0 && msg.gamma < 1 && msg.gamma_copy > 0 && msg.gamma_copy < 1))
+        if (!(msg.gamma > 0 && msg.gamma < 1 && msg.gamma_copy > 0 && msg.gamma_copy < 1) ||
+            !fig_ok(msg.verbs_alpha, msg.verbs_beta) || !fig_ok(msg.tcp_alpha, msg.tcp_beta) ||
+            (msg.verbs_compared != 0 && msg.verbs_compared != 1) ||
+            (msg.inter_verbs != 0 && msg.inter_verbs != 1))
             return loomi_fail(LOOM_ERR_MISMATCH, c->rank,
                               "link probe: rank 0 sent out-of-range figures");
+        l.verbs_alpha = msg.verbs_alpha;
+        l.verbs_beta = msg.verbs_beta;
+        l.tcp_alpha = msg.tcp_alpha;
+        l.tcp_beta = msg.tcp_beta;
+        l.verbs_compared = msg.verbs_compared;
+        l.inter_verbs = msg.inter_verbs;
+        /* Every rank applies the choice once it has the figures: its part
+         * of the broadcast is over, so nothing of it is left in flight. */
+        if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->tstate, 0);
         l.gamma = msg.gamma;
         l.gamma_copy = msg.gamma_copy;
         l.probe_ms = msg.probe_ms;
@@ -188,5 +239,11 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
                "ns/B, gamma %.3f ns/B (%.1f ms)",
                l.alpha[0] * 1e6, l.beta[0] * 1e9, l.alpha[1] * 1e6, l.beta[1] * 1e9,
                l.gamma * 1e9, l.probe_ms);
+    if (l.verbs_compared)
+        LOOMI_INFO(c->rank,
+                   "links: between hosts verbs alpha %.2f us beta %.3f ns/B, tcp alpha %.2f us "
+                   "beta %.3f ns/B: data over %s",
+                   l.verbs_alpha * 1e6, l.verbs_beta * 1e9, l.tcp_alpha * 1e6, l.tcp_beta * 1e9,
+                   l.inter_verbs ? "verbs" : "tcp");
     return LOOM_SUCCESS;
 }

@@ -303,9 +303,17 @@ void loomi_links_print(FILE *f, const struct loomi_links *l)
     fprintf(f, "  within a host (%s): alpha %.2f us, beta %.3f ns/B (%.2f GB/s) [%s]\n",
             l->intra_shm ? "shm" : "tcp", l->alpha[0] * 1e6, l->beta[0] * 1e9,
             l->beta[0] > 0 ? 1e-9 / l->beta[0] : 0, src[l->source[0]]);
-    fprintf(f, "  between hosts (tcp):  alpha %.2f us, beta %.3f ns/B (%.2f GB/s) [%s]\n",
-            l->alpha[1] * 1e6, l->beta[1] * 1e9, l->beta[1] > 0 ? 1e-9 / l->beta[1] : 0,
-            src[l->source[1]]);
+    fprintf(f, "  between hosts (%s):%s alpha %.2f us, beta %.3f ns/B (%.2f GB/s) [%s]\n",
+            l->verbs_compared && l->inter_verbs ? "verbs" : "tcp",
+            l->verbs_compared && l->inter_verbs ? "" : "  ", l->alpha[1] * 1e6, l->beta[1] * 1e9,
+            l->beta[1] > 0 ? 1e-9 / l->beta[1] : 0, src[l->source[1]]);
+    if (l->verbs_compared)
+        fprintf(f,
+                "  verbs against tcp between hosts: verbs alpha %.2f us, %.2f GB/s; tcp alpha "
+                "%.2f us, %.2f GB/s; %s is faster at %zu KiB and carries the data\n",
+                l->verbs_alpha * 1e6, l->verbs_beta > 0 ? 1e-9 / l->verbs_beta : 0,
+                l->tcp_alpha * 1e6, l->tcp_beta > 0 ? 1e-9 / l->tcp_beta : 0,
+                l->inter_verbs ? "verbs" : "tcp", LOOMI_VERBS_COMPARE_BYTES >> 10);
     fprintf(f, "  reduction gamma %.3f ns/B, copy %.3f ns/B; probing took %.1f ms\n",
             l->gamma * 1e9, l->gamma_copy * 1e9, l->probe_ms);
 }

@@ -29,7 +29,17 @@ struct loomi_links {
     int intra_shm;             /* ranks of a host talk through shared memory */
     double gamma, gamma_copy;  /* seconds per byte reduced / copied, one core */
     double probe_ms;           /* how long measuring took */
+    /* Between hosts, where both RDMA verbs and TCP reach the peers, the
+     * probe measures both and the faster carries the data. */
+    int verbs_compared;        /* 1: both were measured */
+    int inter_verbs;           /* 1: verbs carry the inter-host data */
+    double verbs_alpha, verbs_beta, tcp_alpha, tcp_beta;
 };
+
+/* The message size at which the probe compares verbs with TCP: large
+ * enough that bandwidth decides, as it does for the collectives that
+ * move data. */
+#define LOOMI_VERBS_COMPARE_BYTES ((size_t)1 << 20)
 
 /* Built-in figures where nothing was measured: shared memory on one
  * host, TCP between hosts (model.h's defaults). */

@@ -11,10 +11,12 @@
 #     point-to-point/groups on 2, 3 and 4 ranks;
 #  4. the kill test: a rank SIGKILLed mid-allreduce, every survivor fails
 #     cleanly, naming it, within 5 s; one SIGSTOPped, within LOOM_TIMEOUT;
-#  5. figures (not pass/fail unless LOOM_VM_BW_MIN is set): ib_write_bw
+#  5. selection: ranks on two "hosts", all transports allowed: the probe
+#     measures verbs and TCP between them and the faster carries the data;
+#  6. figures (not pass/fail unless LOOM_VM_BW_MIN is set): ib_write_bw
 #     against sendrecv_perf on the same device, and a 64 MiB allreduce
 #     over verbs and over TCP.
-# LOOM_VM_QUICK=1 skips 3 and 5.  Ends with "N passed, N failed".
+# LOOM_VM_QUICK=1 skips 3 and 6.  Ends with "N passed, N failed".
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
@@ -81,6 +83,14 @@ if [ -z "${LOOM_VM_QUICK:-}" ]; then
         if [ $rc -eq 0 ]; then ok "mp_p2p on $n ranks over verbs: $(echo "$out" | grep 'rank 0 of')"
         else bad "mp_p2p on $n ranks over verbs (exit $rc)"; echo "$out" | tail -10; fi
     done
+    # Registrations end with loom_mem_deregister (and Loom's own when
+    # idle): new memory at an old address is never written through a
+    # stale registration.
+    for n in 2 3; do
+        run $n mp_memreg 4
+        if [ $rc -eq 0 ]; then ok "mp_memreg on $n ranks over verbs: $(echo "$out" | grep 'rank 0 of')"
+        else bad "mp_memreg on $n ranks over verbs (exit $rc)"; echo "$out" | tail -10; fi
+    done
 fi
 
 # 4. The kill test.
@@ -112,7 +122,40 @@ for nv in "2 1 kill 20000 5000" "4 1 kill 20000 5000" "4 3 kill 20000 5000" "2 1
     fi
 done
 
-# 5. Figures: the same device, the same VM, the same run.
+# 5. Selection between verbs and TCP: 4 ranks on 2 "hosts" (LOOM_HOSTNAME
+#    from the rank), every transport allowed.  The probe measures the
+#    inter-host pair over verbs and over TCP; the faster at 1 MiB must
+#    carry every inter-host peer's data (shared memory within a host), and
+#    the collectives must be right after the switch.
+printf '#!/bin/sh\nexport LOOM_HOSTNAME=h$((LOOM_RANK / 2))\nexec "$@"\n' >$tmp/hosts2
+chmod +x $tmp/hosts2
+out=$(LOOM_TRANSPORT= LOOM_DEBUG=info timeout 300 loomrun -n 4 --timeout 280 \
+    $tmp/hosts2 all_reduce_perf -b 4 -e 2M -f 23 -n 2 -w 0 -c 1 2>&1)
+rc=$?
+fig=$(echo "$out" | grep 'rank 0\]' | grep -o 'between hosts verbs alpha.*' | head -1)
+ready=$(echo "$out" | grep 'rank 0\]' | grep -o 'transport [^(]*([^)]*)' | head -1)
+choice=${fig##*data over }
+echo "# selection: $fig"
+echo "# rank 0: $ready"
+# verbs alpha A us beta B ns/B, tcp alpha C us beta D ns/B: the model's
+# time at 1 MiB decides.
+faster=$(echo "$fig" | awk '{ for (i = 1; i <= NF; i++) { if ($i == "alpha") a[++n] = $(i + 1); if ($i == "beta") b[n] = $(i + 1) } }
+    END { if (n == 2) { v = a[1] + b[1] * 1048.576; t = a[2] + b[2] * 1048.576; print (v <= t) ? "verbs" : "tcp" } }')
+if [ -n "$fig" ] && [ "$choice" = "$faster" ]; then
+    ok "verbs and TCP both measured between hosts; the faster at 1 MiB ($choice) carries the data"
+else
+    bad "selection between verbs and TCP (figures: ${fig:-none}; faster: ${faster:-?})"
+fi
+case $choice in
+verbs) want="(1 peer(s) over shm, 2 over verbs, 0 over tcp)" ;;
+*) want="(1 peer(s) over shm, 0 over verbs, 2 over tcp)" ;;
+esac
+if echo "$ready" | grep -qF "$want"; then ok "rank 0 routes as chosen: $ready"
+else bad "rank 0 routes ${ready:-?}, expected $want"; fi
+if [ $rc -eq 0 ] && echo "$out" | wrong_ok; then ok "all_reduce_perf on 2 hosts x 2 ranks after the choice: #wrong 0"
+else bad "all_reduce_perf on 2 hosts x 2 ranks after the choice (exit $rc)"; echo "$out" | grep -v '^#' | tail -8; fi
+
+# 6. Figures: the same device, the same VM, the same run.
 if [ -z "${LOOM_VM_QUICK:-}" ]; then
     sz=4194304
     gid=$(echo "$(LOOM_DEBUG=info timeout 60 loomrun -n 1 sendrecv_perf -b 8 -e 8 -n 1 -w 0 2>&1)" |
