@@ -14,10 +14,12 @@ dir=$(mktemp -d)
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null; pkill -9 -f "$prog .* $dir" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
-port=$(( 30000 + RANDOM % 20000 ))
+# A port nothing uses now (a random one can be some connection's
+# ephemeral port); loomrun's own words are kept for the report.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 "$LOOMRUN" -n 8 --keep-going --timeout $((dur + 300)) --root "127.0.0.1:$port" \
-    -x LOOM_JOB_KEY="$key" --output "$dir/out" "$prog" member "$dir" >/dev/null 2>&1 &
+    -x LOOM_JOB_KEY="$key" --output "$dir/out" "$prog" member "$dir" >"$dir/loomrun.log" 2>&1 &
 pids+=($!)
 disown
 now() { date +%s%N | cut -b1-13; }
@@ -86,6 +88,8 @@ if [ $hang = 0 ] && [ "$wrong" = 0 ] && [ "$div" = 0 ] && [ "$n" -ge 3 ] && [ "$
     ok "chaos ${dur}s: $steps steps, $kills kills + $stops stops, $admitted of $joins joiners admitted, no hang, no wrong result, no divergence"
 else
     bad "chaos ${dur}s (hang $hang, wrong $wrong, diverged $div, finished $n)"
+    echo "  loomrun (port $port):"; tail -5 "$dir/loomrun.log" 2>/dev/null
+    ls "$dir" "$dir/out" 2>&1 | head -20
     tail -5 "$dir"/out/*.err 2>/dev/null | tail -30
 fi
 finish
