@@ -6,8 +6,8 @@
 here=$(cd "$(dirname "$0")" && pwd)
 : "${BUILDDIR:=$(cd "$here/../.." && pwd)}"
 export BUILDDIR
-# LOOM_TEST_VM=0: not here (CI runs the VM suite once, in the plain build;
-# under sanitizers and emulation together it would take too long).
+# LOOM_TEST_VM=0: not here (CI runs the full VM suite in the plain build
+# and the quick one in the sanitizer build, not again in distcheck).
 if [ "${LOOM_TEST_VM:-1}" = 0 ]; then
     echo "LOOM_TEST_VM=0: verbs VM suite skipped"
     exit 77
