@@ -23,19 +23,6 @@
 #include "topo/select.h"
 #include "topo/topo.h"
 
-/* Link figures from the coordinator, checked before use. */
-static int links_ok(const struct loomi_links *l)
-{
-    for (int k = 0; k < LOOMI_LINKS; k++)
-        if (!(l->alpha[k] >= 0 && l->alpha[k] < 1 && l->beta[k] >= 0 && l->beta[k] < 1) ||
-            l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
-            return 0;
-    return l->gamma > 0 && l->gamma < 1 && l->gamma_copy > 0 && l->gamma_copy < 1 &&
-           (l->intra_shm == 0 || l->intra_shm == 1) &&
-           (l->verbs_compared == 0 || l->verbs_compared == 1) &&
-           (l->inter_verbs == 0 || l->inter_verbs == 1);
-}
-
 /* One message from the holder: header and payload (malloc'ed, caller
  * frees).  Returns 0, or -1 when the connection broke or lied. */
 static int read_msg(int fd, uint64_t deadline, uint16_t *type, uint32_t *epoch, uint64_t *arg,
@@ -132,7 +119,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 break;
             }
             memcpy(&links, data, sizeof links);
-            if (!links_ok(&links)) {
+            if (!loomi_links_valid(&links)) {
                 free(data);
                 r = loomi_fail(LOOM_ERR_REMOTE, -1,
                                "%s: the holder sent out-of-range link figures", fn);

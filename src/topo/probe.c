@@ -91,15 +91,6 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
     }
 }
 
-/* Wire form of the figures rank 0 broadcasts. */
-struct tune_msg {
-    double alpha[LOOMI_LINKS], beta[LOOMI_LINKS], gamma, gamma_copy, probe_ms;
-    double verbs_alpha, verbs_beta, tcp_alpha, tcp_beta;
-    int32_t source[LOOMI_LINKS], verbs_compared, inter_verbs;
-};
-
-static int fig_ok(double a, double b) { return a >= 0 && a < 1 && b >= 0 && b < 1; }
-
 loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *known)
 {
     struct loomi_links l;
@@ -178,54 +169,21 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             }
         }
         l.probe_ms = (double)(loomi_now_ns() - t0) * 1e-6;
-        struct tune_msg msg;
-        memset(&msg, 0, sizeof msg);
-        for (int k = 0; k < LOOMI_LINKS; k++) {
-            msg.alpha[k] = l.alpha[k];
-            msg.beta[k] = l.beta[k];
-            msg.source[k] = l.source[k];
-        }
-        msg.gamma = l.gamma;
-        msg.gamma_copy = l.gamma_copy;
-        msg.probe_ms = l.probe_ms;
-        msg.verbs_alpha = l.verbs_alpha;
-        msg.verbs_beta = l.verbs_beta;
-        msg.tcp_alpha = l.tcp_alpha;
-        msg.tcp_beta = l.tcp_beta;
-        msg.verbs_compared = l.verbs_compared;
-        msg.inter_verbs = l.inter_verbs;
+        /* Rank 0's figures, as they are: every rank runs the same build. */
+        struct loomi_links msg = l;
         if (r == LOOM_SUCCESS)
             r = loom_broadcast(&msg, &msg, sizeof msg, LOOM_UINT8, 0, c);
         if (r != LOOM_SUCCESS)
             return loomi_fail(r, c->rank, "measuring the links: %s", loom_get_last_error());
-        for (int k = 0; k < LOOMI_LINKS; k++) {
-            /* Range-check what came over the network before using it. */
-            if (!(msg.alpha[k] >= 0 && msg.alpha[k] < 1 && msg.beta[k] >= 0 && msg.beta[k] < 1) ||
-                msg.source[k] < 0 || msg.source[k] > LOOMI_SRC_FILE)
-                return loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                                  "link probe: rank 0 sent out-of-range figures");
-            l.alpha[k] = msg.alpha[k];
-            l.beta[k] = msg.beta[k];
-            l.source[k] = msg.source[k];
-        }
-        if (!(msg.gamma > 0 && msg.gamma < 1 && msg.gamma_copy > 0 && msg.gamma_copy < 1) ||
-            !fig_ok(msg.verbs_alpha, msg.verbs_beta) || !fig_ok(msg.tcp_alpha, msg.tcp_beta) ||
-            (msg.verbs_compared != 0 && msg.verbs_compared != 1) ||
-            (msg.inter_verbs != 0 && msg.inter_verbs != 1))
+        /* Range-check what came over the network before using it. */
+        if (!loomi_links_valid(&msg))
             return loomi_fail(LOOM_ERR_MISMATCH, c->rank,
                               "link probe: rank 0 sent out-of-range figures");
-        l.verbs_alpha = msg.verbs_alpha;
-        l.verbs_beta = msg.verbs_beta;
-        l.tcp_alpha = msg.tcp_alpha;
-        l.tcp_beta = msg.tcp_beta;
-        l.verbs_compared = msg.verbs_compared;
-        l.inter_verbs = msg.inter_verbs;
+        msg.intra_shm = shm; /* this rank's own */
+        l = msg;
         /* Every rank applies the choice once it has the figures: its part
          * of the broadcast is over, so nothing of it is left in flight. */
         if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->tstate, 0);
-        l.gamma = msg.gamma;
-        l.gamma_copy = msg.gamma_copy;
-        l.probe_ms = msg.probe_ms;
     }
     struct loomi_job_shape j;
     loomi_comm_shape(c, &j);

@@ -74,6 +74,20 @@ loom_result_t loomi_links_read(const char *path, struct loomi_links *l, int rank
     return r;
 }
 
+static int fig_ok(double a, double b) { return a >= 0 && a < 1 && b >= 0 && b < 1; }
+
+int loomi_links_valid(const struct loomi_links *l)
+{
+    for (int k = 0; k < LOOMI_LINKS; k++)
+        if (!fig_ok(l->alpha[k], l->beta[k]) || l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
+            return 0;
+    return l->gamma > 0 && l->gamma < 1 && l->gamma_copy > 0 && l->gamma_copy < 1 &&
+           l->probe_ms >= 0 && l->probe_ms < 1e6 && (l->intra_shm == 0 || l->intra_shm == 1) &&
+           fig_ok(l->verbs_alpha, l->verbs_beta) && fig_ok(l->tcp_alpha, l->tcp_beta) &&
+           (l->verbs_compared == 0 || l->verbs_compared == 1) &&
+           (l->inter_verbs == 0 || l->inter_verbs == 1);
+}
+
 static void params(struct loomi_model_params *m, const struct loomi_links *l, int link,
                    double cf, size_t chunk)
 {

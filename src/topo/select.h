@@ -49,6 +49,8 @@ void loomi_links_defaults(struct loomi_links *l, int intra_shm);
  * beta_inter in seconds, gamma, gamma_copy in seconds per byte; '#'
  * comments) over the defaults.  Errors name the file and line. */
 loom_result_t loomi_links_read(const char *path, struct loomi_links *l, int rank);
+/* Whether figures that came over the network are in range (1) before use. */
+int loomi_links_valid(const struct loomi_links *l);
 
 /* What the model needs of the job besides the links. */
 struct loomi_job_shape {
