@@ -87,6 +87,10 @@ elastic() { # elastic NAME CRASH_ROUND:RANK GROW_ROUND ARGS...
     j=$(grep '^elastic: rank=' "$tmp/$name.joiner")
     check "$name: the survivors shrank once, grew once and agree ($sum)" \
         grep -q 'ranks=3 .*shrinks=1 grows=1 params_agree=1' <<<"$sum"
+    if [ -z "$sum" ]; then
+        echo "  workers (port $port):"; grep -v '^loom\[' <<<"$out" | tail -8
+        echo "  replacement:"; tail -5 "$tmp/$name.joiner"
+    fi
     # It is admitted at the first round boundary after it arrives, and
     # --grow-at makes the workers wait for it at round $grow at the latest.
     local js

@@ -60,6 +60,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: warm-up failed: %s\n", rank, loom_get_last_error());
         return 2;
     }
+    /* The warm-up may end on the victim while a survivor is still in it;
+     * a kill then would fail the warm-up, not the operation under test.
+     * So every survivor says it is through (a file), and the victim waits
+     * for all of them before it starts. */
+    char mark[4096];
+    if (rank != victim) {
+        snprintf(mark, sizeof mark, "%s.ready.%d", stamp, rank);
+        FILE *m = fopen(mark, "w");
+        if (m) fclose(m);
+    } else {
+        for (int q = 0, tries = 0; q < n && tries < 2000; q++) {
+            if (q == victim) continue;
+            snprintf(mark, sizeof mark, "%s.ready.%d", stamp, q);
+            while (access(mark, F_OK) != 0 && tries++ < 2000) usleep(5000);
+        }
+    }
     for (size_t i = 0; i < count; i++) buf[i] = (float)rank;
     loom_request_t req;
     loom_result_t r =

@@ -15,7 +15,9 @@ survivors() { # survivors N VICTIM
         line=$(cat "$tmp/out/rank.$r.out" 2>/dev/null)
         case "$line" in
         *": OK after "*) ;;
-        *) good=0; echo "  rank $r: ${line:-no output}"; tail -3 "$tmp/out/rank.$r.err" 2>/dev/null ;;
+        *) good=0; echo "  rank $r: ${line:-no output}"
+           # What the rank said, without the sanitizer's stack traces.
+           grep -v -E '^ +#|Sanitizer|^$|leak of|^Direct|^Indirect' "$tmp/out/rank.$r.err" 2>/dev/null | head -4 ;;
         esac
         ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
         [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
@@ -23,7 +25,7 @@ survivors() { # survivors N VICTIM
 }
 for n in 2 4 5; do
     for victim in 1 $((n - 1)); do
-        rm -f "$tmp/stamp"; rm -rf "$tmp/out"
+        rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
         LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
             --output "$tmp/out" "$prog" "$victim" "$tmp/stamp" >/dev/null 2>&1
         survivors "$n" "$victim"
@@ -37,7 +39,7 @@ done
 # An in-place all-to-all killed mid-way: its input is restored from the
 # staged copy in scratch.
 for n in 3 4; do
-    rm -f "$tmp/stamp"; rm -rf "$tmp/out"
+    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
     LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
         --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((16 << 20)) kill alltoall >/dev/null 2>&1
     survivors "$n" 1
@@ -50,7 +52,7 @@ done
 # A silent rank (SIGSTOPped: alive, sockets open, says nothing): every
 # other rank must fail once LOOM_TIMEOUT (3 s here) passes, never hang.
 for n in 2 4; do
-    rm -f "$tmp/stamp"; rm -rf "$tmp/out"
+    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
     LOOM_TIMEOUT=3000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
         --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((4 << 20)) stop >/dev/null 2>&1
     survivors "$n" 1

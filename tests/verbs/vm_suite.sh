@@ -99,7 +99,7 @@ fi
 for nv in "2 1 kill 20000 5000" "4 1 kill 20000 5000" "4 3 kill 20000 5000" "2 1 stop 3000 6000"; do
     set -- $nv
     n=$1 victim=$2 mode=$3 limit=$5
-    rm -rf $tmp/out $tmp/stamp
+    rm -rf $tmp/out $tmp/stamp*
     LOOM_TIMEOUT=$4 timeout 200 loomrun -n $n --keep-going --timeout 180 --output $tmp/out \
         mp_kill $victim $tmp/stamp $((4 << 20)) $mode >/dev/null 2>&1
     good=1 worst=0 r=0
