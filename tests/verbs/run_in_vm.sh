@@ -126,7 +126,7 @@ cp "$here/vm_suite.sh" "$root/loom/"
 if (($#)); then printf '%q ' "$@" >"$root/run/cmd"; else echo "sh /loom/vm_suite.sh" >"$root/run/cmd"; fi
 # Settings of the suite travel into the VM.
 : >"$root/run/env"
-for v in LOOM_VM_QUICK LOOM_VM_BW_MIN ASAN_OPTIONS UBSAN_OPTIONS; do
+for v in LOOM_VM_QUICK LOOM_VM_BW_MIN LOOM_VM_SECTIONS ASAN_OPTIONS UBSAN_OPTIONS; do
     if [[ -n ${!v:-} ]]; then printf 'export %s=%q\n' "$v" "${!v}" >>"$root/run/env"; fi
 done
 cat >"$root/init" <<'EOF'

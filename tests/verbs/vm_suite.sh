@@ -16,8 +16,10 @@
 #  6. figures (not pass/fail unless LOOM_VM_BW_MIN is set): ib_write_bw
 #     against sendrecv_perf on the same device, and a 64 MiB allreduce
 #     over verbs and over TCP.
-# LOOM_VM_QUICK=1 skips 3 and 6.  Ends with "N passed, N failed".
+# LOOM_VM_QUICK=1 skips 3 and 6; LOOM_VM_SECTIONS="N ..." runs only those.  Ends with "N passed, N failed".
 pass=0 fail=0
+# LOOM_VM_SECTIONS="5 6": only those sections (default: all).
+want() { [ -z "${LOOM_VM_SECTIONS:-}" ] || case " $LOOM_VM_SECTIONS " in *" $1 "*) true ;; *) false ;; esac; }
 ok() { pass=$((pass + 1)); echo "ok   - $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
 export LOOM_DEBUG=none
@@ -39,6 +41,7 @@ wrong_ok() { # every data row's two #wrong columns are 0, and there are rows
 echo "# $(uname -r); $(rdma link show 2>&1 | head -1)"
 
 # 1. The transport in use.
+if want 1; then
 out=$(LOOM_DEBUG=info timeout 120 loomrun -n 3 --timeout 100 sendrecv_perf -b 8 -e 8 -n 1 -w 0 2>&1)
 if echo "$out" | grep -q "transport verbs (0 peer(s) over shm, 2 over verbs, 0 over tcp)"; then
     ok "LOOM_TRANSPORT=verbs: every peer over verbs ($(echo "$out" | grep -o 'verbs: using [^,]*, GID index [0-9]* ([^)]*)' | head -1))"
@@ -46,9 +49,11 @@ else
     bad "LOOM_TRANSPORT=verbs: the communicator does not report verbs"
     echo "$out" | tail -20
 fi
+fi
 
 # 2. Every collective, 2, 3 and 4 ranks: 4, 92, 2116, 48668 and 1119364
 #    bytes (odd counts; eager and rendezvous), in and out of place.
+if want 2; then
 for n in 2 3 4; do
     for b in all_reduce reduce_scatter all_gather alltoall broadcast reduce gather scatter sendrecv; do
         root=
@@ -72,8 +77,10 @@ done
 LOOM_CHUNK_SIZE=4K run 4 all_reduce_perf -b 1M -e 4M -f 4 -n 2 -w 0 -c 1
 if [ $rc -eq 0 ] && echo "$out" | wrong_ok; then ok "all_reduce_perf, 4K chunks, 4 ranks: #wrong 0"
 else bad "all_reduce_perf, 4K chunks, 4 ranks (exit $rc)"; echo "$out" | grep -v '^#' | tail -8; fi
+fi
 
 # 3. The multi-process tests.
+if want 3; then
 if [ -z "${LOOM_VM_QUICK:-}" ]; then
     for n in 2 3 4; do
         run $n mp_allreduce quick
@@ -92,10 +99,12 @@ if [ -z "${LOOM_VM_QUICK:-}" ]; then
         else bad "mp_memreg on $n ranks over verbs (exit $rc)"; echo "$out" | tail -10; fi
     done
 fi
+fi
 
 # 4. The kill test.
 # "stop": the victim is SIGSTOPped (alive, its queue pairs still answered
 # by the kernel, saying nothing): the survivors fail by LOOM_TIMEOUT (3 s).
+if want 4; then
 for nv in "2 1 kill 20000 5000" "4 1 kill 20000 5000" "4 3 kill 20000 5000" "2 1 stop 3000 6000"; do
     set -- $nv
     n=$1 victim=$2 mode=$3 limit=$5
@@ -121,12 +130,14 @@ for nv in "2 1 kill 20000 5000" "4 1 kill 20000 5000" "4 3 kill 20000 5000" "2 1
         bad "$mode rank $victim of $n mid-allreduce over verbs (slowest $worst ms)"
     fi
 done
+fi
 
 # 5. Selection between verbs and TCP: 4 ranks on 2 "hosts" (LOOM_HOSTNAME
 #    from the rank), every transport allowed.  The probe measures the
 #    inter-host pair over verbs and over TCP; the faster at 1 MiB must
 #    carry every inter-host peer's data (shared memory within a host), and
 #    the collectives must be right after the switch.
+if want 5; then
 printf '#!/bin/sh\nexport LOOM_HOSTNAME=h$((LOOM_RANK / 2))\nexec "$@"\n' >$tmp/hosts2
 chmod +x $tmp/hosts2
 out=$(LOOM_TRANSPORT= LOOM_DEBUG=info timeout 300 loomrun -n 4 --timeout 280 \
@@ -154,8 +165,10 @@ if echo "$ready" | grep -qF "$want"; then ok "rank 0 routes as chosen: $ready"
 else bad "rank 0 routes ${ready:-?}, expected $want"; fi
 if [ $rc -eq 0 ] && echo "$out" | grep -v '^loom\[' | wrong_ok; then ok "all_reduce_perf on 2 hosts x 2 ranks after the choice: #wrong 0"
 else bad "all_reduce_perf on 2 hosts x 2 ranks after the choice (exit $rc)"; echo "$out" | grep -v '^#' | tail -8; fi
+fi
 
 # 6. Figures: the same device, the same VM, the same run.
+if want 6; then
 if [ -z "${LOOM_VM_QUICK:-}" ]; then
     sz=4194304
     gid=$(echo "$(LOOM_DEBUG=info timeout 60 loomrun -n 1 sendrecv_perf -b 8 -e 8 -n 1 -w 0 2>&1)" |
@@ -197,6 +210,7 @@ if [ -z "${LOOM_VM_QUICK:-}" ]; then
     done
     [ -n "$ar_verbs" ] && [ -n "$ar_tcp" ] &&
         echo "# 64 MiB allreduce, 2 ranks: verbs $ar_verbs us, tcp $ar_tcp us: verbs is $(awk "BEGIN{printf \"%.2f\", $ar_tcp/$ar_verbs}")x TCP's speed"
+fi
 fi
 
 echo "$pass passed, $fail failed"
