@@ -108,8 +108,8 @@ struct loom_comm {
     struct loom_mem *regs;
 };
 
-/* Release the registrations left on comm (destroy, before the transport
- * goes). */
+/* Free the handles of the registrations left on comm (destroy, after
+ * the transport released the registrations themselves). */
 void loomi_mem_release_all(struct loom_comm *comm);
 
 /* Take / release the communicator's engine lock (nothing without a

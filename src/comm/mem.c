@@ -12,13 +12,10 @@
 #include "comm/route.h"
 #include "core/internal.h"
 
-#define MEM_MAGIC 0x4d454d52u /* "MEMR" */
-
+/* A handle is only ever found by its address in comm->regs, so it needs
+ * no magic of its own. */
 struct loom_mem {
-    uint32_t magic;
     struct loom_mem *next;
-    void *buf;
-    size_t bytes;
     int in_transport; /* a transport holds a registration for it */
     struct loomi_mr mr;
 };
@@ -38,8 +35,6 @@ loom_result_t loom_mem_register(loom_comm_t comm, void *buf, size_t bytes, loom_
                           "%s: buf + bytes (%zu) wraps around the address space", fn, bytes);
     struct loom_mem *m = calloc(1, sizeof *m);
     if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
-    m->buf = buf;
-    m->bytes = bytes;
     if (comm->tops == &loomi_route_ops) {
         /* The transport is the engine's: not while the progress thread
          * drives it. */
@@ -51,7 +46,6 @@ loom_result_t loom_mem_register(loom_comm_t comm, void *buf, size_t bytes, loom_
             return r;
         }
     }
-    m->magic = MEM_MAGIC;
     m->next = comm->regs;
     comm->regs = m;
     *handle = m;
@@ -84,7 +78,6 @@ loom_result_t loom_mem_deregister(loom_comm_t comm, loom_mem_t handle)
         loomi_route_mem_deregister(comm->tstate, &handle->mr);
         loomi_comm_unlock(comm);
     }
-    handle->magic = 0;
     free(handle);
     return LOOM_SUCCESS;
 }
@@ -96,7 +89,6 @@ void loomi_mem_release_all(struct loom_comm *comm)
     while (comm->regs) {
         struct loom_mem *m = comm->regs;
         comm->regs = m->next;
-        m->magic = 0;
         free(m);
     }
 }
