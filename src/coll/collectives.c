@@ -302,6 +302,8 @@ static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbu
     size_t n = count * loom_datatype_size(dtype);
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    if (!req && !c.cz.codec && !loomi_group_active() && loomi_small_allreduce_fits(comm, n))
+        return loomi_small_allreduce(comm, sendbuf, recvbuf, count, dtype, op, fn);
     return launch(&c, req);
 }
 

@@ -200,6 +200,15 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
     /* Every rank decides the same way (the same LOOM_TRANSPORT and
      * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */
     if (c->route_mask & 2u) c->shared_bytes = c->set.shm_bytes;
+    /* Small allreduces of a job on one host go through slots at the
+     * arenas' tail, which schedules then leave alone. */
+    c->small_max = c->small_region = 0;
+    if (c->shared_bytes) {
+        c->small_max = loomi_small_allreduce_limit(c->set.shm_small, c->shared_bytes, c->nranks,
+                                                   c->hosts->nhosts);
+        if (c->small_max) c->small_region = loomi_small_region_bytes(c->small_max);
+        c->shared_bytes -= c->small_region;
+    }
     c->magic = LOOMI_COMM_MAGIC;
     /* Measure the links and choose algorithms: collective over the new
      * communicator, so every rank gets here or fails by the deadline. */
@@ -376,6 +385,7 @@ static void comm_free(struct loom_comm *c, int polite)
     free(c->scratch);
     free(c->backup);
     free(c->p2p_seq);
+    free(c->small_map);
     free(c->hosts);
     free(c->links);
     free(c->sel);

@@ -78,8 +78,16 @@ struct loom_comm {
      * own host), and the job's topology where it was discovered. */
     struct loomi_hostmap *hosts;
     struct loomi_topo_job *topo;
-    /* Bytes of each rank's shared arena (0: none reachable). */
+    /* Bytes of each rank's shared arena that schedules may use (0: none
+     * reachable). */
     size_t shared_bytes;
+    /* Small allreduce through slots at the tail of the arenas (small.c):
+     * up to small_max bytes (0: off), in operations numbered small_seq;
+     * small_map[r] is rank r's slot region as mapped here (NULL until
+     * the first such operation). */
+    size_t small_max, small_region;
+    uint64_t small_seq;
+    unsigned char **small_map;
     /* What the links cost and the cost model's choices (NULL: fixed
      * thresholds, as for local communicators). */
     struct loomi_links *links;

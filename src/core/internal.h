@@ -75,6 +75,7 @@ struct loomi_env {
     int probe;                 /* measure links at init */
     size_t shm_bytes;          /* shared-memory arena per rank */
     size_t shm_cma_min;        /* single-copy (CMA) from this size on; 0: never */
+    size_t shm_small;          /* allreduce through arena slots up to this size; 0: never */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
 };
@@ -102,6 +103,7 @@ struct loomi_settings {
     int probe;
     size_t shm_bytes;
     size_t shm_cma_min;
+    size_t shm_small;
     int heartbeat_ms;
     int progress_thread;
 };

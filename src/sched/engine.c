@@ -677,6 +677,13 @@ static void engine_round(struct loom_comm *c, int wait_ms)
     if (c->active && (wait_ms > 0 || ++c->rounds % 64 == 0)) check_deadline(c);
 }
 
+loom_result_t loomi_engine_poll(struct loom_comm *c)
+{
+    if (c->active) engine_round(c, 0);
+    else if (c->ctrl && c->error == LOOM_SUCCESS) loomi_comm_sync(c);
+    return c->error;
+}
+
 static loom_result_t op_result(struct loomi_op *op)
 {
     loom_result_t r = op->status;

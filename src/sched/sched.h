@@ -174,6 +174,12 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index);
  * goes); afterwards the communicator takes no lock. */
 void loomi_progress_stop(struct loom_comm *comm);
 
+/* One pass that blocks nowhere, for a caller waiting on something other
+ * than an operation (small.c): running operations progress and their
+ * deadline holds, and a failure seen by the control plane breaks the
+ * communicator.  Returns comm->error. */
+loom_result_t loomi_engine_poll(struct loom_comm *comm);
+
 /* Fail every running op of comm (called when the communicator breaks). */
 void loomi_engine_fail_all(struct loom_comm *comm);
 /* Fail and free every op, waited for or not (loom_comm_abort): the

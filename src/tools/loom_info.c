@@ -256,6 +256,15 @@ static void print_defaults(int coll, int p)
     printf("%s%s\n", changed ? "larger: " : "all sizes: ", loomi_algo_name(cur));
 }
 
+/* The allreduce sizes that bypass the selection (small.c). */
+static void print_small(size_t max)
+{
+    char b[32];
+    if (max)
+        printf("  blocking allreduce up to %s: slots in the shared arenas, not the table "
+               "(LOOM_SHM_SMALL)\n", fmt_size_short(max, b, sizeof b));
+}
+
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
 static const char *user_debug;
 
@@ -316,6 +325,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
     printf("\nselection for %d rank(s) on %d host(s) (algorithm from size on; LOOM_ALGO "
            "overrides)\n", n, H);
     loomi_select_print(stdout, &sel);
+    print_small(loomi_small_allreduce_limit(set->shm_small, shape.shared_bytes, n, H));
     loomi_topo_job_free(&job);
     free(cards);
     return bad;
@@ -337,6 +347,7 @@ static int report_job(int explain)
         if (comm->links) loomi_links_print(stdout, comm->links);
         printf("\nselection (algorithm from size on; LOOM_ALGO overrides)\n");
         if (comm->sel) loomi_select_print(stdout, comm->sel);
+        print_small(comm->small_max);
         if (comm->links && explain) {
             struct loomi_job_shape j;
             loomi_comm_shape(comm, &j);
@@ -389,6 +400,8 @@ static int report(int p, int H, const struct loomi_model_params *meas)
         printf("  LOOM_SHM_SIZE       %s\n", fmt_size_short(set.shm_bytes, b, sizeof b));
         printf("  LOOM_SHM_CMA        %s\n",
                set.shm_cma_min ? fmt_size_short(set.shm_cma_min, b, sizeof b) : "0 (never)");
+        printf("  LOOM_SHM_SMALL      %s\n",
+               set.shm_small ? fmt_size_short(set.shm_small, b, sizeof b) : "0 (never)");
         printf("  LOOM_TOPO_FILE      %s\n", set.topo_file[0] ? set.topo_file : "(this machine)");
         printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");

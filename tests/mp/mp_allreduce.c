@@ -190,6 +190,19 @@ int main(int argc, char **argv)
             return 3;
         }
     }
+    /* Blocking small allreduces while those run: on one host these take
+     * the arenas' slots, and must keep the others moving as they wait. */
+    for (int k = 0; k < 20; k++) {
+        float v[3] = {(float)rank, (float)k, 1.0f};
+        r = loom_allreduce(v, v, 3, LOOM_FLOAT32, LOOM_SUM, comm);
+        cases++;
+        if (r != LOOM_SUCCESS || v[0] != (float)(nranks * (nranks - 1) / 2) ||
+            v[1] != (float)(nranks * k) || v[2] != (float)nranks) {
+            failures++;
+            fprintf(stderr, "rank %d: small allreduce %d beside iallreduces: %s, got %g %g %g\n",
+                    rank, k, loom_strerror(r), v[0], v[1], v[2]);
+        }
+    }
     for (int k = NREQ - 1; k >= 0; k--) {
         r = loom_wait(&req[k]);
         cases++;

@@ -15,7 +15,12 @@
  * With COLL "alltoall" the operation is an in-place all-to-all instead
  * (its input is staged in scratch, which is also what restores it).
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall]]]
+ * With COLL "small" every rank runs blocking in-place allreduces of COUNT
+ * floats in a loop, each checked, and the victim dies between two of
+ * them: on one host these take the slots of the shared arenas (small.c),
+ * where the survivors wait on the victim's slot, not on a message.
+ *
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +49,7 @@ int main(int argc, char **argv)
     size_t count = argc > 3 ? strtoull(argv[3], NULL, 10) : 16u << 20;
     int stop = argc > 4 && !strcmp(argv[4], "stop");
     int a2a = argc > 5 && !strcmp(argv[5], "alltoall");
+    int small = argc > 5 && !strcmp(argv[5], "small");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -56,7 +62,8 @@ int main(int argc, char **argv)
     float *buf = malloc(count * sizeof *buf);
     for (size_t i = 0; i < count; i++) buf[i] = 1.0f;
     /* One full operation first: every connection is proven to work. */
-    if (loom_allreduce(buf, buf, 1024, LOOM_FLOAT32, LOOM_SUM, comm) != LOOM_SUCCESS) {
+    if (loom_allreduce(buf, buf, count < 1024 ? count : 1024, LOOM_FLOAT32, LOOM_SUM, comm) !=
+        LOOM_SUCCESS) {
         fprintf(stderr, "rank %d: warm-up failed: %s\n", rank, loom_get_last_error());
         return 2;
     }
@@ -77,11 +84,33 @@ int main(int argc, char **argv)
         }
     }
     for (size_t i = 0; i < count; i++) buf[i] = (float)rank;
-    loom_request_t req;
-    loom_result_t r =
-        a2a ? loom_ialltoall(buf, buf, count / (size_t)n, LOOM_FLOAT32, comm, &req)
-            : loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
-    if (r != LOOM_SUCCESS) return 2;
+    loom_request_t req = LOOM_REQUEST_NULL;
+    loom_result_t r = LOOM_SUCCESS;
+    int round = 0;
+    if (small) {
+        /* Round k's input is rank + k; the sum is n(n-1)/2 + n k. */
+        for (;; round++) {
+            if (rank == victim && round == 200) break;
+            for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + round);
+            r = loom_allreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm);
+            if (r != LOOM_SUCCESS) break;
+            float want = (float)(n * (n - 1) / 2 + n * round);
+            for (size_t i = 0; i < count; i++)
+                if (buf[i] != want) {
+                    printf("rank %d: WRONG: round %d element %zu is %g, not %g\n", rank, round,
+                           i, buf[i], want);
+                    return 1;
+                }
+            if (rank != victim && round > 100000) {
+                printf("rank %d: WRONG: the victim's death went unnoticed\n", rank);
+                return 1;
+            }
+        }
+    } else {
+        r = a2a ? loom_ialltoall(buf, buf, count / (size_t)n, LOOM_FLOAT32, comm, &req)
+                : loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
+        if (r != LOOM_SUCCESS) return 2;
+    }
     if (rank == victim) {
         /* Drive the operation until it is well under way, then die. */
         double t0 = now_ms();
@@ -91,7 +120,7 @@ int main(int argc, char **argv)
         /* Long enough to be under way, short enough not to finish even
          * over shared memory. */
         double drive_ms = 1;
-        while (!stop && now_ms() - t0 < drive_ms && !done) loom_test(&req, &done);
+        while (!small && !stop && now_ms() - t0 < drive_ms && !done) loom_test(&req, &done);
         if (done) {
             fprintf(stderr, "victim: the operation finished before the kill; use a larger count\n");
             return 2;
@@ -102,13 +131,13 @@ int main(int argc, char **argv)
         kill(getpid(), stop ? SIGSTOP : SIGKILL);
         return 1;
     }
-    r = loom_wait(&req);
+    if (!small) r = loom_wait(&req);
     double t_err = now_ms();
     char msg[512];
     snprintf(msg, sizeof msg, "%s", loom_get_last_error());
     /* The in-place buffer must hold what it held before the call. */
     size_t changed = 0;
-    for (size_t i = 0; i < count; i++) changed += buf[i] != (float)rank;
+    for (size_t i = 0; i < count; i++) changed += buf[i] != (float)(rank + round);
     FILE *f = NULL;
     for (int i = 0; i < 500 && !(f = fopen(stamp, "r")); i++) usleep(10000);
     double t_kill = 0;

@@ -17,6 +17,10 @@ done
 out=$(LOOM_TCP_STREAMS=4 LOOM_CHUNK_SIZE=8K timeout 300 "$LOOMRUN" -n 3 --timeout 280 "$prog" quick 2>&1)
 check "allreduce on 3 ranks, 4 streams, 8K chunks" [ $? -eq 0 ]
 [ $? -eq 0 ] || echo "$out" | tail -20
+# Small counts through the engine, not the arenas' slots (small.c).
+out=$(LOOM_SHM_SMALL=0 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
+check "allreduce on 4 ranks, LOOM_SHM_SMALL=0" [ $? -eq 0 ]
+[ $? -eq 0 ] || echo "$out" | tail -20
 out=$(LOOM_TCP_STREAMS=1 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
 check "allreduce on 4 ranks, 1 stream" [ $? -eq 0 ]
 finish

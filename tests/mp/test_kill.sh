@@ -62,4 +62,21 @@ for n in 2 4; do
         bad "SIGSTOP rank 1 of $n mid-allreduce (slowest $worst ms)"
     fi
 done
+# Small allreduces on one host go through the arenas' slots, where a
+# survivor waits on the victim's slot: killed, or stopped (3 s deadline).
+for n in 2 4; do
+    for how in kill stop; do
+        rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
+        to=20000 limit=5000
+        [ $how = stop ] && to=3000 limit=6000
+        LOOM_TIMEOUT=$to timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+            --output "$tmp/out" "$prog" $((n - 1)) "$tmp/stamp" 2 $how small >/dev/null 2>&1
+        survivors "$n" $((n - 1))
+        if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < $limit)}"; then
+            ok "$how rank $((n - 1)) of $n between small allreduces: all survivors failed with their buffers untouched, slowest after $worst ms"
+        else
+            bad "$how rank $((n - 1)) of $n between small allreduces (slowest $worst ms)"
+        fi
+    done
+done
 finish

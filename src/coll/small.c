@@ -1,0 +1,179 @@
+/*
+ * small.c - allreduce of a few bytes among the ranks of one host, through
+ * slots at the tail of their shared arenas, without the engine.
+ *
+ * For 8 bytes the engine's fixed costs (an operation, a schedule, log2(p)
+ * rounds of messages through the FIFOs) are most of the time.  Here each
+ * rank copies its input into its own slot, publishes the operation's
+ * number, waits until every rank of the host has published it, and then
+ * reduces all slots itself, in rank order, so every rank computes the same
+ * bytes.  One synchronisation instead of log2(p) rounds.
+ *
+ * Each rank's region: two 64-byte lines, each holding the number of the
+ * last operation whose data is in one of two slots, then the two slots.
+ * Operation s uses slot s % 2.  A rank writes slot s % 2 again only in
+ * operation s + 2, which it starts after seeing every rank publish s + 1;
+ * a rank publishes s + 1 only after it has finished reading for s.  So no
+ * slot is overwritten while it is read, without any further message.
+ *
+ * Every rank takes this path for the same calls: the blocking allreduce
+ * without a codec, of at most small_max bytes, on a communicator whose
+ * ranks all share one host through shared memory, with no LOOM_ALGO for
+ * allreduce (comm.c and collectives.c decide it from settings that are
+ * the same on every rank).  The caller's buffer is written only once
+ * every input is there, so a failure leaves it untouched.
+ */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll/coll.h"
+#include "comm/comm.h"
+#include "core/internal.h"
+#include "reduce/reduce.h"
+
+#define LINE 64
+#define SEQ_LINES 2
+
+static _Atomic uint64_t *seq_of(unsigned char *region, uint64_t s)
+{
+    return (_Atomic uint64_t *)(void *)(region + (s & 1) * LINE);
+}
+
+static unsigned char *slot_of(const struct loom_comm *c, unsigned char *region, uint64_t s)
+{
+    return region + SEQ_LINES * LINE + (s & 1) * c->small_max;
+}
+
+size_t loomi_small_region_bytes(size_t small_max)
+{
+    size_t b = SEQ_LINES * LINE + 2 * small_max;
+    return (b + 4095) / 4096 * 4096;
+}
+
+/* Find every rank's region (once per communicator). */
+static loom_result_t map_regions(struct loom_comm *c)
+{
+    if (c->small_map) return LOOM_SUCCESS;
+    unsigned char **m = calloc((size_t)c->nranks, sizeof *m);
+    if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small allreduce: out of memory");
+    for (int q = 0; q < c->nranks; q++) {
+        size_t len = 0;
+        unsigned char *a = c->tops->shared_map ? c->tops->shared_map(c->tstate, q, &len) : NULL;
+        if (!a || len < c->shared_bytes + c->small_region) {
+            free(m);
+            return loomi_fail(LOOM_ERR_INTERNAL, c->rank,
+                              "small allreduce: rank %d's shared arena is not mapped here "
+                              "(%zu bytes, %zu needed)",
+                              q, a ? len : 0, c->shared_bytes + c->small_region);
+        }
+        m[q] = a + c->shared_bytes;
+    }
+    c->small_map = m;
+    return LOOM_SUCCESS;
+}
+
+/* Each rank reads every slot: past this many bytes read in all, the
+ * engine's algorithms, which read less, are faster. */
+#define READ_BUDGET ((size_t)256 << 10)
+
+size_t loomi_small_allreduce_limit(size_t shm_small, size_t arena_bytes, int nranks, int nhosts)
+{
+    if (!shm_small || nhosts != 1 || nranks < 2) return 0;
+    size_t lim = READ_BUDGET / (size_t)nranks;
+    if (lim > shm_small) lim = shm_small;
+    /* The slots take a small part of the arena, or none of it. */
+    return arena_bytes >= 4 * loomi_small_region_bytes(lim) ? lim : 0;
+}
+
+int loomi_small_allreduce_fits(const struct loom_comm *c, size_t bytes)
+{
+    return c->small_max && bytes <= c->small_max &&
+           c->algo_forced[LOOMI_COLL_ALLREDUCE] == LOOMI_ALGO_AUTO;
+}
+
+/* Wait until rank q has published operation s (1), or give up (0) when
+ * the communicator breaks or nothing arrives for LOOM_TIMEOUT. */
+static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
+{
+    const int n = c->nranks;
+    int next = 0;          /* ranks below `next` have published s */
+    unsigned spins = 0;
+    uint64_t start = 0, last = 0; /* ns: the wait began; something last arrived */
+    while (next < n) {
+        uint64_t v = atomic_load_explicit(seq_of(c->small_map[next], s), memory_order_acquire);
+        if (v == s) {
+            next++;
+            last = 0;
+            continue;
+        }
+        /* Only the previous use of the slot (or nothing yet) may be there:
+         * anything else is a peer out of step or memory overwritten. */
+        if (v != (s >= 2 ? s - 2 : 0)) {
+            loomi_comm_fail(c, LOOM_ERR_INTERNAL, next,
+                            "small allreduce: rank %d published operation %llu in the slot "
+                            "of operation %llu (ranks out of step, or shared memory "
+                            "overwritten)",
+                            next, (unsigned long long)v, (unsigned long long)s);
+            loomi_engine_fail_all(c);
+            break;
+        }
+        /* Give the core away between looks when ranks share cores (the
+         * rank we wait for may need this one). */
+        if (c->oversubscribed) sched_yield();
+        if (++spins % 32) continue;
+        if (loomi_engine_poll(c) != LOOM_SUCCESS) break;
+        uint64_t now = loomi_now_ns();
+        if (!start) start = now;
+        if (!last) last = now;
+        if (now - last >= (uint64_t)c->set.timeout_ms * 1000000u) {
+            loomi_comm_fail(c, LOOM_ERR_TIMEOUT, next,
+                            "no progress for %d ms (LOOM_TIMEOUT) in a small allreduce "
+                            "through shared memory, waiting on rank %d",
+                            c->set.timeout_ms, next);
+            loomi_engine_fail_all(c);
+            break;
+        }
+        /* A long wait (a rank still computing) need not burn a core: past
+         * the spin time, sleep a little between looks. */
+        if (now - start >= (uint64_t)c->set.spin_us * 1000u) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (next == n) return LOOM_SUCCESS;
+    return loomi_fail(c->error != LOOM_SUCCESS ? c->error : LOOM_ERR_INTERNAL, c->rank, "%s: %s",
+                      fn, c->errmsg);
+}
+
+loom_result_t loomi_small_allreduce(struct loom_comm *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, loom_datatype_t dtype, loom_op_t op,
+                                    const char *fn)
+{
+    const size_t bytes = count * loom_datatype_size(dtype);
+    loomi_comm_lock(c);
+    loom_result_t r = map_regions(c);
+    if (r == LOOM_SUCCESS && loomi_engine_poll(c) != LOOM_SUCCESS)
+        r = loomi_fail(c->error, c->rank, "%s: %s", fn, c->errmsg);
+    if (r != LOOM_SUCCESS) {
+        loomi_comm_unlock(c);
+        return r;
+    }
+    const uint64_t s = ++c->small_seq;
+    unsigned char *mine = c->small_map[c->rank];
+    memcpy(slot_of(c, mine, s), sendbuf, bytes);
+    atomic_store_explicit(seq_of(mine, s), s, memory_order_release);
+    r = wait_all(c, s, fn);
+    if (r == LOOM_SUCCESS && bytes) {
+        /* Rank order on every rank: the same bytes everywhere.  In place,
+         * the input is already in this rank's slot. */
+        memcpy(recvbuf, slot_of(c, c->small_map[0], s), bytes);
+        for (int q = 1; q < c->nranks; q++)
+            loomi_reduce_inplace(recvbuf, slot_of(c, c->small_map[q], s), count, dtype, op);
+        if (op == LOOM_AVG) loomi_reduce_finish_avg(recvbuf, count, dtype, c->nranks);
+    }
+    loomi_comm_unlock(c);
+    return r;
+}
