@@ -197,20 +197,20 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
 /* The algorithm to run for this collective and size. */
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes);
 
-/* ------------------------------------------- small allreduce (small.c) */
+/* ----------------------------------------- small collectives (small.c) */
 
 /* Bytes at the tail of each arena that slots of small_max bytes take. */
 size_t loomi_small_region_bytes(size_t small_max);
-/* The largest allreduce that goes through the slots, for LOOM_SHM_SMALL
- * shm_small and arenas of arena_bytes (0: none, as when the ranks are on
- * several hosts or there are no arenas). */
-size_t loomi_small_allreduce_limit(size_t shm_small, size_t arena_bytes, int nranks,
-                                   int nhosts);
-/* Does a blocking, uncompressed allreduce of `bytes` go through the slots? */
-int loomi_small_allreduce_fits(const struct loom_comm *comm, size_t bytes);
+/* The bytes of a slot (the largest allreduce that goes through the
+ * slots), for LOOM_SHM_SMALL shm_small and arenas of arena_bytes (0: no
+ * slots, as when the ranks are on several hosts or there are no arenas). */
+size_t loomi_small_limit(size_t shm_small, size_t arena_bytes, int nranks, int nhosts);
+/* Does a blocking, uncompressed call of collective coll with n bytes
+ * (count times element size) go through the slots? */
+int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n);
 /* Run it (fn names the public call in errors). */
-loom_result_t loomi_small_allreduce(struct loom_comm *comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, loom_datatype_t dtype, loom_op_t op,
-                                    const char *fn);
+loom_result_t loomi_small_coll(struct loom_comm *comm, int coll, const void *sendbuf,
+                               void *recvbuf, size_t count, loom_datatype_t dtype,
+                               loom_op_t op, const char *fn);
 
 #endif

@@ -231,6 +231,10 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                           "loom_group_end (use the blocking form: loom_group_end completes it)",
                           c->fn);
     size_t es = loom_datatype_size(c->dtype);
+    /* Small blocking calls on one host: the arenas' slots (small.c). */
+    if (!req && !group && !c->cz.codec && loomi_small_fits(comm, c->a.coll, c->a.count * es))
+        return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
+                                c->op, c->fn);
     int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es);
     c->a.chunk_bytes = comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
@@ -302,8 +306,6 @@ static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbu
     size_t n = count * loom_datatype_size(dtype);
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    if (!req && !c.cz.codec && !loomi_group_active() && loomi_small_allreduce_fits(comm, n))
-        return loomi_small_allreduce(comm, sendbuf, recvbuf, count, dtype, op, fn);
     return launch(&c, req);
 }
 

@@ -1,13 +1,16 @@
 /*
- * small.c - allreduce of a few bytes among the ranks of one host, through
- * slots at the tail of their shared arenas, without the engine.
+ * small.c - small collectives among the ranks of one host, through slots
+ * at the tail of their shared arenas, without the engine.
  *
- * For 8 bytes the engine's fixed costs (an operation, a schedule, log2(p)
- * rounds of messages through the FIFOs) are most of the time.  Here each
- * rank copies its input into its own slot, publishes the operation's
- * number, waits until every rank of the host has published it, and then
- * reduces all slots itself, in rank order, so every rank computes the same
- * bytes.  One synchronisation instead of log2(p) rounds.
+ * For a few bytes the engine's fixed costs (an operation, a schedule,
+ * log2(p) rounds of messages through the FIFOs) are most of the time.
+ * Here each rank copies its input into its own slot, publishes the
+ * operation's number, waits until every rank of the host has published
+ * it, and then reads what it needs from the slots: all of them for
+ * allreduce and allgather (reduced in rank order, so every rank computes
+ * the same bytes), its own block of each for reduce-scatter and
+ * all-to-all, nothing for barrier.  One synchronisation instead of
+ * log2(p) rounds.
  *
  * Each rank's region: two 64-byte lines, each holding the number of the
  * last operation whose data is in one of two slots, then the two slots.
@@ -16,11 +19,11 @@
  * a rank publishes s + 1 only after it has finished reading for s.  So no
  * slot is overwritten while it is read, without any further message.
  *
- * Every rank takes this path for the same calls: the blocking allreduce
- * without a codec, of at most small_max bytes, on a communicator whose
+ * Every rank takes this path for the same calls: blocking, without a
+ * codec, with at most small_max bytes in a slot, on a communicator whose
  * ranks all share one host through shared memory, with no LOOM_ALGO for
- * allreduce (comm.c and collectives.c decide it from settings that are
- * the same on every rank).  The caller's buffer is written only once
+ * the collective (comm.c and collectives.c decide it from settings that
+ * are the same on every rank).  The caller's buffer is written only once
  * every input is there, so a failure leaves it untouched.
  */
 #include <sched.h>
@@ -79,7 +82,7 @@ static loom_result_t map_regions(struct loom_comm *c)
  * engine's algorithms, which read less, are faster. */
 #define READ_BUDGET ((size_t)256 << 10)
 
-size_t loomi_small_allreduce_limit(size_t shm_small, size_t arena_bytes, int nranks, int nhosts)
+size_t loomi_small_limit(size_t shm_small, size_t arena_bytes, int nranks, int nhosts)
 {
     if (!shm_small || nhosts != 1 || nranks < 2) return 0;
     size_t lim = READ_BUDGET / (size_t)nranks;
@@ -88,10 +91,27 @@ size_t loomi_small_allreduce_limit(size_t shm_small, size_t arena_bytes, int nra
     return arena_bytes >= 4 * loomi_small_region_bytes(lim) ? lim : 0;
 }
 
-int loomi_small_allreduce_fits(const struct loom_comm *c, size_t bytes)
+/* Bytes this rank puts in its slot for the collective (n: count times
+ * the element size). */
+static size_t slot_bytes(int coll, size_t n, int nranks)
 {
-    return c->small_max && bytes <= c->small_max &&
-           c->algo_forced[LOOMI_COLL_ALLREDUCE] == LOOMI_ALGO_AUTO;
+    switch (coll) {
+    case LOOMI_COLL_ALLREDUCE:
+    case LOOMI_COLL_ALLGATHER: return n;
+    case LOOMI_COLL_REDUCE_SCATTER:
+    case LOOMI_COLL_ALLTOALL: return n > SIZE_MAX / (size_t)nranks ? SIZE_MAX : n * (size_t)nranks;
+    case LOOMI_COLL_BARRIER: return 0;
+    /* Broadcast and reduce stay with the engine: there the root's
+     * partners need not wait for each other, and back-to-back calls
+     * overlap, which a synchronisation of every rank would prevent. */
+    default: return SIZE_MAX;
+    }
+}
+
+int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
+{
+    return c->small_max && slot_bytes(coll, n, c->nranks) <= c->small_max &&
+           c->algo_forced[coll] == LOOMI_ALGO_AUTO;
 }
 
 /* Wait until rank q has published operation s (1), or give up (0) when
@@ -148,31 +168,54 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
                       fn, c->errmsg);
 }
 
-loom_result_t loomi_small_allreduce(struct loom_comm *c, const void *sendbuf, void *recvbuf,
-                                    size_t count, loom_datatype_t dtype, loom_op_t op,
-                                    const char *fn)
+/* Reduce block `off` of every slot of operation s into dst, in rank order. */
+static void reduce_slots(struct loom_comm *c, uint64_t s, size_t off, void *dst, size_t count,
+                         loom_datatype_t dtype, loom_op_t op)
 {
-    const size_t bytes = count * loom_datatype_size(dtype);
+    size_t n = count * loom_datatype_size(dtype);
+    memcpy(dst, slot_of(c, c->small_map[0], s) + off, n);
+    for (int q = 1; q < c->nranks; q++)
+        loomi_reduce_inplace(dst, slot_of(c, c->small_map[q], s) + off, count, dtype, op);
+    if (op == LOOM_AVG) loomi_reduce_finish_avg(dst, count, dtype, c->nranks);
+}
+
+loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbuf,
+                               void *recvbuf, size_t count, loom_datatype_t dtype,
+                               loom_op_t op, const char *fn)
+{
+    const size_t n = count * loom_datatype_size(dtype);
+    const int me = c->rank, p = c->nranks;
     loomi_comm_lock(c);
     loom_result_t r = map_regions(c);
     if (r == LOOM_SUCCESS && loomi_engine_poll(c) != LOOM_SUCCESS)
-        r = loomi_fail(c->error, c->rank, "%s: %s", fn, c->errmsg);
+        r = loomi_fail(c->error, me, "%s: %s", fn, c->errmsg);
     if (r != LOOM_SUCCESS) {
         loomi_comm_unlock(c);
         return r;
     }
     const uint64_t s = ++c->small_seq;
-    unsigned char *mine = c->small_map[c->rank];
-    memcpy(slot_of(c, mine, s), sendbuf, bytes);
+    unsigned char *mine = c->small_map[me];
+    /* In place, the input is in this slot before anything is written. */
+    const size_t in = slot_bytes(coll, n, p);
+    if (in) memcpy(slot_of(c, mine, s), sendbuf, in);
     atomic_store_explicit(seq_of(mine, s), s, memory_order_release);
     r = wait_all(c, s, fn);
-    if (r == LOOM_SUCCESS && bytes) {
-        /* Rank order on every rank: the same bytes everywhere.  In place,
-         * the input is already in this rank's slot. */
-        memcpy(recvbuf, slot_of(c, c->small_map[0], s), bytes);
-        for (int q = 1; q < c->nranks; q++)
-            loomi_reduce_inplace(recvbuf, slot_of(c, c->small_map[q], s), count, dtype, op);
-        if (op == LOOM_AVG) loomi_reduce_finish_avg(recvbuf, count, dtype, c->nranks);
+    if (r == LOOM_SUCCESS && n) {
+        unsigned char *out = recvbuf;
+        switch (coll) {
+        case LOOMI_COLL_ALLREDUCE: reduce_slots(c, s, 0, out, count, dtype, op); break;
+        case LOOMI_COLL_REDUCE_SCATTER:
+            reduce_slots(c, s, (size_t)me * n, out, count, dtype, op);
+            break;
+        case LOOMI_COLL_ALLGATHER:
+            for (int q = 0; q < p; q++) memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s), n);
+            break;
+        case LOOMI_COLL_ALLTOALL:
+            for (int q = 0; q < p; q++)
+                memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s) + (size_t)me * n, n);
+            break;
+        default: break;
+        }
     }
     loomi_comm_unlock(c);
     return r;

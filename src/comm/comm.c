@@ -204,8 +204,8 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
      * arenas' tail, which schedules then leave alone. */
     c->small_max = c->small_region = 0;
     if (c->shared_bytes) {
-        c->small_max = loomi_small_allreduce_limit(c->set.shm_small, c->shared_bytes, c->nranks,
-                                                   c->hosts->nhosts);
+        c->small_max =
+            loomi_small_limit(c->set.shm_small, c->shared_bytes, c->nranks, c->hosts->nhosts);
         if (c->small_max) c->small_region = loomi_small_region_bytes(c->small_max);
         c->shared_bytes -= c->small_region;
     }

@@ -261,8 +261,9 @@ static void print_small(size_t max)
 {
     char b[32];
     if (max)
-        printf("  blocking allreduce up to %s: slots in the shared arenas, not the table "
-               "(LOOM_SHM_SMALL)\n", fmt_size_short(max, b, sizeof b));
+        printf("  blocking calls with input up to %s: slots in the shared arenas, not the "
+               "table\n    (allreduce, allgather, reduce_scatter, alltoall, barrier; "
+               "LOOM_SHM_SMALL)\n", fmt_size_short(max, b, sizeof b));
 }
 
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
@@ -325,7 +326,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
     printf("\nselection for %d rank(s) on %d host(s) (algorithm from size on; LOOM_ALGO "
            "overrides)\n", n, H);
     loomi_select_print(stdout, &sel);
-    print_small(loomi_small_allreduce_limit(set->shm_small, shape.shared_bytes, n, H));
+    print_small(loomi_small_limit(set->shm_small, shape.shared_bytes, n, H));
     loomi_topo_job_free(&job);
     free(cards);
     return bad;

@@ -93,6 +93,13 @@ for b in $binaries; do
     run 4 "${b%%:*}_perf" -b 4 -e 64K -f 23 -n 2 -w 1 -c 1 -d int8 -z 0 -r all
     expect_ok "${b%%:*}_perf on 4 ranks, -d int8 -z 0 -r all: #wrong 0"
 done
+# Blocking calls of a few bytes on one host take the arenas' slots
+# (src/coll/small.c), bypassing the engine: every root, 1-byte elements,
+# in place and out of place, and sizes past the slots.
+for b in $binaries; do
+    run 4 "${b%%:*}_perf" -b 1 -e 128K -f 8 -n 3 -w 1 -c 1 -d int8 -z 1 -r all
+    expect_ok "${b%%:*}_perf on 4 ranks, blocking, -d int8 -r all: #wrong 0"
+done
 
 # Failures: a bad LOOM_ALGO and a root outside the job exit non-zero with
 # a message naming the problem.

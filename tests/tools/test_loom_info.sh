@@ -26,11 +26,11 @@ for c in allreduce reduce_scatter allgather alltoall alltoallv broadcast reduce 
 done
 check "plain: default choice by size" grep -q 'default .*allreduce\|default  *up to' "$T/out"
 check "plain: 8 ranks on one host take the slots up to 32K" \
-    grep -q 'blocking allreduce up to 32K: slots' "$T/out"
+    grep -q 'blocking calls with input up to 32K: slots' "$T/out"
 run --ranks 4 --hosts 2 >"$T/out" 2>&1
 check "2 hosts: no slots" [ "$(grep -c 'slots in the shared arenas' "$T/out")" -eq 0 ]
 LOOM_SHM_SMALL=1K run --ranks 4 >"$T/out" 2>&1
-check "LOOM_SHM_SMALL=1K: slots up to 1K" grep -q 'blocking allreduce up to 1K: slots' "$T/out"
+check "LOOM_SHM_SMALL=1K: slots up to 1K" grep -q 'blocking calls with input up to 1K: slots' "$T/out"
 
 LOOM_CHUNK_SIZE=1M LOOM_ALGO=allreduce:ring run >"$T/out" 2>&1; rc=$?
 check "settings from the environment: exit 0" [ $rc -eq 0 ]
