@@ -20,6 +20,11 @@
  *   7. "out"     zero-byte messages: I no longer read your arena; the
  *                round two later (same half) waits for them.
  *
+ * In place, each round also saves its range of RECV into SCRATCH right
+ * after the copy-in has read it (so mostly from cache), before the
+ * copy-out overwrites it: the engine restores from there if the operation
+ * fails, instead of copying the whole buffer up front (saves_input).
+ *
  * Each slice is reduced by one rank and copied verbatim by the others,
  * so every rank ends with the same bytes.  Hosts must all have the same
  * number of ranks; otherwise, and without arenas, this falls back to a
@@ -61,6 +66,13 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     if (H > 1 && nrounds > 128) return loomi_gen_allreduce_hier(s, a);
     s->nshared = L;
     s->shared_bytes = 2 * R * es;
+    /* In place: SCRATCH holds the saved input from 0, the rails' scratch
+     * after it. */
+    const size_t saved = a->inplace ? n * es : 0;
+    if (a->inplace) {
+        s->saves_input = 1;
+        if (s->buf_bytes[LOOMI_BUF_SCRATCH] < saved) s->buf_bytes[LOOMI_BUF_SCRATCH] = saved;
+    }
 
     int rail_algo = LOOMI_ALGO_AUTO;
     int *rail = NULL;
@@ -96,6 +108,9 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                          (b + my0 + mylen) * es, len - my0 - mylen, &reuse, 1);
         uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
+        /* In place: save this round's input before anything overwrites it. */
+        uint32_t save = LOOMI_NO_DEP;
+        if (saved) save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, b * es, in, b * es, len, &cin, 1);
 
         /* 2. "in" to and from every other rank of the host. */
         uint32_t *rin = tmp; /* [L] */
@@ -139,7 +154,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             }
             struct loomi_embed e = {.group = rail, .n = H, .vrank = h,
                                     .bufmap = {LOOMI_BUF_SEND, (uint8_t)mine, LOOMI_BUF_SCRATCH},
-                                    .bufoff = {0, moff, (k % 2) * rail_scratch},
+                                    .bufoff = {0, moff, saved + (k % 2) * rail_scratch},
                                     .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
                                     .after = &last, .nafter = 1};
             /* The rails add; the average divides once, below, by every rank. */
@@ -168,7 +183,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         for (int q = 0; q < L; q++) {
             size_t q0 = loomi_seg_start(&g, q), ql = loomi_seg_len(&g, q);
             if (!ql) continue;
-            uint32_t d[2] = {rred[q], cin};
+            uint32_t d[2] = {rred[q], saved ? save : cin};
             tmp[no++] = loomi_sched_copy(s, LOOMI_BUF_RECV, (b + q0) * es, LOOMI_BUF_SHARED + q,
                                          hoff + q0 * es, ql, d, d[1] == LOOMI_NO_DEP ? 1 : 2);
         }

@@ -18,6 +18,9 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "comm/comm.h"
 #include "compress/compress.h"
@@ -301,6 +304,56 @@ static void op_run_ready(struct loomi_op *op)
     }
 }
 
+/* memcpy for a copy that is read back only if the operation fails (the
+ * saved input of saves_input): non-temporal stores leave the cache to
+ * the data the operation is working on, and skip reading the lines
+ * they overwrite. */
+static void copy_stream(unsigned char *d, const unsigned char *src, size_t n)
+{
+#if defined(__x86_64__)
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+    if (n < 4096 || head >= n) {
+        memcpy(d, src, n);
+        return;
+    }
+    memcpy(d, src, head);
+    d += head;
+    src += head;
+    n -= head;
+    size_t k = n / 64;
+    for (size_t i = 0; i < k; i++, d += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
+        _mm_stream_si128((__m128i *)(void *)d, a);
+        _mm_stream_si128((__m128i *)(void *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(d + 48), e);
+    }
+    _mm_sfence();
+    memcpy(d, src, n % 64);
+#else
+    memcpy(d, src, n);
+#endif
+}
+
+/* A failed saves_input operation: put back, from SCRATCH, each range of
+ * RECV that a step already started wrote (or was receiving into).  The
+ * schedule saved every such range before that step could start. */
+static void restore_written(struct loomi_op *op)
+{
+    const struct loomi_sched *s = &op->s;
+    const unsigned char *saved = op->bufs[LOOMI_BUF_SCRATCH];
+    for (uint32_t k = 0; k < op->rhead; k++) {
+        const struct loomi_step *st = &s->steps[op->ready[k]];
+        if (st->kind == LOOMI_STEP_SEND || st->dst != LOOMI_BUF_RECV || !st->count) continue;
+        size_t len = st->count * s->esize;
+        if (st->dst_off > op->inplace_len || len > op->inplace_len - st->dst_off) continue;
+        memcpy((unsigned char *)op->inplace_buf + st->dst_off, saved + st->dst_off, len);
+    }
+}
+
 /* A reduce, copy or avg step on at least one element. */
 static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
 {
@@ -311,7 +364,9 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
                          bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
         break;
     case LOOMI_STEP_COPY:
-        if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
+        if (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV)
+            copy_stream(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
+        else if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         break;
     case LOOMI_STEP_REDUCE_SHARED: {
@@ -367,7 +422,9 @@ static void op_finish(struct loomi_op *op)
                 else c->tops->cancel(c->tstate, &op->xfers[i]);
                 op->posted[i] = 0;
             }
-        if (op->restore_from && op->inplace_buf)
+        if (op->s.saves_input && !op->backup && op->inplace_buf && op->bufs[LOOMI_BUF_SCRATCH])
+            restore_written(op);
+        else if (op->restore_from && op->inplace_buf)
             memcpy(op->inplace_buf, op->restore_from, op->inplace_len);
     }
     /* Error feedback: what this operation encoded counts only if it
@@ -494,7 +551,9 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
     }
     if (inplace && op->s.buf_bytes[LOOMI_BUF_RECV]) {
         op->inplace_len = op->s.buf_bytes[LOOMI_BUF_RECV];
-        if (op->s.scratch_has_input && sl >= op->inplace_len) {
+        if (op->s.saves_input && sl >= op->inplace_len) {
+            /* Nothing to copy now: the schedule saves as it goes. */
+        } else if (op->s.scratch_has_input && sl >= op->inplace_len) {
             memcpy(op->bufs[LOOMI_BUF_SCRATCH], recvbuf, op->inplace_len);
             op->restore_from = op->bufs[LOOMI_BUF_SCRATCH];
         } else {

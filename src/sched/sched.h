@@ -89,6 +89,12 @@ struct loomi_sched {
      * any step runs, and restores RECV from there if the operation fails,
      * so a generator that needs the input staged gets it for free. */
     int scratch_has_input;
+    /* In place, the other way: the schedule itself copies each range of
+     * RECV to the same offset of SCRATCH before any step overwrites it
+     * (the copy can then come late, from data already in cache).  The
+     * engine makes no copy up front, and on failure restores only the
+     * ranges of RECV that steps already started had written. */
+    int saves_input;
     /* Owned by a cache, lent to an operation: loomi_sched_free leaves the
      * arrays alone, and loomi_sched_finish has already run. */
     int borrowed;

@@ -20,7 +20,11 @@
  * them: on one host these take the slots of the shared arenas (small.c),
  * where the survivors wait on the victim's slot, not on a message.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small]]]
+ * DRIVE_MS (default 1) is how long the victim drives the operation before
+ * it dies: longer, and the survivors have overwritten part of their
+ * in-place buffers with results, which they must put back.
+ *
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small [DRIVE_MS]]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -119,7 +123,7 @@ int main(int argc, char **argv)
          * finish fast: die sooner so that most survivors see the loss. */
         /* Long enough to be under way, short enough not to finish even
          * over shared memory. */
-        double drive_ms = 1;
+        double drive_ms = argc > 6 ? atof(argv[6]) : 1;
         while (!small && !stop && now_ms() - t0 < drive_ms && !done) loom_test(&req, &done);
         if (done) {
             fprintf(stderr, "victim: the operation finished before the kill; use a larger count\n");
