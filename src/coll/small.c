@@ -14,6 +14,7 @@
  *
  * Each rank's region: two 64-byte lines, each holding the number of the
  * last operation whose data is in one of two slots, then the two slots.
+ * Inputs of up to 56 bytes go in the number's own line instead.
  * Operation s uses slot s % 2.  A rank writes slot s % 2 again only in
  * operation s + 2, which it starts after seeing every rank publish s + 1;
  * a rank publishes s + 1 only after it has finished reading for s.  So no
@@ -45,8 +46,15 @@ static _Atomic uint64_t *seq_of(unsigned char *region, uint64_t s)
     return (_Atomic uint64_t *)(void *)(region + (s & 1) * LINE);
 }
 
-static unsigned char *slot_of(const struct loom_comm *c, unsigned char *region, uint64_t s)
+/* Where operation s's input of `bytes` lies: up to INLINE bytes in the
+ * line of its number, so that a reader's one cache miss brings both;
+ * otherwise in slot s % 2. */
+#define INLINE (LINE - sizeof(uint64_t))
+
+static unsigned char *slot_of(const struct loom_comm *c, unsigned char *region, uint64_t s,
+                              size_t bytes)
 {
+    if (bytes <= INLINE) return region + (s & 1) * LINE + sizeof(uint64_t);
     return region + SEQ_LINES * LINE + (s & 1) * c->small_max;
 }
 
@@ -169,13 +177,13 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
 }
 
 /* Reduce block `off` of every slot of operation s into dst, in rank order. */
-static void reduce_slots(struct loom_comm *c, uint64_t s, size_t off, void *dst, size_t count,
-                         loom_datatype_t dtype, loom_op_t op)
+static void reduce_slots(struct loom_comm *c, uint64_t s, size_t in, size_t off, void *dst,
+                         size_t count, loom_datatype_t dtype, loom_op_t op)
 {
     size_t n = count * loom_datatype_size(dtype);
-    memcpy(dst, slot_of(c, c->small_map[0], s) + off, n);
+    memcpy(dst, slot_of(c, c->small_map[0], s, in) + off, n);
     for (int q = 1; q < c->nranks; q++)
-        loomi_reduce_inplace(dst, slot_of(c, c->small_map[q], s) + off, count, dtype, op);
+        loomi_reduce_inplace(dst, slot_of(c, c->small_map[q], s, in) + off, count, dtype, op);
     if (op == LOOM_AVG) loomi_reduce_finish_avg(dst, count, dtype, c->nranks);
 }
 
@@ -197,22 +205,24 @@ loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbu
     unsigned char *mine = c->small_map[me];
     /* In place, the input is in this slot before anything is written. */
     const size_t in = slot_bytes(coll, n, p);
-    if (in) memcpy(slot_of(c, mine, s), sendbuf, in);
+    if (in) memcpy(slot_of(c, mine, s, in), sendbuf, in);
     atomic_store_explicit(seq_of(mine, s), s, memory_order_release);
     r = wait_all(c, s, fn);
     if (r == LOOM_SUCCESS && n) {
         unsigned char *out = recvbuf;
         switch (coll) {
-        case LOOMI_COLL_ALLREDUCE: reduce_slots(c, s, 0, out, count, dtype, op); break;
+        case LOOMI_COLL_ALLREDUCE: reduce_slots(c, s, in, 0, out, count, dtype, op); break;
         case LOOMI_COLL_REDUCE_SCATTER:
-            reduce_slots(c, s, (size_t)me * n, out, count, dtype, op);
+            reduce_slots(c, s, in, (size_t)me * n, out, count, dtype, op);
             break;
         case LOOMI_COLL_ALLGATHER:
-            for (int q = 0; q < p; q++) memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s), n);
+            for (int q = 0; q < p; q++)
+                memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s, in), n);
             break;
         case LOOMI_COLL_ALLTOALL:
             for (int q = 0; q < p; q++)
-                memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s) + (size_t)me * n, n);
+                memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s, in) + (size_t)me * n,
+                       n);
             break;
         default: break;
         }
