@@ -69,14 +69,14 @@ static loom_result_t map_regions(struct loom_comm *c)
 {
     if (c->small_map) return LOOM_SUCCESS;
     unsigned char **m = calloc((size_t)c->nranks, sizeof *m);
-    if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small allreduce: out of memory");
+    if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collective: out of memory");
     for (int q = 0; q < c->nranks; q++) {
         size_t len = 0;
         unsigned char *a = c->tops->shared_map ? c->tops->shared_map(c->tstate, q, &len) : NULL;
         if (!a || len < c->shared_bytes + c->small_region) {
             free(m);
             return loomi_fail(LOOM_ERR_INTERNAL, c->rank,
-                              "small allreduce: rank %d's shared arena is not mapped here "
+                              "small collective: rank %d's shared arena is not mapped here "
                               "(%zu bytes, %zu needed)",
                               q, a ? len : 0, c->shared_bytes + c->small_region);
         }
@@ -122,8 +122,8 @@ int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
            c->algo_forced[coll] == LOOMI_ALGO_AUTO;
 }
 
-/* Wait until rank q has published operation s (1), or give up (0) when
- * the communicator breaks or nothing arrives for LOOM_TIMEOUT. */
+/* Wait until every rank has published operation s; fails when the
+ * communicator breaks or nothing arrives for LOOM_TIMEOUT. */
 static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
 {
     const int n = c->nranks;
@@ -141,7 +141,7 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
          * anything else is a peer out of step or memory overwritten. */
         if (v != (s >= 2 ? s - 2 : 0)) {
             loomi_comm_fail(c, LOOM_ERR_INTERNAL, next,
-                            "small allreduce: rank %d published operation %llu in the slot "
+                            "small collective: rank %d published operation %llu in the slot "
                             "of operation %llu (ranks out of step, or shared memory "
                             "overwritten)",
                             next, (unsigned long long)v, (unsigned long long)s);
@@ -158,8 +158,8 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
         if (!last) last = now;
         if (now - last >= (uint64_t)c->set.timeout_ms * 1000000u) {
             loomi_comm_fail(c, LOOM_ERR_TIMEOUT, next,
-                            "no progress for %d ms (LOOM_TIMEOUT) in a small allreduce "
-                            "through shared memory, waiting on rank %d",
+                            "no progress for %d ms (LOOM_TIMEOUT) in a small collective "
+                            "through the shared arenas' slots, waiting on rank %d",
                             c->set.timeout_ms, next);
             loomi_engine_fail_all(c);
             break;

@@ -200,7 +200,7 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
     /* Every rank decides the same way (the same LOOM_TRANSPORT and
      * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */
     if (c->route_mask & 2u) c->shared_bytes = c->set.shm_bytes;
-    /* Small allreduces of a job on one host go through slots at the
+    /* Small collectives of a job on one host go through slots at the
      * arenas' tail, which schedules then leave alone. */
     c->small_max = c->small_region = 0;
     if (c->shared_bytes) {

@@ -81,8 +81,8 @@ struct loom_comm {
     /* Bytes of each rank's shared arena that schedules may use (0: none
      * reachable). */
     size_t shared_bytes;
-    /* Small allreduce through slots at the tail of the arenas (small.c):
-     * up to small_max bytes (0: off), in operations numbered small_seq;
+    /* Small collectives through slots at the tail of the arenas (small.c):
+     * inputs up to small_max bytes (0: off), in operations numbered small_seq;
      * small_map[r] is rank r's slot region as mapped here (NULL until
      * the first such operation). */
     size_t small_max, small_region;
