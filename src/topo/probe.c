@@ -68,7 +68,12 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     if (r != LOOM_SUCCESS || me != 0) return r;
     qsort(t, PROBE_SMALL, sizeof t[0], cmp_double);
     *alpha = t[PROBE_SMALL / 2] / 2;
-    double b = (best / 2 - *alpha) / (double)PROBE_BYTES;
+    /* The bandwidth from the fastest of each kind: the big round trips
+     * are the best of a few, so the latency they include is the best
+     * one too.  (Taking the median latency off them left nothing on a
+     * loaded host, where a round trip's median is several times its
+     * best, and beta came out as memory's.) */
+    double b = (best - t[0]) / 2 / (double)PROBE_BYTES;
     /* A bandwidth better than memory's is noise in the latency term. */
     *beta = b > 0.02e-9 ? b : 0.02e-9;
     return LOOM_SUCCESS;
