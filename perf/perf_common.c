@@ -412,6 +412,7 @@ struct opts {
     size_t minbytes, maxbytes, stepbytes;
     unsigned long stepfactor;
     int iters, warmup, check, blocking, average, timeout;
+    int batches; /* -S: time the iterations in this many batches */
     int root;  /* -1: every rank in turn */
     int dtype; /* -1: all */
     int op;    /* -1: all */
@@ -486,6 +487,10 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            "  -a, --average 0-3     time over ranks: 0 rank 0, 1 mean, 2 min,"
            " 3 max\n"
            "                        (default 1)\n"
+           "  -S, --batches B       time the iterations in B batches and take"
+           "\n"
+           "                        the median batch (default 1: the mean of"
+           " all)\n"
            "  -T, --timeout S       fail if the whole run takes over S seconds"
            "\n"
            "                        (default 0: none)\n"
@@ -589,6 +594,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         {"root", required_argument, NULL, 'r'},
         {"blocking", required_argument, NULL, 'z'},
         {"average", required_argument, NULL, 'a'},
+        {"batches", required_argument, NULL, 'S'},
         {"timeout", required_argument, NULL, 'T'},
         {"json", required_argument, NULL, 'J'},
         {"codec", required_argument, NULL, 'Z'},
@@ -598,11 +604,11 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
 
     *o = (struct opts){.minbytes = 32u << 20, .maxbytes = 32u << 20,
                        .stepbytes = 1u << 20, .stepfactor = 1, .iters = 20,
-                       .warmup = 5, .check = 1, .blocking = 1, .average = 1,
+                       .warmup = 5, .check = 1, .blocking = 1, .average = 1, .batches = 1,
                        .timeout = 0, .root = 0, .dtype = PERF_FLOAT,
                        .op = PERF_SUM, .json = NULL};
     opterr = 0; /* our own messages, printed once */
-    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:T:J:Z:h",
+    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:h",
                              longopts, NULL)) != -1) {
         bad = 0;
         switch (ch) {
@@ -628,6 +634,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
             break;
         case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
         case 'a': bad = parse_int(optarg, 0, 3, &o->average); break;
+        case 'S': bad = parse_int(optarg, 1, 1000000, &o->batches); break;
         case 'T': bad = parse_int(optarg, 0, INT_MAX, &o->timeout); break;
         case 'J': o->json = optarg; bad = !*optarg; break;
         case 'Z':
@@ -664,6 +671,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 ['r'] = "a rank (an integer >= 0) or all",
                 ['z'] = "0 or 1",
                 ['a'] = "0, 1, 2 or 3",
+                ['S'] = "an integer from 1 to 1000000",
                 ['T'] = "a number of seconds >= 0",
                 ['J'] = "a file name",
                 ['Z'] = "a codec such as none, int8, int4, fp4, bf16, "
@@ -674,6 +682,9 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
+    if (o->batches > o->iters)
+        return usage_error("-S %d is more than the %d iterations of -n",
+                           o->batches, o->iters);
     if (o->minbytes > o->maxbytes)
         return usage_error("-b %zu is larger than -e %zu", o->minbytes,
                            o->maxbytes);
@@ -826,6 +837,13 @@ static void run_call(struct run *r, const perf_call_t *call,
         fail_call(r, call, s, where, err);
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
 static double time_calls(struct run *r, const perf_call_t *call,
                          const perf_sizes_t *s, const char *where)
 {
@@ -842,10 +860,30 @@ static double time_calls(struct run *r, const perf_call_t *call,
     set_phase("size %zu B (count %zu), type %s, op %s: %s timing", s->bytes,
               call->count, dtypes[call->dtype].name, op_name(call->op),
               where);
-    t0 = now_us();
-    for (int k = 0; k < r->o.iters; k++)
-        run_call(r, call, s, where);
-    return (now_us() - t0) / r->o.iters;
+    if (r->o.batches <= 1) {
+        t0 = now_us();
+        for (int k = 0; k < r->o.iters; k++)
+            run_call(r, call, s, where);
+        return (now_us() - t0) / r->o.iters;
+    }
+    /* -S: the same iterations, timed in batches (the first ones take the
+     * remainder); the median batch ignores the ones a descheduling or a
+     * neighbour's burst spoiled, which the mean cannot on a shared host. */
+    double *bt = malloc((size_t)r->o.batches * sizeof *bt);
+    if (!bt)
+        fail_helper(r, "timing", "out of memory");
+    for (int b = 0; b < r->o.batches; b++) {
+        int n = r->o.iters / r->o.batches + (b < r->o.iters % r->o.batches);
+        t0 = now_us();
+        for (int k = 0; k < n; k++)
+            run_call(r, call, s, where);
+        bt[b] = (now_us() - t0) / n;
+    }
+    qsort(bt, (size_t)r->o.batches, sizeof *bt, cmp_dbl);
+    t0 = r->o.batches % 2 ? bt[r->o.batches / 2]
+                          : (bt[r->o.batches / 2 - 1] + bt[r->o.batches / 2]) / 2;
+    free(bt);
+    return t0;
 }
 
 /* True on every rank only when ok on every rank. */
@@ -1024,10 +1062,12 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
                 "{\"collective\":\"%s\",\"backend\":\"%s\",\"nranks\":%d,"
                 "\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
                 "\"redop\":\"%s\",\"root\":%d,\"blocking\":%d,"
-                "\"iters\":%d,\"warmup_iters\":%d,\"average\":%d",
+                "\"iters\":%d,\"warmup_iters\":%d,\"average\":%d,"
+                "\"batches\":%d",
                 r->coll->name, r->be->name, r->nranks, s->bytes, s->elems,
                 dtypes[call->dtype].name, op_name(call->op), call->root,
-                r->o.blocking, r->o.iters, r->o.warmup, r->o.average);
+                r->o.blocking, r->o.iters, r->o.warmup, r->o.average,
+                r->o.batches);
         for (int k = 0; k < 2; k++) {
             const char *p = k == 0 ? "oop" : "ip";
             fprintf(r->json,
@@ -1118,6 +1158,9 @@ static void print_banner(struct run *r)
            "iters: %d validation: %d blocking: %d average: %d timeout: %d\n",
            r->o.minbytes, r->o.maxbytes, step, r->o.warmup, r->o.iters,
            r->o.check, r->o.blocking, r->o.average, r->o.timeout);
+    if (r->o.batches > 1)
+        printf("# time: median of %d batches of the iterations\n",
+               r->o.batches);
     printf("# datatype: %s  op: %s  root: %s  json: %s\n",
            r->o.dtype < 0 ? "all" : dtypes[r->o.dtype].name,
            !r->coll->reduces ? "none"

@@ -5,7 +5,9 @@
 # (the order rotated each round) so that drift hits all alike, and prints
 # per size the median out-of-place time of each, the best forced
 # algorithm and auto/best.  Sizes up to 64K run 1000 iterations (after
-# 100), larger ones 20 (after 5); PERF FLAGS can override.
+# 100), larger ones 20 (after 5); each run reports the median of 10
+# batches of them (-S 10), so that one descheduled iteration on a shared
+# host does not decide a row.  PERF FLAGS can override.
 # Rows where auto is more than 10% slower than the best are marked "!".
 #
 #   perf/select_check.sh [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
@@ -67,8 +69,8 @@ for coll in $colls; do
             # large ones few: two runs, split at 64K.
             : >"$tmp/$coll.$a.$k"
             for part in small large; do
-                if [ $part = small ]; then b=$minb e=64K it=(-n 1000 -w 100)
-                else b=128K e=$maxb it=(-n 20 -w 5); fi
+                if [ $part = small ]; then b=$minb e=64K it=(-n 1000 -w 100 -S 10)
+                else b=128K e=$maxb it=(-n 20 -w 5 -S 10); fi
                 [ "$(to_bytes $b)" -le "$(to_bytes $e)" ] || continue
                 "${env[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
                     "${it[@]}" "${flags[@]}" >>"$tmp/$coll.$a.$k" 2>&1 ||

@@ -109,6 +109,17 @@ check "an invalid LOOM_ALGO fails with the list of algorithms" \
 run 2 broadcast_perf -b 8 -e 8 -r 2
 check "-r 2 on 2 ranks exits 2, naming the root" \
     bash -c "[ $rc -eq 2 ] && grep -q -- '-r 2 is not a rank' <<<\"\$1\"" _ "$out"
+# -S: the iterations timed in batches, the median batch reported.
+run 2 all_reduce_perf -b 8 -e 64K -f 8 -n 8 -w 1 -c 1 -S 4 -J "$BUILDDIR/test_perf_S.json"
+expect_ok "all_reduce_perf -S 4 -n 8: #wrong 0"
+check "-S 4: the header says the time is the median of 4 batches" \
+    grep -q '^# time: median of 4 batches' <<<"$out"
+check "-S 4: every JSON record says batches 4" \
+    bash -c "[ \$(grep -c '\"batches\":4' '$BUILDDIR/test_perf_S.json') -eq 5 ]"
+rm -f "$BUILDDIR/test_perf_S.json"
+run 1 all_reduce_perf -b 8 -e 8 -n 8 -S 9
+check "-S 9 with -n 8 exits 2, naming both" \
+    bash -c "[ $rc -eq 2 ] && grep -q -- '-S 9 is more than the 8 iterations of -n' <<<\"\$1\"" _ "$out"
 check "the header repeats LOOM_ALGO" \
     bash -c "LOOM_ALGO=alltoall:pairwise '$LOOMRUN' -n 2 '$BUILDDIR/alltoall_perf' -b 8 -e 8 -c 0 2>&1 |
              grep -q '^# .*algorithm: LOOM_ALGO=alltoall:pairwise'"
