@@ -166,15 +166,22 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     in.beta *= cf;
     /* A flat algorithm over several hosts runs at the pace of its slowest
      * links, which cross hosts; except the recursive ones on hosts that
-     * hold consecutive ranks, 2^k of them: their first log2(L) rounds stay
+     * hold consecutive ranks, 2^k of them: log2(L) of their rounds stay
      * inside the host. */
     flat = H > 1 ? out : in;
     if (H > 1 && L > 1 && contiguous(hm) &&
         (algo == LOOMI_ALGO_RECURSIVE_DOUBLING || algo == LOOMI_ALGO_HALVING_DOUBLING)) {
-        /* Partners r xor 2^k: the first log2(L) rounds stay inside. */
+        /* Partners r xor 2^k: latency by rounds.  Bytes: recursive
+         * doubling's allreduce sends the whole vector every round; the
+         * others send blocks, and the rounds inside the host are the ones
+         * that carry the fewest, L-1 of each rank's p-1 (the halving
+         * starts with the farthest partner, the doubling ends with it). */
         double li = log2((double)L), lo = log2((double)H), w = li / (li + lo);
+        double wb = coll == LOOMI_COLL_ALLREDUCE && algo == LOOMI_ALGO_RECURSIVE_DOUBLING
+                        ? w
+                        : (double)(L - 1) / (double)(p - 1);
         flat.alpha = w * in.alpha + (1 - w) * out.alpha;
-        flat.beta = w * in.beta + (1 - w) * out.beta;
+        flat.beta = wb * in.beta + (1 - wb) * out.beta;
     }
     if (H > 1 && L > 1 && coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE) {
         /* Its exchanges run at once; the L-1 inside the host go over the

@@ -339,3 +339,53 @@ Test(model, measures_this_host, .timeout = 60)
     cr_assert_eq(loomi_model_measure_cpu(16, &g, &gc), LOOM_ERR_INVALID_ARGUMENT);
     cr_assert_eq(loomi_model_measure_net(16, &a, &b), LOOM_ERR_INVALID_ARGUMENT);
 }
+
+/* ------------------------------------------- selection across hosts */
+
+#include "topo/hostmap.h"
+#include "topo/select.h"
+
+/* 2 hosts x 2 consecutive ranks, the network 10x slower than shared
+ * memory: recursive doubling's allgather and halving-doubling send one of
+ * their three blocks inside the host and two across, so their time per
+ * byte is a third of the inner link's plus two thirds of the outer's;
+ * recursive doubling's allreduce sends the whole vector in each of its
+ * two rounds, one inside and one across: half and half. */
+Test(model, flat_recursive_algorithms_weigh_links_by_bytes)
+{
+    const int host_of[4] = {0, 0, 1, 1};
+    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
+    cr_assert_not_null(hm);
+    struct loomi_links l;
+    loomi_links_defaults(&l, 1);
+    l.alpha[LOOMI_LINK_INTRA] = 1e-6;
+    l.alpha[LOOMI_LINK_INTER] = 1e-6;
+    l.beta[LOOMI_LINK_INTRA] = 0.1e-9;
+    l.beta[LOOMI_LINK_INTER] = 1e-9;
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .shared_bytes = (size_t)4 << 20,
+                                .chunk_bytes = (size_t)2 << 20};
+    struct loomi_model_params m = defaults();
+    m.alpha = 1e-6;
+    m.gamma = l.gamma;
+    m.gamma_copy = l.gamma_copy;
+    m.chunk_bytes = j.chunk_bytes;
+    const size_t n = (size_t)32 << 20;
+    const struct {
+        int coll, algo;
+        double w; /* the inner link's share of the bytes */
+    } c[] = {
+        {LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RECURSIVE_DOUBLING, 1.0 / 3},
+        {LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_HALVING_DOUBLING, 1.0 / 3},
+        {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, 1.0 / 3},
+        {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RECURSIVE_DOUBLING, 0.5},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        m.beta = c[k].w * 0.1e-9 + (1 - c[k].w) * 1e-9;
+        double want = loomi_model_time(c[k].coll, c[k].algo, 4, n, &m);
+        double got = loomi_select_cost(c[k].coll, c[k].algo, n, &j, &l);
+        cr_assert(want > 0 && fabs(got - want) <= 1e-3 * want,
+                  "%s %s: %g s, want %g s (inner share of the bytes %.2f)",
+                  loomi_coll_name(c[k].coll), loomi_algo_name(c[k].algo), got, want, c[k].w);
+    }
+    free(hm);
+}
