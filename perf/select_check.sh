@@ -5,9 +5,11 @@
 # (the order rotated each round) so that drift hits all alike, and prints
 # per size the median out-of-place time of each, the best forced
 # algorithm and auto/best.  Sizes up to 64K run 1000 iterations (after
-# 100), larger ones 20 (after 5); each run reports the median of 10
-# batches of them (-S 10), so that one descheduled iteration on a shared
-# host does not decide a row.  PERF FLAGS can override.
+# 100), larger ones 20 (after 5), in three ranges (up to 64K, 128K-2M,
+# from 4M), each run by every algorithm in turn; each run reports the
+# median of 10 batches of them (-S 10), so that one descheduled
+# iteration on a shared host does not decide a row.  PERF FLAGS can
+# override.
 # Rows where auto is more than 10% slower than the best are marked "!".
 #
 #   perf/select_check.sh [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
@@ -63,29 +65,34 @@ for coll in $colls; do
             order+=("${!j}")
         done
         set -- "${flags[@]}"
-        for a in "${order[@]}"; do
-            if [ $a = auto ]; then env=(env -u LOOM_ALGO); else env=(env LOOM_ALGO=$lc:$a); fi
-            # Small sizes take many iterations to rise above the noise,
-            # large ones few: two runs, split at 64K.
-            : >"$tmp/$coll.$a.$k"
-            for part in small large; do
-                if [ $part = small ]; then b=$minb e=64K it=(-n 1000 -w 100 -S 10)
-                else b=128K e=$maxb it=(-n 20 -w 5 -S 10); fi
-                [ "$(to_bytes $b)" -le "$(to_bytes $e)" ] || continue
+        for a in "${order[@]}"; do : >"$tmp/$coll.$a.$k"; done
+        # Size ranges in the outer loop, algorithms in the inner one: the
+        # runs compared at a size follow one another within seconds, so
+        # the host's drift over minutes (25% seen on 2 x 2) hits them alike.
+        # Small sizes take many iterations to rise above the noise, large
+        # ones few.
+        for part in "8 64K 1000 100" "128K 2M 20 5" "4M 1G 20 5"; do
+            set -- $part
+            b=$(to_bytes $1) e=$(to_bytes $2) it=(-n $3 -w $4 -S 10)
+            [ "$b" -ge "$(to_bytes $minb)" ] || b=$(to_bytes $minb)
+            [ "$e" -le "$(to_bytes $maxb)" ] || e=$(to_bytes $maxb)
+            [ "$b" -le "$e" ] || continue
+            for a in "${order[@]}"; do
+                if [ $a = auto ]; then env=(env -u LOOM_ALGO); else env=(env LOOM_ALGO=$lc:$a); fi
                 # The first few dozen operations of a process run slow
                 # (first use of the transports and buffers: 2-4x for
-                # 5 warm-ups and 20 iterations at 128K): the large part
+                # 5 warm-ups and 20 iterations at 128K): a range past 64K
                 # starts one size early, on the engine (the slots would
                 # take it), and that row is dropped.
-                first=$b small=()
-                if [ $part = large ]; then
-                    first=$(($(to_bytes $b) / 2)) small=(LOOM_SHM_SMALL=0)
+                first=$b small=() drop=0
+                if [ "$b" -gt 65536 ]; then
+                    first=$((b / 2)) small=(LOOM_SHM_SMALL=0) drop=1
                 fi
                 "${env[@]}" "${small[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$first" -e "$e" -f "$factor" \
                     "${it[@]}" "${flags[@]}" >"$tmp/run" 2>&1 ||
                     { echo "$coll $a run $k failed:"; tail -5 "$tmp/run"; status=1; }
-                awk -v drop=$([ $part = large ] && echo 1 || echo 0) \
-                    'drop && /^ *[0-9]/ { drop = 0; next } { print }' "$tmp/run" >>"$tmp/$coll.$a.$k"
+                awk -v drop=$drop 'drop && /^ *[0-9]/ { drop = 0; next } { print }' "$tmp/run" \
+                    >>"$tmp/$coll.$a.$k"
             done
         done
     done
