@@ -860,15 +860,10 @@ static double time_calls(struct run *r, const perf_call_t *call,
     set_phase("size %zu B (count %zu), type %s, op %s: %s timing", s->bytes,
               call->count, dtypes[call->dtype].name, op_name(call->op),
               where);
-    if (r->o.batches <= 1) {
-        t0 = now_us();
-        for (int k = 0; k < r->o.iters; k++)
-            run_call(r, call, s, where);
-        return (now_us() - t0) / r->o.iters;
-    }
-    /* -S: the same iterations, timed in batches (the first ones take the
-     * remainder); the median batch ignores the ones a descheduling or a
-     * neighbour's burst spoiled, which the mean cannot on a shared host. */
+    /* Timed in batches (-S; one by default, the mean over all, as
+     * nccl-tests reports it); the first batches take the remainder.  The
+     * median batch ignores the ones a descheduling or a neighbour's burst
+     * spoiled, which the mean cannot on a shared host. */
     double *bt = malloc((size_t)r->o.batches * sizeof *bt);
     if (!bt)
         fail_helper(r, "timing", "out of memory");
