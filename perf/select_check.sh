@@ -64,14 +64,13 @@ for coll in $colls; do
             j=$(( (i + k) % na + 1 ))
             order+=("${!j}")
         done
-        set -- "${flags[@]}"
         for a in "${order[@]}"; do : >"$tmp/$coll.$a.$k"; done
         # Size ranges in the outer loop, algorithms in the inner one: the
         # runs compared at a size follow one another within seconds, so
         # the host's drift over minutes (25% seen on 2 x 2) hits them alike.
         # Small sizes take many iterations to rise above the noise, large
         # ones few.
-        for part in "8 64K 1000 100" "128K 2M 20 5" "4M 1G 20 5"; do
+        for part in "0 64K 1000 100" "128K 2M 20 5" "4M 1G 20 5"; do
             set -- $part
             b=$(to_bytes $1) e=$(to_bytes $2) it=(-n $3 -w $4 -S 10)
             [ "$b" -ge "$(to_bytes $minb)" ] || b=$(to_bytes $minb)
@@ -82,11 +81,12 @@ for coll in $colls; do
                 # The first few dozen operations of a process run slow
                 # (first use of the transports and buffers: 2-4x for
                 # 5 warm-ups and 20 iterations at 128K): a range past 64K
-                # starts one size early, on the engine (the slots would
-                # take it), and that row is dropped.
+                # starts one step early (b / FACTOR, so that the next step
+                # is b), on the engine (the slots would take it), and that
+                # row is dropped.
                 first=$b small=() drop=0
                 if [ "$b" -gt 65536 ]; then
-                    first=$((b / 2)) small=(LOOM_SHM_SMALL=0) drop=1
+                    first=$((b / (factor > 1 ? factor : 2))) small=(LOOM_SHM_SMALL=0) drop=1
                 fi
                 "${env[@]}" "${small[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$first" -e "$e" -f "$factor" \
                     "${it[@]}" "${flags[@]}" >"$tmp/run" 2>&1 ||
