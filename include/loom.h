@@ -149,6 +149,13 @@ loom_result_t loom_comm_abort(loom_comm_t comm);
 loom_result_t loom_comm_rank(loom_comm_t comm, int *rank);
 loom_result_t loom_comm_size(loom_comm_t comm, int *size);
 
+/* Force algorithms from now on, as LOOM_ALGO does at creation ("ring",
+ * "allreduce:ring,allgather:recursive_doubling"; "auto", "" or NULL: the
+ * automatic choice).  The spec replaces the previous setting.  Every rank
+ * must set the same before the same calls; operations already started
+ * keep their algorithm. */
+loom_result_t loom_comm_set_algo(loom_comm_t comm, const char *spec);
+
 /* The first error that broke the communicator (LOOM_SUCCESS while it is
  * healthy); the rank found responsible is stored in *failed_rank (-1 when
  * none is known).  failed_rank may be NULL. */

@@ -133,7 +133,8 @@ static int find(const char *const *names, int n, const char *s, size_t len)
     return -1;
 }
 
-loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], int rank)
+loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LOOMI_NUM_COLLS],
+                               int rank)
 {
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) forced[c] = LOOMI_ALGO_AUTO;
     if (!spec || !*spec) return LOOM_SUCCESS;
@@ -150,7 +151,7 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
             if (coll < 0) {
                 list_valid(valid, sizeof valid);
                 return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
-                                  "LOOM_ALGO: unknown collective '%.*s' (valid: %s)",
+                                  "%s: unknown collective '%.*s' (valid: %s)", what,
                                   (int)(colon - p), p, valid);
             }
             an = colon + 1;
@@ -163,7 +164,7 @@ loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], in
         if (!ok) {
             list_valid(valid, sizeof valid);
             return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
-                              "LOOM_ALGO: '%.*s' is not an algorithm of %s (valid: %s)",
+                              "%s: '%.*s' is not an algorithm of %s (valid: %s)", what,
                               (int)alen, an, coll >= 0 ? coll_names[coll] : "any collective",
                               valid);
         }

@@ -192,8 +192,10 @@ loom_result_t loomi_gen_barrier_tree(struct loomi_sched *s, const struct loomi_c
 
 struct loom_comm;
 /* Parse a LOOM_ALGO string into forced[LOOMI_NUM_COLLS]; an unknown name is
- * an error whose message lists the valid ones. */
-loom_result_t loomi_algo_parse(const char *spec, int forced[LOOMI_NUM_COLLS], int rank);
+ * an error whose message starts with `what` (where the string came from)
+ * and lists the valid ones. */
+loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LOOMI_NUM_COLLS],
+                               int rank);
 /* The algorithm to run for this collective and size. */
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes);
 

@@ -220,6 +220,19 @@ loom_result_t loom_comm_set_codec(loom_comm_t comm, const loom_codec_t *codec)
     return LOOM_SUCCESS;
 }
 
+loom_result_t loom_comm_set_algo(loom_comm_t comm, const char *spec)
+{
+    loom_result_t r = loomi_comm_check(comm, "loom_comm_set_algo");
+    if (r != LOOM_SUCCESS) return r;
+    /* Parsed aside, so that a bad spec leaves the setting as it was. */
+    int forced[LOOMI_MAX_COLLS];
+    for (int c = 0; c < LOOMI_MAX_COLLS; c++) forced[c] = LOOMI_ALGO_AUTO;
+    r = loomi_algo_parse("loom_comm_set_algo: spec", spec, forced, comm->rank);
+    if (r != LOOM_SUCCESS) return r;
+    memcpy(comm->algo_forced, forced, sizeof comm->algo_forced);
+    return LOOM_SUCCESS;
+}
+
 /* Build the schedule and run it, hand it out as a request, or queue it. */
 static loom_result_t launch(struct call *c, loom_request_t *req)
 {

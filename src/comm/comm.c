@@ -117,7 +117,7 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
     c->nranks = nranks;
     c->failed_rank = -1;
     loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
-    if (r == LOOM_SUCCESS) r = loomi_algo_parse(c->set.algo, c->algo_forced, rank);
+    if (r == LOOM_SUCCESS) r = loomi_algo_parse("LOOM_ALGO", c->set.algo, c->algo_forced, rank);
     if (r != LOOM_SUCCESS) {
         free(c);
         return r;

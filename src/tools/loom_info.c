@@ -408,7 +408,7 @@ static int report(int p, int H, const struct loomi_model_params *meas)
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");
         printf("  LOOM_PROBE          %d\n", set.probe);
         printf("  LOOM_ALGO           %s\n", set.algo[0] ? set.algo : "(automatic)");
-        r = loomi_algo_parse(set.algo, forced, -1);
+        r = loomi_algo_parse("LOOM_ALGO", set.algo, forced, -1);
         if (r != LOOM_SUCCESS) {
             fprintf(stderr, PROG ": %s (%s)\n", loom_get_last_error(), loom_strerror(r));
             printf("                      invalid: %s\n", loom_get_last_error());
@@ -684,7 +684,7 @@ int main(int argc, char **argv)
     struct loomi_settings set;
     int forced[LOOMI_NUM_COLLS];
     if (loomi_settings_resolve(&set, NULL, PROG) != LOOM_SUCCESS ||
-        loomi_algo_parse(set.algo, forced, -1) != LOOM_SUCCESS)
+        loomi_algo_parse("LOOM_ALGO", set.algo, forced, -1) != LOOM_SUCCESS)
         fatal("%s", loom_get_last_error());
     m.chunk_bytes = o.chunk ? o.chunk : set.chunk_bytes;
     if (do_measure) measure(&m, &src);

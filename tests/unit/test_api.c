@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll.h"
+#include "comm/comm.h"
 #include "loom.h"
 
 static loom_comm_t comm;
@@ -90,6 +92,39 @@ Test(api, rank_size_and_error)
     EXPECT_ERR(loom_comm_rank(NULL, &r), LOOM_ERR_INVALID_ARGUMENT, "comm");
     EXPECT_ERR(loom_comm_size(NULL, &n), LOOM_ERR_INVALID_ARGUMENT, "comm");
     EXPECT_ERR(loom_comm_get_error(NULL, &f), LOOM_ERR_INVALID_ARGUMENT, "comm");
+}
+
+/* loom_comm_set_algo: a spec replaces the whole setting, a bad one is
+ * refused naming the argument and leaves the setting as it was. */
+Test(api, set_algo)
+{
+    const int AR = LOOMI_COLL_ALLREDUCE, AG = LOOMI_COLL_ALLGATHER;
+    cr_assert_eq(loom_comm_set_algo(comm, "allreduce:ring,allgather:recursive_doubling"),
+                 LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_RING);
+    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_RECURSIVE_DOUBLING);
+    EXPECT_ERR(loom_comm_set_algo(comm, "allreduce:nonsense"), LOOM_ERR_INVALID_ARGUMENT,
+               "loom_comm_set_algo: spec");
+    EXPECT_ERR(loom_comm_set_algo(comm, "nocoll:ring"), LOOM_ERR_INVALID_ARGUMENT, "nocoll");
+    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_RING, "a bad spec changed the setting");
+    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_RECURSIVE_DOUBLING);
+    /* Replaces, not merges: allreduce goes back to the automatic choice. */
+    cr_assert_eq(loom_comm_set_algo(comm, "allgather:ring"), LOOM_SUCCESS);
+    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_AUTO);
+    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_RING);
+    cr_assert_eq(loom_comm_set_algo(comm, "auto"), LOOM_SUCCESS);
+    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_AUTO);
+    cr_assert_eq(loom_comm_set_algo(comm, "ring"), LOOM_SUCCESS);
+    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_RING);
+    cr_assert_eq(loom_comm_set_algo(comm, NULL), LOOM_SUCCESS);
+    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_AUTO);
+    EXPECT_ERR(loom_comm_set_algo(NULL, "ring"), LOOM_ERR_INVALID_ARGUMENT, "comm");
+    /* A forced algorithm runs and gives the right answer. */
+    cr_assert_eq(loom_comm_set_algo(comm, "allreduce:ring"), LOOM_SUCCESS);
+    float in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    cr_assert_eq(loom_allreduce(in, out, 5, LOOM_FLOAT32, LOOM_SUM, comm), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    cr_assert_arr_eq(in, out, sizeof in);
 }
 
 Test(api, allreduce_bad_arguments_touch_nothing)
