@@ -93,6 +93,28 @@ static int be_supports(const perf_call_t *call, const char **why)
     return 1;
 }
 
+/* -A: the algorithm for this collective from the next call on, through
+ * loom_comm_set_algo (which names the valid ones on a bad name). */
+static int be_set_algo(perf_coll_t coll, const char *algo, char *err,
+                       size_t errlen)
+{
+    static const char *const names[PERF_NUM_COLLS] = {
+        [PERF_ALLREDUCE] = "allreduce", [PERF_REDUCE_SCATTER] = "reduce_scatter",
+        [PERF_ALLGATHER] = "allgather", [PERF_ALLTOALL] = "alltoall",
+        [PERF_BROADCAST] = "broadcast", [PERF_REDUCE] = "reduce",
+        [PERF_GATHER] = "gather",       [PERF_SCATTER] = "scatter"};
+    char spec[256];
+    loom_result_t res;
+
+    if ((unsigned)coll >= PERF_NUM_COLLS || !names[coll]) {
+        snprintf(err, errlen, "sendrecv has no algorithms to choose from");
+        return (int)LOOM_ERR_INVALID_ARGUMENT;
+    }
+    snprintf(spec, sizeof spec, "%s:%s", names[coll], algo);
+    res = loom_comm_set_algo(comm, spec);
+    return res == LOOM_SUCCESS ? 0 : fail(res, "loom_comm_set_algo", err, errlen);
+}
+
 /* A non-blocking call's request, waited on; a blocking call's result. */
 static int finish(loom_result_t res, loom_request_t *req, const char *what,
                   char *err, size_t errlen)
@@ -360,6 +382,7 @@ const perf_backend_t perf_backend = {
     .barrier = be_barrier,
     .supports = be_supports,
     .run = be_run,
+    .set_algo = be_set_algo,
     .allreduce_doubles = be_allreduce_doubles,
     .abort = be_abort,
     .finalize = be_finalize,

@@ -37,6 +37,8 @@ enum {
 #define MAX_TWOS 3
 
 #define POISON_BYTE 0x7F
+/* -A: most algorithms one run compares. */
+#define PERF_MAX_ALGOS 16
 
 /* ---------------------------------------------------------- datatypes */
 
@@ -418,6 +420,11 @@ struct opts {
     int op;    /* -1: all */
     const char *json;
     const char *codec; /* -Z: NULL: none */
+    /* -A: algorithms timed side by side (0: none named, the backend's
+     * own choice only); the names point into algo_buf. */
+    int nalgos;
+    const char *algo[PERF_MAX_ALGOS];
+    char algo_buf[512];
 };
 
 static const char *prog = "perf";
@@ -496,6 +503,12 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            "                        (default 0: none)\n"
            "  -J, --json FILE       also write one JSON record per row to"
            " FILE\n"
+           "  -A, --algos LIST      time each algorithm of LIST (comma-"
+           "separated,\n"
+           "                        auto for the automatic choice) in one"
+           " job, their\n"
+           "                        batches interleaved; one row per"
+           " algorithm\n"
            "  -Z, --codec NAME      compress with codec NAME (int8, int4,"
            " fp4,\n"
            "                        bf16, fp16, topk[:F]); float sum/avg"
@@ -577,6 +590,26 @@ static int parse_op(const char *s, int *out)
     return -1;
 }
 
+/* -A: names separated by commas (or spaces), each of letters, digits and
+ * '_'; whether the backend knows them is its answer, after init. */
+static int parse_algos(const char *s, struct opts *o)
+{
+    char *save = NULL, *tok;
+
+    if (strlen(s) >= sizeof o->algo_buf)
+        return -1;
+    strcpy(o->algo_buf, s);
+    o->nalgos = 0;
+    for (tok = strtok_r(o->algo_buf, ", ", &save); tok;
+         tok = strtok_r(NULL, ", ", &save)) {
+        if (o->nalgos == PERF_MAX_ALGOS ||
+            strspn(tok, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(tok))
+            return -1;
+        o->algo[o->nalgos++] = tok;
+    }
+    return o->nalgos ? 0 : -1;
+}
+
 /* Returns -1 to go on, else the exit status. */
 static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                       const perf_coll_desc_t *coll, struct opts *o)
@@ -598,6 +631,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         {"timeout", required_argument, NULL, 'T'},
         {"json", required_argument, NULL, 'J'},
         {"codec", required_argument, NULL, 'Z'},
+        {"algos", required_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int ch, bad;
@@ -608,7 +642,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                        .timeout = 0, .root = 0, .dtype = PERF_FLOAT,
                        .op = PERF_SUM, .json = NULL};
     opterr = 0; /* our own messages, printed once */
-    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:h",
+    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:A:h",
                              longopts, NULL)) != -1) {
         bad = 0;
         switch (ch) {
@@ -647,6 +681,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 return usage_error("-Z/--codec applies to all_reduce, "
                                    "reduce_scatter and all_gather only");
             break;
+        case 'A': bad = parse_algos(optarg, o); break;
         case 'h': usage(be, coll); return 0;
         case ':':
             return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -675,7 +710,9 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 ['T'] = "a number of seconds >= 0",
                 ['J'] = "a file name",
                 ['Z'] = "a codec such as none, int8, int4, fp4, bf16, "
-                        "fp16 or topk:0.01"};
+                        "fp16 or topk:0.01",
+                ['A'] = "up to 16 algorithm names separated by commas, "
+                        "such as auto,ring,recursive_doubling"};
             return usage_error("invalid value '%s' for -%c: expected %s",
                                optarg, ch, want[ch]);
         }
@@ -685,6 +722,9 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
     if (o->batches > o->iters)
         return usage_error("-S %d is more than the %d iterations of -n",
                            o->batches, o->iters);
+    if (o->nalgos && o->codec)
+        return usage_error("-A and -Z exclude each other: a codec fixes the "
+                           "algorithm");
     if (o->minbytes > o->maxbytes)
         return usage_error("-b %zu is larger than -e %zu", o->minbytes,
                            o->maxbytes);
@@ -844,17 +884,36 @@ static int cmp_dbl(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double time_calls(struct run *r, const perf_call_t *call,
-                         const perf_sizes_t *s, const char *where)
+/* Number of algorithms a row times: those of -A, else the one the backend
+ * chooses. */
+static int nalgos(const struct run *r) { return r->o.nalgos ? r->o.nalgos : 1; }
+
+/* Make the calls that follow run algorithm a of -A (nothing without -A). */
+static void select_algo(struct run *r, const perf_call_t *call,
+                        const perf_sizes_t *s, int a)
 {
     char err[PERF_ERRLEN] = "";
-    double t0;
+
+    if (r->o.nalgos &&
+        r->be->set_algo(call->coll, r->o.algo[a], err, sizeof err) != 0)
+        fail_call(r, call, s, "setting the algorithm (-A)", err);
+}
+
+/* Time per call of each algorithm into t[a]. */
+static void time_calls(struct run *r, const perf_call_t *call,
+                       const perf_sizes_t *s, const char *where, double *t)
+{
+    char err[PERF_ERRLEN] = "";
+    const int na = nalgos(r), nb = r->o.batches;
 
     set_phase("size %zu B (count %zu), type %s, op %s: %s warm-up",
               s->bytes, call->count, dtypes[call->dtype].name,
               op_name(call->op), where);
-    for (int k = 0; k < r->o.warmup; k++)
-        run_call(r, call, s, where);
+    for (int a = 0; a < na; a++) {
+        select_algo(r, call, s, a);
+        for (int k = 0; k < r->o.warmup; k++)
+            run_call(r, call, s, where);
+    }
     if (r->be->barrier(err, sizeof err) != 0)
         fail_helper(r, "barrier", err);
     set_phase("size %zu B (count %zu), type %s, op %s: %s timing", s->bytes,
@@ -863,22 +922,32 @@ static double time_calls(struct run *r, const perf_call_t *call,
     /* Timed in batches (-S; one by default, the mean over all, as
      * nccl-tests reports it); the first batches take the remainder.  The
      * median batch ignores the ones a descheduling or a neighbour's burst
-     * spoiled, which the mean cannot on a shared host. */
-    double *bt = malloc((size_t)r->o.batches * sizeof *bt);
+     * spoiled, which the mean cannot on a shared host.  With -A the
+     * algorithms take turns batch by batch, the first one rotating, so
+     * that the host's drift hits them alike. */
+    double *bt = malloc((size_t)na * (size_t)nb * sizeof *bt);
     if (!bt)
         fail_helper(r, "timing", "out of memory");
-    for (int b = 0; b < r->o.batches; b++) {
-        int n = r->o.iters / r->o.batches + (b < r->o.iters % r->o.batches);
-        t0 = now_us();
-        for (int k = 0; k < n; k++)
-            run_call(r, call, s, where);
-        bt[b] = (now_us() - t0) / n;
+    for (int b = 0; b < nb; b++) {
+        int n = r->o.iters / nb + (b < r->o.iters % nb);
+        for (int j = 0; j < na; j++) {
+            int a = (j + b) % na;
+            double t0;
+
+            select_algo(r, call, s, a);
+            t0 = now_us();
+            for (int k = 0; k < n; k++)
+                run_call(r, call, s, where);
+            bt[a * nb + b] = (now_us() - t0) / n;
+        }
     }
-    qsort(bt, (size_t)r->o.batches, sizeof *bt, cmp_dbl);
-    t0 = r->o.batches % 2 ? bt[r->o.batches / 2]
-                          : (bt[r->o.batches / 2 - 1] + bt[r->o.batches / 2]) / 2;
+    for (int a = 0; a < na; a++) {
+        double *v = bt + a * nb;
+
+        qsort(v, (size_t)nb, sizeof *v, cmp_dbl);
+        t[a] = nb % 2 ? v[nb / 2] : (v[nb / 2 - 1] + v[nb / 2]) / 2;
+    }
     free(bt);
-    return t0;
 }
 
 /* True on every rank only when ok on every rank. */
@@ -900,13 +969,16 @@ static void fmt_time(char *buf, size_t len, double us)
     snprintf(buf, len, "%7.*f", prec, us);
 }
 
-static void print_table_head(void)
+static void print_table_head(const struct run *r)
 {
+    /* With -A a last column names each row's algorithm. */
+    const char *al = r->o.nalgos ? "  algorithm" : "";
+
     printf("#%61s%s%22s%s\n", "", "out-of-place", "", "in-place");
     printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s "
-           "%6s\n",
+           "%6s%s\n",
            "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
-           "#wrong", "time", "algbw", "busbw", "#wrong");
+           "#wrong", "time", "algbw", "busbw", "#wrong", al);
     printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s "
            "%6s\n",
            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "",
@@ -914,14 +986,35 @@ static void print_table_head(void)
     fflush(stdout);
 }
 
+/* Run the check call and count the wrong elements of its result (with a
+ * codec: the error statistics into cz and the result's hash into *hash). */
+static double check_call(struct run *r, perf_check_t *c, const perf_call_t *call,
+                         const perf_sizes_t *s, const char *where, char *res,
+                         double tol, double *cz, double *hash)
+{
+    size_t ts = dtypes[call->dtype].size;
+
+    run_call(r, call, s, where);
+    if (r->o.codec) {
+        double w = (double)codec_error(c, r->coll, res, s->recv_elems, tol, cz);
+
+        *hash = hash_bytes(res, s->recv_elems * ts);
+        return w;
+    }
+    return (double)count_wrong(c, r->coll, res, s->recv_elems);
+}
+
 static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
                     const perf_sizes_t *s)
 {
     size_t ts = dtypes[call->dtype].size;
     size_t ip_elems = s->ip_send_off + s->send_elems;
-    double t[2], wrong[2] = {0, 0}, algbw[2], busbw[2];
-    /* With a codec: per placement, squared error, squared value, max
-     * abs error; and the hash of the result, to compare ranks. */
+    const int na = nalgos(r);
+    /* Per algorithm and placement (out of place, in place). */
+    double t[PERF_MAX_ALGOS][2], wrong[PERF_MAX_ALGOS][2] = {{0, 0}};
+    double tp[PERF_MAX_ALGOS], algbw[2], busbw[2];
+    /* With a codec (one algorithm): per placement, squared error, squared
+     * value, max abs error; and the hash of the result, to compare ranks. */
     double cz[2][3] = {{0, 0, 0}, {0, 0, 0}}, hash[2] = {0, 0};
     double tol = r->o.codec ? codec_tolerance(r->o.codec, c, r->coll->id) : 0;
     char err[PERF_ERRLEN] = "";
@@ -935,21 +1028,17 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
     call->sendbuf = r->sendbuf;
     call->recvbuf = r->recvbuf;
     fill_input(c, r->sendbuf, s->send_elems);
-    t[0] = time_calls(r, call, s, "out-of-place");
-    if (r->o.check) {
+    time_calls(r, call, s, "out-of-place", tp);
+    for (int a = 0; a < na; a++)
+        t[a][0] = tp[a];
+    for (int a = 0; r->o.check && a < na; a++) {
         set_phase("size %zu B, type %s, op %s: out-of-place check", s->bytes,
                   dtypes[call->dtype].name, op_name(call->op));
+        select_algo(r, call, s, a);
         fill_input(c, r->sendbuf, s->send_elems);
         memset(r->recvbuf, POISON_BYTE, s->recv_elems * ts);
-        run_call(r, call, s, "out-of-place check");
-        if (r->o.codec) {
-            wrong[0] = (double)codec_error(c, r->coll, r->recvbuf,
-                                           s->recv_elems, tol, cz[0]);
-            hash[0] = hash_bytes(r->recvbuf, s->recv_elems * ts);
-        } else {
-            wrong[0] =
-                (double)count_wrong(c, r->coll, r->recvbuf, s->recv_elems);
-        }
+        wrong[a][0] = check_call(r, c, call, s, "out-of-place check",
+                                 r->recvbuf, tol, cz[0], &hash[0]);
     }
 
     /* In place: one buffer; the timed iterations reuse their own output,
@@ -958,24 +1047,18 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
     call->recvbuf = r->recvbuf + s->ip_recv_off * ts;
     memset(r->recvbuf, POISON_BYTE, ip_elems * ts);
     fill_input(c, r->recvbuf + s->ip_send_off * ts, s->send_elems);
-    t[1] = time_calls(r, call, s, "in-place");
-    if (r->o.check) {
+    time_calls(r, call, s, "in-place", tp);
+    for (int a = 0; a < na; a++)
+        t[a][1] = tp[a];
+    for (int a = 0; r->o.check && a < na; a++) {
         set_phase("size %zu B, type %s, op %s: in-place check", s->bytes,
                   dtypes[call->dtype].name, op_name(call->op));
+        select_algo(r, call, s, a);
         memset(r->recvbuf, POISON_BYTE, ip_elems * ts);
         fill_input(c, r->recvbuf + s->ip_send_off * ts, s->send_elems);
-        run_call(r, call, s, "in-place check");
-        if (r->o.codec) {
-            wrong[1] = (double)codec_error(c, r->coll,
-                                           r->recvbuf + s->ip_recv_off * ts,
-                                           s->recv_elems, tol, cz[1]);
-            hash[1] = hash_bytes(r->recvbuf + s->ip_recv_off * ts,
-                                 s->recv_elems * ts);
-        } else {
-            wrong[1] = (double)count_wrong(c, r->coll,
-                                           r->recvbuf + s->ip_recv_off * ts,
-                                           s->recv_elems);
-        }
+        wrong[a][1] = check_call(r, c, call, s, "in-place check",
+                                 r->recvbuf + s->ip_recv_off * ts, tol,
+                                 cz[1], &hash[1]);
     }
 
     /* Combine over ranks (-a for times; error counts add up). */
@@ -984,12 +1067,14 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
     if (r->o.average != 0) {
         static const perf_op_t how[4] = {PERF_SUM, PERF_SUM, PERF_MIN,
                                          PERF_MAX};
-        if (r->be->allreduce_doubles(t, 2, how[r->o.average], err,
-                                     sizeof err) != 0)
+        if (r->be->allreduce_doubles(&t[0][0], 2 * (size_t)na,
+                                     how[r->o.average], err, sizeof err) != 0)
             fail_helper(r, "allreduce of times", err);
         if (r->o.average == 1) {
-            t[0] /= r->nranks;
-            t[1] /= r->nranks;
+            for (int a = 0; a < na; a++) {
+                t[a][0] /= r->nranks;
+                t[a][1] /= r->nranks;
+            }
         }
     }
     if (r->o.check && r->o.codec) {
@@ -1001,7 +1086,7 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
             if (r->be->allreduce_doubles(lo, 2, PERF_MIN, err, sizeof err) != 0)
                 fail_helper(r, "allreduce of hashes", err);
             for (int k = 0; k < 2; k++)
-                wrong[k] += hash[k] != lo[k];
+                wrong[0][k] += hash[k] != lo[k];
         }
         for (int k = 0; k < 2; k++) {
             sums[3 * k] = cz[k][0];
@@ -1018,69 +1103,75 @@ static void run_row(struct run *r, perf_check_t *c, perf_call_t *call,
         }
     }
     if (r->o.check &&
-        r->be->allreduce_doubles(wrong, 2, PERF_SUM, err, sizeof err) != 0)
+        r->be->allreduce_doubles(&wrong[0][0], 2 * (size_t)na, PERF_SUM, err,
+                                 sizeof err) != 0)
         fail_helper(r, "allreduce of error counts", err);
-    r->wrong_total += wrong[0] + wrong[1];
 
-    for (int k = 0; k < 2; k++) {
-        algbw[k] = t[k] > 0 ? (double)s->bytes / (t[k] * 1e3) : 0;
-        busbw[k] = algbw[k] * r->coll->busbw_factor(r->nranks);
-        r->busbw_sum += busbw[k];
-        r->busbw_n++;
-    }
-    if (r->rank != 0)
-        return;
-
-    {
-        char tm[2][32], wr[2][32];
+    for (int a = 0; a < na; a++) {
+        r->wrong_total += wrong[a][0] + wrong[a][1];
         for (int k = 0; k < 2; k++) {
-            fmt_time(tm[k], sizeof tm[k], t[k]);
-            if (r->o.check)
-                snprintf(wr[k], sizeof wr[k], "%.0f", wrong[k]);
-            else
-                snprintf(wr[k], sizeof wr[k], "N/A");
+            algbw[k] = t[a][k] > 0 ? (double)s->bytes / (t[a][k] * 1e3) : 0;
+            busbw[k] = algbw[k] * r->coll->busbw_factor(r->nranks);
+            r->busbw_sum += busbw[k];
+            r->busbw_n++;
         }
-        printf("%12zu  %12zu  %8s  %6s  %6d"
-               "  %7s  %6.2f  %6.2f  %5s  %7s  %6.2f  %6.2f  %5s\n",
-               s->bytes, s->elems, dtypes[call->dtype].name,
-               op_name(call->op), call->root, tm[0], algbw[0], busbw[0],
-               wr[0], tm[1], algbw[1], busbw[1], wr[1]);
-        if (r->o.codec && r->o.check)
-            printf("#  codec %s error: out-of-place rel_l2 %.3e max_abs "
-                   "%.3e, in-place rel_l2 %.3e max_abs %.3e (tolerance "
-                   "%.3g)\n",
-                   r->o.codec, cz[0][0], cz[0][2], cz[1][0], cz[1][2], tol);
-        fflush(stdout);
-    }
-    if (r->json) {
-        fprintf(r->json,
-                "{\"collective\":\"%s\",\"backend\":\"%s\",\"nranks\":%d,"
-                "\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
-                "\"redop\":\"%s\",\"root\":%d,\"blocking\":%d,"
-                "\"iters\":%d,\"warmup_iters\":%d,\"average\":%d,"
-                "\"batches\":%d",
-                r->coll->name, r->be->name, r->nranks, s->bytes, s->elems,
-                dtypes[call->dtype].name, op_name(call->op), call->root,
-                r->o.blocking, r->o.iters, r->o.warmup, r->o.average,
-                r->o.batches);
-        for (int k = 0; k < 2; k++) {
-            const char *p = k == 0 ? "oop" : "ip";
-            fprintf(r->json,
-                    ",\"%s_time_us\":%.3f,\"%s_algbw\":%.6f,"
-                    "\"%s_busbw\":%.6f,\"%s_wrong\":",
-                    p, t[k], p, algbw[k], p, busbw[k], p);
-            if (r->o.check)
-                fprintf(r->json, "%.0f", wrong[k]);
-            else
-                fputs("null", r->json);
+        if (r->rank != 0)
+            continue;
+        {
+            char tm[2][32], wr[2][32], al[80] = "";
+            for (int k = 0; k < 2; k++) {
+                fmt_time(tm[k], sizeof tm[k], t[a][k]);
+                if (r->o.check)
+                    snprintf(wr[k], sizeof wr[k], "%.0f", wrong[a][k]);
+                else
+                    snprintf(wr[k], sizeof wr[k], "N/A");
+            }
+            if (r->o.nalgos)
+                snprintf(al, sizeof al, "  %s", r->o.algo[a]);
+            printf("%12zu  %12zu  %8s  %6s  %6d"
+                   "  %7s  %6.2f  %6.2f  %5s  %7s  %6.2f  %6.2f  %5s%s\n",
+                   s->bytes, s->elems, dtypes[call->dtype].name,
+                   op_name(call->op), call->root, tm[0], algbw[0], busbw[0],
+                   wr[0], tm[1], algbw[1], busbw[1], wr[1], al);
             if (r->o.codec && r->o.check)
-                fprintf(r->json, ",\"%s_rel_l2\":%.6e,\"%s_max_abs\":%.6e", p,
-                        cz[k][0], p, cz[k][2]);
+                printf("#  codec %s error: out-of-place rel_l2 %.3e max_abs "
+                       "%.3e, in-place rel_l2 %.3e max_abs %.3e (tolerance "
+                       "%.3g)\n",
+                       r->o.codec, cz[0][0], cz[0][2], cz[1][0], cz[1][2], tol);
+            fflush(stdout);
         }
-        if (r->o.codec)
-            fprintf(r->json, ",\"codec\":\"%s\"", r->o.codec);
-        fputs("}\n", r->json);
-        fflush(r->json);
+        if (r->json) {
+            fprintf(r->json,
+                    "{\"collective\":\"%s\",\"backend\":\"%s\",\"nranks\":%d,"
+                    "\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
+                    "\"redop\":\"%s\",\"root\":%d,\"blocking\":%d,"
+                    "\"iters\":%d,\"warmup_iters\":%d,\"average\":%d,"
+                    "\"batches\":%d",
+                    r->coll->name, r->be->name, r->nranks, s->bytes, s->elems,
+                    dtypes[call->dtype].name, op_name(call->op), call->root,
+                    r->o.blocking, r->o.iters, r->o.warmup, r->o.average,
+                    r->o.batches);
+            if (r->o.nalgos)
+                fprintf(r->json, ",\"algorithm\":\"%s\"", r->o.algo[a]);
+            for (int k = 0; k < 2; k++) {
+                const char *p = k == 0 ? "oop" : "ip";
+                fprintf(r->json,
+                        ",\"%s_time_us\":%.3f,\"%s_algbw\":%.6f,"
+                        "\"%s_busbw\":%.6f,\"%s_wrong\":",
+                        p, t[a][k], p, algbw[k], p, busbw[k], p);
+                if (r->o.check)
+                    fprintf(r->json, "%.0f", wrong[a][k]);
+                else
+                    fputs("null", r->json);
+                if (r->o.codec && r->o.check)
+                    fprintf(r->json, ",\"%s_rel_l2\":%.6e,\"%s_max_abs\":%.6e",
+                            p, cz[k][0], p, cz[k][2]);
+            }
+            if (r->o.codec)
+                fprintf(r->json, ",\"codec\":\"%s\"", r->o.codec);
+            fputs("}\n", r->json);
+            fflush(r->json);
+        }
     }
 }
 
@@ -1156,6 +1247,12 @@ static void print_banner(struct run *r)
     if (r->o.batches > 1)
         printf("# time: median of %d batches of the iterations\n",
                r->o.batches);
+    if (r->o.nalgos) {
+        printf("# algorithms (-A), batches interleaved:");
+        for (int a = 0; a < r->o.nalgos; a++)
+            printf(" %s", r->o.algo[a]);
+        printf("\n");
+    }
     printf("# datatype: %s  op: %s  root: %s  json: %s\n",
            r->o.dtype < 0 ? "all" : dtypes[r->o.dtype].name,
            !r->coll->reduces ? "none"
@@ -1255,6 +1352,29 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
         return EXIT_USAGE;
     }
 
+    /* -A: every name must be an algorithm of this collective. */
+    if (r->o.nalgos) {
+        rc = 1;
+        if (!be->set_algo) {
+            if (r->rank == 0)
+                usage_error("-A: the %s backend cannot choose algorithms",
+                            be->name);
+            rc = 0;
+        }
+        for (int a = 0; rc && a < r->o.nalgos; a++) {
+            if (be->set_algo((perf_coll_t)coll->id, r->o.algo[a], err,
+                             sizeof err) != 0) {
+                if (r->rank == 0)
+                    usage_error("-A: %s", err);
+                rc = 0;
+            }
+        }
+        if (!rc) {
+            be->finalize(err, sizeof err);
+            return EXIT_USAGE;
+        }
+    }
+
     rc = 1;
     if (r->rank == 0 && r->o.json) {
         r->json = fopen(r->o.json, "w");
@@ -1313,7 +1433,7 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
 
     if (r->rank == 0) {
         print_banner(r);
-        print_table_head();
+        print_table_head(r);
     }
     for (int t = t_lo; t <= t_hi; t++) {
         for (int op = o_lo; op <= o_hi; op++) {

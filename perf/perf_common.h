@@ -100,6 +100,11 @@ typedef struct perf_backend {
      * times and error counts. */
     int (*allreduce_doubles)(double *vals, size_t n, perf_op_t op, char *err,
                              size_t errlen);
+    /* Optional (may be NULL: -A is refused): make the calls of coll that
+     * follow run algorithm `algo` ("auto": the backend's own choice).
+     * Called by every rank alike. */
+    int (*set_algo)(perf_coll_t coll, const char *algo, char *err,
+                    size_t errlen);
     /* After a failure: stop now, without waiting for peers. */
     void (*abort)(void);
     int (*finalize)(char *err, size_t errlen);

@@ -120,6 +120,33 @@ rm -f "$BUILDDIR/test_perf_S.json"
 run 1 all_reduce_perf -b 8 -e 8 -n 8 -S 9
 check "-S 9 with -n 8 exits 2, naming both" \
     bash -c "[ $rc -eq 2 ] && grep -q -- '-S 9 is more than the 8 iterations of -n' <<<\"\$1\"" _ "$out"
+# -A: several algorithms and the automatic choice timed in one job, each
+# checked; one row per algorithm and size, named in a last column, and
+# each name really runs (the library's trace names the algorithm).
+for b in all_reduce:allreduce all_gather:allgather reduce_scatter:reduce_scatter alltoall:alltoall; do
+    list="auto $(algos_of "${b#*:}")"
+    list=${list// /,}
+    run 3 "${b%%:*}_perf" -b 1K -e 1M -f 32 -n 4 -w 1 -c 1 -S 2 -A "$list"
+    expect_ok "${b%%:*}_perf -A $list on 3 ranks: #wrong 0"
+    na=$(tr ',' '\n' <<<"$list" | wc -l)
+    # 1K, 32K and 1M: each size's rows name the algorithms in -A's order.
+    check "${b%%:*}_perf -A: 3 sizes x $na rows, each named" \
+        bash -c "awk -v want='$list' '!/^#/ && NF == 14 { n++; row[\$1] = row[\$1] (row[\$1] == \"\" ? \"\" : \",\") \$14 }
+                 END { for (s in row) { k++; if (row[s] != want) exit 1 }; exit !(k == 3 && n == 3 * split(want, a, \",\")) }' <<<\"\$1\"" _ "$out"
+done
+out=$(LOOM_DEBUG=trace timeout 60 "$LOOMRUN" -n 2 --timeout 50 "$BUILDDIR/all_reduce_perf" \
+    -b 1K -e 1K -n 2 -w 0 -c 1 -A ring,recursive_doubling 2>&1)
+check "-A ring,recursive_doubling runs both (library trace)" \
+    bash -c "grep -q 'loom_allreduce: count 256 float32, ring' <<<\"\$1\" &&
+             grep -q 'loom_allreduce: count 256 float32, recursive_doubling' <<<\"\$1\"" _ "$out"
+run 2 all_reduce_perf -b 8 -e 8 -A ring,nonsense
+check "-A with an unknown algorithm exits 2 with the valid ones" \
+    bash -c "[ $rc -eq 2 ] && grep -q -- '-A: .*nonsense.*valid: allreduce: ring' <<<\"\$1\"" _ "$out"
+run 1 all_reduce_perf -b 8 -e 8 -A ring -Z int8
+check "-A with -Z exits 2" bash -c "[ $rc -eq 2 ] && grep -q -- '-A and -Z' <<<\"\$1\"" _ "$out"
+run 2 sendrecv_perf -b 8 -e 8 -A ring
+check "sendrecv_perf -A exits 2" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'no algorithms' <<<\"\$1\"" _ "$out"
 check "the header repeats LOOM_ALGO" \
     bash -c "LOOM_ALGO=alltoall:pairwise '$LOOMRUN' -n 2 '$BUILDDIR/alltoall_perf' -b 8 -e 8 -c 0 2>&1 |
              grep -q '^# .*algorithm: LOOM_ALGO=alltoall:pairwise'"
