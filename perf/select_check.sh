@@ -1,15 +1,15 @@
 #!/bin/bash
 # select_check.sh - is the automatic choice close to the best forced one?
-# For each collective, runs its perf binary once per algorithm (LOOM_ALGO
-# forcing it) and once with the automatic choice, REPEATS rounds in turn
-# (the order rotated each round) so that drift hits all alike, and prints
-# per size the median out-of-place time of each, the best forced
-# algorithm and auto/best.  Sizes up to 64K run 1000 iterations (after
-# 100), larger ones 20 (after 5), in three ranges (up to 64K, 128K-2M,
-# from 4M), each run by every algorithm in turn; each run reports the
-# median of 10 batches of them (-S 10), so that one descheduled
-# iteration on a shared host does not decide a row.  PERF FLAGS can
-# override.
+# For each collective, times every algorithm of it and the automatic
+# choice in one job (the perf binary's -A: their batches take turns, so
+# that the host's drift hits them alike, and each result is checked),
+# REPEATS jobs per size range, and prints per size the median over the
+# jobs of each one's out-of-place time, the best forced algorithm and
+# auto/best.  Sizes up to 64K run 1000 iterations (after 100), larger
+# ones 20 (after 5), in three ranges (up to 64K, 128K-2M, from 4M), one
+# job each; each time is the median of 10 batches (-S 10), so that one
+# descheduled batch on a shared host does not decide a row.  PERF FLAGS
+# can override.
 # Rows where auto is more than 10% slower than the best are marked "!".
 #
 #   perf/select_check.sh [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
@@ -54,9 +54,8 @@ for coll in $colls; do
     esac
     algos="$(algos_of $lc) auto"
     for ((k = 0; k < reps; k++)); do
-        # Rotate the order each round: a run's place in the sequence
-        # (warm caches, the kernel's state after the previous one) must
-        # not favour one algorithm.
+        # Rotate the order each job: which algorithm warms up first and
+        # starts the first batch must not favour one.
         set -- $algos
         na=$#
         order=()
@@ -64,10 +63,8 @@ for coll in $colls; do
             j=$(( (i + k) % na + 1 ))
             order+=("${!j}")
         done
-        for a in "${order[@]}"; do : >"$tmp/$coll.$a.$k"; done
-        # Size ranges in the outer loop, algorithms in the inner one: the
-        # runs compared at a size follow one another within seconds, so
-        # the host's drift over minutes (25% seen on 2 x 2) hits them alike.
+        list=$(IFS=,; echo "${order[*]}")
+        : >"$tmp/$coll.$k"
         # Small sizes take many iterations to rise above the noise, large
         # ones few.
         for part in "0 64K 1000 100" "128K 2M 20 5" "4M 1G 20 5"; do
@@ -76,27 +73,13 @@ for coll in $colls; do
             [ "$b" -ge "$(to_bytes $minb)" ] || b=$(to_bytes $minb)
             [ "$e" -le "$(to_bytes $maxb)" ] || e=$(to_bytes $maxb)
             [ "$b" -le "$e" ] || continue
-            for a in "${order[@]}"; do
-                if [ $a = auto ]; then env=(env -u LOOM_ALGO); else env=(env LOOM_ALGO=$lc:$a); fi
-                # The first few dozen operations of a process run slow
-                # (first use of the transports and buffers: 2-4x for
-                # 5 warm-ups and 20 iterations at 128K): a range past 64K
-                # starts one step early (b / FACTOR, so that the next step
-                # is b), on the engine (the slots would take it), and that
-                # row is dropped.
-                first=$b small=() drop=0
-                if [ "$b" -gt 65536 ]; then
-                    first=$((b / (factor > 1 ? factor : 2))) small=(LOOM_SHM_SMALL=0) drop=1
-                fi
-                "${env[@]}" "${small[@]}" $launch "$BUILDDIR/${coll}_perf" -b "$first" -e "$e" -f "$factor" \
-                    "${it[@]}" "${flags[@]}" >"$tmp/run" 2>&1 ||
-                    { echo "$coll $a run $k failed:"; tail -5 "$tmp/run"; status=1; }
-                awk -v drop=$drop 'drop && /^ *[0-9]/ { drop = 0; next } { print }' "$tmp/run" \
-                    >>"$tmp/$coll.$a.$k"
-            done
+            env -u LOOM_ALGO $launch "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
+                "${it[@]}" -A "$list" "${flags[@]}" >"$tmp/run" 2>&1 ||
+                { echo "$coll job $k ($1-$2) failed:"; tail -5 "$tmp/run"; status=1; }
+            cat "$tmp/run" >>"$tmp/$coll.$k"
         done
     done
-    echo "# $coll: median out-of-place time (us) of $reps runs; auto/best > 1.10 marked !"
+    echo "# $coll: median out-of-place time (us) of $reps jobs; auto/best > 1.10 marked !"
     awk -v algos="$algos" -v reps="$reps" -v dir="$tmp" -v coll="$coll" '
     function median(a, n,   i, j, t) {
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -104,13 +87,16 @@ for coll in $colls; do
     }
     BEGIN {
         na = split(algos, A, " ")
-        for (i = 1; i <= na; i++) for (k = 0; k < reps; k++) {
-            f = dir "/" coll "." A[i] "." k
+        for (i = 1; i <= na; i++) known[A[i]] = 1
+        for (k = 0; k < reps; k++) {
+            f = dir "/" coll "." k
             while ((getline line < f) > 0) {
                 if (line ~ /^#/ || line !~ /^ *[0-9]/) continue
-                split(line, F, " ")
-                sz = F[1]; sizes[sz] = 1; n[A[i], sz]++; T[A[i], sz, n[A[i], sz]] = F[6]
-                if (F[9] != 0) wrong[A[i]] = 1
+                nf = split(line, F, " ")
+                a = F[14]
+                if (nf != 14 || !(a in known)) continue
+                sz = F[1]; sizes[sz] = 1; n[a, sz]++; T[a, sz, n[a, sz]] = F[6]
+                if (F[9] != 0 || F[13] != 0) wrong[a] = 1
             }
         }
         printf "%12s", "size"
