@@ -124,12 +124,33 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
 {
     double R = (double)j->shared_bytes / 2;
     if (R <= 0) return -1;
-    double rounds = ceil(n / R), per = n < R ? n : R;
+    double rounds = ceil(n / R);
     /* Three rounds of zero-byte messages to the L-1 others: posted
-     * together, their latencies overlap (see overlap()). */
+     * together, their latencies overlap (see overlap()).  The copies and
+     * the reduction cover the n bytes once, whatever the rounds (the last
+     * one is partial: charging whole rounds made 2M-3M look dear). */
     double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1);
-    double work = cf * (l->gamma_copy * per * (2.0 - 1.0 / L) + l->gamma * per * (L - 1) / L);
-    return rounds * (sync + work);
+    double work = cf * (l->gamma_copy * n * (2.0 - 1.0 / L) + l->gamma * n * (L - 1) / L);
+    return rounds * sync + work;
+}
+
+/* Through shared memory every byte a rank sends is a copy by its core
+ * into a FIFO, and every byte it receives a copy out, or a reduction:
+ * CPU work, which the port model's pipelining lets overlap with itself.
+ * The least CPU time of a flat allreduce on one host, to weigh it
+ * fairly against shared_intra(): ring and halving-doubling send
+ * 2(p-1)/p of the vector and reduce half of what they receive,
+ * recursive doubling sends and reduces the whole vector per round. */
+static double shm_allreduce_cpu(int algo, int p, double n, const struct loomi_links *l,
+                                double cf)
+{
+    const double gc = l->gamma_copy, g = l->gamma, f = (double)(p - 1) / p;
+    switch (algo) {
+    case LOOMI_ALGO_RING:
+    case LOOMI_ALGO_HALVING_DOUBLING: return cf * f * n * (3 * gc + g);
+    case LOOMI_ALGO_RECURSIVE_DOUBLING: return cf * floor(log2((double)p)) * n * (gc + g);
+    default: return 0;
+    }
 }
 
 /* Every host holds a run of consecutive ranks. */
@@ -197,7 +218,10 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
             int w = p - 1 < 8 ? p - 1 : 8;
             flat.alpha = overlap(flat.alpha, w) / w;
         }
-        return loomi_model_time(coll, algo, p, bytes, &flat);
+        double t = loomi_model_time(coll, algo, p, bytes, &flat);
+        if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_ALLREDUCE)
+            t = fmax(t, shm_allreduce_cpu(algo, p, n, l, cf));
+        return t;
     }
     /* The hierarchical algorithms need several hosts of several ranks
      * (forced otherwise, they run a flat algorithm). */

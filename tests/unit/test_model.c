@@ -389,3 +389,42 @@ Test(model, flat_recursive_algorithms_weigh_links_by_bytes)
     }
     free(hm);
 }
+
+/* The shared-arena allreduce on one host against the flat ones, with the
+ * figures probed on this 2-core VM with 4 ranks (beta 0.3 ns/B, a copy
+ * 0.2 ns/B, a reduction 0.15 ns/B): its copies and reduction cover the
+ * vector once whatever its rounds of half an arena, so a vector just
+ * over one round costs about as much as one of it, not two; and the
+ * flat algorithms' transfers through shared memory are copies by the
+ * cores as well, so they cannot beat its fewer copies at large sizes
+ * (measured: shared 0.75-0.9 of the best flat one from 128K to 64M). */
+Test(model, shared_allreduce_against_flat_on_one_host)
+{
+    const int host_of[4] = {0, 0, 0, 0};
+    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
+    cr_assert_not_null(hm);
+    struct loomi_links l;
+    loomi_links_defaults(&l, 1);
+    l.alpha[LOOMI_LINK_INTRA] = 3e-6;
+    l.beta[LOOMI_LINK_INTRA] = 0.3e-9;
+    l.gamma_copy = 0.2e-9;
+    l.gamma = 0.15e-9;
+    const size_t R = (size_t)2 << 20; /* half the 4M arena */
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
+                                .shared_bytes = 2 * R, .chunk_bytes = (size_t)2 << 20};
+    const int AR = LOOMI_COLL_ALLREDUCE;
+    double one = loomi_select_cost(AR, LOOMI_ALGO_SHARED, R, &j, &l);
+    double more = loomi_select_cost(AR, LOOMI_ALGO_SHARED, R + R / 4, &j, &l);
+    cr_assert(one > 0 && more < 1.3 * one, "shared: %g s at 2M but %g s at 2.5M", one, more);
+    for (size_t n = (size_t)256 << 10; n <= (size_t)64 << 20; n *= 2) {
+        double sh = loomi_select_cost(AR, LOOMI_ALGO_SHARED, n, &j, &l);
+        const int flat[] = {LOOMI_ALGO_RING, LOOMI_ALGO_HALVING_DOUBLING,
+                            LOOMI_ALGO_RECURSIVE_DOUBLING};
+        for (size_t k = 0; k < sizeof flat / sizeof flat[0]; k++) {
+            double t = loomi_select_cost(AR, flat[k], n, &j, &l);
+            cr_assert(sh > 0 && t > sh, "%zu B: %s %g s < shared %g s", n,
+                      loomi_algo_name(flat[k]), t, sh);
+        }
+    }
+    free(hm);
+}
