@@ -5,9 +5,8 @@
 # that the host's drift hits them alike, and each result is checked),
 # REPEATS jobs per size range, and prints per size the median over the
 # jobs of each one's out-of-place time, the best forced algorithm and
-# auto/best.  Sizes up to 64K run 1000 iterations (after 100), larger
-# ones 20 (after 5), in three ranges (up to 64K, 128K-2M, from 4M), one
-# job each; each time is the median of 10 batches (-S 10), so that one
+# auto/best.  Sizes up to 64K run 1000 iterations (after 100), 128K-2M
+# 60 (after 10), larger ones 20 (after 5): three ranges, one job each; each time is the median of 10 batches (-S 10), so that one
 # descheduled batch on a shared host does not decide a row.  PERF FLAGS
 # can override.
 # Rows where auto is more than 10% slower than the best are marked "!".
@@ -67,7 +66,7 @@ for coll in $colls; do
         : >"$tmp/$coll.$k"
         # Small sizes take many iterations to rise above the noise, large
         # ones few.
-        for part in "0 64K 1000 100" "128K 2M 20 5" "4M 1G 20 5"; do
+        for part in "0 64K 1000 100" "128K 2M 60 10" "4M 1G 20 5"; do
             set -- $part
             b=$(to_bytes $1) e=$(to_bytes $2) it=(-n $3 -w $4 -S 10)
             [ "$b" -ge "$(to_bytes $minb)" ] || b=$(to_bytes $minb)

@@ -234,7 +234,15 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         if (rail < 0) return -1;
         if (algo == LOOMI_ALGO_SHARED) {
             double s = shared_intra(L, n, j, l, cf);
-            t = s < 0 ? -1 : s + rail;
+            if (s < 0) return -1;
+            if (H > 1) {
+                /* shared.c runs the rails round by round, half an arena
+                 * at a time, each a whole allreduce with its latency. */
+                double R = (double)j->shared_bytes / 2, rounds = ceil(n / R);
+                size_t per = (size_t)ceil((n < R ? n : R) / L);
+                rail = rounds * best_flat(LOOMI_COLL_ALLREDUCE, H, per, &out);
+            }
+            t = s + rail;
         } else {
             t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in) +
                 rail + loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in);
@@ -243,14 +251,18 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     }
     case LOOMI_COLL_REDUCE_SCATTER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
+        /* hier.c first permutes the p blocks into SCRATCH: a copy of
+         * the whole input, which the flat algorithms do not make. */
         t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, bytes * (size_t)H,
                              &in) +
-            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out);
+            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out) + n * p * in.gamma_copy;
         break;
     case LOOMI_COLL_ALLGATHER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
+        /* ... and ends copying the p blocks into rank order. */
         t = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out) +
-            loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in);
+            loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in) +
+            n * p * in.gamma_copy;
         break;
     case LOOMI_COLL_ALLTOALL:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
