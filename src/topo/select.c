@@ -229,20 +229,18 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     double t = -1;
     switch (coll) {
     case LOOMI_COLL_ALLREDUCE: {
-        size_t slice = (bytes + (size_t)L - 1) / (size_t)L;
-        double rail = H > 1 ? best_flat(LOOMI_COLL_ALLREDUCE, H, slice, &out) : 0;
+        /* The rails allreduce each rank's slice across the hosts: at once
+         * in hier.c; in shared.c round by round, half an arena at a time,
+         * each round a whole allreduce with its latency. */
+        const double R = algo == LOOMI_ALGO_SHARED ? (double)j->shared_bytes / 2 : n;
+        if (algo == LOOMI_ALGO_SHARED && R <= 0) return -1; /* no arenas */
+        const double nrounds = n > R ? ceil(n / R) : 1;
+        const size_t slice = (size_t)ceil((n < R ? n : R) / L);
+        double rail = H > 1 ? nrounds * best_flat(LOOMI_COLL_ALLREDUCE, H, slice, &out) : 0;
         if (rail < 0) return -1;
         if (algo == LOOMI_ALGO_SHARED) {
             double s = shared_intra(L, n, j, l, cf);
-            if (s < 0) return -1;
-            if (H > 1) {
-                /* shared.c runs the rails round by round, half an arena
-                 * at a time, each a whole allreduce with its latency. */
-                double R = (double)j->shared_bytes / 2, rounds = ceil(n / R);
-                size_t per = (size_t)ceil((n < R ? n : R) / L);
-                rail = rounds * best_flat(LOOMI_COLL_ALLREDUCE, H, per, &out);
-            }
-            t = s + rail;
+            t = s < 0 ? -1 : s + rail;
         } else {
             t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in) +
                 rail + loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in);
