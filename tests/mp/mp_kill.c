@@ -42,6 +42,23 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* A survivor leaves its mark; the victim waits (at most 10 s) for all. */
+static void ready(const char *stamp, int rank, int victim, int n)
+{
+    char mark[4096];
+    if (rank != victim) {
+        snprintf(mark, sizeof mark, "%s.ready.%d", stamp, rank);
+        FILE *m = fopen(mark, "w");
+        if (m) fclose(m);
+        return;
+    }
+    for (int q = 0, tries = 0; q < n && tries < 2000; q++) {
+        if (q == victim) continue;
+        snprintf(mark, sizeof mark, "%s.ready.%d", stamp, q);
+        while (access(mark, F_OK) != 0 && tries++ < 2000) usleep(5000);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -73,21 +90,13 @@ int main(int argc, char **argv)
     }
     /* The warm-up may end on the victim while a survivor is still in it;
      * a kill then would fail the warm-up, not the operation under test.
-     * So every survivor says it is through (a file), and the victim waits
-     * for all of them before it starts. */
-    char mark[4096];
-    if (rank != victim) {
-        snprintf(mark, sizeof mark, "%s.ready.%d", stamp, rank);
-        FILE *m = fopen(mark, "w");
-        if (m) fclose(m);
-    } else {
-        for (int q = 0, tries = 0; q < n && tries < 2000; q++) {
-            if (q == victim) continue;
-            snprintf(mark, sizeof mark, "%s.ready.%d", stamp, q);
-            while (access(mark, F_OK) != 0 && tries++ < 2000) usleep(5000);
-        }
-    }
+     * Nor may a survivor still be filling its buffer when the failure is
+     * known, or its submission, not the operation, fails.  So every
+     * survivor says when it has posted the operation (a file; for "small",
+     * when it is through the warm-up), and the victim waits for all of
+     * them before it starts. */
     for (size_t i = 0; i < count; i++) buf[i] = (float)rank;
+    if (small || rank == victim) ready(stamp, rank, victim, n);
     loom_request_t req = LOOM_REQUEST_NULL;
     loom_result_t r = LOOM_SUCCESS;
     int round = 0;
@@ -113,7 +122,11 @@ int main(int argc, char **argv)
     } else {
         r = a2a ? loom_ialltoall(buf, buf, count / (size_t)n, LOOM_FLOAT32, comm, &req)
                 : loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
-        if (r != LOOM_SUCCESS) return 2;
+        if (r != LOOM_SUCCESS) {
+            fprintf(stderr, "rank %d: submission failed: %s\n", rank, loom_get_last_error());
+            return 2;
+        }
+        if (rank != victim) ready(stamp, rank, victim, n);
     }
     if (rank == victim) {
         /* Drive the operation until it is well under way, then die. */
