@@ -20,10 +20,11 @@
  *   7. "out"     zero-byte messages: I no longer read your arena; the
  *                round two later (same half) waits for them.
  *
- * In place, each round also saves its range of RECV into SCRATCH right
- * after the copy-in has read it (so mostly from cache), before the
- * copy-out overwrites it: the engine restores from there if the operation
- * fails, instead of copying the whole buffer up front (saves_input).
+ * In place, each round also saves its range of RECV into SCRATCH before
+ * the copy-out overwrites it (the copy-in writes the save in the same
+ * pass, so the input is read once; my own slice is saved after it): the
+ * engine restores from there if the operation fails, instead of copying
+ * the whole buffer up front (saves_input).
  *
  * Each slice is reduced by one rank and copied verbatim by the others,
  * so every rank ends with the same bytes.  Hosts must all have the same
@@ -99,18 +100,28 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         /* The half we write was last read by peers two rounds ago. */
         uint32_t reuse = outjoin[k % 2];
 
-        /* 1. copy-in: everything but my own slice (read from the input directly). */
+        /* 1. copy-in: everything but my own slice (read from the input
+         *    directly); in place, the same pass saves what it copies. */
         int nc = 0;
+        const size_t t0 = my0 + mylen;
         if (my0 > 0)
-            tmp[nc++] = loomi_sched_copy(s, mine, hoff, in, b * es, my0, &reuse, 1);
-        if (my0 + mylen < len)
-            tmp[nc++] = loomi_sched_copy(s, mine, hoff + (my0 + mylen) * es, in,
-                                         (b + my0 + mylen) * es, len - my0 - mylen, &reuse, 1);
+            tmp[nc++] = saved ? loomi_sched_copy2(s, mine, hoff, LOOMI_BUF_SCRATCH, b * es, in,
+                                                  b * es, my0, &reuse, 1)
+                              : loomi_sched_copy(s, mine, hoff, in, b * es, my0, &reuse, 1);
+        if (t0 < len)
+            tmp[nc++] = saved ? loomi_sched_copy2(s, mine, hoff + t0 * es, LOOMI_BUF_SCRATCH,
+                                                  (b + t0) * es, in, (b + t0) * es, len - t0,
+                                                  &reuse, 1)
+                              : loomi_sched_copy(s, mine, hoff + t0 * es, in, (b + t0) * es,
+                                                 len - t0, &reuse, 1);
         uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
-        /* In place: save this round's input before anything overwrites it. */
+        /* In place: save the rest of this round's input (my slice) before
+         * anything overwrites it. */
         uint32_t save = LOOMI_NO_DEP;
-        if (saved) save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, b * es, in, b * es, len, &cin, 1);
+        if (saved)
+            save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, (b + my0) * es, in, (b + my0) * es,
+                                    mylen, &cin, 1);
 
         /* 2. "in" to and from every other rank of the host. */
         uint32_t *rin = tmp; /* [L] */

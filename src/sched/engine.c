@@ -338,6 +338,48 @@ static void copy_stream(unsigned char *d, const unsigned char *src, size_t n)
 #endif
 }
 
+/* memcpy to d, and to d2 past the cache as copy_stream() does, in one
+ * pass over src (LOOMI_COPY_ALSO: an in-place input copied into an
+ * arena and saved at once, read from memory once instead of twice). */
+static void copy_dual(unsigned char *d, unsigned char *d2, const unsigned char *src, size_t n)
+{
+#if defined(__x86_64__)
+    size_t head = (size_t)(-(uintptr_t)d2 & 15);
+    if (n < 4096 || head >= n) {
+        memcpy(d, src, n);
+        memcpy(d2, src, n);
+        return;
+    }
+    memcpy(d, src, head);
+    memcpy(d2, src, head);
+    d += head;
+    d2 += head;
+    src += head;
+    n -= head;
+    size_t k = n / 64;
+    for (size_t i = 0; i < k; i++, d += 64, d2 += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
+        _mm_storeu_si128((__m128i *)(void *)d, a);
+        _mm_storeu_si128((__m128i *)(void *)(d + 16), b);
+        _mm_storeu_si128((__m128i *)(void *)(d + 32), c);
+        _mm_storeu_si128((__m128i *)(void *)(d + 48), e);
+        _mm_stream_si128((__m128i *)(void *)d2, a);
+        _mm_stream_si128((__m128i *)(void *)(d2 + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(d2 + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(d2 + 48), e);
+    }
+    _mm_sfence();
+    memcpy(d, src, n % 64);
+    memcpy(d2, src, n % 64);
+#else
+    memcpy(d, src, n);
+    memcpy(d2, src, n);
+#endif
+}
+
 /* A failed saves_input operation: put back, from SCRATCH, each range of
  * RECV that a step already started wrote (or was receiving into).  The
  * schedule saved every such range before that step could start. */
@@ -364,7 +406,10 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
                          bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
         break;
     case LOOMI_STEP_COPY:
-        if (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV)
+        if (st->flags & LOOMI_COPY_ALSO)
+            copy_dual(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
+                      bufp(op, st->src) + st->src_off, bytes);
+        else if (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV)
             copy_stream(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         else if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);

@@ -112,6 +112,22 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
+uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
+                           size_t dst2_off, int src, size_t src_off, size_t count,
+                           const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_COPY);
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src2 = (uint8_t)dst2;
+    st.src2_off = dst2_off;
+    st.flags = LOOMI_COPY_ALSO;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
 static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t bytes)
 {
     if (buf >= LOOMI_BUF_SHARED && buf < LOOMI_BUF_SHARED + s->nshared)
@@ -143,6 +159,8 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
             ok = in_range(s, st->src2, st->src2_off, bytes);
             /* fall through */
         case LOOMI_STEP_COPY:
+            if (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO))
+                ok = in_range(s, st->src2, st->src2_off, bytes);
             ok = ok && in_range(s, st->src, st->src_off, bytes);
             /* fall through */
         case LOOMI_STEP_AVG:

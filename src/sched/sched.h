@@ -19,7 +19,7 @@ enum loomi_step_kind {
     LOOMI_STEP_SEND,   /* send buf[src]+src_off, count elements, to peer */
     LOOMI_STEP_RECV,   /* receive count elements from peer into dst */
     LOOMI_STEP_REDUCE, /* dst = src OP src2 (dst may be src or src2) */
-    LOOMI_STEP_COPY,   /* dst = src */
+    LOOMI_STEP_COPY,   /* dst = src; flags LOOMI_COPY_ALSO */
     LOOMI_STEP_AVG,    /* dst /= nranks (the end of LOOM_AVG) */
     /* dst = src OP shared arena i at src2_off, for every arena i of the
      * host except `peer` (the caller's local index), in one pass that
@@ -43,6 +43,12 @@ enum loomi_step_kind {
  * esize of src's buffer). */
 #define LOOMI_ENC_DECODED 0x1u
 #define LOOMI_ENC_EF 0x2u
+
+/* LOOMI_STEP_COPY flag: also write the bytes to src2 + src2_off, a second
+ * destination, in the same pass over src (which is then read once).  The
+ * second copy bypasses the cache: it is meant for a saved input, read
+ * back only if the operation fails. */
+#define LOOMI_COPY_ALSO 0x1u
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
@@ -130,6 +136,10 @@ uint32_t loomi_sched_reduce(struct loomi_sched *s, int dst, size_t dst_off, int 
                             const uint32_t *deps, int ndeps);
 uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
                           size_t src_off, size_t count, const uint32_t *deps, int ndeps);
+/* dst = src and dst2 = src, reading src once (LOOMI_COPY_ALSO). */
+uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
+                           size_t dst2_off, int src, size_t src_off, size_t count,
+                           const uint32_t *deps, int ndeps);
 
 uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t count,
                          const uint32_t *deps, int ndeps);

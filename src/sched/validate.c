@@ -74,8 +74,13 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  buf_name(st->src2), st->src2_off, st->count);
         break;
     case LOOMI_STEP_COPY:
-        snprintf(b, n, "step %u (copy %s+%zu = %s+%zu, %zu elements)", i, buf_name(st->dst),
-                 st->dst_off, buf_name(st->src), st->src_off, st->count);
+        if (st->flags & LOOMI_COPY_ALSO)
+            snprintf(b, n, "step %u (copy %s+%zu = %s+%zu = %s+%zu, %zu elements)", i,
+                     buf_name(st->dst), st->dst_off, buf_name(st->src2), st->src2_off,
+                     buf_name(st->src), st->src_off, st->count);
+        else
+            snprintf(b, n, "step %u (copy %s+%zu = %s+%zu, %zu elements)", i, buf_name(st->dst),
+                     st->dst_off, buf_name(st->src), st->src_off, st->count);
         break;
     case LOOMI_STEP_AVG:
         snprintf(b, n, "step %u (avg %s+%zu, %zu elements)", i, buf_name(st->dst), st->dst_off,
@@ -144,6 +149,17 @@ static int overlap_ok(const struct vctx *v, const struct loomi_sched *s, int db,
     return da + bytes <= sa || sa + bytes <= da;
 }
 
+/* The two ranges share a byte (identical ones included). */
+static int ranges_meet(const struct vctx *v, const struct loomi_sched *s, int ab, size_t aoff,
+                       int bb, size_t boff, size_t bytes)
+{
+    int as, bs;
+    size_t aa, ba;
+    place(v, s, ab, aoff, &as, &aa);
+    place(v, s, bb, boff, &bs, &ba);
+    return as == bs && bytes && aa < ba + bytes && ba < aa + bytes;
+}
+
 /* ---------------------------------------------------- per-step checks */
 
 static loom_result_t check_steps(struct vctx *v)
@@ -203,13 +219,25 @@ static loom_result_t check_steps(struct vctx *v)
                          !overlap_ok(v, s, st->dst, st->dst_off, st->src2, st->src2_off, bytes))
                     why = "writes a range that partly overlaps an input";
                 break;
-            case LOOMI_STEP_COPY:
+            case LOOMI_STEP_COPY: {
+                int also = (st->flags & LOOMI_COPY_ALSO) != 0;
                 if (!in_range(s, st->src, st->src_off, bytes)) why = "reads outside its buffer";
-                else if (!in_range(s, st->dst, st->dst_off, bytes))
+                else if (!in_range(s, st->dst, st->dst_off, bytes) ||
+                         (also && !in_range(s, st->src2, st->src2_off, bytes)))
                     why = "writes outside its buffer";
                 else if (!overlap_ok(v, s, st->dst, st->dst_off, st->src, st->src_off, bytes))
                     why = "copies between partly overlapping ranges";
+                /* The two copies are written in one pass: neither may
+                 * touch the source or the other. */
+                else if (also && (ranges_meet(v, s, st->src2, st->src2_off, st->src, st->src_off,
+                                              bytes) ||
+                                  ranges_meet(v, s, st->src2, st->src2_off, st->dst, st->dst_off,
+                                              bytes)))
+                    why = "writes its second copy over its source or its first copy";
+                else if (also && st->src2 == LOOMI_BUF_SEND)
+                    why = "writes SEND (the caller's read-only buffer)";
                 break;
+            }
             case LOOMI_STEP_AVG:
                 if (!in_range(s, st->dst, st->dst_off, bytes)) why = "writes outside its buffer";
                 break;
@@ -629,6 +657,8 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
             /* fall through */
         case LOOMI_STEP_REDUCE_SHARED: /* the arenas are not this rank's alone */
         case LOOMI_STEP_COPY:
+            if (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO) && na < cap)
+                add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 1);
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
             /* fall through */
         case LOOMI_STEP_AVG:

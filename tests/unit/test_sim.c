@@ -175,6 +175,51 @@ Test(validate, rejects_writes_to_send)
     rm(1);
 }
 
+Test(validate, checks_both_destinations_of_a_copy)
+{
+    /* Copy RECV[0,16) to SCRATCH[0,16) and RECV[32,48): fine, and the
+     * second destination counts as a write (a hazard with an unordered
+     * send of it). */
+    mk(2);
+    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 32, LOOMI_BUF_RECV, 0, 4, NULL,
+                      0);
+    cr_assert_eq(check(2, 1), LOOM_SUCCESS, "%s", msg);
+    loomi_sched_send(&S[0], 1, 1, LOOMI_BUF_RECV, 40, 2, NULL, 0);
+    loomi_sched_recv(&S[1], 0, 1, LOOMI_BUF_RECV, 0, 2, NULL, 0);
+    cr_assert_eq(check(2, 1), LOOM_ERR_INTERNAL);
+    HAS("hazard on rank 0");
+    HAS("RECV+32");
+    rm(2);
+
+    /* The second destination past its buffer. */
+    mk(1);
+    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 56, LOOMI_BUF_SEND, 0, 4, NULL,
+                      0);
+    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
+    HAS("outside its buffer");
+    rm(1);
+
+    /* ... over its source, over the first copy, or into SEND. */
+    mk(1);
+    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 8, LOOMI_BUF_RECV, 0, 4, NULL,
+                      0);
+    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
+    HAS("second copy");
+    rm(1);
+    mk(1);
+    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 0, 4,
+                      NULL, 0);
+    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
+    HAS("second copy");
+    rm(1);
+    mk(1);
+    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_SEND, 0, LOOMI_BUF_RECV, 0, 4, NULL,
+                      0);
+    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
+    HAS("writes SEND");
+    rm(1);
+}
+
 Test(validate, finds_hazards_only_when_asked)
 {
     /* Two receives into overlapping bytes of RECV with no order. */
