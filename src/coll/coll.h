@@ -210,6 +210,10 @@ size_t loomi_small_limit(size_t shm_small, size_t arena_bytes, int nranks, int n
 /* Does a blocking, uncompressed call of collective coll with n bytes
  * (count times element size) go through the slots? */
 int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n);
+/* Measure up to which size allreduce is faster through the slots than
+ * through the engine (collective: every rank of comm calls it at init,
+ * once the selection is built). */
+loom_result_t loomi_small_tune(struct loom_comm *comm);
 /* Run it (fn names the public call in errors). */
 loom_result_t loomi_small_coll(struct loom_comm *comm, int coll, const void *sendbuf,
                                void *recvbuf, size_t count, loom_datatype_t dtype,

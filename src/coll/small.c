@@ -29,6 +29,7 @@
  */
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -118,8 +119,83 @@ static size_t slot_bytes(int coll, size_t n, int nranks)
 
 int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
 {
-    return c->small_max && slot_bytes(coll, n, c->nranks) <= c->small_max &&
+    size_t lim = coll == LOOMI_COLL_ALLREDUCE ? c->small_allreduce : c->small_max;
+    return lim && slot_bytes(coll, n, c->nranks) <= lim &&
            c->algo_forced[coll] == LOOMI_ALGO_AUTO;
+}
+
+/* Where the slots stop paying for allreduce.  Every rank reads every
+ * slot, the engine's algorithms read less but pay per round; where the
+ * two cross depends on the caches and on how many ranks share a core
+ * (on 2 cores here: about 3K for 2 ranks, 16K for 4), which the cost
+ * model does not capture well.  So it is measured: each size from
+ * TUNE_FIRST up to small_max, both ways.  Every rank makes the same calls; rank 0 decides and tells the
+ * others, so they all take the same path. */
+#define TUNE_FIRST 1024
+#define TUNE_WARM 4
+#define TUNE_BATCH 8
+#define TUNE_BATCHES 6
+loom_result_t loomi_small_tune(struct loom_comm *c)
+{
+    const size_t max = c->small_max;
+    /* Off, all below the first size, or LOOM_PROBE=0 (measure nothing). */
+    if (max < TUNE_FIRST || !c->set.probe) return LOOM_SUCCESS;
+    const uint64_t start = loomi_now_ns();
+    enum { NSIZES = 16 };
+    uint64_t t[NSIZES][2];
+    size_t sizes[NSIZES];
+    int ns = 0;
+    for (size_t s = TUNE_FIRST; s <= max && ns < NSIZES; s *= 2) sizes[ns++] = s;
+    float *buf = calloc(max / sizeof(float) + 1, sizeof(float));
+    if (!buf) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small allreduce: out of memory");
+    loom_result_t r = LOOM_SUCCESS;
+    for (int k = 0; k < ns && r == LOOM_SUCCESS; k++) {
+        const size_t count = sizes[k] / sizeof(float);
+        t[k][0] = t[k][1] = UINT64_MAX;
+        /* Batch -1 warms both ways up (and builds the engine's schedule);
+         * then batches of back-to-back calls, as an application makes
+         * them, each way first in turn; the best batch counts. */
+        for (int b = -1; b < TUNE_BATCHES && r == LOOM_SUCCESS; b++)
+            for (int w = 0; w < 2 && r == LOOM_SUCCESS; w++) {
+                const int slots = (w + b) & 1;
+                const int calls = b < 0 ? TUNE_WARM : TUNE_BATCH;
+                c->small_allreduce = slots ? max : 0;
+                uint64_t t0 = loomi_now_ns();
+                for (int i = 0; i < calls && r == LOOM_SUCCESS; i++)
+                    r = loom_allreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, c);
+                uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
+                if (b >= 0 && dt < t[k][slots]) t[k][slots] = dt;
+            }
+    }
+    free(buf);
+    /* Below TUNE_FIRST the slots' one synchronisation always wins. */
+    uint64_t lim = max;
+    for (int k = 0; k < ns; k++)
+        if (t[k][1] > t[k][0]) {
+            lim = k ? sizes[k - 1] : TUNE_FIRST / 2;
+            break;
+        }
+    if (r == LOOM_SUCCESS) r = loom_broadcast(&lim, &lim, sizeof lim, LOOM_UINT8, 0, c);
+    if (r != LOOM_SUCCESS) {
+        c->small_allreduce = max;
+        return loomi_fail(r, c->rank, "measuring small allreduce: %s", loom_get_last_error());
+    }
+    if (lim > max)
+        return loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                          "small allreduce: rank 0 chose slots up to %llu bytes, past the %zu "
+                          "they hold", (unsigned long long)lim, max);
+    c->small_allreduce = (size_t)lim;
+    if (c->rank == 0) {
+        char b[512];
+        int u = 0;
+        for (int k = 0; k < ns && u < (int)sizeof b - 48; k++)
+            u += snprintf(b + u, sizeof b - (size_t)u, " %zu:%.1f/%.1f", sizes[k],
+                          (double)t[k][1] * 1e-3, (double)t[k][0] * 1e-3);
+        LOOMI_INFO(c->rank,
+                   "small allreduce: slots up to %zu bytes (bytes:slots/engine us%s; %.1f ms)",
+                   c->small_allreduce, b, (double)(loomi_now_ns() - start) * 1e-6);
+    }
+    return LOOM_SUCCESS;
 }
 
 /* Wait until every rank has published operation s; fails when the

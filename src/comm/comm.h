@@ -86,6 +86,9 @@ struct loom_comm {
      * small_map[r] is rank r's slot region as mapped here (NULL until
      * the first such operation). */
     size_t small_max, small_region;
+    /* Allreduce takes the slots up to this many bytes (at most small_max),
+     * where they were measured faster than the engine at init. */
+    size_t small_allreduce;
     uint64_t small_seq;
     unsigned char **small_map;
     /* What the links cost and the cost model's choices (NULL: fixed

@@ -257,13 +257,21 @@ static void print_defaults(int coll, int p)
 }
 
 /* The allreduce sizes that bypass the selection (small.c). */
-static void print_small(size_t max)
+/* ar: allreduce's limit as measured at init, or SIZE_MAX where no
+ * communicator measured it. */
+static void print_small(size_t max, size_t ar)
 {
-    char b[32];
-    if (max)
-        printf("  blocking calls with input up to %s: slots in the shared arenas, not the "
-               "table\n    (allreduce, allgather, reduce_scatter, alltoall, barrier; "
-               "LOOM_SHM_SMALL)\n", fmt_size_short(max, b, sizeof b));
+    char b[32], b2[32];
+    if (!max) return;
+    printf("  blocking calls with input up to %s: slots in the shared arenas, not the "
+           "table\n    (allreduce, allgather, reduce_scatter, alltoall, barrier; "
+           "LOOM_SHM_SMALL)\n", fmt_size_short(max, b, sizeof b));
+    if (ar == SIZE_MAX)
+        printf("    allreduce: up to where they were faster than the table when measured at "
+               "init\n");
+    else
+        printf("    allreduce: up to %s, where they were faster than the table at init\n",
+               ar ? fmt_size_short(ar, b2, sizeof b2) : "0 (never)");
 }
 
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
@@ -326,7 +334,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
     printf("\nselection for %d rank(s) on %d host(s) (algorithm from size on; LOOM_ALGO "
            "overrides)\n", n, H);
     loomi_select_print(stdout, &sel);
-    print_small(loomi_small_limit(set->shm_small, shape.shared_bytes, n, H));
+    print_small(loomi_small_limit(set->shm_small, shape.shared_bytes, n, H), SIZE_MAX);
     loomi_topo_job_free(&job);
     free(cards);
     return bad;
@@ -348,7 +356,7 @@ static int report_job(int explain)
         if (comm->links) loomi_links_print(stdout, comm->links);
         printf("\nselection (algorithm from size on; LOOM_ALGO overrides)\n");
         if (comm->sel) loomi_select_print(stdout, comm->sel);
-        print_small(comm->small_max);
+        print_small(comm->small_max, comm->small_allreduce);
         if (comm->links && explain) {
             struct loomi_job_shape j;
             loomi_comm_shape(comm, &j);

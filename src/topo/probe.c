@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll.h"
 #include "comm/comm.h"
 #include "comm/route.h"
 #include "core/internal.h"
@@ -198,6 +199,8 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "selection: out of memory");
     *c->links = l;
     loomi_select_build(c->sel, &j, &l);
+    r = loomi_small_tune(c);
+    if (r != LOOM_SUCCESS) return r;
     LOOMI_INFO(c->rank, "links: intra alpha %.2f us beta %.3f ns/B, inter alpha %.2f us beta %.3f "
                "ns/B, gamma %.3f ns/B (%.1f ms)",
                l.alpha[0] * 1e6, l.beta[0] * 1e9, l.alpha[1] * 1e6, l.beta[1] * 1e9,

@@ -52,6 +52,39 @@ check "... links measured" grep -q "measured" <<<"$out"
 check "... a selection table" grep -q "^  allreduce " <<<"$out"
 out=$(LOOM_PROBE=0 timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 check "LOOM_PROBE=0: built-in link figures" grep -q "\[default\]" <<<"$out"
+check "LOOM_PROBE=0: allreduce takes the slots up to their size, unmeasured" \
+    grep -q "allreduce: up to 64K," <<<"$out"
+
+# Up to which size allreduce takes the slots is measured at init: the
+# limit must follow from the figures rank 0 logs (slots no slower than
+# the engine at every size up to it, slower at the next).
+small_limit_follows() { # small_limit_follows OUTPUT CAP
+    local line
+    line=$(grep -o 'small allreduce: slots up to [0-9]* bytes (bytes:slots/engine us[^;]*' <<<"$1")
+    [ -n "$line" ] || { echo "  no measurement logged"; return 1; }
+    echo "  $line"
+    awk -v cap="$2" '{
+        lim = $6; ok = (lim <= cap); first = 1
+        for (i = 10; i <= NF; i++) {
+            split($i, f, "[:/]"); s = f[1]; a = f[2] + 0; b = f[3] + 0
+            if (s <= lim) { if (a > b) ok = 0 }
+            else if (first) { first = 0; if (a < b) ok = 0 }
+        }
+        if (lim < 1024 && lim != 512) ok = 0
+        exit !ok
+    }' <<<"$line"
+}
+for n in 2 3; do
+    out=$(LOOM_DEBUG=info timeout 120 "$LOOMRUN" -n $n --timeout 100 "$info" --job 2>&1)
+    check "$n ranks: the allreduce slot limit follows from its measurement" \
+        small_limit_follows "$out" 65536
+    lim=$(grep -o 'small allreduce: slots up to [0-9]*' <<<"$out" | awk '{print $NF}')
+    check "... and loom-info --job reports it" \
+        grep -q "allreduce: up to $(awk -v b="$lim" 'BEGIN{if (b >= 1024) print b / 1024 "K"; else print b}'), where" \
+        <<<"$out"
+done
+out=$(LOOM_SHM_SMALL=2K LOOM_DEBUG=info timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
+check "LOOM_SHM_SMALL=2K: allreduce's measured limit stays within it" small_limit_follows "$out" 2048
 tf=$(mktemp)
 printf '# test\nalpha_intra 3e-6\nbeta_intra 1e-10\nalpha_inter 5e-5\nbeta_inter 8e-9\n' >"$tf"
 out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
