@@ -126,10 +126,15 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     if (R <= 0) return -1;
     double rounds = ceil(n / R);
     /* Three rounds of zero-byte messages to the L-1 others: posted
-     * together, their latencies overlap (see overlap()).  The copies and
-     * the reduction cover the n bytes once, whatever the rounds (the last
-     * one is partial: charging whole rounds made 2M-3M look dear). */
-    double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1);
+     * together, their latencies overlap (see overlap()).  Each waits for
+     * every rank of the host, so with cf ranks to a core it waits for
+     * their turns on it too: cf times as long (4 ranks on 2 cores here:
+     * about 12 us a round, against 6 for 2 ranks that need not wait;
+     * the ping-pong that measures alpha involves two ranks only).  The
+     * copies and the reduction cover the n bytes once, whatever the
+     * rounds (the last one is partial: charging whole rounds made 2M-3M
+     * look dear). */
+    double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
     double work = cf * (l->gamma_copy * n * (2.0 - 1.0 / L) + l->gamma * n * (L - 1) / L);
     return rounds * sync + work;
 }
