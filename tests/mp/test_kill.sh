@@ -17,7 +17,9 @@ survivors() { # survivors N VICTIM
         *": OK after "*) ;;
         *) good=0; echo "  rank $r: ${line:-no output}"
            # What the rank said, without the sanitizer's stack traces.
-           grep -v -E '^ +#|Sanitizer|^$|leak of|^Direct|^Indirect' "$tmp/out/rank.$r.err" 2>/dev/null | head -4 ;;
+           grep -v -E '^ +#|Sanitizer|^$|leak of|^Direct|^Indirect' "$tmp/out/rank.$r.err" 2>/dev/null | head -4
+           # A sanitizer's report: its summary and Loom's frames.
+           grep -E 'SUMMARY|libloom|/src/|/transports/' "$tmp/out/rank.$r.err" 2>/dev/null | head -12 ;;
         esac
         ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
         [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')

@@ -117,7 +117,9 @@ for nv in "2 1 kill 20000 5000" "4 1 kill 20000 5000" "4 3 kill 20000 5000" "2 1
             line=$(cat $tmp/out/rank.$r.out 2>/dev/null)
             case "$line" in
             *": OK after "*) ;;
-            *) good=0; echo "  rank $r: ${line:-no output}"; tail -3 $tmp/out/rank.$r.err 2>/dev/null ;;
+            *) good=0; echo "  rank $r: ${line:-no output}"; tail -3 $tmp/out/rank.$r.err 2>/dev/null
+               # A sanitizer's report: where it happened (Loom's frames).
+               grep -E 'Sanitizer|loom|verbs\.c|/src/' $tmp/out/rank.$r.err 2>/dev/null | head -20 ;;
             esac
             ms=$(echo "$line" | sed -n 's/.*after \([0-9.]*\) ms.*/\1/p')
             [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')

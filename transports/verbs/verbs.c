@@ -1092,6 +1092,9 @@ static void on_imm(struct verbs *t, struct peer *p, uint32_t rid)
 static void on_recv(struct verbs *t, struct slot *s, const struct ibv_wc *wc)
 {
     struct peer *p = s->p;
+    /* A peer already failed has had its queues emptied (peer_down): a
+     * message still in the CQ would be kept as early and never freed. */
+    if (p->failed) return;
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         on_imm(t, p, ntohl(wc->imm_data));
     } else {
