@@ -129,8 +129,9 @@ int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
  * two cross depends on the caches and on how many ranks share a core
  * (on 2 cores here: about 3K for 2 ranks, 16K for 4), which the cost
  * model does not capture well.  So it is measured: each size from
- * TUNE_FIRST up to small_max, both ways.  Every rank makes the same calls; rank 0 decides and tells the
- * others, so they all take the same path. */
+ * TUNE_FIRST up to small_max, both ways.  Every rank makes the same
+ * calls; rank 0 decides and tells the others, so they all take the same
+ * path. */
 #define TUNE_FIRST 1024
 #define TUNE_WARM 4
 #define TUNE_BATCH 8

@@ -307,17 +307,20 @@ static void op_run_ready(struct loomi_op *op)
 /* memcpy for a copy that is read back only if the operation fails (the
  * saved input of saves_input): non-temporal stores leave the cache to
  * the data the operation is working on, and skip reading the lines
- * they overwrite. */
-static void copy_stream(unsigned char *d, const unsigned char *src, size_t n)
+ * they overwrite.  `also`, when not NULL, gets the same bytes through
+ * the cache in the same pass (LOOMI_COPY_ALSO: an in-place input copied
+ * into an arena and saved at once, read from memory once, not twice). */
+static void copy_stream(unsigned char *d, unsigned char *also, const unsigned char *src,
+                        size_t n)
 {
 #if defined(__x86_64__)
     size_t head = (size_t)(-(uintptr_t)d & 15);
-    if (n < 4096 || head >= n) {
-        memcpy(d, src, n);
-        return;
-    }
+    if (n < 4096 || head >= n) head = n;
     memcpy(d, src, head);
+    if (also) memcpy(also, src, head);
+    if (head == n) return;
     d += head;
+    if (also) also += head;
     src += head;
     n -= head;
     size_t k = n / 64;
@@ -330,53 +333,20 @@ static void copy_stream(unsigned char *d, const unsigned char *src, size_t n)
         _mm_stream_si128((__m128i *)(void *)(d + 16), b);
         _mm_stream_si128((__m128i *)(void *)(d + 32), c);
         _mm_stream_si128((__m128i *)(void *)(d + 48), e);
+        if (also) {
+            _mm_storeu_si128((__m128i *)(void *)also, a);
+            _mm_storeu_si128((__m128i *)(void *)(also + 16), b);
+            _mm_storeu_si128((__m128i *)(void *)(also + 32), c);
+            _mm_storeu_si128((__m128i *)(void *)(also + 48), e);
+            also += 64;
+        }
     }
     _mm_sfence();
     memcpy(d, src, n % 64);
+    if (also) memcpy(also, src, n % 64);
 #else
     memcpy(d, src, n);
-#endif
-}
-
-/* memcpy to d, and to d2 past the cache as copy_stream() does, in one
- * pass over src (LOOMI_COPY_ALSO: an in-place input copied into an
- * arena and saved at once, read from memory once instead of twice). */
-static void copy_dual(unsigned char *d, unsigned char *d2, const unsigned char *src, size_t n)
-{
-#if defined(__x86_64__)
-    size_t head = (size_t)(-(uintptr_t)d2 & 15);
-    if (n < 4096 || head >= n) {
-        memcpy(d, src, n);
-        memcpy(d2, src, n);
-        return;
-    }
-    memcpy(d, src, head);
-    memcpy(d2, src, head);
-    d += head;
-    d2 += head;
-    src += head;
-    n -= head;
-    size_t k = n / 64;
-    for (size_t i = 0; i < k; i++, d += 64, d2 += 64, src += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
-        _mm_storeu_si128((__m128i *)(void *)d, a);
-        _mm_storeu_si128((__m128i *)(void *)(d + 16), b);
-        _mm_storeu_si128((__m128i *)(void *)(d + 32), c);
-        _mm_storeu_si128((__m128i *)(void *)(d + 48), e);
-        _mm_stream_si128((__m128i *)(void *)d2, a);
-        _mm_stream_si128((__m128i *)(void *)(d2 + 16), b);
-        _mm_stream_si128((__m128i *)(void *)(d2 + 32), c);
-        _mm_stream_si128((__m128i *)(void *)(d2 + 48), e);
-    }
-    _mm_sfence();
-    memcpy(d, src, n % 64);
-    memcpy(d2, src, n % 64);
-#else
-    memcpy(d, src, n);
-    memcpy(d2, src, n);
+    if (also) memcpy(also, src, n);
 #endif
 }
 
@@ -406,11 +376,12 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
                          bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
         break;
     case LOOMI_STEP_COPY:
-        if (st->flags & LOOMI_COPY_ALSO)
-            copy_dual(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
-                      bufp(op, st->src) + st->src_off, bytes);
+        if (st->flags & LOOMI_COPY_ALSO) /* the second destination is the saved input */
+            copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
+                        bufp(op, st->src) + st->src_off, bytes);
         else if (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV)
-            copy_stream(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
+            copy_stream(bufp(op, st->dst) + st->dst_off, NULL, bufp(op, st->src) + st->src_off,
+                        bytes);
         else if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         break;

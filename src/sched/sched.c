@@ -100,8 +100,8 @@ uint32_t loomi_sched_reduce(struct loomi_sched *s, int dst, size_t dst_off, int 
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
-uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
-                          size_t src_off, size_t count, const uint32_t *deps, int ndeps)
+static struct loomi_step copy_step(int dst, size_t dst_off, int src, size_t src_off,
+                                   size_t count)
 {
     struct loomi_step st = mk(LOOMI_STEP_COPY);
     st.dst = (uint8_t)dst;
@@ -109,6 +109,13 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
     st.src = (uint8_t)src;
     st.src_off = src_off;
     st.count = count;
+    return st;
+}
+
+uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                          size_t src_off, size_t count, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
@@ -116,15 +123,10 @@ uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int d
                            size_t dst2_off, int src, size_t src_off, size_t count,
                            const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_COPY);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
+    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
     st.src2 = (uint8_t)dst2;
     st.src2_off = dst2_off;
     st.flags = LOOMI_COPY_ALSO;
-    st.src = (uint8_t)src;
-    st.src_off = src_off;
-    st.count = count;
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 

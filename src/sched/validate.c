@@ -149,6 +149,13 @@ static int overlap_ok(const struct vctx *v, const struct loomi_sched *s, int db,
     return da + bytes <= sa || sa + bytes <= da;
 }
 
+/* The step writes src2 + src2_off as a second destination. */
+static int writes_src2(const struct loomi_step *st)
+{
+    return (st->kind == LOOMI_STEP_ENCODE && (st->flags & LOOMI_ENC_DECODED)) ||
+           (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO));
+}
+
 /* The two ranges share a byte (identical ones included). */
 static int ranges_meet(const struct vctx *v, const struct loomi_sched *s, int ab, size_t aoff,
                        int bb, size_t boff, size_t bytes)
@@ -234,8 +241,6 @@ static loom_result_t check_steps(struct vctx *v)
                                   ranges_meet(v, s, st->src2, st->src2_off, st->dst, st->dst_off,
                                               bytes)))
                     why = "writes its second copy over its source or its first copy";
-                else if (also && st->src2 == LOOMI_BUF_SEND)
-                    why = "writes SEND (the caller's read-only buffer)";
                 break;
             }
             case LOOMI_STEP_AVG:
@@ -268,14 +273,13 @@ static loom_result_t check_steps(struct vctx *v)
                          (!in_range(s, st->src2, st->src2_off, bytes) ||
                           !overlap_ok(v, s, st->dst, st->dst_off, st->src2, st->src2_off, bytes)))
                     why = "accumulates onto a bad range";
-                else if (enc && two && st->src2 == LOOMI_BUF_SEND)
-                    why = "writes SEND (the caller's read-only buffer)";
                 break;
             }
             default:
                 why = "has an unknown kind";
             }
-            if (!why && st->kind != LOOMI_STEP_SEND && st->dst == LOOMI_BUF_SEND)
+            if (!why && ((st->kind != LOOMI_STEP_SEND && st->dst == LOOMI_BUF_SEND) ||
+                         (writes_src2(st) && st->src2 == LOOMI_BUF_SEND)))
                 why = "writes SEND (the caller's read-only buffer)";
             if (why)
                 return vfail(v, "rank %d %s %s (extents SEND %zu, RECV %zu, SCRATCH %zu bytes)",
@@ -645,6 +649,8 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
     for (uint32_t i = 0; i < s->nsteps; i++) {
         const struct loomi_step *st = &s->steps[i];
         size_t bytes = st->count * s->esize;
+        if (writes_src2(st))
+            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 1);
         switch (st->kind) {
         case LOOMI_STEP_SEND:
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
@@ -657,8 +663,6 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
             /* fall through */
         case LOOMI_STEP_REDUCE_SHARED: /* the arenas are not this rank's alone */
         case LOOMI_STEP_COPY:
-            if (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO) && na < cap)
-                add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 1);
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
             /* fall through */
         case LOOMI_STEP_AVG:
@@ -668,8 +672,6 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
             size_t sb = slot_of(s, st);
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
             add_access(v, s, acc, &na, i, st->dst, st->dst_off, sb, 1);
-            if ((st->flags & LOOMI_ENC_DECODED) && na < cap)
-                add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 1);
             break;
         }
         case LOOMI_STEP_DECODE_ACC:

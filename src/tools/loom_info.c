@@ -256,9 +256,9 @@ static void print_defaults(int coll, int p)
     printf("%s%s\n", changed ? "larger: " : "all sizes: ", loomi_algo_name(cur));
 }
 
-/* The allreduce sizes that bypass the selection (small.c). */
-/* ar: allreduce's limit as measured at init, or SIZE_MAX where no
- * communicator measured it. */
+/* The sizes that bypass the selection (small.c): max for every
+ * collective, ar for allreduce as measured at init (SIZE_MAX where no
+ * communicator measured it). */
 static void print_small(size_t max, size_t ar)
 {
     char b[32], b2[32];

@@ -345,6 +345,18 @@ Test(model, measures_this_host, .timeout = 60)
 #include "topo/hostmap.h"
 #include "topo/select.h"
 
+/* Built-in figures, with shared memory between the host's ranks as
+ * probed on some host: latency, per-byte transfer, copy and reduction. */
+static void shm_links(struct loomi_links *l, double alpha, double beta, double gamma_copy,
+                      double gamma)
+{
+    loomi_links_defaults(l, 1);
+    l->alpha[LOOMI_LINK_INTRA] = alpha;
+    l->beta[LOOMI_LINK_INTRA] = beta;
+    l->gamma_copy = gamma_copy;
+    l->gamma = gamma;
+}
+
 /* 2 hosts x 2 consecutive ranks, the network 10x slower than shared
  * memory: recursive doubling's allgather and halving-doubling send one of
  * their three blocks inside the host and two across, so their time per
@@ -404,11 +416,7 @@ Test(model, shared_allreduce_against_flat_on_one_host)
     struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
     cr_assert_not_null(hm);
     struct loomi_links l;
-    loomi_links_defaults(&l, 1);
-    l.alpha[LOOMI_LINK_INTRA] = 3e-6;
-    l.beta[LOOMI_LINK_INTRA] = 0.3e-9;
-    l.gamma_copy = 0.2e-9;
-    l.gamma = 0.15e-9;
+    shm_links(&l, 3e-6, 0.3e-9, 0.2e-9, 0.15e-9);
     const size_t R = (size_t)2 << 20; /* half the 4M arena */
     struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
                                 .shared_bytes = 2 * R, .chunk_bytes = (size_t)2 << 20};
@@ -440,11 +448,7 @@ Test(model, shared_syncs_wait_for_turns_on_the_cores)
     struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
     cr_assert_not_null(hm);
     struct loomi_links l;
-    loomi_links_defaults(&l, 1);
-    l.alpha[LOOMI_LINK_INTRA] = 1.24e-6;
-    l.beta[LOOMI_LINK_INTRA] = 0.098e-9;
-    l.gamma_copy = 0.068e-9;
-    l.gamma = 0.068e-9;
+    shm_links(&l, 1.24e-6, 0.098e-9, 0.068e-9, 0.068e-9);
     struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
                                 .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)1 << 20};
     const int AR = LOOMI_COLL_ALLREDUCE;
@@ -479,13 +483,9 @@ Test(model, hierarchical_pays_its_copies)
     struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
     cr_assert_not_null(hm);
     struct loomi_links l;
-    loomi_links_defaults(&l, 1);
-    l.alpha[LOOMI_LINK_INTRA] = 2e-6;
-    l.beta[LOOMI_LINK_INTRA] = 0.35e-9;
+    shm_links(&l, 2e-6, 0.35e-9, 0.15e-9, 0.16e-9);
     l.alpha[LOOMI_LINK_INTER] = 45e-6;
     l.beta[LOOMI_LINK_INTER] = 0.55e-9;
-    l.gamma = 0.16e-9;
-    l.gamma_copy = 0.15e-9;
     struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
                                 .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20};
     struct loomi_selection sel;

@@ -175,6 +175,17 @@ Test(validate, rejects_writes_to_send)
     rm(1);
 }
 
+/* One rank copying 4 elements from src+0 to SCRATCH+0 and to dst2+off2:
+ * the validator must refuse it, saying `why`. */
+static void copy2_refused(int dst2, size_t off2, int src, const char *why)
+{
+    mk(1);
+    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, dst2, off2, src, 0, 4, NULL, 0);
+    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
+    HAS(why);
+    rm(1);
+}
+
 Test(validate, checks_both_destinations_of_a_copy)
 {
     /* Copy RECV[0,16) to SCRATCH[0,16) and RECV[32,48): fine, and the
@@ -191,33 +202,12 @@ Test(validate, checks_both_destinations_of_a_copy)
     HAS("RECV+32");
     rm(2);
 
-    /* The second destination past its buffer. */
-    mk(1);
-    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 56, LOOMI_BUF_SEND, 0, 4, NULL,
-                      0);
-    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
-    HAS("outside its buffer");
-    rm(1);
-
-    /* ... over its source, over the first copy, or into SEND. */
-    mk(1);
-    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 8, LOOMI_BUF_RECV, 0, 4, NULL,
-                      0);
-    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
-    HAS("second copy");
-    rm(1);
-    mk(1);
-    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, 0, 4,
-                      NULL, 0);
-    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
-    HAS("second copy");
-    rm(1);
-    mk(1);
-    loomi_sched_copy2(&S[0], LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_SEND, 0, LOOMI_BUF_RECV, 0, 4, NULL,
-                      0);
-    cr_assert_eq(check(1, 0), LOOM_ERR_INTERNAL);
-    HAS("writes SEND");
-    rm(1);
+    /* The second destination past its buffer, over its source, over the
+     * first copy, or into SEND. */
+    copy2_refused(LOOMI_BUF_RECV, 56, LOOMI_BUF_SEND, "outside its buffer");
+    copy2_refused(LOOMI_BUF_RECV, 8, LOOMI_BUF_RECV, "second copy");
+    copy2_refused(LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_RECV, "second copy");
+    copy2_refused(LOOMI_BUF_SEND, 0, LOOMI_BUF_RECV, "writes SEND");
 }
 
 Test(validate, finds_hazards_only_when_asked)
