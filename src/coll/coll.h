@@ -86,6 +86,10 @@ struct loomi_coll_args {
     const struct loomi_hostmap *hosts;
     /* Bytes of each rank's shared arena (0: no shared memory). */
     size_t shared_bytes;
+    /* The shared allreduce writes its results with streaming stores
+     * from this many bytes of vectors on a host (ranks x message) on,
+     * out of place; 0: never (LOOM_SHM_STREAM). */
+    size_t stream_bytes;
 };
 
 typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);

@@ -88,7 +88,7 @@ struct sched_key {
     int coll, algo, inplace, root;
     loom_datatype_t dtype;
     loom_op_t op;
-    size_t count, chunk, shared;
+    size_t count, chunk, shared, stream;
     const void *hosts; /* tests change these on a live communicator */
 };
 
@@ -124,6 +124,7 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
     k.count = c->a.count;
     k.chunk = c->a.chunk_bytes;
     k.shared = c->a.shared_bytes;
+    k.stream = c->a.stream_bytes;
     k.hosts = c->a.hosts;
     struct loomi_sched_cache *sc = comm->sched_cache;
     if (cacheable && sc)
@@ -252,6 +253,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     c->a.chunk_bytes = comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
+    c->a.stream_bytes = comm->set.shm_stream;
     struct loomi_sched s;
     /* Queued group members are handed over (the group frees them).
      * Compressed schedules are built each time (not cached: they carry

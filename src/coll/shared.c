@@ -16,7 +16,9 @@
  *                of the same local index on the other hosts (any flat
  *                algorithm, embedded), in place in my arena;
  *   5. "red"     zero-byte messages: my slice is final;
- *   6. copy-out  every slice from its owner's arena into RECV;
+ *   6. copy-out  every slice from its owner's arena into RECV (with
+ *                streaming stores when the host's vectors are too big
+ *                for the caches: see LOOMI_COPY_STREAM);
  *   7. "out"     zero-byte messages: I no longer read your arena; the
  *                round two later (same half) waits for them.
  *
@@ -70,6 +72,10 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* In place: SCRATCH holds the saved input from 0, the rails' scratch
      * after it. */
     const size_t saved = a->inplace ? n * es : 0;
+    /* Out of place, RECV is only written, once: past what the caches
+     * keep, streaming stores save the read of each line before it is
+     * overwritten.  (In place, the copy-in has just read those lines.) */
+    const int stream = !a->inplace && a->stream_bytes && n * es >= a->stream_bytes / (size_t)L;
     if (a->inplace) {
         s->saves_input = 1;
         if (s->buf_bytes[LOOMI_BUF_SCRATCH] < saved) s->buf_bytes[LOOMI_BUF_SCRATCH] = saved;
@@ -195,8 +201,9 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             size_t q0 = loomi_seg_start(&g, q), ql = loomi_seg_len(&g, q);
             if (!ql) continue;
             uint32_t d[2] = {rred[q], saved ? save : cin};
-            tmp[no++] = loomi_sched_copy(s, LOOMI_BUF_RECV, (b + q0) * es, LOOMI_BUF_SHARED + q,
-                                         hoff + q0 * es, ql, d, d[1] == LOOMI_NO_DEP ? 1 : 2);
+            tmp[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
+                s, LOOMI_BUF_RECV, (b + q0) * es, LOOMI_BUF_SHARED + q, hoff + q0 * es, ql, d,
+                d[1] == LOOMI_NO_DEP ? 1 : 2);
         }
         for (int q = 0; q < L; q++) tmp[no + q] = rred[q]; /* every "red" received */
         uint32_t cout = loomi_sched_join(s, tmp, (size_t)(no + L));

@@ -76,6 +76,8 @@ struct loomi_env {
     size_t shm_bytes;          /* shared-memory arena per rank */
     size_t shm_cma_min;        /* single-copy (CMA) from this size on; 0: never */
     size_t shm_small;          /* allreduce through arena slots up to this size; 0: never */
+    size_t shm_stream;         /* shared allreduce streams results from this many vector
+                                * bytes on the host; 0: never */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
 };
@@ -104,6 +106,7 @@ struct loomi_settings {
     size_t shm_bytes;
     size_t shm_cma_min;
     size_t shm_small;
+    size_t shm_stream;
     int heartbeat_ms;
     int progress_thread;
 };

@@ -119,6 +119,15 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
+uint32_t loomi_sched_copy_stream(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                                 size_t src_off, size_t count, const uint32_t *deps,
+                                 int ndeps)
+{
+    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
+    st.flags = LOOMI_COPY_STREAM;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
 uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
                            size_t dst2_off, int src, size_t src_off, size_t count,
                            const uint32_t *deps, int ndeps)

@@ -49,6 +49,11 @@ enum loomi_step_kind {
  * second copy bypasses the cache: it is meant for a saved input, read
  * back only if the operation fails. */
 #define LOOMI_COPY_ALSO 0x1u
+/* LOOMI_STEP_COPY flag: write dst with non-temporal stores, which do not
+ * first read the lines they overwrite.  For results the operation does
+ * not read again and that the caches cannot keep anyway (a big vector):
+ * on those, cached stores cost a third more memory traffic. */
+#define LOOMI_COPY_STREAM 0x2u
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
@@ -136,6 +141,10 @@ uint32_t loomi_sched_reduce(struct loomi_sched *s, int dst, size_t dst_off, int 
                             const uint32_t *deps, int ndeps);
 uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
                           size_t src_off, size_t count, const uint32_t *deps, int ndeps);
+/* A copy with non-temporal stores (LOOMI_COPY_STREAM). */
+uint32_t loomi_sched_copy_stream(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                                 size_t src_off, size_t count, const uint32_t *deps,
+                                 int ndeps);
 /* dst = src and dst2 = src, reading src once (LOOMI_COPY_ALSO). */
 uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
                            size_t dst2_off, int src, size_t src_off, size_t count,

@@ -79,8 +79,9 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                      buf_name(st->dst), st->dst_off, buf_name(st->src2), st->src2_off,
                      buf_name(st->src), st->src_off, st->count);
         else
-            snprintf(b, n, "step %u (copy %s+%zu = %s+%zu, %zu elements)", i, buf_name(st->dst),
-                     st->dst_off, buf_name(st->src), st->src_off, st->count);
+            snprintf(b, n, "step %u (copy %s+%zu = %s+%zu, %zu elements%s)", i,
+                     buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off, st->count,
+                     (st->flags & LOOMI_COPY_STREAM) ? ", streamed" : "");
         break;
     case LOOMI_STEP_AVG:
         snprintf(b, n, "step %u (avg %s+%zu, %zu elements)", i, buf_name(st->dst), st->dst_off,

@@ -326,6 +326,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
     struct loomi_job_shape shape = {.hosts = job.map, .nranks = n,
                                     .cores_per_host = me.host.ncores,
                                     .shared_bytes = (mask & 2u) ? set->shm_bytes : 0,
+                                    .stream_bytes = set->shm_stream,
                                     .chunk_bytes = set->chunk_bytes};
     struct loomi_selection sel;
     loomi_select_build(&sel, &shape, &l);
@@ -411,6 +412,8 @@ static int report(int p, int H, const struct loomi_model_params *meas)
                set.shm_cma_min ? fmt_size_short(set.shm_cma_min, b, sizeof b) : "0 (never)");
         printf("  LOOM_SHM_SMALL      %s\n",
                set.shm_small ? fmt_size_short(set.shm_small, b, sizeof b) : "0 (never)");
+        printf("  LOOM_SHM_STREAM     %s\n",
+               set.shm_stream ? fmt_size_short(set.shm_stream, b, sizeof b) : "0 (never)");
         printf("  LOOM_TOPO_FILE      %s\n", set.topo_file[0] ? set.topo_file : "(this machine)");
         printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");

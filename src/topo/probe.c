@@ -86,6 +86,7 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
     j->hosts = c->hosts;
     j->nranks = c->nranks;
     j->shared_bytes = c->shared_bytes;
+    j->stream_bytes = c->set.shm_stream;
     j->chunk_bytes = c->set.chunk_bytes;
     if (c->topo) {
         int fewest = 0;

@@ -135,7 +135,17 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * rounds (the last one is partial: charging whole rounds made 2M-3M
      * look dear). */
     double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
-    double work = cf * (l->gamma_copy * n * (2.0 - 1.0 / L) + l->gamma * n * (L - 1) / L);
+    /* The copy-out with streaming stores (past LOOM_SHM_STREAM) moves two
+     * bytes through memory per byte copied where a cached copy moves
+     * three (it reads each line before overwriting it): 2/3 of the copy
+     * time.  2 ranks here, 64 MiB: 12.6 ms streamed against 15.1. */
+    double out = j->stream_bytes && n * L >= (double)j->stream_bytes ? 2.0 / 3 : 1;
+    double work = cf * (l->gamma_copy * n * ((L - 1.0) / L + out) + l->gamma * n * (L - 1) / L);
+    /* The three phases of a round wait for each other (only the next
+     * round's copy-in overlaps them): on 2 ranks, whose CPU work equals
+     * the ring's, shared measured 3-15% slower than ring and tree from
+     * 512K to 8M.  A tenth more. */
+    work *= 1.1;
     return rounds * sync + work;
 }
 
@@ -145,7 +155,14 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
  * The least CPU time of a flat allreduce on one host, to weigh it
  * fairly against shared_intra(): ring and halving-doubling send
  * 2(p-1)/p of the vector and reduce half of what they receive,
- * recursive doubling sends and reduces the whole vector per round. */
+ * recursive doubling sends and reduces the whole vector per round, and
+ * reads the input twice, to send it and to reduce it, where the others
+ * read it once: a third more memory traffic, which shows on vectors the
+ * caches cannot keep (2 ranks, 4M-64M: 1.22-1.8 times the ring's
+ * time, 1.33 at 32M).  The
+ * double binary tree: on 2 ranks, the ring's figure (each rank roots
+ * half); beyond, a rank sends 2n (up once, down to two children),
+ * reduces n and copies n out. */
 static double shm_allreduce_cpu(int algo, int p, double n, const struct loomi_links *l,
                                 double cf)
 {
@@ -153,7 +170,9 @@ static double shm_allreduce_cpu(int algo, int p, double n, const struct loomi_li
     switch (algo) {
     case LOOMI_ALGO_RING:
     case LOOMI_ALGO_HALVING_DOUBLING: return cf * f * n * (3 * gc + g);
-    case LOOMI_ALGO_RECURSIVE_DOUBLING: return cf * floor(log2((double)p)) * n * (gc + g);
+    case LOOMI_ALGO_RECURSIVE_DOUBLING:
+        return cf * floor(log2((double)p)) * n * (gc + g) * 4.0 / 3;
+    case LOOMI_ALGO_TREE: return cf * (p == 2 ? f : 1.0) * n * (3 * gc + g);
     default: return 0;
     }
 }
@@ -224,8 +243,14 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
             flat.alpha = overlap(flat.alpha, w) / w;
         }
         double t = loomi_model_time(coll, algo, p, bytes, &flat);
-        if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_ALLREDUCE)
-            t = fmax(t, shm_allreduce_cpu(algo, p, n, l, cf));
+        if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_ALLREDUCE) {
+            /* The copies and the transfers overlap, but not wholly: a
+             * twentieth of the lesser shows.  Between algorithms of the
+             * same CPU work this prefers the shorter pipeline (2 ranks,
+             * 16 MiB: the tree 2.41-2.88 ms, the ring 2.82-3.39). */
+            double cpu = shm_allreduce_cpu(algo, p, n, l, cf);
+            t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
+        }
         return t;
     }
     /* The hierarchical algorithms need several hosts of several ranks

@@ -58,6 +58,7 @@ struct loomi_job_shape {
     int nranks;
     int cores_per_host;  /* fewest cores of any host (contention), 0 unknown */
     size_t shared_bytes; /* arena per rank, 0 none */
+    size_t stream_bytes; /* LOOM_SHM_STREAM (loomi_coll_args) */
     size_t chunk_bytes;
 };
 

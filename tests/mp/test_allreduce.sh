@@ -21,6 +21,12 @@ check "allreduce on 3 ranks, 4 streams, 8K chunks" [ $? -eq 0 ]
 out=$(LOOM_SHM_SMALL=0 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
 check "allreduce on 4 ranks, LOOM_SHM_SMALL=0" [ $? -eq 0 ]
 [ $? -eq 0 ] || echo "$out" | tail -20
+# The shared allreduce streaming its results (LOOM_SHM_STREAM) from a
+# few KiB, with arenas of several rounds: every count and op checked.
+out=$(LOOM_ALGO=allreduce:shared LOOM_SHM_STREAM=4K LOOM_SHM_SIZE=256K timeout 300 \
+    "$LOOMRUN" -n 3 --timeout 280 "$prog" quick 2>&1)
+check "allreduce on 3 ranks, shared, streamed results" [ $? -eq 0 ]
+[ $? -eq 0 ] || echo "$out" | tail -20
 out=$(LOOM_TCP_STREAMS=1 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
 check "allreduce on 4 ranks, 1 stream" [ $? -eq 0 ]
 finish

@@ -190,3 +190,55 @@ Test(shared, arena_out_of_range_is_refused)
     loomi_sched_free(&s);
     free(m);
 }
+
+/* How many of rank 0's copies into RECV stream (and how many do not),
+ * for L ranks on one host. */
+static void count_streamed(int L, size_t count, int inplace, size_t stream, int *yes, int *no)
+{
+    int host_of[8] = {0};
+    struct loomi_hostmap *m = loomi_hostmap_build(L, host_of);
+    cr_assert_not_null(m);
+    struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = count,
+                                .inplace = inplace, .chunk_bytes = 4096, .hosts = m,
+                                .shared_bytes = 65536, .stream_bytes = stream};
+    struct loomi_sched s;
+    cr_assert_eq(loomi_coll_build(&s, 0, L, LOOM_FLOAT32, LOOM_SUM, &a, LOOMI_ALGO_SHARED),
+                 LOOM_SUCCESS, "%s", loom_get_last_error());
+    *yes = *no = 0;
+    for (uint32_t i = 0; i < s.nsteps; i++) {
+        const struct loomi_step *st = &s.steps[i];
+        if (st->kind != LOOMI_STEP_COPY || st->dst != LOOMI_BUF_RECV || !st->count) continue;
+        if (st->flags & LOOMI_COPY_STREAM) ++*yes;
+        else ++*no;
+    }
+    loomi_sched_free(&s);
+    free(m);
+}
+
+/* Out of place, from LOOM_SHM_STREAM bytes of vectors on the host, the
+ * copy-out into RECV uses streaming stores; in place (RECV was just read)
+ * and below the threshold it does not, and the results are the same. */
+Test(shared, streams_results_past_the_threshold)
+{
+    int yes, no;
+    const size_t n = 40000; /* floats: 160000 bytes, 3 ranks 480000 */
+    count_streamed(3, n, 0, 480000, &yes, &no);
+    cr_assert(yes > 0 && no == 0, "3 x %zu B from 480000: %d streamed, %d not", n * 4, yes, no);
+    count_streamed(3, n, 0, 480004, &yes, &no);
+    cr_assert(yes == 0 && no > 0, "below the threshold: %d streamed", yes);
+    count_streamed(3, n, 1, 1024, &yes, &no);
+    cr_assert(yes == 0 && no > 0, "in place: %d streamed", yes);
+    count_streamed(3, n, 0, 0, &yes, &no);
+    cr_assert(yes == 0 && no > 0, "LOOM_SHM_STREAM=0: %d streamed", yes);
+    /* Through the engine (the sim's arenas hold garbage until written). */
+    setenv("LOOM_SHM_STREAM", "1K", 1);
+    int bad = 0;
+    const size_t ns[] = {1001, 40000, 40013};
+    for (int L = 2; L <= 4; L++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+            for (int ip = 0; ip < 2; ip++) {
+                bad += run(1, L, 0, ns[j], ip, LOOM_SUM, LOOM_FLOAT32, 65536, 17 + j);
+                bad += run(1, L, 0, ns[j], ip, LOOM_AVG, LOOM_FLOAT32, 65536, 19 + j);
+            }
+    cr_assert_eq(bad, 0);
+}
