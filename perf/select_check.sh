@@ -10,8 +10,14 @@
 # descheduled batch on a shared host does not decide a row.  PERF FLAGS
 # can override.
 # Rows where auto is more than 10% slower than the best are marked "!".
+# With -s, each algorithm runs in a job of its own instead (the order
+# still rotates from one repeat to the next): over TCP, one algorithm's
+# traffic can leave the sockets in a state that slows the next one's
+# (2 hosts x 2 over veth: hierarchical 512K allreduce 0.34 ms alone,
+# 2 ms between the others' batches, with retransmissions and zero
+# windows), which no job that runs one algorithm sees.
 #
-#   perf/select_check.sh [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
+#   perf/select_check.sh [-s] [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
 #                        [-r REPEATS] [-l "LAUNCHER"] [-- PERF FLAGS]
 #
 #   COLLS     "all_reduce all_gather reduce_scatter alltoall" (default)
@@ -24,9 +30,10 @@ set -u
 colls="all_reduce all_gather reduce_scatter alltoall" minb=8 maxb=64M factor=2 reps=3
 BUILDDIR=${BUILDDIR:-.}
 launch="$BUILDDIR/loomrun -n 4 --bind core"
-while getopts "c:b:e:f:r:l:h" o; do
+separate=0
+while getopts "sc:b:e:f:r:l:h" o; do
     case $o in
-    c) colls=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
+    s) separate=1 ;; c) colls=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
     r) reps=$OPTARG ;; l) launch=$OPTARG ;; h) sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac
@@ -62,7 +69,8 @@ for coll in $colls; do
             j=$(( (i + k) % na + 1 ))
             order+=("${!j}")
         done
-        list=$(IFS=,; echo "${order[*]}")
+        # One job for all (-A a,b,c) or, with -s, one per algorithm.
+        if [ $separate = 1 ]; then lists=("${order[@]}"); else lists=("$(IFS=,; echo "${order[*]}")"); fi
         : >"$tmp/$coll.$k"
         # Small sizes take many iterations to rise above the noise, large
         # ones few.
@@ -72,13 +80,16 @@ for coll in $colls; do
             [ "$b" -ge "$(to_bytes $minb)" ] || b=$(to_bytes $minb)
             [ "$e" -le "$(to_bytes $maxb)" ] || e=$(to_bytes $maxb)
             [ "$b" -le "$e" ] || continue
-            env -u LOOM_ALGO $launch "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
-                "${it[@]}" -A "$list" "${flags[@]}" >"$tmp/run" 2>&1 ||
-                { echo "$coll job $k ($1-$2) failed:"; tail -5 "$tmp/run"; status=1; }
-            cat "$tmp/run" >>"$tmp/$coll.$k"
+            for list in "${lists[@]}"; do
+                env -u LOOM_ALGO $launch "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
+                    "${it[@]}" -A "$list" "${flags[@]}" >"$tmp/run" 2>&1 ||
+                    { echo "$coll job $k ($1-$2, $list) failed:"; tail -5 "$tmp/run"; status=1; }
+                cat "$tmp/run" >>"$tmp/$coll.$k"
+            done
         done
     done
-    echo "# $coll: median out-of-place time (us) of $reps jobs; auto/best > 1.10 marked !"
+    how="of $reps jobs"; [ $separate = 1 ] && how="of $reps jobs per algorithm, one algorithm each"
+    echo "# $coll: median out-of-place time (us) $how; auto/best > 1.10 marked !"
     awk -v algos="$algos" -v reps="$reps" -v dir="$tmp" -v coll="$coll" '
     function median(a, n,   i, j, t) {
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }

@@ -150,4 +150,14 @@ check "sendrecv_perf -A exits 2" \
 check "the header repeats LOOM_ALGO" \
     bash -c "LOOM_ALGO=alltoall:pairwise '$LOOMRUN' -n 2 '$BUILDDIR/alltoall_perf' -b 8 -e 8 -c 0 2>&1 |
              grep -q '^# .*algorithm: LOOM_ALGO=alltoall:pairwise'"
+# perf/select_check.sh, one algorithm per job (-s): a row per size with
+# every allreduce algorithm and auto; each job's -A names one algorithm.
+sc=$(BUILDDIR=$BUILDDIR timeout 300 bash "$SRCDIR/perf/select_check.sh" -s -c all_reduce -b 1K \
+    -e 2K -r 1 -l "$LOOMRUN -n 2" -- -n 4 -w 1 -S 2 2>&1)
+check "select_check -s: one table row per size, every algorithm timed" \
+    bash -c 'awk "\$1 == 1024 || \$1 == 2048 { rows++; if (/ - /) gap++ }
+              END { exit !(rows == 2 && !gap) }" <<<"$1"' _ "$sc"
+check "select_check -s: the header says one algorithm per job" \
+    grep -q "one algorithm each" <<<"$sc"
+
 finish
