@@ -1,0 +1,63 @@
+#!/bin/bash
+# mem_bound.sh - the allreduce's bus bandwidth against the memory
+# bandwidth bound of this host, both measured in turn, several times.
+#
+# The bound: every rank reads its n-byte input and writes its n-byte
+# result at least once, so an allreduce on p ranks of one host moves at
+# least 2pn bytes through memory; at the traffic T that the cores
+# sustain, t >= 2pn/T, and busbw = 2(p-1)/p * n/t <= (p-1)T/p^2.  T comes
+# from perf/membw (one thread per CPU copying SIZE bytes): memcpy, with
+# each byte counted as read once and written once (STREAM's Copy
+# convention), and a copy with streaming stores, which do not read the
+# lines they overwrite and so sustain more.  Each round runs membw, then
+# the allreduce (automatic choice, out of place and in place), and prints
+# busbw as a share of both bounds; the last line gives the medians.
+#
+#   perf/mem_bound.sh [-n RANKS] [-b SIZE] [-r ROUNDS] [-- PERF FLAGS]
+#
+#   RANKS 4, SIZE 64M, ROUNDS 5; run from the build directory or with
+#   BUILDDIR set.
+set -u
+n=4 size=64M rounds=5
+BUILDDIR=${BUILDDIR:-.}
+while getopts "n:b:r:h" o; do
+    case $o in
+    n) n=$OPTARG ;; b) size=$OPTARG ;; r) rounds=$OPTARG ;;
+    h) sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ "${1:-}" = -- ] && shift
+cpus=$(nproc)
+echo "# $n ranks, $size allreduce, $rounds rounds; membw with $cpus threads"
+echo "# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
+res=()
+for ((i = 1; i <= rounds; i++)); do
+    m=$("$BUILDDIR/perf/membw" "$size" "$cpus" 5) || exit 1
+    tc=$(awk '/memcpy/ {for (k = 1; k <= NF; k++) if ($k == "traffic") print $(k + 1)}' <<<"$m")
+    ts=$(awk '/streaming/ {for (k = 1; k <= NF; k++) if ($k == "traffic") print $(k + 1)}' <<<"$m")
+    [ -n "$ts" ] || ts=$tc
+    out=$("$BUILDDIR/loomrun" -n "$n" --bind core "$BUILDDIR/all_reduce_perf" -b "$size" \
+        -e "$size" -n 20 -w 3 -c 1 "$@" 2>&1) || { echo "$out" | tail -5; exit 1; }
+    row=$(awk '!/^#/ && NF >= 13 {print $8, $12, $9, $13; exit}' <<<"$out")
+    read -r ob ib ow iw <<<"$row"
+    if [ -z "${ob:-}" ] || [ "$ow" != 0 ] || [ "$iw" != 0 ]; then
+        echo "no result, or wrong values:"; echo "$out" | tail -5; exit 1
+    fi
+    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" 'BEGIN {
+        bc = (p - 1) * tc / (p * p); bs = (p - 1) * ts / (p * p)
+        printf "%7d %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f\n", i, tc, ts,
+               ob, 100 * ob / bc, 100 * ob / bs, ib, 100 * ib / bc, 100 * ib / bs }')
+    echo "$line"
+    res+=("$line")
+done
+printf '%s\n' "${res[@]}" | awk '
+    function median(c,   i, j, t, m) {
+        m = 0; for (i = 1; i <= NR; i++) v[++m] = col[i, c]
+        for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+        return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+    }
+    { for (c = 2; c <= 9; c++) col[NR, c] = $c }
+    END { printf "# median %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f\n",
+          median(2), median(3), median(4), median(5), median(6), median(7), median(8), median(9) }'
