@@ -357,6 +357,19 @@ static void shm_links(struct loomi_links *l, double alpha, double beta, double g
     l->gamma = gamma;
 }
 
+/* 2 hosts of 2 consecutive ranks, links with the given figures. */
+static struct loomi_hostmap *two_by_two(struct loomi_links *l, const double shm[4],
+                                        double inter_alpha, double inter_beta)
+{
+    const int host_of[4] = {0, 0, 1, 1};
+    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
+    cr_assert_not_null(hm);
+    shm_links(l, shm[0], shm[1], shm[2], shm[3]);
+    l->alpha[LOOMI_LINK_INTER] = inter_alpha;
+    l->beta[LOOMI_LINK_INTER] = inter_beta;
+    return hm;
+}
+
 /* 2 hosts x 2 consecutive ranks, the network 10x slower than shared
  * memory: recursive doubling's allgather and halving-doubling send one of
  * their three blocks inside the host and two across, so their time per
@@ -521,13 +534,9 @@ Test(model, shared_streams_where_the_caches_cannot_keep_the_vectors)
  * hierarchical, had it slower at every size. */
 Test(model, shared_rounds_overlap_the_rails)
 {
-    const int host_of[4] = {0, 0, 1, 1};
-    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    shm_links(&l, 0.68e-6, 0.091e-9, 0.066e-9, 0.067e-9);
-    l.alpha[LOOMI_LINK_INTER] = 13.65e-6;
-    l.beta[LOOMI_LINK_INTER] = 0.189e-9;
+    const double shm[4] = {0.68e-6, 0.091e-9, 0.066e-9, 0.067e-9};
+    struct loomi_hostmap *hm = two_by_two(&l, shm, 13.65e-6, 0.189e-9);
     struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
                                 .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20,
                                 .stream_bytes = (size_t)64 << 20};
@@ -560,13 +569,9 @@ Test(model, shared_rounds_overlap_the_rails)
  * over 1 Gbit/s the saving wins. */
 Test(model, hierarchical_pays_its_copies)
 {
-    const int host_of[4] = {0, 0, 1, 1};
-    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    shm_links(&l, 2e-6, 0.35e-9, 0.15e-9, 0.16e-9);
-    l.alpha[LOOMI_LINK_INTER] = 45e-6;
-    l.beta[LOOMI_LINK_INTER] = 0.55e-9;
+    const double shm[4] = {2e-6, 0.35e-9, 0.15e-9, 0.16e-9};
+    struct loomi_hostmap *hm = two_by_two(&l, shm, 45e-6, 0.55e-9);
     struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
                                 .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20};
     struct loomi_selection sel;
