@@ -92,6 +92,14 @@ struct loomi_coll_args {
     size_t stream_bytes;
 };
 
+/* Whether the shared allreduce streams its results (out of place) for
+ * L ranks of a host with `bytes` each: once they hold stream_bytes of
+ * vectors together (0: never).  shared.c and the cost model ask here. */
+static inline int loomi_shared_streams(size_t stream_bytes, int L, size_t bytes)
+{
+    return stream_bytes && bytes * (size_t)L >= stream_bytes;
+}
+
 typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);
 
 /* The generator of an algorithm for a collective, NULL when it has none. */

@@ -75,7 +75,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* Out of place, RECV is only written, once: past what the caches
      * keep, streaming stores save the read of each line before it is
      * overwritten.  (In place, the copy-in has just read those lines.) */
-    const int stream = !a->inplace && a->stream_bytes && n * es >= a->stream_bytes / (size_t)L;
+    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
     if (a->inplace) {
         s->saves_input = 1;
         if (s->buf_bytes[LOOMI_BUF_SCRATCH] < saved) s->buf_bytes[LOOMI_BUF_SCRATCH] = saved;

@@ -308,9 +308,10 @@ static void op_run_ready(struct loomi_op *op)
  * saved input of saves_input), or that the operation does not read again
  * and is too big for the cache (LOOMI_COPY_STREAM): non-temporal stores
  * leave the cache to the data the operation is working on, and skip
- * reading the lines they overwrite.  `also`, when not NULL, gets the same bytes through
- * the cache in the same pass (LOOMI_COPY_ALSO: an in-place input copied
- * into an arena and saved at once, read from memory once, not twice). */
+ * reading the lines they overwrite.  `also`, when not NULL, gets the
+ * same bytes through the cache in the same pass (LOOMI_COPY_ALSO: an
+ * in-place input copied into an arena and saved at once, read from
+ * memory once, not twice). */
 static void copy_stream(unsigned char *d, unsigned char *also, const unsigned char *src,
                         size_t n)
 {
@@ -380,10 +381,8 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
         if (st->flags & LOOMI_COPY_ALSO) /* the second destination is the saved input */
             copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
                         bufp(op, st->src) + st->src_off, bytes);
-        else if (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV)
-            copy_stream(bufp(op, st->dst) + st->dst_off, NULL, bufp(op, st->src) + st->src_off,
-                        bytes);
-        else if (st->flags & LOOMI_COPY_STREAM)
+        else if ((st->flags & LOOMI_COPY_STREAM) ||
+                 (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV))
             copy_stream(bufp(op, st->dst) + st->dst_off, NULL, bufp(op, st->src) + st->src_off,
                         bytes);
         else if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)

@@ -139,7 +139,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * bytes through memory per byte copied where a cached copy moves
      * three (it reads each line before overwriting it): 2/3 of the copy
      * time.  2 ranks here, 64 MiB: 12.6 ms streamed against 15.1. */
-    double out = j->stream_bytes && n * L >= (double)j->stream_bytes ? 2.0 / 3 : 1;
+    double out = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
     double work = cf * (l->gamma_copy * n * ((L - 1.0) / L + out) + l->gamma * n * (L - 1) / L);
     /* The three phases of a round wait for each other (only the next
      * round's copy-in overlaps them): on 2 ranks, whose CPU work equals
@@ -159,10 +159,9 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
  * reads the input twice, to send it and to reduce it, where the others
  * read it once: a third more memory traffic, which shows on vectors the
  * caches cannot keep (2 ranks, 4M-64M: 1.22-1.8 times the ring's
- * time, 1.33 at 32M).  The
- * double binary tree: on 2 ranks, the ring's figure (each rank roots
- * half); beyond, a rank sends 2n (up once, down to two children),
- * reduces n and copies n out. */
+ * time, 1.33 at 32M).  The double binary tree: on 2 ranks, the ring's
+ * figure (each rank roots half); beyond, a rank sends 2n (up once, down
+ * to two children), reduces n and copies n out. */
 static double shm_allreduce_cpu(int algo, int p, double n, const struct loomi_links *l,
                                 double cf)
 {
