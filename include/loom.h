@@ -173,6 +173,15 @@ typedef struct loom_mem *loom_mem_t;
 loom_result_t loom_mem_register(loom_comm_t comm, void *buf, size_t bytes, loom_mem_t *handle);
 loom_result_t loom_mem_deregister(loom_comm_t comm, loom_mem_t handle);
 
+/* Collective: allocate a window of `bytes` on every rank of comm (all
+ * pass the same bytes, and allocate in the same order), which the other
+ * ranks of each host map too.  Buffers inside windows, at the same
+ * offset on every rank, let large allreduces on one host work straight
+ * from the peers' memory instead of staging it (see loom_mem_alloc(3)).
+ * loom_mem_free is local; loom_comm_destroy frees what is left. */
+loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr);
+loom_result_t loom_mem_free(loom_comm_t comm, void *ptr);
+
 /* ------------------------------------------------------ fault tolerance */
 
 /* A failed peer (killed, stopped, cut off: silent for a few heartbeats of

@@ -373,8 +373,30 @@ static int be_finalize(char *err, size_t errlen)
                                : fail(res, "loom_comm_destroy", err, errlen);
 }
 
+/* -R 1: a loom_mem_alloc window, which the shared allreduce reads from
+ * the peers' processes instead of staging the vectors. */
+static void *be_mem_alloc(size_t bytes, char *err, size_t errlen)
+{
+    void *p = NULL;
+    loom_result_t res = loom_mem_alloc(comm, bytes, &p);
+
+    if (res != LOOM_SUCCESS) {
+        fail(res, "loom_mem_alloc", err, errlen);
+        return NULL;
+    }
+    return p;
+}
+
+static void be_mem_free(void *p)
+{
+    if (comm)
+        loom_mem_free(comm, p);
+}
+
 const perf_backend_t perf_backend = {
     .name = "loom",
+    .mem_alloc = be_mem_alloc,
+    .mem_free = be_mem_free,
     .init = be_init,
     .describe = be_describe,
     .rank = be_rank,

@@ -415,6 +415,7 @@ struct opts {
     unsigned long stepfactor;
     int iters, warmup, check, blocking, average, timeout;
     int batches; /* -S: time the iterations in this many batches */
+    int regmem;  /* -R 1: buffers from the backend's allocator */
     int root;  /* -1: every rank in turn */
     int dtype; /* -1: all */
     int op;    /* -1: all */
@@ -494,6 +495,9 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            "  -a, --average 0-3     time over ranks: 0 rank 0, 1 mean, 2 min,"
            " 3 max\n"
            "                        (default 1)\n"
+           "  -R, --register 0|1    1: one region from the backend's allocator\n"
+           "                        holds both buffers (loom_mem_alloc,\n"
+           "                        MPI_Alloc_mem; default 0: the heap)\n"
            "  -S, --batches B       time the iterations in B batches and take"
            "\n"
            "                        the median batch (default 1: the mean of"
@@ -626,6 +630,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         {"datatype", required_argument, NULL, 'd'},
         {"root", required_argument, NULL, 'r'},
         {"blocking", required_argument, NULL, 'z'},
+        {"register", required_argument, NULL, 'R'},
         {"average", required_argument, NULL, 'a'},
         {"batches", required_argument, NULL, 'S'},
         {"timeout", required_argument, NULL, 'T'},
@@ -642,7 +647,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                        .timeout = 0, .root = 0, .dtype = PERF_FLOAT,
                        .op = PERF_SUM, .json = NULL};
     opterr = 0; /* our own messages, printed once */
-    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:A:h",
+    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:A:R:h",
                              longopts, NULL)) != -1) {
         bad = 0;
         switch (ch) {
@@ -667,6 +672,7 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 bad = parse_int(optarg, 0, INT_MAX, &o->root);
             break;
         case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
+        case 'R': bad = parse_int(optarg, 0, 1, &o->regmem); break;
         case 'a': bad = parse_int(optarg, 0, 3, &o->average); break;
         case 'S': bad = parse_int(optarg, 1, 1000000, &o->batches); break;
         case 'T': bad = parse_int(optarg, 0, INT_MAX, &o->timeout); break;
@@ -1249,6 +1255,8 @@ static void print_banner(struct run *r)
            "iters: %d validation: %d blocking: %d average: %d timeout: %d\n",
            r->o.minbytes, r->o.maxbytes, step, r->o.warmup, r->o.iters,
            r->o.check, r->o.blocking, r->o.average, r->o.timeout);
+    if (r->o.regmem)
+        printf("# buffers: from the %s backend's allocator (-R 1)\n", r->be->name);
     if (r->o.batches > 1)
         printf("# time: median of %d batches of the iterations\n",
                r->o.batches);
@@ -1321,6 +1329,7 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
     struct run *r = &run;
     char err[PERF_ERRLEN] = "";
     size_t max_send = 0, max_recv = 0;
+    void *region = NULL; /* -R 1: both buffers, from the backend */
     perf_check_t *check;
     int rc, t_lo, t_hi, o_lo, o_hi, r_lo, r_hi;
 
@@ -1423,7 +1432,23 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
         }
     }
     check = malloc(sizeof *check);
-    if (rc) {
+    if (rc && r->o.regmem) {
+        /* One region for both, as a window must hold them (loom). */
+        size_t at = (max_send + 4095) / 4096 * 4096;
+        if (!be->mem_alloc) {
+            snprintf(err, sizeof err, "the backend has no allocator of its own");
+            region = NULL;
+        } else {
+            region = be->mem_alloc(at + (max_recv ? max_recv : 64), err, sizeof err);
+        }
+        if (region) {
+            memset(region, 0, at + max_recv); /* touch the pages before timing */
+            r->sendbuf = region;
+            r->recvbuf = (char *)region + at;
+        } else {
+            fprintf(stderr, "%s: rank %d: -R 1: %s\n", prog, r->rank, err);
+        }
+    } else if (rc) {
         r->sendbuf = alloc_buffer(max_send);
         r->recvbuf = alloc_buffer(max_recv);
     }
@@ -1457,6 +1482,10 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
     if (r->json)
         fclose(r->json);
     set_phase("backend finalisation");
+    if (region) {
+        be->mem_free(region);
+        r->sendbuf = r->recvbuf = NULL;
+    }
     rc = be->finalize(err, sizeof err);
     watchdog_stop();
     free(r->sendbuf);

@@ -105,6 +105,11 @@ typedef struct perf_backend {
      * Called by every rank alike. */
     int (*set_algo)(perf_coll_t coll, const char *algo, char *err,
                     size_t errlen);
+    /* Optional (may be NULL: -R 1 is refused): the backend's own memory
+     * for the buffers (-R 1), allocated by every rank alike, and its
+     * release.  NULL and a reason in err when it cannot. */
+    void *(*mem_alloc)(size_t bytes, char *err, size_t errlen);
+    void (*mem_free)(void *p);
     /* After a failure: stop now, without waiting for peers. */
     void (*abort)(void);
     int (*finalize)(char *err, size_t errlen);

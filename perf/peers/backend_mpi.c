@@ -282,8 +282,24 @@ static int be_finalize(char *err, size_t errlen)
     return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Finalize", err, errlen);
 }
 
+/* -R 1: MPI_Alloc_mem, MPI's own memory for communication. */
+static void *be_mem_alloc(size_t bytes, char *err, size_t errlen)
+{
+    void *p = NULL;
+
+    if (MPI_Alloc_mem((MPI_Aint)bytes, MPI_INFO_NULL, &p) != MPI_SUCCESS) {
+        snprintf(err, errlen, "MPI_Alloc_mem of %zu bytes failed", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+static void be_mem_free(void *p) { MPI_Free_mem(p); }
+
 const perf_backend_t perf_backend = {
     .name = "mpi",
+    .mem_alloc = be_mem_alloc,
+    .mem_free = be_mem_free,
     .init = be_init,
     .describe = be_describe,
     .rank = be_rank,

@@ -90,6 +90,10 @@ struct loomi_coll_args {
      * from this many bytes of vectors on a host (ranks x message) on,
      * out of place; 0: never (LOOM_SHM_STREAM). */
     size_t stream_bytes;
+    /* Allreduce: SEND and RECV lie in the loom_mem_alloc window win_id
+     * (0: they do not), at these offsets; the window has win_bytes. */
+    uint64_t win_id;
+    size_t win_send_off, win_recv_off, win_bytes;
 };
 
 /* Whether the shared allreduce streams its results (out of place) for

@@ -89,6 +89,8 @@ struct sched_key {
     loom_datatype_t dtype;
     loom_op_t op;
     size_t count, chunk, shared, stream;
+    uint64_t win;
+    size_t win_send, win_recv;
     const void *hosts; /* tests change these on a live communicator */
 };
 
@@ -125,6 +127,9 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
     k.chunk = c->a.chunk_bytes;
     k.shared = c->a.shared_bytes;
     k.stream = c->a.stream_bytes;
+    k.win = c->a.win_id;
+    k.win_send = c->a.win_send_off;
+    k.win_recv = c->a.win_recv_off;
     k.hosts = c->a.hosts;
     struct loomi_sched_cache *sc = comm->sched_cache;
     if (cacheable && sc)
@@ -264,9 +269,9 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                                   : get_sched(comm, c, algo, &s);
     if (r != LOOM_SUCCESS) return r;
     if (c->cz.codec) algo = LOOMI_ALGO_RING;
-    LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s", c->fn, c->a.count,
+    LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s%s", c->fn, c->a.count,
                 loomi_dtype_name(c->dtype), loomi_algo_name(algo), s.nsteps,
-                c->a.inplace ? ", in place" : "");
+                c->a.inplace ? ", in place" : "", s.win_id ? ", from the window" : "");
     /* The engine saves RECV and puts it back if the operation fails, where
      * RECV holds input the operation overwrites.  In-place allgather,
      * gather and broadcast never write their input (the caller's own
@@ -321,6 +326,16 @@ static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbu
     size_t n = count * loom_datatype_size(dtype);
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    /* Both buffers in one window (shared.c reads them from the peers). */
+    uint64_t ws, wr;
+    size_t os, orv, wb;
+    if (comm->wins && n && loomi_mem_window_find(comm, recvbuf, n, &wr, &orv, &wb) &&
+        loomi_mem_window_find(comm, sendbuf, n, &ws, &os, &wb) && ws == wr) {
+        c.a.win_id = wr;
+        c.a.win_send_off = os;
+        c.a.win_recv_off = orv;
+        c.a.win_bytes = wb;
+    }
     return launch(&c, req);
 }
 
@@ -466,6 +481,16 @@ static loom_result_t alltoall(const char *fn, const void *sendbuf, void *recvbuf
     size_t n = count * loom_datatype_size(dtype) * (size_t)comm->nranks;
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    /* Both buffers in one window (shared.c reads them from the peers). */
+    uint64_t ws, wr;
+    size_t os, orv, wb;
+    if (comm->wins && n && loomi_mem_window_find(comm, recvbuf, n, &wr, &orv, &wb) &&
+        loomi_mem_window_find(comm, sendbuf, n, &ws, &os, &wb) && ws == wr) {
+        c.a.win_id = wr;
+        c.a.win_send_off = os;
+        c.a.win_recv_off = orv;
+        c.a.win_bytes = wb;
+    }
     return launch(&c, req);
 }
 

@@ -28,6 +28,18 @@
  * engine restores from there if the operation fails, instead of copying
  * the whole buffer up front (saves_input).
  *
+ * With a loom_mem_alloc window (a->win_id: SEND and RECV at the same
+ * offsets of every rank's window), nothing is staged: the shared ids
+ * name the host's windows, the reduction reads the peers' inputs where
+ * they are and writes my slice of RECV, and the copy-out reads the
+ * owners' RECV.  Half the memory traffic; see gen_window().
+ *
+ * The first round's "in" messages carry a descriptor of how each rank
+ * runs the operation (window or not, which, at what offsets), and every
+ * rank checks its peers' against its own before it reads their memory:
+ * a rank whose buffers are elsewhere fails the operation everywhere with
+ * LOOM_ERR_MISMATCH instead of having its peers read the wrong bytes.
+ *
  * Each slice is reduced by one rank and copied verbatim by the others,
  * so every rank ends with the same bytes.  Hosts must all have the same
  * number of ranks; otherwise, and without arenas, this falls back to a
@@ -41,6 +53,40 @@
 
 enum { SYNC_IN = 0, SYNC_RED = 1, SYNC_OUT = 2, SYNC_KINDS = 3 };
 
+/* The descriptor: window id (0: none), send and receive offsets, and a
+ * word saying which it is. */
+#define DESC_BYTES 32
+#define DESC_WINDOW 0x4c4f4f4d57494e31ull /* "LOOMWIN1" */
+
+/* Round 0's "in" exchange with the host's other ranks, carrying the
+ * descriptors, and the checks of theirs against mine: returns the step
+ * after which every peer is known to run the operation as this rank
+ * does.  rin[q] gets the receive from local rank q.  The descriptors
+ * live at SCRATCH + doff: mine, then one per local rank. */
+static uint32_t exchange_desc(struct loomi_sched *s, const struct loomi_coll_args *a, int L,
+                              int li, const int *local, size_t doff, const uint32_t *after,
+                              uint32_t *rin, uint32_t *tmp)
+{
+    const size_t es = s->esize, cnt = DESC_BYTES / es;
+    s->desc_off = doff;
+    s->desc_len = DESC_BYTES;
+    s->desc[0] = a->win_id ? DESC_WINDOW : 0;
+    s->desc[1] = a->win_id;
+    s->desc[2] = a->win_id ? a->win_send_off : 0;
+    s->desc[3] = a->win_id ? a->win_recv_off : 0;
+    int nc = 0;
+    for (int q = 0; q < L; q++) {
+        if (q == li) continue;
+        const size_t qoff = doff + (size_t)(q + 1) * DESC_BYTES;
+        loomi_sched_send(s, local[q], SYNC_IN, LOOMI_BUF_SCRATCH, doff, cnt, after,
+                         *after == LOOMI_NO_DEP ? 0 : 1);
+        rin[q] = loomi_sched_recv(s, local[q], SYNC_IN, LOOMI_BUF_SCRATCH, qoff, cnt, NULL, 0);
+        tmp[nc++] = loomi_sched_expect(s, LOOMI_BUF_SCRATCH, doff, LOOMI_BUF_SCRATCH, qoff, cnt,
+                                       local[q], &rin[q], 1);
+    }
+    return loomi_sched_join(s, tmp, (size_t)nc);
+}
+
 static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *a,
                      const struct loomi_hostmap *m)
 {
@@ -50,12 +96,161 @@ static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *
     return L < 2 || L > LOOMI_MAX_SHARED || a->shared_bytes / 2 / s->esize < (size_t)L;
 }
 
+/*
+ * The window form.  Per round: the reduction of my slice, reading my
+ * input and the peers' inputs in their windows (SEND, or RECV in place),
+ * into my RECV; rails; "red"; the copy-out of every other slice from its
+ * owner's RECV.  The user's buffers are ready from the start and nothing
+ * is reused, so "in" comes once (the descriptors) and "out" once, at the
+ * end: the operation completes only when no peer reads this rank's
+ * buffers any more.  Per rank that is a read of n and a write of n/L for
+ * the reduction and a read and a write of (L-1)/L n for the copy-out,
+ * against the staged form's extra copy-in and the reduction's write into
+ * the arena.  In place each round's range is saved first (streamed, for
+ * the restore on failure): peers overwrite nothing of mine, but my own
+ * reduction and copy-out do.
+ */
+static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const size_t n = a->count, es = s->esize;
+    const struct loomi_hostmap *m = a->hosts;
+    const int me = s->rank, h = m->host_of[me], li = m->local_index[me];
+    const int L = loomi_host_size(m, h), H = m->nhosts;
+    const int *local = m->host_ranks + m->host_start[h];
+    const int in = a->inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    const size_t soff = a->inplace ? a->win_recv_off : a->win_send_off, roff = a->win_recv_off;
+    const size_t top = (soff > roff ? soff : roff);
+    if (top > a->win_bytes || n * es > a->win_bytes - top)
+        return loomi_fail(LOOM_ERR_INTERNAL, me, "shared allreduce: buffers outside the window");
+    /* Rounds as in the staged form, for the pipelining of the reduction
+     * against the copy-out (and the rails). */
+    const size_t R = a->shared_bytes / 2 / es;
+    const size_t nrounds = (n + R - 1) / R;
+    if (H > 1 && nrounds > 128) return loomi_gen_allreduce_hier(s, a);
+    s->nshared = L;
+    s->win_id = a->win_id;
+    s->shared_bytes = top + n * es;
+    const size_t saved = a->inplace ? n * es : 0;
+    const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
+    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+    if (a->inplace) s->saves_input = 1;
+    if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
+
+    int rail_algo = LOOMI_ALGO_AUTO;
+    int *rail = NULL;
+    size_t rail_scratch = 0;
+    uint32_t *tmp = malloc((size_t)(2 * L + 4) * sizeof *tmp);
+    uint32_t *outs = malloc(nrounds * sizeof *outs);
+    if (H > 1) rail = malloc((size_t)H * sizeof *rail);
+    if (!tmp || !outs || (H > 1 && !rail)) {
+        free(tmp);
+        free(outs);
+        free(rail);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared allreduce: out of memory");
+    }
+    for (int j = 0; j < H && rail; j++) rail[j] = m->host_ranks[m->host_start[j] + li];
+
+    /* "in": the descriptors; nothing of a peer is read before they match. */
+    const uint32_t none = LOOMI_NO_DEP;
+    uint32_t chk = exchange_desc(s, a, L, li, local, saved, &none, tmp, tmp + L);
+    /* Rails of round k use SCRATCH half k % 2, free again once round k-2's
+     * rail allreduce is over. */
+    uint32_t rail_done[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
+    loom_result_t rc = LOOM_SUCCESS;
+    for (size_t k = 0; k < nrounds && rc == LOOM_SUCCESS; k++) {
+        const size_t b = k * R, len = n - b < R ? n - b : R;
+        const uint32_t tag = (uint32_t)k * SYNC_KINDS;
+        const struct loomi_seg g = loomi_seg_make(len, L);
+        const size_t my0 = loomi_seg_start(&g, li), mylen = loomi_seg_len(&g, li);
+        const size_t mine = (b + my0) * es;
+
+        uint32_t save = LOOMI_NO_DEP;
+        if (saved) save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, b * es, LOOMI_BUF_RECV, b * es,
+                                           len, NULL, 0);
+        uint32_t last = chk;
+        if (mylen) {
+            uint32_t d[3] = {chk, save, rail_done[k % 2]};
+            last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, mine, in, mine, soff + mine, li,
+                                             mylen, d, 3);
+        }
+        if (H > 1 && mylen) {
+            struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen,
+                                         .inplace = 1, .chunk_bytes = a->chunk_bytes};
+            if (rail_algo == LOOMI_ALGO_AUTO) {
+                size_t first = n < R ? n : R;
+                rail_algo = loomi_algo_default(LOOMI_COLL_ALLREDUCE, H, (first + L - 1) / L * es);
+                struct loomi_sched probe;
+                ra.count = (R + L - 1) / L;
+                rc = loomi_coll_build(&probe, h, H, s->dtype,
+                                      s->op == LOOM_AVG ? LOOM_SUM : s->op, &ra, rail_algo);
+                if (rc != LOOM_SUCCESS) break;
+                rail_scratch = probe.buf_bytes[LOOMI_BUF_SCRATCH];
+                loomi_sched_free(&probe);
+                ra.count = mylen;
+            }
+            struct loomi_embed e = {.group = rail, .n = H, .vrank = h,
+                                    .bufmap = {LOOMI_BUF_SEND, LOOMI_BUF_RECV, LOOMI_BUF_SCRATCH},
+                                    .bufoff = {0, mine, dend + (k % 2) * rail_scratch},
+                                    .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
+                                    .after = &last, .nafter = 1};
+            loom_op_t op = s->op;
+            if (op == LOOM_AVG) s->op = LOOM_SUM;
+            uint32_t j;
+            rc = loomi_embed(s, &e, &ra, rail_algo, &j);
+            s->op = op;
+            if (rc != LOOM_SUCCESS) break;
+            if (j != LOOMI_NO_DEP) last = j;
+            rail_done[k % 2] = last;
+        }
+        if (mylen && s->op == LOOM_AVG)
+            last = loomi_sched_avg(s, LOOMI_BUF_RECV, mine, mylen, &last, 1);
+
+        /* "red": my slice of RECV is final. */
+        uint32_t *rred = tmp; /* [L] */
+        for (int q = 0; q < L; q++) {
+            if (q == li) continue;
+            loomi_sched_send(s, local[q], tag + SYNC_RED, LOOMI_BUF_RECV, 0, 0, &last, 1);
+            rred[q] = loomi_sched_recv(s, local[q], tag + SYNC_RED, LOOMI_BUF_RECV, 0, 0, NULL, 0);
+        }
+        rred[li] = last;
+        /* Copy-out of the others' slices from their RECV. */
+        int no = 0;
+        uint32_t *cps = tmp + L;
+        for (int q = 0; q < L; q++) {
+            size_t q0 = loomi_seg_start(&g, q), ql = loomi_seg_len(&g, q);
+            if (q == li || !ql) continue;
+            uint32_t d[3] = {rred[q], chk, save};
+            cps[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
+                s, LOOMI_BUF_RECV, (b + q0) * es, LOOMI_BUF_SHARED + q, roff + (b + q0) * es, ql,
+                d, 3);
+        }
+        cps[no++] = last;
+        outs[k] = loomi_sched_join(s, cps, (size_t)no);
+    }
+    if (rc == LOOM_SUCCESS) {
+        /* "out": done with every peer's buffers; done only when they are
+         * done with mine. */
+        uint32_t cout = loomi_sched_join(s, outs, nrounds);
+        const uint32_t tag = (uint32_t)(nrounds - 1) * SYNC_KINDS + SYNC_OUT;
+        for (int q = 0; q < L; q++) {
+            if (q == li) continue;
+            loomi_sched_send(s, local[q], tag, LOOMI_BUF_RECV, 0, 0, &cout, 1);
+            loomi_sched_recv(s, local[q], tag, LOOMI_BUF_RECV, 0, 0, NULL, 0);
+        }
+    }
+    free(tmp);
+    free(outs);
+    free(rail);
+    return rc;
+}
+
 loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const size_t n = a->count, es = s->esize;
     if (loomi_allreduce_trivial(s, n, a->inplace)) return LOOM_SUCCESS;
     const struct loomi_hostmap *m = a->hosts;
     if (fall_back(s, a, m)) return loomi_gen_allreduce_ring(s, a);
+    if (a->win_id) return gen_window(s, a);
 
     const int me = s->rank, h = m->host_of[me], li = m->local_index[me];
     const int L = loomi_host_size(m, h), H = m->nhosts;
@@ -72,14 +267,17 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* In place: SCRATCH holds the saved input from 0, the rails' scratch
      * after it. */
     const size_t saved = a->inplace ? n * es : 0;
+    /* Then the descriptors (exchange_desc), then the rails' scratch. */
+    const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
     /* Out of place, RECV is only written, once: past what the caches
      * keep, streaming stores save the read of each line before it is
      * overwritten.  (In place, the copy-in has just read those lines.) */
     const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
     if (a->inplace) {
         s->saves_input = 1;
-        if (s->buf_bytes[LOOMI_BUF_SCRATCH] < saved) s->buf_bytes[LOOMI_BUF_SCRATCH] = saved;
     }
+    if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
+    uint32_t chk = LOOMI_NO_DEP;
 
     int rail_algo = LOOMI_ALGO_AUTO;
     int *rail = NULL;
@@ -129,19 +327,27 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, (b + my0) * es, in, (b + my0) * es,
                                     mylen, &cin, 1);
 
-        /* 2. "in" to and from every other rank of the host. */
+        /* 2. "in" to and from every other rank of the host (the first
+         *    round's carry the descriptors). */
         uint32_t *rin = tmp; /* [L] */
-        for (int q = 0; q < L; q++) {
-            if (q == li) continue;
-            loomi_sched_send(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, &cin, 1);
-            rin[q] = loomi_sched_recv(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, NULL, 0);
+        uint32_t last;
+        if (k == 0) {
+            chk = exchange_desc(s, a, L, li, local, saved, &cin, rin, tmp + L);
+            uint32_t d[2] = {chk, cin};
+            last = loomi_sched_join(s, d, 2);
+        } else {
+            for (int q = 0; q < L; q++) {
+                if (q == li) continue;
+                loomi_sched_send(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, &cin, 1);
+                rin[q] = loomi_sched_recv(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, NULL, 0);
+            }
+            rin[li] = cin;
+            last = loomi_sched_join(s, rin, (size_t)L);
         }
 
         /* 3. my slice: my input plus every peer's copy, into my arena,
          *    in one pass once every copy is there. */
         const size_t moff = hoff + my0 * es;
-        rin[li] = cin;
-        uint32_t last = loomi_sched_join(s, rin, (size_t)L);
         if (mylen) {
             uint32_t d[2] = {last, reuse};
             last = loomi_sched_reduce_shared(s, mine, moff, in, (b + my0) * es, moff, li, mylen,
@@ -171,7 +377,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             }
             struct loomi_embed e = {.group = rail, .n = H, .vrank = h,
                                     .bufmap = {LOOMI_BUF_SEND, (uint8_t)mine, LOOMI_BUF_SCRATCH},
-                                    .bufoff = {0, moff, saved + (k % 2) * rail_scratch},
+                                    .bufoff = {0, moff, dend + (k % 2) * rail_scratch},
                                     .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
                                     .after = &last, .nafter = 1};
             /* The rails add; the average divides once, below, by every rank. */

@@ -393,6 +393,7 @@ static void comm_free(struct loom_comm *c, int polite)
     loomi_sched_cache_free(c->sched_cache);
     free(c->spare_op);
     loomi_mem_release_all(c);
+    loomi_mem_windows_free_all(c);
     if (c->topo) {
         loomi_topo_job_free(c->topo);
         free(c->topo);

@@ -117,11 +117,25 @@ struct loom_comm {
 
     /* loom_mem_register's regions not yet deregistered (mem.c). */
     struct loom_mem *regs;
+    /* loom_mem_alloc's windows not yet freed, and how many were made
+     * (their ids, the same on every rank) (window.c). */
+    struct loomi_win *wins;
+    uint64_t win_count;
 };
 
 /* Free the handles of the registrations left on comm (destroy, after
  * the transport released the registrations themselves). */
 void loomi_mem_release_all(struct loom_comm *comm);
+/* Unmap the windows left on comm (destroy). */
+void loomi_mem_windows_free_all(struct loom_comm *comm);
+/* Whether [p, p + len) lies in one of comm's windows shared with other
+ * ranks: its id, the offset of p and the window's size. */
+int loomi_mem_window_find(const struct loom_comm *comm, const void *p, size_t len, uint64_t *id,
+                          size_t *off, size_t *win_bytes);
+/* The host's n mappings of window id, by local index, and its size:
+ * returns n, or 0 when comm has no such window of n ranks. */
+int loomi_mem_window_map(const struct loom_comm *comm, uint64_t id, unsigned char **out, int n,
+                         size_t *len);
 
 /* Take / release the communicator's engine lock (nothing without a
  * progress thread).  Recursive; the caller thread's own calls only. */

@@ -208,6 +208,33 @@ static loom_result_t run_codec(struct loomi_op *op, const struct loomi_step *st)
     return r;
 }
 
+/* A peer runs this operation otherwise than this rank (LOOMI_STEP_EXPECT
+ * on the descriptors of shared.c): say how, from both descriptors. */
+static void expect_failed(struct loomi_op *op, const struct loomi_step *st)
+{
+    uint64_t mine[4] = {0}, theirs[4] = {0};
+    size_t n = st->count * op->s.esize;
+    if (n > sizeof mine) n = sizeof mine;
+    memcpy(mine, bufp(op, st->src) + st->src_off, n);
+    memcpy(theirs, bufp(op, st->src2) + st->src2_off, n);
+    op->status = LOOM_ERR_MISMATCH;
+    op->failed_peer = -1;
+    if (!mine[0] != !theirs[0])
+        snprintf(op->errmsg, sizeof op->errmsg,
+                 "rank %d's buffers are%s in a loom_mem_alloc window and this rank's are%s: "
+                 "every rank of a host must use windows alike",
+                 st->peer, theirs[0] ? "" : " not", mine[0] ? "" : " not");
+    else
+        snprintf(op->errmsg, sizeof op->errmsg,
+                 "rank %d's buffers are at other places of its loom_mem_alloc window than "
+                 "this rank's (window %llu, send offset %llu, receive offset %llu here; window "
+                 "%llu, %llu, %llu there): windows are symmetric, every rank must pass the same "
+                 "offsets",
+                 st->peer, (unsigned long long)mine[1], (unsigned long long)mine[2],
+                 (unsigned long long)mine[3], (unsigned long long)theirs[1],
+                 (unsigned long long)theirs[2], (unsigned long long)theirs[3]);
+}
+
 /* A point-to-point transfer with this very rank: pair it with the oldest
  * opposite one of the same tag, or queue it.  Completions run at once;
  * they only mark steps done. */
@@ -298,6 +325,14 @@ static void op_run_ready(struct loomi_op *op)
         case LOOMI_STEP_DECODE:
         case LOOMI_STEP_DECODE_ACC:
             if (st->count && run_codec(op, st) != LOOM_SUCCESS) break;
+            step_done(op, i);
+            break;
+        case LOOMI_STEP_EXPECT:
+            if (bytes && memcmp(bufp(op, st->src) + st->src_off, bufp(op, st->src2) + st->src2_off,
+                                bytes) != 0) {
+                expect_failed(op, st);
+                break;
+            }
             step_done(op, i);
             break;
         }
@@ -487,6 +522,17 @@ static loom_result_t map_shared(struct loomi_op *op)
                           loomi_host_size(m, h));
     op->shared = malloc((size_t)n * sizeof *op->shared);
     if (!op->shared) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+    if (op->s.win_id) {
+        /* The schedule reads the host's mappings of a window instead. */
+        size_t len = 0;
+        if (loomi_mem_window_map(c, op->s.win_id, op->shared, n, &len) != n ||
+            len < op->s.shared_bytes)
+            return loomi_fail(LOOM_ERR_INVALID_USAGE, c->rank,
+                              "engine: window %llu is gone or smaller than %zu bytes (freed "
+                              "while an operation used it?)",
+                              (unsigned long long)op->s.win_id, op->s.shared_bytes);
+        return LOOM_SUCCESS;
+    }
     for (int i = 0; i < n; i++) {
         int q = m->host_ranks[m->host_start[h] + i];
         size_t len = 0;
@@ -567,6 +613,8 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
         op->bufs[LOOMI_BUF_SCRATCH] =
             comm_buffer(&c->scratch, &c->scratch_len, &c->scratch_busy, sl, &op->own_scratch);
         if (!op->bufs[LOOMI_BUF_SCRATCH]) goto nomem;
+        if (op->s.desc_len)
+            memcpy(op->bufs[LOOMI_BUF_SCRATCH] + op->s.desc_off, op->s.desc, op->s.desc_len);
     }
     if (inplace && op->s.buf_bytes[LOOMI_BUF_RECV]) {
         op->inplace_len = op->s.buf_bytes[LOOMI_BUF_RECV];

@@ -495,7 +495,9 @@ static loom_result_t add_rank(struct sim *S, const struct loomi_sched *s)
     }
     for (uint32_t i = 0; i < s->nsteps; i++) {
         const struct loomi_step *st = &s->steps[i];
-        S->st[base + i].kind = st->kind;
+        /* Kinds past AVG (the shared, codec and check steps) are local
+         * work to the simulation: F_KIND holds only 3 bits. */
+        S->st[base + i].kind = st->kind <= LOOMI_STEP_AVG ? st->kind : LOOMI_STEP_REDUCE;
         S->st[base + i].pend = s->ndeps[i];
         S->st[base + i].owner = (uint32_t)s->rank;
         S->st[base + i].match = NONE;

@@ -177,6 +177,11 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
         case LOOMI_STEP_AVG:
             ok = ok && in_range(s, st->dst, st->dst_off, bytes);
             break;
+        case LOOMI_STEP_EXPECT:
+            ok = in_range(s, st->src, st->src_off, bytes) &&
+                 in_range(s, st->src2, st->src2_off, bytes) && st->peer >= 0 &&
+                 st->peer < s->nranks;
+            break;
         case LOOMI_STEP_REDUCE_SHARED:
             ok = s->nshared >= 2 && st->peer >= 0 && st->peer < s->nshared &&
                  in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes) &&
@@ -207,6 +212,11 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
                               "schedule: step %u (kind %d) is out of range or names a bad peer",
                               i, st->kind);
     }
+    if (s->desc_len && (s->desc_len > sizeof s->desc ||
+                        !in_range(s, LOOMI_BUF_SCRATCH, s->desc_off, s->desc_len)))
+        return loomi_fail(LOOM_ERR_INTERNAL, s->rank,
+                          "schedule: a descriptor of %zu bytes at SCRATCH+%zu is out of range",
+                          s->desc_len, s->desc_off);
     /* Successor lists in CSR form: count, prefix-sum, fill. */
     s->succ_start = calloc((size_t)s->nsteps + 1, sizeof *s->succ_start);
     size_t ne = 0;
@@ -263,6 +273,19 @@ uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n)
         n = m;
     }
     return n ? list[0] : LOOMI_NO_DEP;
+}
+
+uint32_t loomi_sched_expect(struct loomi_sched *s, int a, size_t a_off, int b, size_t b_off,
+                            size_t count, int peer, const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = mk(LOOMI_STEP_EXPECT);
+    st.src = (uint8_t)a;
+    st.src_off = a_off;
+    st.src2 = (uint8_t)b;
+    st.src2_off = b_off;
+    st.peer = peer;
+    st.count = count;
+    return loomi_sched_add(s, &st, deps, ndeps);
 }
 
 uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,

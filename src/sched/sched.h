@@ -34,7 +34,11 @@ enum loomi_step_kind {
      * length whatever the codec.  count is the number of fp32 values. */
     LOOMI_STEP_ENCODE,     /* slot dst = encode(src fp32); flags LOOMI_ENC_* */
     LOOMI_STEP_DECODE,     /* dst fp32 = decode(slot src) */
-    LOOMI_STEP_DECODE_ACC  /* dst fp32 = src2 fp32 + decode(slot src) */
+    LOOMI_STEP_DECODE_ACC, /* dst fp32 = src2 fp32 + decode(slot src) */
+    /* Fail the operation (LOOM_ERR_MISMATCH) unless count elements at
+     * src equal those at src2: a received descriptor against this rank's
+     * own (see loomi_sched.desc); `peer` names the rank it came from. */
+    LOOMI_STEP_EXPECT
 };
 
 /* LOOMI_STEP_ENCODE flags: write the decoded encoding to src2 (which may
@@ -59,7 +63,9 @@ enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
 /* Buffer ids from LOOMI_BUF_SHARED on name shared arenas: id
  * LOOMI_BUF_SHARED + i is the arena of local rank i of this rank's host
- * (hostmap order), which every rank of the host can read and write.
+ * (hostmap order), which every rank of the host can read and write; or,
+ * in a schedule with a window (win_id), local rank i's mapping of that
+ * loom_mem_alloc window.
  * Local steps (COPY, REDUCE, AVG) and sends may use them; what orders
  * one rank's access against another's is the schedule's messages, which
  * the validator does not check (the sim suite runs them). */
@@ -117,6 +123,16 @@ struct loomi_sched {
     uint64_t ef_key;
     size_t ef_count;
     size_t ef_base; /* byte offset of the tensor's element 0 in an EF step's src */
+    /* Shared ids name the host's mappings of this loom_mem_alloc window
+     * (its id, nonzero) instead of the arenas; shared_bytes is then the
+     * extent used in each. */
+    uint64_t win_id;
+    /* A descriptor of how this rank runs the operation, which the engine
+     * writes at SCRATCH + desc_off before any step runs (desc_len bytes,
+     * 0: none): the schedule sends it to peers, who compare it with
+     * their own (LOOMI_STEP_EXPECT). */
+    uint64_t desc[4];
+    size_t desc_off, desc_len;
 };
 
 int loomi_sched_init(struct loomi_sched *s, int rank, int nranks,
@@ -157,6 +173,10 @@ uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t 
  * The list is overwritten.  Returns list[0] when n is 1, LOOMI_NO_DEP
  * when n is 0. */
 uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n);
+/* LOOMI_STEP_EXPECT: count elements at a + a_off equal those at b + b_off,
+ * as received from peer. */
+uint32_t loomi_sched_expect(struct loomi_sched *s, int a, size_t a_off, int b, size_t b_off,
+                            size_t count, int peer, const uint32_t *deps, int ndeps);
 uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                    size_t src_off, size_t arena_off, int skip, size_t count,
                                    const uint32_t *deps, int ndeps);

@@ -92,6 +92,11 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  i, buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off, st->peer,
                  st->src2_off, st->count);
         break;
+    case LOOMI_STEP_EXPECT:
+        snprintf(b, n, "step %u (expect %s+%zu = %s+%zu from rank %d, %zu elements)", i,
+                 buf_name(st->src), st->src_off, buf_name(st->src2), st->src2_off, st->peer,
+                 st->count);
+        break;
     case LOOMI_STEP_ENCODE:
         snprintf(b, n, "step %u (encode %s+%zu = %s+%zu, %zu values%s%s)", i, buf_name(st->dst),
                  st->dst_off, buf_name(st->src), st->src_off, st->count,
@@ -258,6 +263,13 @@ static loom_result_t check_steps(struct vctx *v)
                 else if (!overlap_ok(v, s, st->dst, st->dst_off, st->src, st->src_off, bytes))
                     why = "writes a range that partly overlaps an input";
                 break;
+            case LOOMI_STEP_EXPECT:
+                if (!in_range(s, st->src, st->src_off, bytes) ||
+                    !in_range(s, st->src2, st->src2_off, bytes))
+                    why = "reads outside its buffer";
+                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
+                    why = "names a bad peer";
+                break;
             case LOOMI_STEP_ENCODE:
             case LOOMI_STEP_DECODE:
             case LOOMI_STEP_DECODE_ACC: {
@@ -279,7 +291,8 @@ static loom_result_t check_steps(struct vctx *v)
             default:
                 why = "has an unknown kind";
             }
-            if (!why && ((st->kind != LOOMI_STEP_SEND && st->dst == LOOMI_BUF_SEND) ||
+            if (!why && ((st->kind != LOOMI_STEP_SEND && st->kind != LOOMI_STEP_EXPECT &&
+                          st->dst == LOOMI_BUF_SEND) ||
                          (writes_src2(st) && st->src2 == LOOMI_BUF_SEND)))
                 why = "writes SEND (the caller's read-only buffer)";
             if (why)
@@ -668,6 +681,10 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
             /* fall through */
         case LOOMI_STEP_AVG:
             add_access(v, s, acc, &na, i, st->dst, st->dst_off, bytes, 1);
+            break;
+        case LOOMI_STEP_EXPECT:
+            add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
+            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
             break;
         case LOOMI_STEP_ENCODE: {
             size_t sb = slot_of(s, st);
