@@ -106,9 +106,10 @@ static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *
  * buffers any more.  Per rank that is a read of n and a write of n/L for
  * the reduction and a read and a write of (L-1)/L n for the copy-out,
  * against the staged form's extra copy-in and the reduction's write into
- * the arena.  In place each round's range is saved first (streamed, for
- * the restore on failure): peers overwrite nothing of mine, but my own
- * reduction and copy-out do.
+ * the arena.  In place, what this rank overwrites is saved into SCRATCH
+ * for the restore on failure (peers overwrite nothing of mine), by the
+ * steps that overwrite it, which read each old line once for the save
+ * and their own work (LOOMI_RS_SAVE, LOOMI_COPY_SAVE).
  */
 static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
@@ -164,14 +165,14 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         const size_t my0 = loomi_seg_start(&g, li), mylen = loomi_seg_len(&g, li);
         const size_t mine = (b + my0) * es;
 
-        uint32_t save = LOOMI_NO_DEP;
-        if (saved) save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, b * es, LOOMI_BUF_RECV, b * es,
-                                           len, NULL, 0);
+        /* In place, the reduction saves my slice as it overwrites it, and
+         * the copy-out the others (LOOMI_RS_SAVE, LOOMI_COPY_SAVE). */
         uint32_t last = chk;
         if (mylen) {
-            uint32_t d[3] = {chk, save, rail_done[k % 2]};
+            uint32_t d[2] = {chk, rail_done[k % 2]};
             last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, mine, in, mine, soff + mine, li,
-                                             mylen, d, 3);
+                                             mylen, d, 2);
+            if (saved) s->steps[last].flags |= LOOMI_RS_SAVE;
         }
         if (H > 1 && mylen) {
             struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen,
@@ -219,10 +220,14 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         for (int q = 0; q < L; q++) {
             size_t q0 = loomi_seg_start(&g, q), ql = loomi_seg_len(&g, q);
             if (q == li || !ql) continue;
-            uint32_t d[3] = {rred[q], chk, save};
-            cps[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
-                s, LOOMI_BUF_RECV, (b + q0) * es, LOOMI_BUF_SHARED + q, roff + (b + q0) * es, ql,
-                d, 3);
+            uint32_t d[2] = {rred[q], chk};
+            const size_t at = (b + q0) * es;
+            if (saved)
+                cps[no++] = loomi_sched_copy_save(s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q,
+                                                  roff + at, LOOMI_BUF_SCRATCH, at, ql, d, 2);
+            else
+                cps[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
+                    s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q, roff + at, ql, d, 2);
         }
         cps[no++] = last;
         outs[k] = loomi_sched_join(s, cps, (size_t)no);

@@ -387,6 +387,40 @@ static void copy_stream(unsigned char *d, unsigned char *also, const unsigned ch
 #endif
 }
 
+/* dst = src, saving dst's old bytes to `save` first with non-temporal
+ * stores (LOOMI_COPY_SAVE): each old line is read once, for the save,
+ * and is then in cache for the store that overwrites it. */
+static void copy_save(unsigned char *d, unsigned char *save, const unsigned char *src, size_t n)
+{
+#if defined(__x86_64__)
+    size_t head = (size_t)(-(uintptr_t)save & 15);
+    if (n < 4096 || head >= n) head = n;
+    memcpy(save, d, head);
+    memcpy(d, src, head);
+    if (head == n) return;
+    d += head;
+    save += head;
+    src += head;
+    n -= head;
+    size_t k = n / 64;
+    for (size_t i = 0; i < k; i++, d += 64, save += 64, src += 64) {
+        for (int j = 0; j < 64; j += 16) {
+            __m128i old = _mm_loadu_si128((const __m128i *)(const void *)(d + j));
+            _mm_stream_si128((__m128i *)(void *)(save + j), old);
+        }
+        for (int j = 0; j < 64; j += 16)
+            _mm_storeu_si128((__m128i *)(void *)(d + j),
+                             _mm_loadu_si128((const __m128i *)(const void *)(src + j)));
+    }
+    _mm_sfence();
+    memcpy(save, d, n % 64);
+    memcpy(d, src, n % 64);
+#else
+    memcpy(save, d, n);
+    memcpy(d, src, n);
+#endif
+}
+
 /* A failed saves_input operation: put back, from SCRATCH, each range of
  * RECV that a step already started wrote (or was receiving into).  The
  * schedule saved every such range before that step could start. */
@@ -413,7 +447,10 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
                          bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
         break;
     case LOOMI_STEP_COPY:
-        if (st->flags & LOOMI_COPY_ALSO) /* the second destination is the saved input */
+        if (st->flags & LOOMI_COPY_SAVE)
+            copy_save(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
+                      bufp(op, st->src) + st->src_off, bytes);
+        else if (st->flags & LOOMI_COPY_ALSO) /* the second destination is the saved input */
             copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
                         bufp(op, st->src) + st->src_off, bytes);
         else if ((st->flags & LOOMI_COPY_STREAM) ||
@@ -429,9 +466,15 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
         const size_t es = s->esize, blk = 16384 / es;
         unsigned char *d = bufp(op, st->dst) + st->dst_off;
         const unsigned char *a = bufp(op, st->src) + st->src_off;
+        unsigned char *save = (st->flags & LOOMI_RS_SAVE)
+                                  ? op->bufs[LOOMI_BUF_SCRATCH] + st->dst_off
+                                  : NULL;
         for (size_t o = 0; o < st->count; o += blk) {
             size_t k = st->count - o < blk ? st->count - o : blk;
             int first = 1;
+            /* The old block, about to be overwritten; the reduction then
+             * reads it from cache. */
+            if (save) copy_stream(save + o * es, NULL, d + o * es, k * es);
             for (int i = 0; i < s->nshared; i++) {
                 if (i == st->peer) continue;
                 loomi_reduce_out(d + o * es, first ? a + o * es : d + o * es,

@@ -128,6 +128,17 @@ uint32_t loomi_sched_copy_stream(struct loomi_sched *s, int dst, size_t dst_off,
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
+uint32_t loomi_sched_copy_save(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                               size_t src_off, int save, size_t save_off, size_t count,
+                               const uint32_t *deps, int ndeps)
+{
+    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
+    st.src2 = (uint8_t)save;
+    st.src2_off = save_off;
+    st.flags = LOOMI_COPY_SAVE;
+    return loomi_sched_add(s, &st, deps, ndeps);
+}
+
 uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
                            size_t dst2_off, int src, size_t src_off, size_t count,
                            const uint32_t *deps, int ndeps)
@@ -170,7 +181,7 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
             ok = in_range(s, st->src2, st->src2_off, bytes);
             /* fall through */
         case LOOMI_STEP_COPY:
-            if (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO))
+            if (st->kind == LOOMI_STEP_COPY && (st->flags & (LOOMI_COPY_ALSO | LOOMI_COPY_SAVE)))
                 ok = in_range(s, st->src2, st->src2_off, bytes);
             ok = ok && in_range(s, st->src, st->src_off, bytes);
             /* fall through */
@@ -183,7 +194,8 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
                  st->peer < s->nranks;
             break;
         case LOOMI_STEP_REDUCE_SHARED:
-            ok = s->nshared >= 2 && st->peer >= 0 && st->peer < s->nshared &&
+            if (st->flags & LOOMI_RS_SAVE) ok = in_range(s, LOOMI_BUF_SCRATCH, st->dst_off, bytes);
+            ok = ok && s->nshared >= 2 && st->peer >= 0 && st->peer < s->nshared &&
                  in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes) &&
                  in_range(s, st->src, st->src_off, bytes) && in_range(s, st->dst, st->dst_off, bytes);
             break;

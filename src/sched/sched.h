@@ -58,6 +58,15 @@ enum loomi_step_kind {
  * not read again and that the caches cannot keep anyway (a big vector):
  * on those, cached stores cost a third more memory traffic. */
 #define LOOMI_COPY_STREAM 0x2u
+/* LOOMI_STEP_COPY flag: first write dst's old bytes to src2 + src2_off
+ * (non-temporal: the saved input of saves_input, read back only if the
+ * operation fails), then dst = src, in one pass: the read of each old
+ * line serves both the save and the store that overwrites it. */
+#define LOOMI_COPY_SAVE 0x4u
+/* LOOMI_STEP_REDUCE_SHARED flag: save dst's old bytes to SCRATCH at
+ * dst_off, block by block before overwriting it (non-temporal; the
+ * saves_input convention of the same offsets). */
+#define LOOMI_RS_SAVE 0x1u
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
@@ -161,6 +170,10 @@ uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int sr
 uint32_t loomi_sched_copy_stream(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                  size_t src_off, size_t count, const uint32_t *deps,
                                  int ndeps);
+/* save = dst, then dst = src, in one pass (LOOMI_COPY_SAVE). */
+uint32_t loomi_sched_copy_save(struct loomi_sched *s, int dst, size_t dst_off, int src,
+                               size_t src_off, int save, size_t save_off, size_t count,
+                               const uint32_t *deps, int ndeps);
 /* dst = src and dst2 = src, reading src once (LOOMI_COPY_ALSO). */
 uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
                            size_t dst2_off, int src, size_t src_off, size_t count,

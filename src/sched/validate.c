@@ -74,7 +74,11 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  buf_name(st->src2), st->src2_off, st->count);
         break;
     case LOOMI_STEP_COPY:
-        if (st->flags & LOOMI_COPY_ALSO)
+        if (st->flags & LOOMI_COPY_SAVE)
+            snprintf(b, n, "step %u (copy %s+%zu = %s+%zu, saving it to %s+%zu, %zu elements)",
+                     i, buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off,
+                     buf_name(st->src2), st->src2_off, st->count);
+        else if (st->flags & LOOMI_COPY_ALSO)
             snprintf(b, n, "step %u (copy %s+%zu = %s+%zu = %s+%zu, %zu elements)", i,
                      buf_name(st->dst), st->dst_off, buf_name(st->src2), st->src2_off,
                      buf_name(st->src), st->src_off, st->count);
@@ -88,9 +92,11 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  st->count);
         break;
     case LOOMI_STEP_REDUCE_SHARED:
-        snprintf(b, n, "step %u (reduce %s+%zu = %s+%zu op every arena but %d at +%zu, %zu elements)",
+        snprintf(b, n,
+                 "step %u (reduce %s+%zu = %s+%zu op every arena but %d at +%zu, %zu elements%s)",
                  i, buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off, st->peer,
-                 st->src2_off, st->count);
+                 st->src2_off, st->count,
+                 (st->flags & LOOMI_RS_SAVE) ? ", saving it to SCRATCH" : "");
         break;
     case LOOMI_STEP_EXPECT:
         snprintf(b, n, "step %u (expect %s+%zu = %s+%zu from rank %d, %zu elements)", i,
@@ -159,7 +165,7 @@ static int overlap_ok(const struct vctx *v, const struct loomi_sched *s, int db,
 static int writes_src2(const struct loomi_step *st)
 {
     return (st->kind == LOOMI_STEP_ENCODE && (st->flags & LOOMI_ENC_DECODED)) ||
-           (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO));
+           (st->kind == LOOMI_STEP_COPY && (st->flags & (LOOMI_COPY_ALSO | LOOMI_COPY_SAVE)));
 }
 
 /* The two ranges share a byte (identical ones included). */
@@ -233,7 +239,7 @@ static loom_result_t check_steps(struct vctx *v)
                     why = "writes a range that partly overlaps an input";
                 break;
             case LOOMI_STEP_COPY: {
-                int also = (st->flags & LOOMI_COPY_ALSO) != 0;
+                int also = (st->flags & (LOOMI_COPY_ALSO | LOOMI_COPY_SAVE)) != 0;
                 if (!in_range(s, st->src, st->src_off, bytes)) why = "reads outside its buffer";
                 else if (!in_range(s, st->dst, st->dst_off, bytes) ||
                          (also && !in_range(s, st->src2, st->src2_off, bytes)))
@@ -258,10 +264,15 @@ static loom_result_t check_steps(struct vctx *v)
                 else if (!in_range(s, st->src, st->src_off, bytes) ||
                          !in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes))
                     why = "reads outside its buffer";
-                else if (!in_range(s, st->dst, st->dst_off, bytes))
+                else if (!in_range(s, st->dst, st->dst_off, bytes) ||
+                         ((st->flags & LOOMI_RS_SAVE) &&
+                          !in_range(s, LOOMI_BUF_SCRATCH, st->dst_off, bytes)))
                     why = "writes outside its buffer";
                 else if (!overlap_ok(v, s, st->dst, st->dst_off, st->src, st->src_off, bytes))
                     why = "writes a range that partly overlaps an input";
+                else if ((st->flags & LOOMI_RS_SAVE) &&
+                         (st->dst == LOOMI_BUF_SCRATCH || st->src == LOOMI_BUF_SCRATCH))
+                    why = "saves into the buffer it works on";
                 break;
             case LOOMI_STEP_EXPECT:
                 if (!in_range(s, st->src, st->src_off, bytes) ||
@@ -676,6 +687,9 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
             add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
             /* fall through */
         case LOOMI_STEP_REDUCE_SHARED: /* the arenas are not this rank's alone */
+            if (st->flags & LOOMI_RS_SAVE)
+                add_access(v, s, acc, &na, i, LOOMI_BUF_SCRATCH, st->dst_off, bytes, 1);
+            /* fall through */
         case LOOMI_STEP_COPY:
             add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
             /* fall through */

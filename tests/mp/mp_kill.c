@@ -24,7 +24,13 @@
  * it dies: longer, and the survivors have overwritten part of their
  * in-place buffers with results, which they must put back.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small [DRIVE_MS]]]]
+ * With BUFFER "window" the buffer is a loom_mem_alloc window: the shared
+ * allreduce reads the peers' buffers in place, and the survivors must put
+ * back what their reductions and copies overwrote (LOOMI_RS_SAVE,
+ * LOOMI_COPY_SAVE) while the victim's window stays mapped in them.
+ *
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small [DRIVE_MS
+ *        [heap|window]]]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -80,7 +86,14 @@ int main(int argc, char **argv)
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &n);
     if (a2a) count -= count % (size_t)n;
-    float *buf = malloc(count * sizeof *buf);
+    const int win = argc > 7 && !strcmp(argv[7], "window");
+    float *buf = NULL;
+    if (!win) {
+        buf = malloc(count * sizeof *buf);
+    } else if (loom_mem_alloc(comm, count * sizeof *buf, (void **)&buf) != LOOM_SUCCESS) {
+        fprintf(stderr, "rank %d: loom_mem_alloc: %s\n", rank, loom_get_last_error());
+        return 2;
+    }
     for (size_t i = 0; i < count; i++) buf[i] = 1.0f;
     /* One full operation first: every connection is proven to work. */
     if (loom_allreduce(buf, buf, count < 1024 ? count : 1024, LOOM_FLOAT32, LOOM_SUM, comm) !=
@@ -95,19 +108,21 @@ int main(int argc, char **argv)
      * survivor says when it has posted the operation (a file; for "small",
      * when it is through the warm-up), and the victim waits for all of
      * them before it starts. */
-    for (size_t i = 0; i < count; i++) buf[i] = (float)rank;
+    /* rank + 1: never 0, which a failed restore from fresh memory would
+     * leave looking right on rank 0. */
+    for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
     if (small || rank == victim) ready(stamp, rank, victim, n);
     loom_request_t req = LOOM_REQUEST_NULL;
     loom_result_t r = LOOM_SUCCESS;
     int round = 0;
     if (small) {
-        /* Round k's input is rank + k; the sum is n(n-1)/2 + n k. */
+        /* Round k's input is rank + 1 + k; the sum is n(n+1)/2 + n k. */
         for (;; round++) {
             if (rank == victim && round == 200) break;
-            for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + round);
+            for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1 + round);
             r = loom_allreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm);
             if (r != LOOM_SUCCESS) break;
-            float want = (float)(n * (n - 1) / 2 + n * round);
+            float want = (float)(n * (n + 1) / 2 + n * round);
             for (size_t i = 0; i < count; i++)
                 if (buf[i] != want) {
                     printf("rank %d: WRONG: round %d element %zu is %g, not %g\n", rank, round,
@@ -154,7 +169,7 @@ int main(int argc, char **argv)
     snprintf(msg, sizeof msg, "%s", loom_get_last_error());
     /* The in-place buffer must hold what it held before the call. */
     size_t changed = 0;
-    for (size_t i = 0; i < count; i++) changed += buf[i] != (float)(rank + round);
+    for (size_t i = 0; i < count; i++) changed += buf[i] != (float)(rank + 1 + round);
     FILE *f = NULL;
     for (int i = 0; i < 500 && !(f = fopen(stamp, "r")); i++) usleep(10000);
     double t_kill = 0;
@@ -177,15 +192,15 @@ int main(int argc, char **argv)
      * has a complete, correct result: block q holds rank q's values. */
     if (a2a && r == LOOM_SUCCESS) {
         size_t wrong = 0, blk = count / (size_t)n;
-        for (size_t i = 0; i < count; i++) wrong += buf[i] != (float)(i / blk);
+        for (size_t i = 0; i < count; i++) wrong += buf[i] != (float)(i / blk + 1);
         good = wrong == 0 && t_kill > 0;
         changed = wrong;
     }
     printf("rank %d: %s after %.1f ms: %s [%s]; failed rank %d; buffer restored: %s; later op: %s\n",
            rank, good ? "OK" : "WRONG", t_err - t_kill, loom_strerror(r), msg,
            failed_rank, changed ? "NO" : "yes", loom_strerror(again));
-    loom_comm_destroy(comm);
-    free(buf);
+    loom_comm_destroy(comm); /* unmaps a window */
+    if (!win) free(buf);
     if (stop && rank == 0 && vpid > 0) kill(vpid, SIGKILL);
     return good ? 0 : 1;
 }

@@ -52,6 +52,20 @@ for n in 2 4; do
         bad "kill rank 1 of $n late in a 256 MiB in-place allreduce (slowest $worst ms)"
     fi
 done
+# The same with the buffers in loom_mem_alloc windows: the survivors'
+# reductions and copy-outs saved what they overwrote as they went.
+for n in 2 4; do
+    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
+    LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+        --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((64 << 20)) kill allreduce 25 window \
+        >/dev/null 2>&1
+    survivors "$n" 1
+    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
+        ok "kill rank 1 of $n late in a 256 MiB in-place allreduce in windows: buffers restored, slowest after $worst ms"
+    else
+        bad "kill rank 1 of $n late in a 256 MiB in-place allreduce in windows (slowest $worst ms)"
+    fi
+done
 # An in-place all-to-all killed mid-way: its input is restored from the
 # staged copy in scratch.
 for n in 3 4; do

@@ -38,7 +38,7 @@ check "windows, 3 ranks, streamed results" [ $rc -eq 0 ]
 [ $rc -eq 0 ] || echo "$out" | tail -15
 # Ranks that disagree: all fail (mp_window exits 0 only then, its
 # buffers untouched); the rank that saw it says why.
-for m in "mismatch:buffers are in a loom_mem_alloc window and this rank's are not" \
+for m in "mismatch:every rank of a host must use windows alike" \
     "offsets:every rank must pass the same offsets"; do
     out=$(timeout 120 "$LOOMRUN" -n 3 --timeout 100 "$prog" "${m%%:*}" 2>&1)
     rc=$?
