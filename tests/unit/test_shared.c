@@ -21,7 +21,8 @@ static void layout(int *host_of, int H, int L, int interleave)
     for (int r = 0; r < H * L; r++) host_of[r] = interleave ? r % H : r / L;
 }
 
-static void validate(int H, int L, int interleave, size_t count, int inplace, size_t arena)
+static void validate_win(int H, int L, int interleave, size_t count, int inplace, size_t arena,
+                         int win)
 {
     const int p = H * L;
     int host_of[64];
@@ -38,6 +39,12 @@ static void validate(int H, int L, int interleave, size_t count, int inplace, si
         a[r].chunk_bytes = 4096;
         a[r].hosts = m;
         a[r].shared_bytes = arena;
+        if (win) { /* a loom_mem_alloc window: SEND at 64, RECV after it */
+            a[r].win_id = 7;
+            a[r].win_send_off = inplace ? count * 4 + 128 : 64;
+            a[r].win_recv_off = count * 4 + 128;
+            a[r].win_bytes = 2 * count * 4 + 256;
+        }
         loom_result_t rc = loomi_coll_build(&s[r], r, p, LOOM_FLOAT32, LOOM_SUM, &a[r],
                                             LOOMI_ALGO_SHARED);
         cr_assert_eq(rc, LOOM_SUCCESS, "build %dx%d n=%zu: %s", H, L, count,
@@ -47,8 +54,17 @@ static void validate(int H, int L, int interleave, size_t count, int inplace, si
     loom_result_t rc = loomi_sched_validate_coll(s, p, a, 1, NULL, msg, sizeof msg);
     cr_assert_eq(rc, LOOM_SUCCESS, "%dx%d%s n=%zu inplace=%d: %s", H, L,
                  interleave ? " interleaved" : "", count, inplace, msg);
-    for (int r = 0; r < p; r++) loomi_sched_free(&s[r]);
+    for (int r = 0; r < p; r++) {
+        if (count) cr_assert_eq(s[r].win_id, win ? 7u : 0u);
+        loomi_sched_free(&s[r]);
+    }
     free(m);
+}
+
+static void validate(int H, int L, int interleave, size_t count, int inplace, size_t arena)
+{
+    validate_win(H, L, interleave, count, inplace, arena, 0);
+    validate_win(H, L, interleave, count, inplace, arena, 1);
 }
 
 Test(shared, schedules_validate)
@@ -241,4 +257,78 @@ Test(shared, streams_results_past_the_threshold)
                 bad += run(1, L, 0, ns[j], ip, LOOM_AVG, LOOM_FLOAT32, 65536, 19 + j);
             }
     cr_assert_eq(bad, 0);
+}
+
+/* The window form in place: every step that writes RECV saves what it
+ * overwrites (to SCRATCH at the same offset) or writes only what such a
+ * step already saved (the rails, AVG); the staged steps (copy-in, the
+ * arena) are gone; every peer's descriptor is checked before anything
+ * reads a window. */
+Test(shared, window_in_place_saves_what_it_overwrites)
+{
+    for (int L = 2; L <= 4; L++) {
+        int host_of[8] = {0};
+        struct loomi_hostmap *m = loomi_hostmap_build(L, host_of);
+        const size_t n = 40013;
+        struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = n, .inplace = 1,
+                                    .chunk_bytes = 4096, .hosts = m, .shared_bytes = 65536,
+                                    .win_id = 3, .win_send_off = 4096, .win_recv_off = 4096,
+                                    .win_bytes = 4096 + n * 4};
+        struct loomi_sched s;
+        cr_assert_eq(loomi_coll_build(&s, 1, L, LOOM_FLOAT32, LOOM_AVG, &a, LOOMI_ALGO_SHARED),
+                     LOOM_SUCCESS, "%s", loom_get_last_error());
+        cr_assert(s.saves_input && s.win_id == 3 && s.nshared == L);
+        cr_assert_eq(s.desc_len, 32u);
+        cr_assert_eq(s.desc[1], 3u);
+        cr_assert_eq(s.desc[2], 4096u);
+        unsigned char *saved = calloc(n, 1); /* per element: saved before written */
+        int expects = 0, reduces = 0, copies = 0;
+        for (uint32_t i = 0; i < s.nsteps; i++) {
+            const struct loomi_step *st = &s.steps[i];
+            if (st->kind == LOOMI_STEP_EXPECT) expects++;
+            if (st->kind == LOOMI_STEP_SEND || st->kind == LOOMI_STEP_RECV) continue;
+            if (st->kind == LOOMI_STEP_EXPECT || !st->count) continue;
+            cr_assert(st->dst < LOOMI_BUF_SHARED, "step %u writes a window or an arena", i);
+            if (st->dst != LOOMI_BUF_RECV) continue;
+            size_t e0 = st->dst_off / 4;
+            int saves = (st->kind == LOOMI_STEP_REDUCE_SHARED && (st->flags & LOOMI_RS_SAVE)) ||
+                        (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_SAVE) &&
+                         st->src2 == LOOMI_BUF_SCRATCH && st->src2_off == st->dst_off);
+            reduces += st->kind == LOOMI_STEP_REDUCE_SHARED;
+            copies += st->kind == LOOMI_STEP_COPY;
+            for (size_t e = e0; e < e0 + st->count; e++) {
+                if (saves) saved[e] = 1;
+                cr_assert(saved[e], "step %u (kind %d) overwrites element %zu unsaved", i,
+                          st->kind, e);
+            }
+        }
+        for (size_t e = 0; e < n; e++) cr_assert(saved[e], "element %zu never written", e);
+        cr_assert_eq(expects, L - 1, "%d descriptor checks for %d peers", expects, L - 1);
+        cr_assert(reduces > 0 && copies > 0);
+        free(saved);
+        loomi_sched_free(&s);
+        free(m);
+    }
+}
+
+/* A descriptor check out of range, or naming a bad peer, is refused. */
+Test(shared, expect_steps_are_range_checked)
+{
+    struct loomi_sched s;
+    loomi_sched_init(&s, 0, 2, LOOM_INT32, LOOM_SUM);
+    s.buf_bytes[LOOMI_BUF_SCRATCH] = 64;
+    loomi_sched_expect(&s, LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_SCRATCH, 40, 8, 1, NULL, 0);
+    cr_assert_neq(loomi_sched_finish(&s), LOOM_SUCCESS, "a check past SCRATCH accepted");
+    loomi_sched_free(&s);
+    loomi_sched_init(&s, 0, 2, LOOM_INT32, LOOM_SUM);
+    s.buf_bytes[LOOMI_BUF_SCRATCH] = 64;
+    loomi_sched_expect(&s, LOOMI_BUF_SCRATCH, 0, LOOMI_BUF_SCRATCH, 32, 8, 2, NULL, 0);
+    cr_assert_neq(loomi_sched_finish(&s), LOOM_SUCCESS, "a check from rank 2 of 2 accepted");
+    loomi_sched_free(&s);
+    loomi_sched_init(&s, 0, 2, LOOM_INT32, LOOM_SUM);
+    s.buf_bytes[LOOMI_BUF_SCRATCH] = 64;
+    s.desc_len = 32;
+    s.desc_off = 40;
+    cr_assert_neq(loomi_sched_finish(&s), LOOM_SUCCESS, "a descriptor past SCRATCH accepted");
+    loomi_sched_free(&s);
 }
