@@ -100,7 +100,8 @@ static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *
  * The window form.  Per round: the reduction of my slice, reading my
  * input and the peers' inputs in their windows (SEND, or RECV in place),
  * into my RECV; rails; "red"; the copy-out of every other slice from its
- * owner's RECV.  The user's buffers are ready from the start and nothing
+ * owner's RECV.  (Out of place on one host, the reduction writes my
+ * slice into every rank's RECV instead, and there is no copy-out.)  The user's buffers are ready from the start and nothing
  * is reused, so "in" comes once (the descriptors) and "out" once, at the
  * end: the operation completes only when no peer reads this rank's
  * buffers any more.  Per rank that is a read of n and a write of n/L for
@@ -134,6 +135,14 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
     const size_t saved = a->inplace ? n * es : 0;
     const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
     const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+    /* Out of place on one host, the reducer of a slice writes it into
+     * every rank's RECV (nobody reads RECV during the operation): each
+     * rank reads n and writes n, the bound, instead of reading the
+     * others' slices back.  In place that would overwrite peers' inputs,
+     * which they would have to save for us; with rails, the slice is
+     * final only after them. */
+    const int push = !a->inplace && H == 1;
+    s->win_push_off = roff;
     if (a->inplace) s->saves_input = 1;
     if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
 
@@ -166,13 +175,15 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         const size_t mine = (b + my0) * es;
 
         /* In place, the reduction saves my slice as it overwrites it, and
-         * the copy-out the others (LOOMI_RS_SAVE, LOOMI_COPY_SAVE). */
+         * the copy-out the others (LOOMI_RS_SAVE, LOOMI_COPY_SAVE).  Out
+         * of place on one host it pushes my slice into every RECV. */
         uint32_t last = chk;
         if (mylen) {
             uint32_t d[2] = {chk, rail_done[k % 2]};
             last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, mine, in, mine, soff + mine, li,
                                              mylen, d, 2);
             if (saved) s->steps[last].flags |= LOOMI_RS_SAVE;
+            if (push) s->steps[last].flags |= LOOMI_RS_PUSH | (stream ? LOOMI_RS_STREAM : 0);
         }
         if (H > 1 && mylen) {
             struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen,
@@ -203,10 +214,10 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
             if (j != LOOMI_NO_DEP) last = j;
             rail_done[k % 2] = last;
         }
-        if (mylen && s->op == LOOM_AVG)
+        if (mylen && s->op == LOOM_AVG && !push)
             last = loomi_sched_avg(s, LOOMI_BUF_RECV, mine, mylen, &last, 1);
 
-        /* "red": my slice of RECV is final. */
+        /* "red": my slice of RECV is final (pushed: it is in yours). */
         uint32_t *rred = tmp; /* [L] */
         for (int q = 0; q < L; q++) {
             if (q == li) continue;
@@ -219,6 +230,10 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         uint32_t *cps = tmp + L;
         for (int q = 0; q < L; q++) {
             size_t q0 = loomi_seg_start(&g, q), ql = loomi_seg_len(&g, q);
+            if (push) {
+                cps[no++] = rred[q];
+                continue;
+            }
             if (q == li || !ql) continue;
             uint32_t d[2] = {rred[q], chk};
             const size_t at = (b + q0) * es;
@@ -232,7 +247,10 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         cps[no++] = last;
         outs[k] = loomi_sched_join(s, cps, (size_t)no);
     }
-    if (rc == LOOM_SUCCESS) {
+    if (rc == LOOM_SUCCESS && push) {
+        /* Each "red" says its sender is done with my SEND and my RECV. */
+        loomi_sched_join(s, outs, nrounds);
+    } else if (rc == LOOM_SUCCESS) {
         /* "out": done with every peer's buffers; done only when they are
          * done with mine. */
         uint32_t cout = loomi_sched_join(s, outs, nrounds);

@@ -437,6 +437,38 @@ static void restore_written(struct loomi_op *op)
     }
 }
 
+/* REDUCE_SHARED with LOOMI_RS_PUSH: each block is reduced in a buffer
+ * that stays in L1, then written to dst and to every other rank's window
+ * at the same place: every byte of the result is written once per rank
+ * and read by nobody, so with LOOMI_RS_STREAM the stores skip the cache
+ * and the read of each line they overwrite. */
+static void reduce_push(struct loomi_op *op, const struct loomi_step *st)
+{
+    const struct loomi_sched *s = &op->s;
+    const size_t es = s->esize, blk = 16384 / es;
+    _Alignas(64) unsigned char tmp[16384];
+    unsigned char *d = bufp(op, st->dst) + st->dst_off;
+    const unsigned char *a = bufp(op, st->src) + st->src_off;
+    for (size_t o = 0; o < st->count; o += blk) {
+        size_t k = st->count - o < blk ? st->count - o : blk;
+        int first = 1;
+        for (int i = 0; i < s->nshared; i++) {
+            if (i == st->peer) continue;
+            loomi_reduce_out(tmp, first ? a + o * es : tmp, op->shared[i] + st->src2_off + o * es,
+                             k, s->dtype, s->op);
+            first = 0;
+        }
+        if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
+        for (int i = 0; i < s->nshared; i++) {
+            unsigned char *to = i == st->peer
+                                    ? d + o * es
+                                    : op->shared[i] + s->win_push_off + st->dst_off + o * es;
+            if (st->flags & LOOMI_RS_STREAM) copy_stream(to, NULL, tmp, k * es);
+            else memcpy(to, tmp, k * es);
+        }
+    }
+}
+
 /* A reduce, copy or avg step on at least one element. */
 static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
 {
@@ -461,6 +493,10 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         break;
     case LOOMI_STEP_REDUCE_SHARED: {
+        if (st->flags & LOOMI_RS_PUSH) {
+            reduce_push(op, st);
+            break;
+        }
         /* Block by block, so that the partial result stays in cache while
          * each arena's operand streams past it once. */
         const size_t es = s->esize, blk = 16384 / es;

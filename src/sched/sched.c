@@ -195,6 +195,9 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
             break;
         case LOOMI_STEP_REDUCE_SHARED:
             if (st->flags & LOOMI_RS_SAVE) ok = in_range(s, LOOMI_BUF_SCRATCH, st->dst_off, bytes);
+            if (st->flags & LOOMI_RS_PUSH)
+                ok = ok && st->dst_off <= SIZE_MAX - s->win_push_off &&
+                     in_range(s, LOOMI_BUF_SHARED, s->win_push_off + st->dst_off, bytes);
             ok = ok && s->nshared >= 2 && st->peer >= 0 && st->peer < s->nshared &&
                  in_range(s, LOOMI_BUF_SHARED, st->src2_off, bytes) &&
                  in_range(s, st->src, st->src_off, bytes) && in_range(s, st->dst, st->dst_off, bytes);

@@ -67,6 +67,13 @@ enum loomi_step_kind {
  * dst_off, block by block before overwriting it (non-temporal; the
  * saves_input convention of the same offsets). */
 #define LOOMI_RS_SAVE 0x1u
+/* LOOMI_STEP_REDUCE_SHARED flags: push the result to every shared id i
+ * other than `peer`, at win_push_off + dst_off, as well as to dst (the
+ * out-of-place window form: the reducer of a slice writes it into every
+ * rank's RECV); with LOOMI_RS_STREAM, all those stores are non-temporal.
+ * The division of LOOM_AVG is done before the push. */
+#define LOOMI_RS_PUSH 0x2u
+#define LOOMI_RS_STREAM 0x4u
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };
@@ -136,6 +143,7 @@ struct loomi_sched {
      * (its id, nonzero) instead of the arenas; shared_bytes is then the
      * extent used in each. */
     uint64_t win_id;
+    size_t win_push_off; /* LOOMI_RS_PUSH: RECV's offset in the windows */
     /* A descriptor of how this rank runs the operation, which the engine
      * writes at SCRATCH + desc_off before any step runs (desc_len bytes,
      * 0: none): the schedule sends it to peers, who compare it with

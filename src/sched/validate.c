@@ -96,7 +96,9 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  "step %u (reduce %s+%zu = %s+%zu op every arena but %d at +%zu, %zu elements%s)",
                  i, buf_name(st->dst), st->dst_off, buf_name(st->src), st->src_off, st->peer,
                  st->src2_off, st->count,
-                 (st->flags & LOOMI_RS_SAVE) ? ", saving it to SCRATCH" : "");
+                 (st->flags & LOOMI_RS_SAVE)   ? ", saving it to SCRATCH"
+                 : (st->flags & LOOMI_RS_PUSH) ? ", pushed to every window"
+                                               : "");
         break;
     case LOOMI_STEP_EXPECT:
         snprintf(b, n, "step %u (expect %s+%zu = %s+%zu from rank %d, %zu elements)", i,
@@ -266,7 +268,10 @@ static loom_result_t check_steps(struct vctx *v)
                     why = "reads outside its buffer";
                 else if (!in_range(s, st->dst, st->dst_off, bytes) ||
                          ((st->flags & LOOMI_RS_SAVE) &&
-                          !in_range(s, LOOMI_BUF_SCRATCH, st->dst_off, bytes)))
+                          !in_range(s, LOOMI_BUF_SCRATCH, st->dst_off, bytes)) ||
+                         ((st->flags & LOOMI_RS_PUSH) &&
+                          (st->dst_off > SIZE_MAX - s->win_push_off ||
+                           !in_range(s, LOOMI_BUF_SHARED, s->win_push_off + st->dst_off, bytes))))
                     why = "writes outside its buffer";
                 else if (!overlap_ok(v, s, st->dst, st->dst_off, st->src, st->src_off, bytes))
                     why = "writes a range that partly overlaps an input";

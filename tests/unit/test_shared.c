@@ -332,3 +332,49 @@ Test(shared, expect_steps_are_range_checked)
     cr_assert_neq(loomi_sched_finish(&s), LOOM_SUCCESS, "a descriptor past SCRATCH accepted");
     loomi_sched_free(&s);
 }
+
+/* Out of place on one host, the window form pushes each reduced slice
+ * into every RECV and copies nothing out (streamed past LOOM_SHM_STREAM);
+ * across hosts the slices are final only after the rails, so each rank
+ * copies them out of their owners' RECV. */
+Test(shared, window_out_of_place_pushes_on_one_host)
+{
+    for (int H = 1; H <= 2; H++) {
+        const int L = 3, p = H * L;
+        int host_of[6];
+        layout(host_of, H, L, 0);
+        struct loomi_hostmap *m = loomi_hostmap_build(p, host_of);
+        const size_t n = 40013;
+        struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = n,
+                                    .chunk_bytes = 4096, .hosts = m, .shared_bytes = 65536,
+                                    .stream_bytes = 1024, .win_id = 2, .win_send_off = 0,
+                                    .win_recv_off = n * 4, .win_bytes = 2 * n * 4};
+        struct loomi_sched s;
+        cr_assert_eq(loomi_coll_build(&s, 1, p, LOOM_FLOAT32, LOOM_AVG, &a, LOOMI_ALGO_SHARED),
+                     LOOM_SUCCESS, "%s", loom_get_last_error());
+        int pushes = 0, plain = 0, copies = 0, avgs = 0;
+        for (uint32_t i = 0; i < s.nsteps; i++) {
+            const struct loomi_step *st = &s.steps[i];
+            if (st->kind == LOOMI_STEP_REDUCE_SHARED) {
+                if ((st->flags & (LOOMI_RS_PUSH | LOOMI_RS_STREAM)) ==
+                    (LOOMI_RS_PUSH | LOOMI_RS_STREAM))
+                    pushes++;
+                else plain++;
+            }
+            copies += st->kind == LOOMI_STEP_COPY && st->count && st->dst == LOOMI_BUF_RECV;
+            avgs += st->kind == LOOMI_STEP_AVG;
+        }
+        if (H == 1) {
+            cr_assert(pushes > 0 && plain == 0 && copies == 0 && avgs == 0,
+                      "one host: %d pushes, %d plain reductions, %d copies, %d avg", pushes,
+                      plain, copies, avgs);
+            cr_assert_eq(s.win_push_off, n * 4);
+        } else {
+            cr_assert(pushes == 0 && plain > 0 && copies > 0,
+                      "two hosts: %d pushes, %d plain reductions, %d copies", pushes, plain,
+                      copies);
+        }
+        loomi_sched_free(&s);
+        free(m);
+    }
+}
