@@ -16,3 +16,17 @@ finish() {
 : "${LOOMRUN:=$BUILDDIR/loomrun}"
 # libtool wrappers live in the build tree; run them directly.
 export LOOM_DEBUG=${LOOM_DEBUG:-none}
+# fake_hosts: print the path of a wrapper (the caller removes it) that runs its
+# command with LOOM_HOSTNAME=fakehost<LOOM_RANK / LOOM_RANKS_PER_HOST>, so
+# that loomrun's ranks form hosts of LOOM_RANKS_PER_HOST on this machine.
+fake_hosts() {
+    local w
+    w=$(mktemp)
+    cat >"$w" <<'W'
+#!/bin/sh
+export LOOM_HOSTNAME=fakehost$((LOOM_RANK / LOOM_RANKS_PER_HOST))
+exec "$@"
+W
+    chmod +x "$w"
+    echo "$w"
+}

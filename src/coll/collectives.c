@@ -313,6 +313,21 @@ static struct call call_init(const char *fn, int coll, const void *sendbuf, void
     return c;
 }
 
+/* Allreduce: both buffers in one loom_mem_alloc window, which shared.c
+ * then reads from the peers (c->a.win_*). */
+static void find_window(struct call *c, size_t n)
+{
+    uint64_t ws, wr;
+    size_t os, orv, wb;
+    if (c->comm->wins && n && loomi_mem_window_find(c->comm, c->recvbuf, n, &wr, &orv, &wb) &&
+        loomi_mem_window_find(c->comm, c->sendbuf, n, &ws, &os, &wb) && ws == wr) {
+        c->a.win_id = wr;
+        c->a.win_send_off = os;
+        c->a.win_recv_off = orv;
+        c->a.win_bytes = wb;
+    }
+}
+
 /* ------------------------------------------------------------ allreduce */
 
 static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
@@ -326,16 +341,7 @@ static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbu
     size_t n = count * loom_datatype_size(dtype);
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    /* Both buffers in one window (shared.c reads them from the peers). */
-    uint64_t ws, wr;
-    size_t os, orv, wb;
-    if (comm->wins && n && loomi_mem_window_find(comm, recvbuf, n, &wr, &orv, &wb) &&
-        loomi_mem_window_find(comm, sendbuf, n, &ws, &os, &wb) && ws == wr) {
-        c.a.win_id = wr;
-        c.a.win_send_off = os;
-        c.a.win_recv_off = orv;
-        c.a.win_bytes = wb;
-    }
+    find_window(&c, n);
     return launch(&c, req);
 }
 
@@ -481,16 +487,6 @@ static loom_result_t alltoall(const char *fn, const void *sendbuf, void *recvbuf
     size_t n = count * loom_datatype_size(dtype) * (size_t)comm->nranks;
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    /* Both buffers in one window (shared.c reads them from the peers). */
-    uint64_t ws, wr;
-    size_t os, orv, wb;
-    if (comm->wins && n && loomi_mem_window_find(comm, recvbuf, n, &wr, &orv, &wb) &&
-        loomi_mem_window_find(comm, sendbuf, n, &ws, &os, &wb) && ws == wr) {
-        c.a.win_id = wr;
-        c.a.win_send_off = os;
-        c.a.win_recv_off = orv;
-        c.a.win_bytes = wb;
-    }
     return launch(&c, req);
 }
 

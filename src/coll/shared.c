@@ -96,6 +96,73 @@ static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *
     return L < 2 || L > LOOMI_MAX_SHARED || a->shared_bytes / 2 / s->esize < (size_t)L;
 }
 
+/* A zero-byte message with `tag` to every other rank of the host once
+ * `after` is done, and one from each: got[q] is the receive from local
+ * rank q, got[li] = after. */
+static void sync_host(struct loomi_sched *s, const int *local, int L, int li, uint32_t tag,
+                      uint32_t after, uint32_t *got)
+{
+    for (int q = 0; q < L; q++) {
+        if (q == li) continue;
+        loomi_sched_send(s, local[q], tag, LOOMI_BUF_RECV, 0, 0, &after,
+                         after == LOOMI_NO_DEP ? 0 : 1);
+        got[q] = loomi_sched_recv(s, local[q], tag, LOOMI_BUF_RECV, 0, 0, NULL, 0);
+    }
+    got[li] = after;
+}
+
+/* The rails of round k: allreduce my slice (mylen elements at buf + off)
+ * in place with the ranks of my local index on the other hosts, after
+ * *last, which then names the end.  The rail algorithm and the SCRATCH
+ * it takes (at sbase, a half per round parity) are chosen at the first
+ * call (*algo AUTO). */
+struct rails {
+    const int *group; /* [H] */
+    int H, h;
+    int algo;
+    size_t scratch, sbase;
+};
+
+static loom_result_t rail_round(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                struct rails *rl, size_t R, int L, size_t k, int buf, size_t off,
+                                size_t mylen, uint32_t *last)
+{
+    const size_t n = a->count, es = s->esize;
+    struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen, .inplace = 1,
+                                 .chunk_bytes = a->chunk_bytes};
+    loom_result_t rc;
+    if (rl->algo == LOOMI_ALGO_AUTO) {
+        /* Chosen for the slices this operation really has (a small
+         * vector must not take a bandwidth algorithm's extra rounds),
+         * sized below for the largest. */
+        size_t first = n < R ? n : R;
+        rl->algo = loomi_algo_default(LOOMI_COLL_ALLREDUCE, rl->H, (first + L - 1) / L * es);
+        /* How much SCRATCH one rail allreduce takes: rounds in flight
+         * together use the two halves of it. */
+        struct loomi_sched probe;
+        ra.count = (R + L - 1) / L;
+        rc = loomi_coll_build(&probe, rl->h, rl->H, s->dtype, s->op == LOOM_AVG ? LOOM_SUM : s->op,
+                              &ra, rl->algo);
+        if (rc != LOOM_SUCCESS) return rc;
+        rl->scratch = probe.buf_bytes[LOOMI_BUF_SCRATCH];
+        loomi_sched_free(&probe);
+        ra.count = mylen;
+    }
+    struct loomi_embed e = {.group = rl->group, .n = rl->H, .vrank = rl->h,
+                            .bufmap = {LOOMI_BUF_SEND, (uint8_t)buf, LOOMI_BUF_SCRATCH},
+                            .bufoff = {0, off, rl->sbase + (k % 2) * rl->scratch},
+                            .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
+                            .after = last, .nafter = 1};
+    /* The rails add; the average divides once, after, by every rank. */
+    loom_op_t op = s->op;
+    if (op == LOOM_AVG) s->op = LOOM_SUM;
+    uint32_t j;
+    rc = loomi_embed(s, &e, &ra, rl->algo, &j);
+    s->op = op;
+    if (rc == LOOM_SUCCESS && j != LOOMI_NO_DEP) *last = j;
+    return rc;
+}
+
 /*
  * The window form.  Per round: the reduction of my slice, reading my
  * input and the peers' inputs in their windows (SEND, or RECV in place),
@@ -146,9 +213,7 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
     if (a->inplace) s->saves_input = 1;
     if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
 
-    int rail_algo = LOOMI_ALGO_AUTO;
     int *rail = NULL;
-    size_t rail_scratch = 0;
     uint32_t *tmp = malloc((size_t)(2 * L + 4) * sizeof *tmp);
     uint32_t *outs = malloc(nrounds * sizeof *outs);
     if (H > 1) rail = malloc((size_t)H * sizeof *rail);
@@ -159,6 +224,7 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared allreduce: out of memory");
     }
     for (int j = 0; j < H && rail; j++) rail[j] = m->host_ranks[m->host_start[j] + li];
+    struct rails rl = {.group = rail, .H = H, .h = h, .algo = LOOMI_ALGO_AUTO, .sbase = dend};
 
     /* "in": the descriptors; nothing of a peer is read before they match. */
     const uint32_t none = LOOMI_NO_DEP;
@@ -186,32 +252,8 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
             if (push) s->steps[last].flags |= LOOMI_RS_PUSH | (stream ? LOOMI_RS_STREAM : 0);
         }
         if (H > 1 && mylen) {
-            struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen,
-                                         .inplace = 1, .chunk_bytes = a->chunk_bytes};
-            if (rail_algo == LOOMI_ALGO_AUTO) {
-                size_t first = n < R ? n : R;
-                rail_algo = loomi_algo_default(LOOMI_COLL_ALLREDUCE, H, (first + L - 1) / L * es);
-                struct loomi_sched probe;
-                ra.count = (R + L - 1) / L;
-                rc = loomi_coll_build(&probe, h, H, s->dtype,
-                                      s->op == LOOM_AVG ? LOOM_SUM : s->op, &ra, rail_algo);
-                if (rc != LOOM_SUCCESS) break;
-                rail_scratch = probe.buf_bytes[LOOMI_BUF_SCRATCH];
-                loomi_sched_free(&probe);
-                ra.count = mylen;
-            }
-            struct loomi_embed e = {.group = rail, .n = H, .vrank = h,
-                                    .bufmap = {LOOMI_BUF_SEND, LOOMI_BUF_RECV, LOOMI_BUF_SCRATCH},
-                                    .bufoff = {0, mine, dend + (k % 2) * rail_scratch},
-                                    .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
-                                    .after = &last, .nafter = 1};
-            loom_op_t op = s->op;
-            if (op == LOOM_AVG) s->op = LOOM_SUM;
-            uint32_t j;
-            rc = loomi_embed(s, &e, &ra, rail_algo, &j);
-            s->op = op;
+            rc = rail_round(s, a, &rl, R, L, k, LOOMI_BUF_RECV, mine, mylen, &last);
             if (rc != LOOM_SUCCESS) break;
-            if (j != LOOMI_NO_DEP) last = j;
             rail_done[k % 2] = last;
         }
         if (mylen && s->op == LOOM_AVG && !push)
@@ -219,12 +261,7 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
 
         /* "red": my slice of RECV is final (pushed: it is in yours). */
         uint32_t *rred = tmp; /* [L] */
-        for (int q = 0; q < L; q++) {
-            if (q == li) continue;
-            loomi_sched_send(s, local[q], tag + SYNC_RED, LOOMI_BUF_RECV, 0, 0, &last, 1);
-            rred[q] = loomi_sched_recv(s, local[q], tag + SYNC_RED, LOOMI_BUF_RECV, 0, 0, NULL, 0);
-        }
-        rred[li] = last;
+        sync_host(s, local, L, li, tag + SYNC_RED, last, rred);
         /* Copy-out of the others' slices from their RECV. */
         int no = 0;
         uint32_t *cps = tmp + L;
@@ -254,12 +291,7 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
         /* "out": done with every peer's buffers; done only when they are
          * done with mine. */
         uint32_t cout = loomi_sched_join(s, outs, nrounds);
-        const uint32_t tag = (uint32_t)(nrounds - 1) * SYNC_KINDS + SYNC_OUT;
-        for (int q = 0; q < L; q++) {
-            if (q == li) continue;
-            loomi_sched_send(s, local[q], tag, LOOMI_BUF_RECV, 0, 0, &cout, 1);
-            loomi_sched_recv(s, local[q], tag, LOOMI_BUF_RECV, 0, 0, NULL, 0);
-        }
+        sync_host(s, local, L, li, (uint32_t)(nrounds - 1) * SYNC_KINDS + SYNC_OUT, cout, tmp);
     }
     free(tmp);
     free(outs);
@@ -296,20 +328,17 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
      * keep, streaming stores save the read of each line before it is
      * overwritten.  (In place, the copy-in has just read those lines.) */
     const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
-    if (a->inplace) {
-        s->saves_input = 1;
-    }
+    if (a->inplace) s->saves_input = 1;
     if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
     uint32_t chk = LOOMI_NO_DEP;
 
-    int rail_algo = LOOMI_ALGO_AUTO;
     int *rail = NULL;
-    size_t rail_scratch = 0;
     if (H > 1) {
         rail = malloc((size_t)H * sizeof *rail);
         if (!rail) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared allreduce: out of memory");
         for (int j = 0; j < H; j++) rail[j] = m->host_ranks[m->host_start[j] + li];
     }
+    struct rails rl = {.group = rail, .H = H, .h = h, .algo = LOOMI_ALGO_AUTO, .sbase = dend};
 
     uint32_t *tmp = malloc((size_t)(2 * L + 4) * sizeof *tmp);
     uint32_t outjoin[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
@@ -359,12 +388,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             uint32_t d[2] = {chk, cin};
             last = loomi_sched_join(s, d, 2);
         } else {
-            for (int q = 0; q < L; q++) {
-                if (q == li) continue;
-                loomi_sched_send(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, &cin, 1);
-                rin[q] = loomi_sched_recv(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, NULL, 0);
-            }
-            rin[li] = cin;
+            sync_host(s, local, L, li, tag + SYNC_IN, cin, rin);
             last = loomi_sched_join(s, rin, (size_t)L);
         }
 
@@ -379,49 +403,14 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
 
         /* 4. rails: the same slice on every host. */
         if (H > 1 && mylen) {
-            struct loomi_coll_args ra = {.coll = LOOMI_COLL_ALLREDUCE, .count = mylen,
-                                         .inplace = 1, .chunk_bytes = a->chunk_bytes};
-            if (rail_algo == LOOMI_ALGO_AUTO) {
-                /* Chosen for the slices this operation really has (a small
-                 * vector must not take a bandwidth algorithm's extra
-                 * rounds), sized below for the largest. */
-                size_t first = n < R ? n : R;
-                rail_algo = loomi_algo_default(LOOMI_COLL_ALLREDUCE, H, (first + L - 1) / L * es);
-                /* How much SCRATCH one rail allreduce takes: rounds in
-                 * flight together use the two halves of it. */
-                struct loomi_sched probe;
-                ra.count = (R + L - 1) / L;
-                rc = loomi_coll_build(&probe, h, H, s->dtype,
-                                      s->op == LOOM_AVG ? LOOM_SUM : s->op, &ra, rail_algo);
-                if (rc != LOOM_SUCCESS) break;
-                rail_scratch = probe.buf_bytes[LOOMI_BUF_SCRATCH];
-                loomi_sched_free(&probe);
-                ra.count = mylen;
-            }
-            struct loomi_embed e = {.group = rail, .n = H, .vrank = h,
-                                    .bufmap = {LOOMI_BUF_SEND, (uint8_t)mine, LOOMI_BUF_SCRATCH},
-                                    .bufoff = {0, moff, dend + (k % 2) * rail_scratch},
-                                    .tag_base = (uint32_t)(1u << 31) + (uint32_t)k * (1u << 24),
-                                    .after = &last, .nafter = 1};
-            /* The rails add; the average divides once, below, by every rank. */
-            loom_op_t op = s->op;
-            if (op == LOOM_AVG) s->op = LOOM_SUM;
-            uint32_t j;
-            rc = loomi_embed(s, &e, &ra, rail_algo, &j);
-            s->op = op;
+            rc = rail_round(s, a, &rl, R, L, k, mine, moff, mylen, &last);
             if (rc != LOOM_SUCCESS) break;
-            if (j != LOOMI_NO_DEP) last = j;
         }
         if (mylen && s->op == LOOM_AVG) last = loomi_sched_avg(s, mine, moff, mylen, &last, 1);
 
         /* 5. "red": my slice is final. */
         uint32_t *rred = tmp + L; /* [L] */
-        for (int q = 0; q < L; q++) {
-            if (q == li) continue;
-            loomi_sched_send(s, local[q], tag + SYNC_RED, LOOMI_BUF_RECV, 0, 0, &last, 1);
-            rred[q] = loomi_sched_recv(s, local[q], tag + SYNC_RED, LOOMI_BUF_RECV, 0, 0, NULL, 0);
-        }
-        rred[li] = last;
+        sync_host(s, local, L, li, tag + SYNC_RED, last, rred);
 
         /* 6. copy-out from each owner's arena (after my copy-in read the
          *    input, which in place is this very RECV range). */
@@ -438,12 +427,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         uint32_t cout = loomi_sched_join(s, tmp, (size_t)(no + L));
 
         /* 7. "out": done reading the host's arenas for this round. */
-        for (int q = 0; q < L; q++) {
-            if (q == li) continue;
-            loomi_sched_send(s, local[q], tag + SYNC_OUT, LOOMI_BUF_RECV, 0, 0, &cout, 1);
-            tmp[q] = loomi_sched_recv(s, local[q], tag + SYNC_OUT, LOOMI_BUF_RECV, 0, 0, NULL, 0);
-        }
-        tmp[li] = cout;
+        sync_host(s, local, L, li, tag + SYNC_OUT, cout, tmp);
         outjoin[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
     }
     free(tmp);

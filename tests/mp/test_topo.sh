@@ -8,15 +8,8 @@
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_allreduce
 info=$BUILDDIR/loom-info
-hosts_wrapper=$(mktemp)
+hosts_wrapper=$(fake_hosts)
 trap 'rm -f "$hosts_wrapper"' EXIT
-cat >"$hosts_wrapper" <<'W'
-#!/bin/sh
-# LOOM_RANKS_PER_HOST ranks per fake host
-export LOOM_HOSTNAME=fakehost$((LOOM_RANK / LOOM_RANKS_PER_HOST))
-exec "$@"
-W
-chmod +x "$hosts_wrapper"
 
 for algo in shared hierarchical ring recursive_doubling; do
     out=$(LOOM_ALGO=allreduce:$algo timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)

@@ -5,14 +5,8 @@
 # that pass their buffers differently failing together with a mismatch.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_window
-hosts_wrapper=$(mktemp)
+hosts_wrapper=$(fake_hosts)
 trap 'rm -f "$hosts_wrapper"' EXIT
-cat >"$hosts_wrapper" <<'W'
-#!/bin/sh
-export LOOM_HOSTNAME=fakehost$((LOOM_RANK / LOOM_RANKS_PER_HOST))
-exec "$@"
-W
-chmod +x "$hosts_wrapper"
 # Small arenas: the larger counts take several rounds.
 export LOOM_ALGO=allreduce:shared LOOM_SHM_SIZE=256K
 for n in 2 3 4; do
