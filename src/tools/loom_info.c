@@ -325,7 +325,6 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
     }
     struct loomi_job_shape shape = {.hosts = job.map, .nranks = n,
                                     .cores_per_host = me.host.ncores,
-                                    .links_per_host = loomi_topo_links_per_host(&job),
                                     .shared_bytes = (mask & 2u) ? set->shm_bytes : 0,
                                     .stream_bytes = set->shm_stream,
                                     .chunk_bytes = set->chunk_bytes};

@@ -95,7 +95,6 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
             if (nc > 0 && (!fewest || nc < fewest)) fewest = nc;
         }
         j->cores_per_host = fewest;
-        j->links_per_host = loomi_topo_links_per_host(c->topo);
     }
 }
 

@@ -204,32 +204,15 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
             if (loomi_host_size(hm, h) > most) most = loomi_host_size(hm, h);
         if (most > j->cores_per_host) cf = (double)most / j->cores_per_host;
     }
-    struct loomi_model_params in, out, outs, flat;
+    struct loomi_model_params in, out, flat;
     params(&in, l, LOOMI_LINK_INTRA, cf, j->chunk_bytes);
     params(&out, l, LOOMI_LINK_INTER, cf, j->chunk_bytes);
     in.beta *= cf;
-    /* The probe times one pair alone; ranks of a host that cross to
-     * other hosts at once share the host's links (its NICs, one where
-     * unknown), each at 1/share of that bandwidth: the rails of the
-     * hierarchical algorithms, and the flat ones whose every rank crosses
-     * in the same round.  Only the ring on hosts of consecutive ranks
-     * crosses once per host and step.  (2 x 2 over one veth: allgather
-     * 1M, the ring 1.6-1.7 times faster than recursive doubling, whose
-     * 2M exchanges cross two at a time; tbf 1 Gbit/s, 64M allreduce:
-     * hierarchical 0.70 of the ring's time, not the 0.33 of unshared
-     * rails.) */
-    const int links = j->links_per_host > 0 ? j->links_per_host : 1;
-    const double share = H > 1 && L > 1 && L > links ? (double)L / links : 1;
-    outs = out;
-    outs.beta *= share;
-    const int rooted = coll == LOOMI_COLL_BROADCAST || coll == LOOMI_COLL_REDUCE ||
-                       coll == LOOMI_COLL_GATHER || coll == LOOMI_COLL_SCATTER;
-    const int crowd = !rooted && !(algo == LOOMI_ALGO_RING && hm && contiguous(hm));
     /* A flat algorithm over several hosts runs at the pace of its slowest
      * links, which cross hosts; except the recursive ones on hosts that
      * hold consecutive ranks, 2^k of them: log2(L) of their rounds stay
      * inside the host. */
-    flat = H > 1 ? (crowd ? outs : out) : in;
+    flat = H > 1 ? out : in;
     if (H > 1 && L > 1 && contiguous(hm) &&
         (algo == LOOMI_ALGO_RECURSIVE_DOUBLING || algo == LOOMI_ALGO_HALVING_DOUBLING)) {
         /* Partners r xor 2^k: latency by rounds.  Bytes: recursive
@@ -242,13 +225,13 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
                         ? w
                         : (double)(L - 1) / (double)(p - 1);
         flat.alpha = w * in.alpha + (1 - w) * out.alpha;
-        flat.beta = wb * in.beta + (1 - wb) * outs.beta;
+        flat.beta = wb * in.beta + (1 - wb) * out.beta;
     }
     if (H > 1 && L > 1 && coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE) {
         /* Its exchanges run at once; the L-1 inside the host go over the
          * faster link alongside the p-L that cross: the crossing share
          * of the bytes sets the pace. */
-        flat.beta = outs.beta * (double)(p - L) / (double)(p - 1);
+        flat.beta = out.beta * (double)(p - L) / (double)(p - 1);
     }
     const double n = (double)bytes;
 
@@ -282,7 +265,7 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         if (algo == LOOMI_ALGO_SHARED && R <= 0) return -1; /* no arenas */
         const double nrounds = n > R ? ceil(n / R) : 1;
         const size_t slice = (size_t)ceil((n < R ? n : R) / L);
-        double rail = H > 1 ? nrounds * best_flat(LOOMI_COLL_ALLREDUCE, H, slice, &outs) : 0;
+        double rail = H > 1 ? nrounds * best_flat(LOOMI_COLL_ALLREDUCE, H, slice, &out) : 0;
         if (rail < 0) return -1;
         if (algo == LOOMI_ALGO_SHARED) {
             /* Its rounds pipeline: while one round's slices cross the
@@ -305,12 +288,12 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
          * the whole input, which the flat algorithms do not make. */
         t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, bytes * (size_t)H,
                              &in) +
-            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &outs) + n * p * in.gamma_copy;
+            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out) + n * p * in.gamma_copy;
         break;
     case LOOMI_COLL_ALLGATHER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
         /* ... and ends copying the p blocks into rank order. */
-        t = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &outs) +
+        t = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out) +
             loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in) +
             n * p * in.gamma_copy;
         break;
@@ -322,7 +305,7 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
          * H*n-byte blocks), and pass through three local copies of the
          * whole p*n bytes on the way. */
         t = best_flat(LOOMI_COLL_ALLTOALL, L, bytes * (size_t)H, &in) +
-            best_flat(LOOMI_COLL_ALLTOALL, H, bytes * (size_t)L, &outs) +
+            best_flat(LOOMI_COLL_ALLTOALL, H, bytes * (size_t)L, &out) +
             3 * n * p * in.gamma_copy;
         break;
     case LOOMI_COLL_BROADCAST:

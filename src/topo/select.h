@@ -57,10 +57,6 @@ struct loomi_job_shape {
     const struct loomi_hostmap *hosts; /* NULL: one rank per host */
     int nranks;
     int cores_per_host;  /* fewest cores of any host (contention), 0 unknown */
-    /* NICs the ranks of a host use to reach the others (fewest of any
-     * host): ranks of a host that cross at once share them; 0 unknown,
-     * taken as one. */
-    int links_per_host;
     size_t shared_bytes; /* arena per rank, 0 none */
     size_t stream_bytes; /* LOOM_SHM_STREAM (loomi_coll_args) */
     size_t chunk_bytes;

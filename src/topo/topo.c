@@ -895,24 +895,6 @@ loom_result_t loomi_topo_job_build(const struct loomi_topo_rank *ranks, int nran
     return LOOM_SUCCESS;
 }
 
-int loomi_topo_links_per_host(const struct loomi_topo_job *job)
-{
-    const struct loomi_hostmap *m = job->map;
-    if (!m) return 0;
-    int fewest = 0;
-    for (int h = 0; h < m->nhosts; h++) {
-        /* NIC indices are host-local, below LOOMI_TOPO_MAX_NICS. */
-        unsigned char used[LOOMI_TOPO_MAX_NICS] = {0};
-        int k = 0;
-        for (int i = m->host_start[h]; i < m->host_start[h + 1]; i++) {
-            int nic = job->ranks[m->host_ranks[i]].nic;
-            if (nic >= 0 && nic < LOOMI_TOPO_MAX_NICS && !used[nic]) used[nic] = 1, k++;
-        }
-        if (k && (!fewest || k < fewest)) fewest = k;
-    }
-    return fewest;
-}
-
 void loomi_topo_job_free(struct loomi_topo_job *job)
 {
     if (!job) return;

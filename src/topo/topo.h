@@ -83,9 +83,6 @@ loom_result_t loomi_topo_unpack(const unsigned char *card, struct loomi_topo_ran
 loom_result_t loomi_topo_job_build(const struct loomi_topo_rank *ranks, int nranks,
                                    struct loomi_topo_job *job);
 void loomi_topo_job_free(struct loomi_topo_job *job);
-/* The links between hosts: the fewest distinct NICs the ranks of any
- * host use (0 when no host's ranks have one: unknown). */
-int loomi_topo_links_per_host(const struct loomi_topo_job *job);
 
 /* Human-readable picture (loom-info): hosts, their hardware, ranks with
  * NUMA/GPU/NIC. */
