@@ -18,13 +18,19 @@ finish() {
 export LOOM_DEBUG=${LOOM_DEBUG:-none}
 # fake_hosts: print the path of a wrapper (the caller removes it) that runs its
 # command with LOOM_HOSTNAME=fakehost<LOOM_RANK / LOOM_RANKS_PER_HOST>, so
-# that loomrun's ranks form hosts of LOOM_RANKS_PER_HOST on this machine.
+# that loomrun's ranks form hosts of LOOM_RANKS_PER_HOST on this machine;
+# with FAKE_HOSTS_DEALT=H instead fakehost<LOOM_RANK % H>: ranks dealt
+# round the H hosts, so no host holds consecutive ranks.
 fake_hosts() {
     local w
     w=$(mktemp)
     cat >"$w" <<'W'
 #!/bin/sh
-export LOOM_HOSTNAME=fakehost$((LOOM_RANK / LOOM_RANKS_PER_HOST))
+if [ -n "${FAKE_HOSTS_DEALT:-}" ]; then
+    export LOOM_HOSTNAME=fakehost$((LOOM_RANK % FAKE_HOSTS_DEALT))
+else
+    export LOOM_HOSTNAME=fakehost$((LOOM_RANK / LOOM_RANKS_PER_HOST))
+fi
 exec "$@"
 W
     chmod +x "$w"

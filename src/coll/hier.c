@@ -15,18 +15,30 @@
  *                   Non-uniform, and alongside for the count % L elements
  *                   left over: intra reduce to the host's local 0 ->
  *                   allreduce of the leaders -> intra broadcast.
- *   reduce_scatter  uniform: blocks permuted into SCRATCH as [local][host]
- *                   -> intra reduce-scatter (ring) of H blocks per local
- *                   rank ->
- *                   reduce-scatter on the rail.  Non-uniform: flat.
- *   allgather       uniform: allgather on the rail (H blocks) -> intra
- *                   allgather (ring) of the H-block groups -> copies into rank
- *                   order.  Non-uniform: flat.
+ *   reduce_scatter  hosts of consecutive ranks: H intra reduce-scatters
+ *                   (ring), one per host's run of the input, leave each
+ *                   local rank the host sums of its rail's H blocks ->
+ *                   reduce-scatter on the rail.  Other uniform layouts:
+ *                   blocks permuted into SCRATCH as [local][host] -> one
+ *                   intra reduce-scatter of H blocks per local rank ->
+ *                   the rail's.  Non-uniform: flat.
+ *   allgather       hosts of consecutive ranks: the rail swaps each
+ *                   rank's block straight into RECV -> H intra allgathers
+ *                   (ring), one per host's run of RECV, the own host's
+ *                   at once.  Other uniform layouts: allgather on the
+ *                   rail (H blocks) -> intra allgather (ring) of the
+ *                   H-block groups -> copies into rank order.
+ *                   Non-uniform: flat.
  *   broadcast       any layout: one delegate per host (the rank with the
  *                   root's local index, or local 0 where the host is
  *                   smaller) -> broadcast among delegates -> intra
  *                   broadcast from the delegate; pieces pipeline.
- *   alltoall        uniform: blocks permuted as [dest host][dest local]
+ *   alltoall        out of place on hosts of consecutive ranks: the
+ *                   rail sends each remote host its run of SEND (L
+ *                   blocks, one message) -> H intra alltoalls, one per
+ *                   host's run, into RECV, the own host's at once.
+ *                   Other uniform layouts, and in place: blocks
+ *                   permuted as [dest host][dest local]
  *                   -> alltoall on the rail (L blocks per message: one
  *                   aggregated message per remote host) -> transposed to
  *                   [dest local][source host] -> intra alltoall (H blocks
@@ -151,6 +163,14 @@ static loom_result_t check_blocks(const struct loomi_sched *s, size_t count, con
     return LOOM_SUCCESS;
 }
 
+/* Uniform hosts of consecutive ranks: host h holds h*L .. h*L+L-1, as
+ * launchers that fill hosts in turn place them; and the H + 1 phases of
+ * the forms that use it fit the tags. */
+static int host_runs(const struct loomi_hostmap *m)
+{
+    return m->nhosts < (int)(UINT32_MAX / TAG_SPAN) && loomi_hostmap_runs(m);
+}
+
 /* ---------------------------------------------------------- allreduce */
 
 /* Any layout: reduce to each host's local 0, allreduce of the leaders,
@@ -257,6 +277,44 @@ loom_result_t loomi_gen_allreduce_hier(struct loomi_sched *s, const struct loomi
 
 /* ----------------------------------------------------- reduce_scatter */
 
+/* Reduce-scatter when host h holds ranks h*L .. h*L+L-1: the blocks
+ * bound for host g are one run of SEND.  H reduce-scatters inside the
+ * host, one per run, leave local rank i the host's sum of block g*L+i
+ * for every g, in host order: the rail's input as it is, with no copy
+ * of the whole input into another order first. */
+static loom_result_t reduce_scatter_runs(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                         const struct loomi_hostmap *m)
+{
+    const int r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r];
+    const size_t es = s->esize, n = a->count, bb = n * es;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    int *rail = rail_of(m, i);
+    uint32_t *runs = malloc((size_t)H * sizeof *runs);
+    loom_result_t rc = LOOM_SUCCESS;
+    if (!rail || !runs) rc = nomem(s, "hierarchical reduce_scatter");
+    /* B: the host sums, B + g * bb for block g*L+i. */
+    const size_t B = scr_take(s, (size_t)H * bb);
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_REDUCE_SCATTER, n, 0, 0);
+    /* Run h + 1 first: the runs other hosts wait for go before our own. */
+    for (int k = 1; k <= H && rc == LOOM_SUCCESS; k++) {
+        const int g = (h + k) % H;
+        rc = phase(s, local, L, i, LOOMI_BUF_SEND, (size_t)g * (size_t)L * bb, SCR,
+                   B + (size_t)g * bb, k - 1, NULL, 0, &x, LOOMI_ALGO_RING, &runs[k - 1]);
+    }
+    uint32_t j2;
+    x = sub_args(a, LOOMI_COLL_REDUCE_SCATTER, n, 0, 0);
+    /* In place RECV is SEND block r: written only by the rail, after
+     * every run's reads. */
+    if (rc == LOOM_SUCCESS)
+        rc = phase(s, rail, H, h, SCR, B, LOOMI_BUF_RECV, 0, H, runs, H, &x,
+                   flat_algo(LOOMI_COLL_REDUCE_SCATTER, H, bb), &j2);
+    if (rc == LOOM_SUCCESS && s->op == LOOM_AVG) loomi_sched_avg(s, LOOMI_BUF_RECV, 0, n, &j2, 1);
+    free(rail);
+    free(runs);
+    return rc;
+}
+
 loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s,
                                             const struct loomi_coll_args *a)
 {
@@ -270,6 +328,7 @@ loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s,
     const int *local = &m->host_ranks[m->host_start[h]];
     s->buf_bytes[LOOMI_BUF_SEND] = (size_t)P * bb;
     s->buf_bytes[LOOMI_BUF_RECV] = bb;
+    if (host_runs(m)) return reduce_scatter_runs(s, a, m);
     int *rail = rail_of(m, i);
     uint32_t *cp = malloc((size_t)P * sizeof *cp);
     if (!rail || !cp) {
@@ -303,6 +362,40 @@ loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s,
 
 /* ---------------------------------------------------------- allgather */
 
+/* Allgather when host h holds ranks h*L .. h*L+L-1, in RECV itself:
+ * each rank swaps its block with its rail peers straight into their
+ * places, then H allgathers inside the host, one per host's run of
+ * RECV, spread them; the own host's run needs nothing from the rail and
+ * goes at once.  No copies into rank order. */
+static loom_result_t allgather_runs(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                    const struct loomi_hostmap *m)
+{
+    const int r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r], ip = a->inplace;
+    const size_t n = a->count, bb = n * s->esize;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    const int src = ip ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    const size_t soff = ip ? (size_t)r * bb : 0;
+    loom_result_t rc = LOOM_SUCCESS;
+    uint32_t own = LOOMI_NO_DEP;
+    if (!ip) own = loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)r * bb, src, soff, n, NULL, 0);
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_ALLGATHER, n, 0, 1);
+    for (int k = 0; k < H && rc == LOOM_SUCCESS; k++) {
+        /* Host h first, then h - 1, h - 2, ...: the one whose block we
+         * send first to, h + 1, receives ours from us first. */
+        const int g = (h - k + H) % H, peer = g * L + i;
+        uint32_t got = own, j;
+        if (g != h) {
+            loomi_sched_send(s, (h + k) % H * L + i, PHASE(0), src, soff, n, NULL, 0);
+            got = loomi_sched_recv(s, peer, PHASE(0), LOOMI_BUF_RECV, (size_t)peer * bb, n, NULL,
+                                   0);
+        }
+        rc = phase(s, local, L, i, LOOMI_BUF_RECV, 0, LOOMI_BUF_RECV, (size_t)g * (size_t)L * bb,
+                   k + 1, &got, 1, &x, LOOMI_ALGO_RING, &j);
+    }
+    return rc;
+}
+
 loom_result_t loomi_gen_allgather_hier(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const struct loomi_hostmap *m = hosts_of(s, a);
@@ -315,6 +408,7 @@ loom_result_t loomi_gen_allgather_hier(struct loomi_sched *s, const struct loomi
     const int *local = &m->host_ranks[m->host_start[h]];
     s->buf_bytes[LOOMI_BUF_SEND] = ip ? 0 : bb;
     s->buf_bytes[LOOMI_BUF_RECV] = (size_t)P * bb;
+    if (host_runs(m)) return allgather_runs(s, a, m);
     int *rail = rail_of(m, i);
     if (!rail) return nomem(s, "hierarchical allgather");
     /* B: every block as [local index][host]; the rail fills run i. */
@@ -386,6 +480,42 @@ loom_result_t loomi_gen_broadcast_hier(struct loomi_sched *s, const struct loomi
 
 /* ----------------------------------------------------------- alltoall */
 
+/* Alltoall out of place when host h holds ranks h*L .. h*L+L-1: SEND is
+ * already [dest host][dest local], so the rail sends each remote host
+ * its run of L blocks as it lies; an intra alltoall per host's run then
+ * spreads them into RECV, where the L blocks from host g's ranks form
+ * run g in source order.  The own host's run goes from SEND at once.  No
+ * copies. */
+static loom_result_t alltoall_runs(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                   const struct loomi_hostmap *m)
+{
+    const int r = s->rank, H = m->nhosts, L = loomi_host_size(m, 0);
+    const int h = m->host_of[r], i = m->local_index[r];
+    const size_t n = a->count, bb = n * s->esize, run = (size_t)L * bb;
+    const int *local = &m->host_ranks[m->host_start[h]];
+    /* S: the runs the rail delivered, S + g * run from host g. */
+    const size_t S = scr_take(s, (size_t)H * run);
+    struct loomi_coll_args x = sub_args(a, LOOMI_COLL_ALLTOALL, n, 0, 0);
+    const int algo = flat_algo(LOOMI_COLL_ALLTOALL, L, bb);
+    loom_result_t rc = LOOM_SUCCESS;
+    for (int k = 0; k < H && rc == LOOM_SUCCESS; k++) {
+        /* Host h + k gets our run while host h - k's comes in. */
+        const int g = (h - k + H) % H;
+        uint32_t got = LOOMI_NO_DEP, j;
+        if (g != h) {
+            const int to = (h + k) % H;
+            loomi_sched_send(s, to * L + i, PHASE(0), LOOMI_BUF_SEND, (size_t)to * run,
+                             (size_t)L * n, NULL, 0);
+            got = loomi_sched_recv(s, g * L + i, PHASE(0), SCR, S + (size_t)g * run,
+                                   (size_t)L * n, NULL, 0);
+        }
+        rc = phase(s, local, L, i, g == h ? LOOMI_BUF_SEND : SCR, g == h ? (size_t)h * run
+                                                                          : S + (size_t)g * run,
+                   LOOMI_BUF_RECV, (size_t)g * run, k + 1, &got, 1, &x, algo, &j);
+    }
+    return rc;
+}
+
 loom_result_t loomi_gen_alltoall_hier(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const struct loomi_hostmap *m = hosts_of(s, a);
@@ -399,6 +529,7 @@ loom_result_t loomi_gen_alltoall_hier(struct loomi_sched *s, const struct loomi_
     const int *local = &m->host_ranks[m->host_start[h]];
     s->buf_bytes[LOOMI_BUF_SEND] = ip ? 0 : (size_t)P * bb;
     s->buf_bytes[LOOMI_BUF_RECV] = (size_t)P * bb;
+    if (!ip && host_runs(m)) return alltoall_runs(s, a, m);
     int *rail = rail_of(m, i);
     uint32_t *cp = malloc((size_t)P * sizeof *cp);
     if (!rail || !cp) {

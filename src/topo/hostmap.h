@@ -28,6 +28,16 @@ static inline int loomi_hostmap_uniform(const struct loomi_hostmap *m)
     return 1;
 }
 
+/* Every host holds a run of consecutive ranks (hosts are numbered by
+ * lowest rank, so host h's run follows host h-1's). */
+static inline int loomi_hostmap_runs(const struct loomi_hostmap *m)
+{
+    for (int r = 1; r < m->nranks; r++)
+        if (m->host_of[r] != m->host_of[r - 1] && m->host_of[r] != m->host_of[r - 1] + 1)
+            return 0;
+    return 1;
+}
+
 /* A heap copy of the map for host_of[] (nranks entries, host numbers
  * arbitrary): hosts are renumbered by lowest rank.  Free with free(). */
 struct loomi_hostmap *loomi_hostmap_build(int nranks, const int *host_of);

@@ -176,15 +176,6 @@ static double shm_allreduce_cpu(int algo, int p, double n, const struct loomi_li
     }
 }
 
-/* Every host holds a run of consecutive ranks. */
-static int contiguous(const struct loomi_hostmap *m)
-{
-    for (int r = 1; r < m->nranks; r++)
-        if (m->host_of[r] != m->host_of[r - 1] && m->host_of[r] != m->host_of[r - 1] + 1)
-            return 0;
-    return 1;
-}
-
 double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
                          const struct loomi_links *l)
 {
@@ -213,7 +204,7 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
      * hold consecutive ranks, 2^k of them: log2(L) of their rounds stay
      * inside the host. */
     flat = H > 1 ? out : in;
-    if (H > 1 && L > 1 && contiguous(hm) &&
+    if (H > 1 && L > 1 && loomi_hostmap_runs(hm) &&
         (algo == LOOMI_ALGO_RECURSIVE_DOUBLING || algo == LOOMI_ALGO_HALVING_DOUBLING)) {
         /* Partners r xor 2^k: latency by rounds.  Bytes: recursive
          * doubling's allreduce sends the whole vector every round; the
@@ -284,30 +275,46 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     }
     case LOOMI_COLL_REDUCE_SCATTER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
-        /* hier.c first permutes the p blocks into SCRATCH: a copy of
-         * the whole input, which the flat algorithms do not make. */
+        /* Hosts of consecutive ranks: H reduce-scatters inside the host,
+         * one per host's run of the input (as many bytes as one of H
+         * blocks), then the rail's.  Other layouts: hier.c first permutes
+         * the p blocks into SCRATCH, a copy of the whole input, which the
+         * flat algorithms do not make. */
         t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, bytes * (size_t)H,
                              &in) +
-            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out) + n * p * in.gamma_copy;
+            best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out) +
+            (loomi_hostmap_runs(hm) ? 0 : n * p * in.gamma_copy);
         break;
     case LOOMI_COLL_ALLGATHER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
-        /* ... and ends copying the p blocks into rank order. */
-        t = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out) +
-            loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in) +
-            n * p * in.gamma_copy;
+    {
+        /* Hosts of consecutive ranks: the rail swaps the blocks straight
+         * into RECV, while the own host's run goes round the host; the
+         * other H-1 runs follow.  Other layouts: all H runs after the
+         * rail, and a copy of the p blocks into rank order. */
+        double rail = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out);
+        double intra =
+            loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in);
+        t = loomi_hostmap_runs(hm) ? fmax(rail, intra / H) + intra * (H - 1) / H
+                                   : rail + intra + n * p * in.gamma_copy;
         break;
+    }
     case LOOMI_COLL_ALLTOALL:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
-        /* hier.c: blocks for each host are packed and cross the network
-         * once per host pair (an all-to-all of L*n-byte blocks along each
-         * rail), are redistributed inside the host (an all-to-all of
-         * H*n-byte blocks), and pass through three local copies of the
-         * whole p*n bytes on the way. */
-        t = best_flat(LOOMI_COLL_ALLTOALL, L, bytes * (size_t)H, &in) +
-            best_flat(LOOMI_COLL_ALLTOALL, H, bytes * (size_t)L, &out) +
-            3 * n * p * in.gamma_copy;
+    {
+        /* hier.c: blocks for each host cross the network once per host
+         * pair (an all-to-all of L*n-byte blocks along each rail) and
+         * are redistributed inside the host (as much as an all-to-all of
+         * H*n-byte blocks).  On hosts of consecutive ranks, out of place
+         * (what the table is for), with no copies, and the own host's
+         * run is spread while the rail carries the others; otherwise
+         * through three local copies of the whole p*n bytes. */
+        double rail = best_flat(LOOMI_COLL_ALLTOALL, H, bytes * (size_t)L, &out);
+        double intra = best_flat(LOOMI_COLL_ALLTOALL, L, bytes * (size_t)H, &in);
+        t = loomi_hostmap_runs(hm) ? fmax(rail, intra / H) + intra * (H - 1) / H
+                                   : rail + intra + 3 * n * p * in.gamma_copy;
         break;
+    }
     case LOOMI_COLL_BROADCAST:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
         t = best_flat(LOOMI_COLL_BROADCAST, H, bytes, &out) +

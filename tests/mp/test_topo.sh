@@ -22,6 +22,31 @@ for algo in shared hierarchical ring recursive_doubling; do
     if [ $rc -eq 0 ]; then ok "2 hosts x 2 ranks, allreduce:$algo"
     else bad "2 hosts x 2 ranks, allreduce:$algo (exit $rc)"; echo "$out" | tail -15; fi
 done
+# The hierarchical reduce-scatter, allgather and alltoall over real
+# processes, every result checked by the perf binaries: hosts of
+# consecutive ranks (2 x 2, 3 x 2: no copies, the phases in place) and
+# ranks dealt round the hosts (the forms that copy), out of place and in
+# place, at sizes that do not divide evenly.
+wrong_ok() { # every data row's two #wrong columns are 0, and there are rows
+    awk '!/^#/ && NF >= 13 { rows++; if ($9 != 0 || $13 != 0) bad++ }
+         END { exit !(rows > 0 && bad == 0) }'
+}
+for layout in 2x2 3x2 dealt2x2; do
+    case $layout in
+    2x2) n=4 env=(LOOM_RANKS_PER_HOST=2) ;;
+    3x2) n=6 env=(LOOM_RANKS_PER_HOST=2) ;;
+    dealt2x2) n=4 env=(FAKE_HOSTS_DEALT=2) ;;
+    esac
+    for c in reduce_scatter all_gather alltoall; do
+        out=$(env "${env[@]}" LOOM_ALGO=${c/all_gather/allgather}:hierarchical timeout 300 \
+            "$LOOMRUN" -n $n --timeout 280 "$hosts_wrapper" "$BUILDDIR/${c}_perf" \
+            -b 4 -e 2M -f 23 -n 2 -w 1 -c 1 2>&1)
+        rc=$?
+        if [ $rc -eq 0 ] && wrong_ok <<<"$out" && grep -q "Out of bounds values : 0 OK" <<<"$out"
+        then ok "$layout: $c hierarchical, #wrong 0"
+        else bad "$layout: $c hierarchical (exit $rc)"; grep -v '^#' <<<"$out" | tail -10; fi
+    done
+done
 # The automatic choice, and TCP alone (shared arenas absent: shared falls back).
 out=$(LOOM_RANKS_PER_HOST=2 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$hosts_wrapper" "$prog" quick 2>&1)
 check "2 hosts x 2 ranks, automatic selection" [ $? -eq 0 ]
