@@ -201,7 +201,10 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
     s->shared_bytes = top + n * es;
     const size_t saved = a->inplace ? n * es : 0;
     const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
-    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+    /* Big vectors: results (out of place) or saves (in place) skip the
+     * cache; small ones' saves stay there for the next call's. */
+    const int big = loomi_shared_streams(a->stream_bytes, L, n * es);
+    const int stream = !a->inplace && big;
     /* Out of place on one host, the reducer of a slice writes it into
      * every rank's RECV (nobody reads RECV during the operation): each
      * rank reads n and writes n, the bound, instead of reading the
@@ -248,7 +251,7 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
             uint32_t d[2] = {chk, rail_done[k % 2]};
             last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, mine, in, mine, soff + mine, li,
                                              mylen, d, 2);
-            if (saved) s->steps[last].flags |= LOOMI_RS_SAVE;
+            if (saved) s->steps[last].flags |= LOOMI_RS_SAVE | (big ? LOOMI_RS_STREAM : 0);
             if (push) s->steps[last].flags |= LOOMI_RS_PUSH | (stream ? LOOMI_RS_STREAM : 0);
         }
         if (H > 1 && mylen) {
@@ -274,9 +277,12 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
             if (q == li || !ql) continue;
             uint32_t d[2] = {rred[q], chk};
             const size_t at = (b + q0) * es;
-            if (saved)
-                cps[no++] = loomi_sched_copy_save(s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q,
-                                                  roff + at, LOOMI_BUF_SCRATCH, at, ql, d, 2);
+            if (saved) {
+                cps[no] = loomi_sched_copy_save(s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q,
+                                                roff + at, LOOMI_BUF_SCRATCH, at, ql, d, 2);
+                if (big) s->steps[cps[no]].flags |= LOOMI_COPY_STREAM;
+                no++;
+            }
             else
                 cps[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
                     s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q, roff + at, ql, d, 2);
@@ -327,7 +333,10 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* Out of place, RECV is only written, once: past what the caches
      * keep, streaming stores save the read of each line before it is
      * overwritten.  (In place, the copy-in has just read those lines.) */
-    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+    /* Big vectors: results (out of place) or saves (in place) skip the
+     * cache; small ones' saves stay there for the next call's. */
+    const int big = loomi_shared_streams(a->stream_bytes, L, n * es);
+    const int stream = !a->inplace && big;
     if (a->inplace) s->saves_input = 1;
     if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
     uint32_t chk = LOOMI_NO_DEP;

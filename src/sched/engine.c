@@ -387,11 +387,19 @@ static void copy_stream(unsigned char *d, unsigned char *also, const unsigned ch
 #endif
 }
 
-/* dst = src, saving dst's old bytes to `save` first with non-temporal
- * stores (LOOMI_COPY_SAVE): each old line is read once, for the save,
- * and is then in cache for the store that overwrites it. */
-static void copy_save(unsigned char *d, unsigned char *save, const unsigned char *src, size_t n)
+/* dst = src, saving dst's old bytes to `save` first (LOOMI_COPY_SAVE),
+ * with non-temporal stores where `nt`: each old line is read once, for
+ * the save, and is then in cache for the store that overwrites it.
+ * Without `nt` (a vector the caches keep) the save stays in cache, where
+ * the next call's save finds its lines. */
+static void copy_save(unsigned char *d, unsigned char *save, const unsigned char *src, size_t n,
+                      int nt)
 {
+    if (!nt) {
+        memcpy(save, d, n);
+        memcpy(d, src, n);
+        return;
+    }
 #if defined(__x86_64__)
     size_t head = (size_t)(-(uintptr_t)save & 15);
     if (n < 4096 || head >= n) head = n;
@@ -481,7 +489,7 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
     case LOOMI_STEP_COPY:
         if (st->flags & LOOMI_COPY_SAVE)
             copy_save(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
-                      bufp(op, st->src) + st->src_off, bytes);
+                      bufp(op, st->src) + st->src_off, bytes, (st->flags & LOOMI_COPY_STREAM) != 0);
         else if (st->flags & LOOMI_COPY_ALSO) /* the second destination is the saved input */
             copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
                         bufp(op, st->src) + st->src_off, bytes);
@@ -510,7 +518,10 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
             int first = 1;
             /* The old block, about to be overwritten; the reduction then
              * reads it from cache. */
-            if (save) copy_stream(save + o * es, NULL, d + o * es, k * es);
+            if (save && (st->flags & LOOMI_RS_STREAM))
+                copy_stream(save + o * es, NULL, d + o * es, k * es);
+            else if (save)
+                memcpy(save + o * es, d + o * es, k * es);
             for (int i = 0; i < s->nshared; i++) {
                 if (i == st->peer) continue;
                 loomi_reduce_out(d + o * es, first ? a + o * es : d + o * es,

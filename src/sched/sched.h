@@ -59,18 +59,21 @@ enum loomi_step_kind {
  * on those, cached stores cost a third more memory traffic. */
 #define LOOMI_COPY_STREAM 0x2u
 /* LOOMI_STEP_COPY flag: first write dst's old bytes to src2 + src2_off
- * (non-temporal: the saved input of saves_input, read back only if the
- * operation fails), then dst = src, in one pass: the read of each old
- * line serves both the save and the store that overwrites it. */
+ * (the saved input of saves_input, read back only if the operation
+ * fails), then dst = src, in one pass: the read of each old line serves
+ * both the save and the store that overwrites it.  With
+ * LOOMI_COPY_STREAM too, the save's stores are non-temporal (a big
+ * vector; a small one's save stays in cache for the next call). */
 #define LOOMI_COPY_SAVE 0x4u
 /* LOOMI_STEP_REDUCE_SHARED flag: save dst's old bytes to SCRATCH at
- * dst_off, block by block before overwriting it (non-temporal; the
- * saves_input convention of the same offsets). */
+ * dst_off, block by block before overwriting it (the saves_input
+ * convention of the same offsets); non-temporal with LOOMI_RS_STREAM. */
 #define LOOMI_RS_SAVE 0x1u
 /* LOOMI_STEP_REDUCE_SHARED flags: push the result to every shared id i
  * other than `peer`, at win_push_off + dst_off, as well as to dst (the
  * out-of-place window form: the reducer of a slice writes it into every
- * rank's RECV); with LOOMI_RS_STREAM, all those stores are non-temporal.
+ * rank's RECV); with LOOMI_RS_STREAM, all those stores are non-temporal
+ * (without LOOMI_RS_PUSH, LOOMI_RS_STREAM applies to LOOMI_RS_SAVE's).
  * The division of LOOM_AVG is done before the push. */
 #define LOOMI_RS_PUSH 0x2u
 #define LOOMI_RS_STREAM 0x4u

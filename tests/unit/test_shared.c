@@ -263,15 +263,20 @@ Test(shared, streams_results_past_the_threshold)
  * overwrites (to SCRATCH at the same offset) or writes only what such a
  * step already saved (the rails, AVG); the staged steps (copy-in, the
  * arena) are gone; every peer's descriptor is checked before anything
- * reads a window. */
+ * reads a window.  The saves bypass the cache past LOOM_SHM_STREAM only
+ * (a small vector's save stays cached for the next call's). */
 Test(shared, window_in_place_saves_what_it_overwrites)
 {
-    for (int L = 2; L <= 4; L++) {
+    for (int k = 0; k < 6; k++) {
+        const int L = 2 + k % 3;
         int host_of[8] = {0};
         struct loomi_hostmap *m = loomi_hostmap_build(L, host_of);
         const size_t n = 40013;
+        /* Past the threshold (ranks x bytes), or not. */
+        const size_t stream = k < 3 ? (size_t)L * n * 4 : (size_t)L * n * 4 + 1;
         struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = n, .inplace = 1,
                                     .chunk_bytes = 4096, .hosts = m, .shared_bytes = 65536,
+                                    .stream_bytes = stream,
                                     .win_id = 3, .win_send_off = 4096, .win_recv_off = 4096,
                                     .win_bytes = 4096 + n * 4};
         struct loomi_sched s;
@@ -296,6 +301,12 @@ Test(shared, window_in_place_saves_what_it_overwrites)
                          st->src2 == LOOMI_BUF_SCRATCH && st->src2_off == st->dst_off);
             reduces += st->kind == LOOMI_STEP_REDUCE_SHARED;
             copies += st->kind == LOOMI_STEP_COPY;
+            if (saves) {
+                int nt = st->kind == LOOMI_STEP_COPY ? (st->flags & LOOMI_COPY_STREAM) != 0
+                                                     : (st->flags & LOOMI_RS_STREAM) != 0;
+                cr_assert_eq(nt, k < 3, "L %d, threshold %zu: step %u's save %s", L, stream, i,
+                             nt ? "streams" : "is cached");
+            }
             for (size_t e = e0; e < e0 + st->count; e++) {
                 if (saves) saved[e] = 1;
                 cr_assert(saved[e], "step %u (kind %d) overwrites element %zu unsaved", i,
