@@ -121,6 +121,10 @@ struct loom_comm {
      * (their ids, the same on every rank) (window.c). */
     struct loomi_win *wins;
     uint64_t win_count;
+    /* A window shared by the host's ranks was made (collective, so every
+     * rank agrees; never reset, as loom_mem_free is local): the
+     * allreduce then selects from the window tables. */
+    int win_shared;
 };
 
 /* Free the handles of the registrations left on comm (destroy, after

@@ -135,12 +135,28 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * rounds (the last one is partial: charging whole rounds made 2M-3M
      * look dear). */
     double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
+    const double f = (L - 1.0) / L;
+    if (j->window) {
+        /* The window form out of place (shared.c): no copy-in, the
+         * reduction reads the peers' inputs in their windows.  On one
+         * host the reducer pushes its slice into the others' RECV;
+         * otherwise each rank copies the others' slices out of their
+         * RECV: either way (L-1)/L of n copied, streamed past
+         * LOOM_SHM_STREAM.  Zero-byte rounds: the descriptors once, "red"
+         * per round, and "out" once unless pushing.  2 ranks: 64K 2.6 us,
+         * 4M 0.30 ms, 64M 6.1 ms (ring 9.5 us, 0.61 ms, 26 ms). */
+        const int push = j->hosts && j->hosts->nhosts == 1;
+        const double copy = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
+        sync = (rounds + (push ? 1 : 2)) * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
+        double work = cf * (l->gamma_copy * n * f * copy + l->gamma * n * f);
+        return sync + 1.1 * work;
+    }
     /* The copy-out with streaming stores (past LOOM_SHM_STREAM) moves two
      * bytes through memory per byte copied where a cached copy moves
      * three (it reads each line before overwriting it): 2/3 of the copy
      * time.  2 ranks here, 64 MiB: 12.6 ms streamed against 15.1. */
     double out = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
-    double work = cf * (l->gamma_copy * n * ((L - 1.0) / L + out) + l->gamma * n * (L - 1) / L);
+    double work = cf * (l->gamma_copy * n * (f + out) + l->gamma * n * f);
     /* The three phases of a round wait for each other (only the next
      * round's copy-in overlaps them): on 2 ranks, whose CPU work equals
      * the ring's, shared measured 3-15% slower than ring and tree from
@@ -360,27 +376,46 @@ static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
     return best;
 }
 
+/* One collective's ranges, over 1 B .. 1 GiB at powers of two and the
+ * points halfway between. */
+static int build_ranges(int c, const struct loomi_job_shape *j, const struct loomi_links *l,
+                        size_t *from, int *algo)
+{
+    int prev = -1, n = 0;
+    for (int k = 0; k <= 60; k++) {
+        if (k == 1) continue; /* 1.5 B */
+        size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
+        int a = best_algo(c, bytes, j, l);
+        if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
+        if (a != prev) {
+            if (n == LOOMI_SELECT_MAX_RANGES) break;
+            from[n] = n ? bytes : 0;
+            algo[n++] = a;
+            prev = a;
+        }
+    }
+    return n;
+}
+
 void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shape *j,
                         const struct loomi_links *l)
 {
+    size_t from[LOOMI_SELECT_MAX_RANGES];
+    int algo[LOOMI_SELECT_MAX_RANGES];
     memset(sel, 0, sizeof *sel);
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
-        int prev = -1;
-        /* 1 B .. 1 GiB at powers of two and the points halfway between. */
-        for (int k = 0; k <= 60; k++) {
-            if (k == 1) continue; /* 1.5 B */
-            size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
-            int a = best_algo(c, bytes, j, l);
-            if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
-            if (a != prev) {
-                int i = sel->n[c];
-                if (i == LOOMI_SELECT_MAX_RANGES) break;
-                sel->r[c][i].from = i ? bytes : 0;
-                sel->r[c][i].algo = a;
-                sel->n[c]++;
-                prev = a;
-            }
+        sel->n[c] = build_ranges(c, j, l, from, algo);
+        for (int i = 0; i < sel->n[c]; i++) {
+            sel->r[c][i].from = from[i];
+            sel->r[c][i].algo = algo[i];
         }
+    }
+    struct loomi_job_shape jw = *j;
+    jw.window = 1;
+    sel->wn = build_ranges(LOOMI_COLL_ALLREDUCE, &jw, l, from, algo);
+    for (int i = 0; i < sel->wn; i++) {
+        sel->wr[i].from = from[i];
+        sel->wr[i].algo = algo[i];
     }
 }
 
@@ -388,6 +423,13 @@ int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t byte
 {
     int a = LOOMI_ALGO_AUTO;
     for (int i = 0; i < sel->n[coll] && sel->r[coll][i].from <= bytes; i++) a = sel->r[coll][i].algo;
+    return a;
+}
+
+int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes)
+{
+    int a = LOOMI_ALGO_AUTO;
+    for (int i = 0; i < sel->wn && sel->wr[i].from <= bytes; i++) a = sel->wr[i].algo;
     return a;
 }
 
@@ -410,6 +452,16 @@ void loomi_select_print(FILE *f, const struct loomi_selection *sel)
                     size_str(sel->r[c][i].from, b, sizeof b));
         fprintf(f, "\n");
     }
+}
+
+void loomi_select_print_window(FILE *f, const struct loomi_selection *sel)
+{
+    char b[32];
+    fprintf(f, "  %-15s", "allreduce");
+    for (int i = 0; i < sel->wn; i++)
+        fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(sel->wr[i].algo),
+                size_str(sel->wr[i].from, b, sizeof b));
+    fprintf(f, "\n");
 }
 
 void loomi_links_print(FILE *f, const struct loomi_links *l)

@@ -60,6 +60,9 @@ struct loomi_job_shape {
     size_t shared_bytes; /* arena per rank, 0 none */
     size_t stream_bytes; /* LOOM_SHM_STREAM (loomi_coll_args) */
     size_t chunk_bytes;
+    /* 1: out-of-place allreduce buffers in loom_mem_alloc windows that
+     * the host's ranks share (the shared algorithm's window form). */
+    int window;
 };
 
 /* Estimated seconds of (coll, algo) for `bytes` (model.h's meaning);
@@ -74,6 +77,13 @@ struct loomi_selection {
         size_t from; /* bytes */
         int algo;
     } r[LOOMI_NUM_COLLS][LOOMI_SELECT_MAX_RANGES];
+    /* Out-of-place allreduce with its buffers in windows (job_shape's
+     * window 1). */
+    int wn;
+    struct {
+        size_t from;
+        int algo;
+    } wr[LOOMI_SELECT_MAX_RANGES];
 };
 
 /* The table over sizes 1 B .. 1 GiB (powers of two and midpoints). */
@@ -81,7 +91,11 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
                         const struct loomi_links *l);
 /* The table's algorithm for coll at `bytes`. */
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
+/* The out-of-place allreduce's, buffers in windows. */
+int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes);
 void loomi_select_print(FILE *f, const struct loomi_selection *sel);
+/* The allreduce's window table. */
+void loomi_select_print_window(FILE *f, const struct loomi_selection *sel);
 void loomi_links_print(FILE *f, const struct loomi_links *l);
 
 /* probe.c: measure the links of a communicator that is connected (init

@@ -10,7 +10,8 @@
  *       element to several arena rounds), each element compared with the
  *       reference; the same calls on plain buffers in between, and the
  *       input of out-of-place calls unchanged.  Exit 0 only when all match.
- *   mp_window mismatch | offsets
+ *   mp_window mismatch | offsets [COUNT]
+ *       an allreduce of COUNT floats (65536) where
  *       rank 0 passes plain buffers (mismatch) or buffers 64 bytes further
  *       into its window (offsets) than the others: every rank must fail,
  *       with LOOM_ERR_MISMATCH where it saw the difference itself or
@@ -187,9 +188,9 @@ static void check(void)
     if (rank == 0) printf("rank 0 of %d: %d allreduces checked\n", nranks, runs);
 }
 
-static void disagree(int offsets)
+static void disagree(int offsets, size_t n)
 {
-    const size_t n = 1 << 16, bytes = n * sizeof(float);
+    const size_t bytes = n * sizeof(float);
     unsigned char *w;
     loom_result_t r = loom_mem_alloc(comm, 2 * bytes + 128, (void **)&w);
     if (r == LOOM_ERR_REVOKED || r == LOOM_ERR_MISMATCH) {
@@ -236,10 +237,15 @@ int main(int argc, char **argv)
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &nranks);
     if (!strcmp(mode, "check")) check();
-    else if (!strcmp(mode, "mismatch")) disagree(0);
-    else if (!strcmp(mode, "offsets")) disagree(1);
-    else {
-        fprintf(stderr, "usage: mp_window check|mismatch|offsets\n");
+    else if (!strcmp(mode, "mismatch") || !strcmp(mode, "offsets")) {
+        long n = argc > 2 ? atol(argv[2]) : 1 << 16;
+        if (n < 1) {
+            fprintf(stderr, "mp_window: bad count %s\n", argv[2]);
+            return 2;
+        }
+        disagree(!strcmp(mode, "offsets"), (size_t)n);
+    } else {
+        fprintf(stderr, "usage: mp_window check|mismatch|offsets [COUNT]\n");
         return 2;
     }
     loom_comm_destroy(comm);

@@ -41,4 +41,35 @@ for m in "mismatch:every rank of a host must use windows alike" \
     check "windows, ${m%%:*}: the error says why" grep -q "${m#*:}" <<<"$out"
     echo "$out" | grep -m1 "${m#*:}" | cut -c1-240
 done
+# Automatic choice, links from a tuning file (2 cores' figures), no
+# slots: for 3 ranks the table of plain buffers takes shared from 96K,
+# the one for windows from 3K.  Once the ranks have windows, the
+# out-of-place allreduce is chosen from the latter on every rank alike.
+# So the checked 4000-byte calls read the windows, and at 32K rank 0's
+# plain buffers meet the others' windows in the shared algorithm, whose
+# check names the mismatch (a rank choosing by its own buffers would run
+# another algorithm than its peers: they fail on a message of the wrong
+# size, which does not say why).
+tf=$(mktemp)
+trap 'rm -f "$hosts_wrapper" "$tf"' EXIT
+printf 'alpha_intra 5e-7\nbeta_intra 9.5e-11\ngamma 6.8e-11\ngamma_copy 6.8e-11\n' >"$tf"
+export LOOM_SHM_SMALL=0
+out=$(LOOM_TUNING_FILE="$tf" timeout 120 "$LOOMRUN" -n 3 --timeout 100 "$BUILDDIR/loom-info" \
+    --job 2>&1)
+window_table() { grep -A1 "windows, out of place" | grep -q "allreduce .*shared from 3K"; }
+check "windows, automatic: loom-info prints the table for windows" window_table <<<"$out"
+out=$(env -u LOOM_ALGO LOOM_TUNING_FILE="$tf" LOOM_DEBUG=trace timeout 300 "$LOOMRUN" -n 3 \
+    --timeout 280 "$prog" check 2>&1)
+rc=$?
+check "windows, automatic: $(echo "$out" | grep '^rank 0 of')" [ $rc -eq 0 ]
+[ $rc -eq 0 ] || echo "$out" | grep -v TRACE | tail -15
+check "windows, automatic: out-of-place allreduces read the windows" \
+    grep -q "count 1000 float32, shared.*from the window" <<<"$out"
+out=$(env -u LOOM_ALGO LOOM_TUNING_FILE="$tf" timeout 120 "$LOOMRUN" -n 3 --timeout 100 \
+    "$prog" mismatch 8192 2>&1)
+rc=$?
+check "windows, automatic, mismatch: every rank fails" [ $rc -eq 0 ]
+[ $rc -eq 0 ] || echo "$out" | tail -15
+check "windows, automatic, mismatch: the error says why" \
+    grep -q "every rank of a host must use windows alike" <<<"$out"
 finish
