@@ -484,6 +484,20 @@ Test(model, shared_syncs_wait_for_turns_on_the_cores)
     free(hm);
 }
 
+/* 2 ranks on one host of 2 cores, with this VM's probed figures. */
+static struct loomi_hostmap *two_ranks_here(struct loomi_links *l, struct loomi_job_shape *j)
+{
+    const int host_of[2] = {0, 0};
+    struct loomi_hostmap *hm = loomi_hostmap_build(2, host_of);
+    cr_assert_not_null(hm);
+    shm_links(l, 0.5e-6, 0.095e-9, 0.068e-9, 0.068e-9);
+    *j = (struct loomi_job_shape){.hosts = hm, .nranks = 2, .cores_per_host = 2,
+                                  .shared_bytes = (size_t)4 << 20,
+                                  .chunk_bytes = (size_t)2 << 20,
+                                  .stream_bytes = (size_t)64 << 20};
+    return hm;
+}
+
 /* 2 ranks on one host, the figures probed here: the algorithms' CPU work
  * decides from a few MiB.  The ring, the tree and halving-doubling do the
  * same work and measured within 10% of each other; recursive doubling
@@ -493,14 +507,9 @@ Test(model, shared_syncs_wait_for_turns_on_the_cores)
  * slower. */
 Test(model, shared_streams_where_the_caches_cannot_keep_the_vectors)
 {
-    const int host_of[2] = {0, 0};
-    struct loomi_hostmap *hm = loomi_hostmap_build(2, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    shm_links(&l, 0.5e-6, 0.095e-9, 0.068e-9, 0.068e-9);
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 2, .cores_per_host = 2,
-                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20,
-                                .stream_bytes = (size_t)64 << 20};
+    struct loomi_job_shape j;
+    struct loomi_hostmap *hm = two_ranks_here(&l, &j);
     const int AR = LOOMI_COLL_ALLREDUCE;
     const int flat[] = {LOOMI_ALGO_RING, LOOMI_ALGO_TREE, LOOMI_ALGO_HALVING_DOUBLING,
                         LOOMI_ALGO_RECURSIVE_DOUBLING};
@@ -617,14 +626,9 @@ Test(model, hierarchical_pays_its_copies_unless_hosts_hold_runs)
  * sizes; and it costs every size less than the staged form. */
 Test(model, windows_make_the_shared_allreduce_cheaper)
 {
-    const int host_of[2] = {0, 0};
-    struct loomi_hostmap *hm = loomi_hostmap_build(2, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    shm_links(&l, 0.5e-6, 0.095e-9, 0.068e-9, 0.068e-9);
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 2, .cores_per_host = 2,
-                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20,
-                                .stream_bytes = (size_t)64 << 20};
+    struct loomi_job_shape j;
+    struct loomi_hostmap *hm = two_ranks_here(&l, &j);
     struct loomi_job_shape jw = j;
     jw.window = 1;
     const int AR = LOOMI_COLL_ALLREDUCE, SH = LOOMI_ALGO_SHARED;
