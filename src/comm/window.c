@@ -225,7 +225,8 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     }
     w->next = c->wins;
     c->wins = w;
-    if (shared && L > 1) c->win_shared = 1;
+    /* Job-wide facts only, so that every rank sets it alike. */
+    if (shared && m->nhosts < c->nranks) c->win_shared = 1;
     *ptr = w->base;
     return LOOM_SUCCESS;
 }
