@@ -333,10 +333,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* Out of place, RECV is only written, once: past what the caches
      * keep, streaming stores save the read of each line before it is
      * overwritten.  (In place, the copy-in has just read those lines.) */
-    /* Big vectors: results (out of place) or saves (in place) skip the
-     * cache; small ones' saves stay there for the next call's. */
-    const int big = loomi_shared_streams(a->stream_bytes, L, n * es);
-    const int stream = !a->inplace && big;
+    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
     if (a->inplace) s->saves_input = 1;
     if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
     uint32_t chk = LOOMI_NO_DEP;
