@@ -178,15 +178,10 @@ loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LO
     return LOOM_SUCCESS;
 }
 
-int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes)
+int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace)
 {
     if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
-    if (comm->sel) return loomi_select_lookup(comm->sel, coll, bytes);
-    return loomi_algo_default(coll, comm->nranks, bytes);
-}
-
-int loomi_algo_for_call(const struct loom_comm *comm, int coll, size_t bytes, int inplace)
-{
+    if (!comm->sel) return loomi_algo_default(coll, comm->nranks, bytes);
     /* Once the host's ranks share windows, an out-of-place allreduce is
      * costed as if its buffers were in them: a choice that every rank
      * makes alike whatever its own buffers, so that a rank with plain
@@ -194,8 +189,7 @@ int loomi_algo_for_call(const struct loom_comm *comm, int coll, size_t bytes, in
      * mismatch.  In place, the window form gains less (it saves what it
      * overwrites, and reads lines the peers have just written: 2 ranks,
      * 64K, 18 us against the ring's 10) and the plain table stands. */
-    if (coll == LOOMI_COLL_ALLREDUCE && !inplace && comm->win_shared && comm->sel &&
-        comm->algo_forced[coll] == LOOMI_ALGO_AUTO)
+    if (coll == LOOMI_COLL_ALLREDUCE && !inplace && comm->win_shared)
         return loomi_select_lookup_window(comm->sel, bytes);
-    return loomi_algo_for(comm, coll, bytes);
+    return loomi_select_lookup(comm->sel, coll, bytes);
 }

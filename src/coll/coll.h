@@ -212,10 +212,8 @@ struct loom_comm;
  * and lists the valid ones. */
 loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LOOMI_NUM_COLLS],
                                int rank);
-/* The algorithm to run for this collective and size. */
-int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes);
-/* loomi_algo_for of one call, which may be in place. */
-int loomi_algo_for_call(const struct loom_comm *comm, int coll, size_t bytes, int inplace);
+/* The algorithm to run for this collective and size, in place or not. */
+int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace);
 
 /* ----------------------------------------- small collectives (small.c) */
 

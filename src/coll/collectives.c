@@ -254,7 +254,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     if (!req && !group && !c->cz.codec && loomi_small_fits(comm, c->a.coll, c->a.count * es))
         return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
                                 c->op, c->fn);
-    int algo = loomi_algo_for_call(comm, c->a.coll, c->a.count * es, c->a.inplace);
+    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace);
     c->a.chunk_bytes = comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;

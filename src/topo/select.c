@@ -378,59 +378,50 @@ static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
 
 /* One collective's ranges, over 1 B .. 1 GiB at powers of two and the
  * points halfway between. */
-static int build_ranges(int c, const struct loomi_job_shape *j, const struct loomi_links *l,
-                        size_t *from, int *algo)
+static void build_ranges(struct loomi_ranges *t, int c, const struct loomi_job_shape *j,
+                         const struct loomi_links *l)
 {
-    int prev = -1, n = 0;
+    int prev = -1;
+    t->n = 0;
     for (int k = 0; k <= 60; k++) {
         if (k == 1) continue; /* 1.5 B */
         size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
         int a = best_algo(c, bytes, j, l);
         if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
         if (a != prev) {
-            if (n == LOOMI_SELECT_MAX_RANGES) break;
-            from[n] = n ? bytes : 0;
-            algo[n++] = a;
+            if (t->n == LOOMI_SELECT_MAX_RANGES) break;
+            t->r[t->n].from = t->n ? bytes : 0;
+            t->r[t->n++].algo = a;
             prev = a;
         }
     }
-    return n;
 }
 
 void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shape *j,
                         const struct loomi_links *l)
 {
-    size_t from[LOOMI_SELECT_MAX_RANGES];
-    int algo[LOOMI_SELECT_MAX_RANGES];
     memset(sel, 0, sizeof *sel);
-    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
-        sel->n[c] = build_ranges(c, j, l, from, algo);
-        for (int i = 0; i < sel->n[c]; i++) {
-            sel->r[c][i].from = from[i];
-            sel->r[c][i].algo = algo[i];
-        }
-    }
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) build_ranges(&sel->coll[c], c, j, l);
     struct loomi_job_shape jw = *j;
     jw.window = 1;
-    sel->wn = build_ranges(LOOMI_COLL_ALLREDUCE, &jw, l, from, algo);
-    for (int i = 0; i < sel->wn; i++) {
-        sel->wr[i].from = from[i];
-        sel->wr[i].algo = algo[i];
-    }
+    build_ranges(&sel->window, LOOMI_COLL_ALLREDUCE, &jw, l);
+}
+
+static int lookup(const struct loomi_ranges *t, size_t bytes)
+{
+    int a = LOOMI_ALGO_AUTO;
+    for (int i = 0; i < t->n && t->r[i].from <= bytes; i++) a = t->r[i].algo;
+    return a;
 }
 
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes)
 {
-    int a = LOOMI_ALGO_AUTO;
-    for (int i = 0; i < sel->n[coll] && sel->r[coll][i].from <= bytes; i++) a = sel->r[coll][i].algo;
-    return a;
+    return lookup(&sel->coll[coll], bytes);
 }
 
 int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes)
 {
-    int a = LOOMI_ALGO_AUTO;
-    for (int i = 0; i < sel->wn && sel->wr[i].from <= bytes; i++) a = sel->wr[i].algo;
-    return a;
+    return lookup(&sel->window, bytes);
 }
 
 static const char *size_str(size_t b, char *buf, size_t n)
@@ -442,26 +433,24 @@ static const char *size_str(size_t b, char *buf, size_t n)
     return buf;
 }
 
-void loomi_select_print(FILE *f, const struct loomi_selection *sel)
+static void print_ranges(FILE *f, int coll, const struct loomi_ranges *t)
 {
     char b[32];
-    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
-        fprintf(f, "  %-15s", loomi_coll_name(c));
-        for (int i = 0; i < sel->n[c]; i++)
-            fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(sel->r[c][i].algo),
-                    size_str(sel->r[c][i].from, b, sizeof b));
-        fprintf(f, "\n");
-    }
+    fprintf(f, "  %-15s", loomi_coll_name(coll));
+    for (int i = 0; i < t->n; i++)
+        fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(t->r[i].algo),
+                size_str(t->r[i].from, b, sizeof b));
+    fprintf(f, "\n");
+}
+
+void loomi_select_print(FILE *f, const struct loomi_selection *sel)
+{
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) print_ranges(f, c, &sel->coll[c]);
 }
 
 void loomi_select_print_window(FILE *f, const struct loomi_selection *sel)
 {
-    char b[32];
-    fprintf(f, "  %-15s", "allreduce");
-    for (int i = 0; i < sel->wn; i++)
-        fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(sel->wr[i].algo),
-                size_str(sel->wr[i].from, b, sizeof b));
-    fprintf(f, "\n");
+    print_ranges(f, LOOMI_COLL_ALLREDUCE, &sel->window);
 }
 
 void loomi_links_print(FILE *f, const struct loomi_links *l)

@@ -71,19 +71,19 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
                          const struct loomi_links *l);
 
 #define LOOMI_SELECT_MAX_RANGES 32
-struct loomi_selection {
-    int n[LOOMI_NUM_COLLS];
+/* One collective's choice: algorithm r[i].algo from r[i].from bytes on. */
+struct loomi_ranges {
+    int n;
     struct {
         size_t from; /* bytes */
         int algo;
-    } r[LOOMI_NUM_COLLS][LOOMI_SELECT_MAX_RANGES];
+    } r[LOOMI_SELECT_MAX_RANGES];
+};
+struct loomi_selection {
+    struct loomi_ranges coll[LOOMI_NUM_COLLS];
     /* Out-of-place allreduce with its buffers in windows (job_shape's
      * window 1). */
-    int wn;
-    struct {
-        size_t from;
-        int algo;
-    } wr[LOOMI_SELECT_MAX_RANGES];
+    struct loomi_ranges window;
 };
 
 /* The table over sizes 1 B .. 1 GiB (powers of two and midpoints). */
