@@ -194,8 +194,11 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
     if (r != LOOM_SUCCESS) return r;
     if (c->rdv_len) loomi_ctrl_serve_joins(c->ctrl, (struct sockaddr *)&c->rdv_addr, c->rdv_len);
     {
-        int h = c->hosts->host_of[rank], cores = c->topo->ranks[rank].host.ncores;
-        c->oversubscribed = cores > 0 && loomi_host_size(c->hosts, h) > cores;
+        /* Counted per machine, not per host: hosts faked on one machine
+         * (LOOM_HOSTNAME, network namespaces) share its cores. */
+        int cores = c->topo->ranks[rank].host.ncores;
+        c->machine_ranks = loomi_topo_machine_ranks(c->topo, rank);
+        c->oversubscribed = cores > 0 && c->machine_ranks > cores;
     }
     /* Every rank decides the same way (the same LOOM_TRANSPORT and
      * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */

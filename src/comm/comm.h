@@ -55,7 +55,8 @@ struct loom_comm {
     uint64_t xfer_events;      /* transfers completed: lets a transport see its progress */
     struct loomi_op *shq_head; /* shared-arena operations, oldest first (engine.c) */
     int shq_kick;              /* one of them was released: run it before sleeping */
-    int oversubscribed;        /* this host has more ranks than cores */
+    int oversubscribed;        /* this machine has more ranks than cores */
+    int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
     /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32

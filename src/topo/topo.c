@@ -48,20 +48,22 @@ static void read_line(const char *path, char *buf, size_t n)
 
 /* Name and id.  The boot id tells apart containers that share a hostname
  * but not a kernel; with LOOM_HOSTNAME the name alone is the identity, so
- * tests can fake several hosts on one machine. */
+ * tests can fake several hosts on one machine.  The machine (the boot id
+ * alone) is read either way: fake hosts still share the cores. */
 static void host_identity(const struct loomi_settings *set, struct loomi_topo_host *h)
 {
     char boot[64] = "";
+    read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+    h->machine = boot[0] ? fnv1a(0xcbf29ce484222325ull, boot, strlen(boot)) : 0;
     if (set->hostname[0]) {
         copy_str(h->name, sizeof h->name, set->hostname);
     } else {
         if (gethostname(h->name, sizeof h->name) != 0 || !h->name[0])
             copy_str(h->name, sizeof h->name, "localhost");
         h->name[sizeof h->name - 1] = '\0';
-        read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
     }
     uint64_t id = fnv1a(0xcbf29ce484222325ull, h->name, strlen(h->name));
-    if (boot[0]) {
+    if (boot[0] && !set->hostname[0]) {
         id = fnv1a(id, "/", 1);
         id = fnv1a(id, boot, strlen(boot));
     }
@@ -90,9 +92,9 @@ static void format_busid(char *out, size_t n, unsigned dom, unsigned bus, unsign
  *   0  u32 magic, u8 version, u8 source, u8 nnics, u8 ngpus
  *   8  u64 host id
  *  16  u16 npackages, u16 nnuma, u32 ncores, u32 npus
- *  28  u64 l3_bytes, u64 mem_bytes
- *  44  i32 pid, u8 bound, u8 0, i16 numa, i16 first_pu, i16 npus
- *  56  host name, NUL-terminated (at most 63 characters)
+ *  28  u64 l3_bytes, u64 mem_bytes, u64 machine
+ *  52  i32 pid, u8 bound, u8 0, i16 numa, i16 first_pu, i16 npus
+ *  64  host name, NUL-terminated (at most 63 characters)
  *      per NIC: busid (u32 domain or ~0 unknown, u8 bus, u8 dev<<3|fn),
  *               i8 numa, i8 package, u32 speed_mbps, name NUL-terminated
  *      per GPU: the same without the speed
@@ -105,8 +107,8 @@ static void format_busid(char *out, size_t n, unsigned dom, unsigned bus, unsign
  * its card says.  Device NUMA/package indices above 126 are sent as -1.
  */
 #define CARD_MAGIC 0x43544d4cu /* "LMTC" */
-#define CARD_VERSION 1
-#define CARD_HEAD 56
+#define CARD_VERSION 2
+#define CARD_HEAD 64
 #define CARD_NIC_FIXED 12
 #define CARD_GPU_FIXED 8
 #define CARD_MIN_NICS 4
@@ -226,6 +228,7 @@ void loomi_topo_pack(const struct loomi_topo_rank *r, unsigned char *card)
     put(&c, (uint32_t)h.npus, 4);
     put(&c, h.l3_bytes, 8);
     put(&c, h.mem_bytes, 8);
+    put(&c, h.machine, 8);
     put(&c, (uint32_t)r->pid, 4);
     put(&c, r->bound ? 1 : 0, 1);
     put(&c, 0, 1);
@@ -313,6 +316,7 @@ loom_result_t loomi_topo_unpack(const unsigned char *card, struct loomi_topo_ran
     if (h->ncores < h->npackages || h->ncores > h->npus) return bad_field("ncores", h->ncores);
     h->l3_bytes = (size_t)get(&c, 8);
     h->mem_bytes = get(&c, 8);
+    h->machine = get(&c, 8);
     r->pid = (int32_t)(uint32_t)get(&c, 4);
     if (r->pid <= 0) return bad_field("pid", r->pid);
     unsigned bound = (unsigned)get(&c, 1);
@@ -893,6 +897,17 @@ loom_result_t loomi_topo_job_build(const struct loomi_topo_rank *ranks, int nran
     job->ranks = copy;
     job->map = map;
     return LOOM_SUCCESS;
+}
+
+int loomi_topo_machine_ranks(const struct loomi_topo_job *job, int rank)
+{
+    const struct loomi_topo_host *me = &job->ranks[rank].host;
+    int n = 0;
+    for (int q = 0; q < job->nranks; q++) {
+        const struct loomi_topo_host *h = &job->ranks[q].host;
+        n += me->machine ? h->machine == me->machine : h->id == me->id;
+    }
+    return n;
 }
 
 void loomi_topo_job_free(struct loomi_topo_job *job)

@@ -36,6 +36,9 @@ struct loomi_topo_dev {
 struct loomi_topo_host {
     char name[64];  /* host identity: LOOM_HOSTNAME, else the hostname */
     uint64_t id;    /* hash of name and boot id: equal iff same host */
+    uint64_t machine; /* hash of the boot id alone, 0 unknown: equal on ranks
+                       * that share a kernel and its cores, even when
+                       * LOOM_HOSTNAME makes them different hosts */
     int npackages, nnuma, ncores, npus;
     size_t l3_bytes;        /* largest last-level cache, 0 unknown */
     uint64_t mem_bytes;     /* total memory, 0 unknown */
@@ -68,6 +71,10 @@ struct loomi_topo_job {
  * Falls back to sysconf() counts, logging why, when hwloc fails. */
 loom_result_t loomi_topo_discover(const struct loomi_settings *set, int rank,
                                   struct loomi_topo_rank *me);
+
+/* How many ranks of the job run on `rank`'s machine (its kernel and
+ * cores): those with its machine id, or without one its host. */
+int loomi_topo_machine_ranks(const struct loomi_topo_job *job, int rank);
 
 /* Fixed-size, endian-neutral encoding (LOOMI_TOPO_CARD_BYTES). */
 void loomi_topo_pack(const struct loomi_topo_rank *r, unsigned char *card);

@@ -68,6 +68,15 @@ check "... two hosts" grep -q "job of 4 rank(s) on 2 host(s)" <<<"$out"
 check "... shm to the local peer, tcp to the others" grep -q "1 peer(s) over shm, 2 over tcp" <<<"$out"
 check "... links measured" grep -q "measured" <<<"$out"
 check "... a selection table" grep -q "^  allreduce " <<<"$out"
+# Fake hosts share this machine's cores: all 4 ranks count for whether
+# waiting ranks must yield, not the host's 2.
+cores=$(sed -n 's/^host 0: .*, \([0-9]*\) cores, .*/\1/p' <<<"$out")
+check "... all 4 ranks counted on the machine" grep -q "machine runs 4 rank(s) of the job on $cores core(s)" <<<"$out"
+if [ "${cores:-0}" -lt 4 ]; then
+    check "... oversubscribed with $cores cores" grep -q "core(s): oversubscribed" <<<"$out"
+else
+    check "... not oversubscribed with $cores cores" grep -q "core(s)$" <<<"$out"
+fi
 out=$(LOOM_PROBE=0 timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 check "LOOM_PROBE=0: built-in link figures" grep -q "\[default\]" <<<"$out"
 check "LOOM_PROBE=0: allreduce takes the slots up to their size, unmeasured" \

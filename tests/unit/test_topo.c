@@ -189,6 +189,9 @@ Test(topo, host_identity)
     struct loomi_topo_rank b = load("dgx_2s8g4n.xml", "node-b");
     cr_expect_eq(a1.host.id, a2.host.id);
     cr_expect_neq(a1.host.id, b.host.id);
+    /* Hosts faked with LOOM_HOSTNAME still share this machine. */
+    cr_expect_eq(a1.host.machine, b.host.machine);
+    if (access("/proc/sys/kernel/random/boot_id", R_OK) == 0) cr_expect_neq(b.host.machine, 0u);
     /* The real identity (no override) is stable too. */
     struct loomi_settings set;
     memset(&set, 0, sizeof set);
@@ -214,6 +217,7 @@ static void expect_same(const struct loomi_topo_rank *a, const struct loomi_topo
     const struct loomi_topo_host *x = &a->host, *y = &b->host;
     cr_expect_str_eq(x->name, y->name);
     cr_expect_eq(x->id, y->id);
+    cr_expect_eq(x->machine, y->machine);
     cr_expect_eq(x->npackages, y->npackages);
     cr_expect_eq(x->nnuma, y->nnuma);
     cr_expect_eq(x->ncores, y->ncores);
@@ -240,6 +244,7 @@ Test(topo, card_round_trip)
     r.first_pu = 64;
     r.npus = 16;
     r.host.nics[2].speed_mbps = 400000; /* as a live machine would say */
+    r.host.machine = 0x8877665544332211ull;
     unsigned char card[LOOMI_TOPO_CARD_BYTES];
     struct loomi_topo_rank back;
     loomi_topo_pack(&r, card);
@@ -318,16 +323,16 @@ Test(topo, card_rejects_corruption)
     expect_rejected(c, "nnuma");
 
     memcpy(c, good, sizeof c);
-    c[50] = 2; /* the rank's NUMA node: 2 of 2 */
+    c[58] = 2; /* the rank's NUMA node: 2 of 2 */
     expect_rejected(c, "numa");
 
-    /* Host name: offset 56, "h" then NUL; make it run to the end. */
+    /* Host name: offset 64, "h" then NUL; make it run to the end. */
     memcpy(c, good, sizeof c);
-    memset(c + 56, 'x', sizeof c - 56);
+    memset(c + 64, 'x', sizeof c - 64);
     expect_rejected(c, "host name");
 
     /* First NIC: busid (6 bytes), numa, package, speed, name. */
-    size_t nic0 = 56 + 2;
+    size_t nic0 = 64 + 2;
     memcpy(c, good, sizeof c);
     c[nic0 + 6] = 2;
     expect_rejected(c, "nic 0 numa");
@@ -361,6 +366,12 @@ Test(topo, job_dgx_two_hosts)
     cr_assert_eq(loomi_topo_job_build(ranks, 16, &job), LOOM_SUCCESS, "%s", loom_get_last_error());
     cr_assert_eq(job.nranks, 16);
     cr_assert_eq(job.map->nhosts, 2);
+    /* Faked on one machine, both hosts' ranks share its cores... */
+    cr_expect_eq(loomi_topo_machine_ranks(&job, 3), a.host.machine ? 16 : 8);
+    /* ...and on two machines, or with no machine id, each host's alone. */
+    for (int r = 0; r < 16; r++) job.ranks[r].host.machine = r % 2 ? 7 : 0;
+    cr_expect_eq(loomi_topo_machine_ranks(&job, 3), 8);
+    cr_expect_eq(loomi_topo_machine_ranks(&job, 2), 8);
     int nic_users[2][4] = {{0}};
     for (int r = 0; r < 16; r++) {
         const struct loomi_topo_rank *p = &job.ranks[r];
