@@ -108,6 +108,13 @@ static double overlap(double alpha, int k)
     return k < 1 ? 0 : alpha * (1 + (k - 1) / 4.0);
 }
 
+/* The same for messages that cross hosts: three quarters of alpha each
+ * past the first (see the alltoall in loomi_select_cost). */
+static double overlap_across(double alpha, int k)
+{
+    return k < 1 ? 0 : alpha * (1 + (k - 1) * 0.75);
+}
+
 /* Least closed-form time of a flat collective among its algorithms. */
 static double best_flat(int coll, int p, size_t bytes, const struct loomi_model_params *m)
 {
@@ -232,7 +239,17 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
                         ? w
                         : (double)(L - 1) / (double)(p - 1);
         flat.alpha = w * in.alpha + (1 - w) * out.alpha;
-        flat.beta = wb * in.beta + (1 - wb) * out.beta;
+        /* In their rounds across hosts every rank of a host crosses at
+         * once, L of them over the host's link, which the probe timed
+         * with one pair alone.  Charged to the reductions, where the
+         * unshared figure chose halving-doubling where it was slowest (2
+         * x 2 over veth: allreduce of 512K, 454 us against shared's 288;
+         * reduce-scatter of 128K a rank, 222 against hierarchical's 186).
+         * The allgather's crossover to hierarchical, which its cheaper
+         * steps already put at 24K-48K a rank (measured: 32K-64K), came
+         * down to 4K with it. */
+        const double share = coll == LOOMI_COLL_ALLGATHER ? 1 : L;
+        flat.beta = wb * in.beta + (1 - wb) * out.beta * share;
     }
     if (H > 1 && L > 1 && coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE) {
         /* Its exchanges run at once; the L-1 inside the host go over the
@@ -244,9 +261,17 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
 
     if (algo != LOOMI_ALGO_HIERARCHICAL && algo != LOOMI_ALGO_SHARED) {
         if (coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE && p > 1) {
-            /* Its p-1 exchanges are posted in windows of 8 at once. */
+            /* Its p-1 exchanges are posted in windows of 8 at once.
+             * Across hosts each message costs more of its own: system
+             * calls on both sides, and over veth the receiver's network
+             * stack on the sender's core (2 x 2 ranks, 8 bytes: 18 us,
+             * against 11.7 for hierarchical, whose three messages wait
+             * for each other).  Three quarters of alpha each past the
+             * first, which puts the switch to pairwise at 32K a peer
+             * (measured: hierarchical faster up to 32K, pairwise from
+             * 64K). */
             int w = p - 1 < 8 ? p - 1 : 8;
-            flat.alpha = overlap(flat.alpha, w) / w;
+            flat.alpha = (H > 1 ? overlap_across(flat.alpha, w) : overlap(flat.alpha, w)) / w;
         }
         double t = loomi_model_time(coll, algo, p, bytes, &flat);
         if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_ALLREDUCE) {
@@ -284,8 +309,15 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
             double s = shared_intra(L, n, j, l, cf);
             t = s < 0 ? -1 : (s + rail) / nrounds + (nrounds - 1) / nrounds * fmax(s, rail);
         } else {
-            t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in) +
-                rail + loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in);
+            /* Its phases wait for each other, as shared's do (the tenth
+             * in shared_intra()), and are separate sub-schedules, whose
+             * rails start together: a quarter more in all.  (2 x 2
+             * ranks over veth: charged a tenth more, hierarchical was
+             * chosen up to 3M and measured 4-21% slower than shared
+             * from 256K to 2M, in two runs; 5% faster at 4M.) */
+            t = 1.25 * (loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in) +
+                       loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in)) +
+                rail;
         }
         break;
     }
@@ -305,14 +337,18 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
     {
         /* Hosts of consecutive ranks: the rail swaps the blocks straight
-         * into RECV, while the own host's run goes round the host; the
-         * other H-1 runs follow.  Other layouts: all H runs after the
-         * rail, and a copy of the p blocks into rank order. */
+         * into RECV, and H allgathers inside the host spread the H runs,
+         * each with its own latency.  The own host's run may go while the
+         * rail's messages are in flight, but its copies then compete
+         * with the rail's for the core: charged in full.  (Charging the
+         * runs as one allgather of H times the bytes, partly hidden
+         * behind the rail, had 2 x 2 ranks over veth take hierarchical
+         * from 4K: 7-14% slower than recursive doubling up to 64K.)
+         * Other layouts: the same, and a copy of the p blocks into rank
+         * order. */
         double rail = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out);
-        double intra =
-            loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes * (size_t)H, &in);
-        t = loomi_hostmap_runs(hm) ? fmax(rail, intra / H) + intra * (H - 1) / H
-                                   : rail + intra + n * p * in.gamma_copy;
+        double run = loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes, &in);
+        t = rail + H * run + (loomi_hostmap_runs(hm) ? 0 : n * p * in.gamma_copy);
         break;
     }
     case LOOMI_COLL_ALLTOALL:
@@ -326,8 +362,9 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
          * run is spread while the rail carries the others; otherwise
          * through three local copies of the whole p*n bytes. */
         double rail = best_flat(LOOMI_COLL_ALLTOALL, H, bytes * (size_t)L, &out);
+        double run = best_flat(LOOMI_COLL_ALLTOALL, L, bytes, &in); /* one host's run */
         double intra = best_flat(LOOMI_COLL_ALLTOALL, L, bytes * (size_t)H, &in);
-        t = loomi_hostmap_runs(hm) ? fmax(rail, intra / H) + intra * (H - 1) / H
+        t = loomi_hostmap_runs(hm) ? fmax(rail, run) + run * (H - 1)
                                    : rail + intra + 3 * n * p * in.gamma_copy;
         break;
     }
