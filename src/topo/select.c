@@ -344,11 +344,15 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
          * runs as one allgather of H times the bytes, partly hidden
          * behind the rail, had 2 x 2 ranks over veth take hierarchical
          * from 4K: 7-14% slower than recursive doubling up to 64K.)
-         * Other layouts: the same, and a copy of the p blocks into rank
-         * order. */
+         * Other layouts: one allgather of all H runs after the rail
+         * (hier.c), and a copy of the p blocks into rank order. */
         double rail = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out);
-        double run = loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes, &in);
-        t = rail + H * run + (loomi_hostmap_runs(hm) ? 0 : n * p * in.gamma_copy);
+        t = loomi_hostmap_runs(hm)
+                ? rail + H * loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, bytes, &in)
+                : rail +
+                      loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L,
+                                       bytes * (size_t)H, &in) +
+                      n * p * in.gamma_copy;
         break;
     }
     case LOOMI_COLL_ALLTOALL:
