@@ -99,20 +99,16 @@ static void params(struct loomi_model_params *m, const struct loomi_links *l, in
 }
 
 /* The latency of k messages posted together: the first pays alpha, each
- * other about a quarter of it (the sender's and receiver's overhead; the
- * wire and the wake-up overlap).  model.h's port model charges alpha per
- * message, one after the other, which is right for TCP streams but not
- * for windows of concurrent messages. */
-static double overlap(double alpha, int k)
+ * other the share `each` of it (OVERLAP_HOST within a host, the sender's
+ * and receiver's overhead, the wire and the wake-up overlapping; more
+ * across hosts, see the alltoall in loomi_select_cost).  model.h's port
+ * model charges alpha per message, one after the other, which is right
+ * for TCP streams but not for windows of concurrent messages. */
+#define OVERLAP_HOST 0.25
+#define OVERLAP_ACROSS 0.75
+static double overlap(double alpha, int k, double each)
 {
-    return k < 1 ? 0 : alpha * (1 + (k - 1) / 4.0);
-}
-
-/* The same for messages that cross hosts: three quarters of alpha each
- * past the first (see the alltoall in loomi_select_cost). */
-static double overlap_across(double alpha, int k)
-{
-    return k < 1 ? 0 : alpha * (1 + (k - 1) * 0.75);
+    return k < 1 ? 0 : alpha * (1 + (k - 1) * each);
 }
 
 /* Least closed-form time of a flat collective among its algorithms. */
@@ -141,7 +137,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * copies and the reduction cover the n bytes once, whatever the
      * rounds (the last one is partial: charging whole rounds made 2M-3M
      * look dear). */
-    double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
+    double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1, OVERLAP_HOST) * cf;
     const double f = (L - 1.0) / L;
     if (j->window) {
         /* The window form out of place (shared.c): no copy-in, the
@@ -154,7 +150,8 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * 4M 0.30 ms, 64M 6.1 ms (ring 9.5 us, 0.61 ms, 26 ms). */
         const int push = j->hosts && j->hosts->nhosts == 1;
         const double copy = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
-        sync = (rounds + (push ? 1 : 2)) * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
+        sync = (rounds + (push ? 1 : 2)) *
+               overlap(l->alpha[LOOMI_LINK_INTRA], L - 1, OVERLAP_HOST) * cf;
         double work = cf * (l->gamma_copy * n * f * copy + l->gamma * n * f);
         return sync + 1.1 * work;
     }
@@ -271,7 +268,7 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
              * (measured: hierarchical faster up to 32K, pairwise from
              * 64K). */
             int w = p - 1 < 8 ? p - 1 : 8;
-            flat.alpha = (H > 1 ? overlap_across(flat.alpha, w) : overlap(flat.alpha, w)) / w;
+            flat.alpha = overlap(flat.alpha, w, H > 1 ? OVERLAP_ACROSS : OVERLAP_HOST) / w;
         }
         double t = loomi_model_time(coll, algo, p, bytes, &flat);
         if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_ALLREDUCE) {
@@ -313,11 +310,11 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
              * in shared_intra()), and are separate sub-schedules, whose
              * rails start together: a quarter more in all.  (2 x 2
              * ranks over veth: charged a tenth more, hierarchical was
-             * chosen up to 3M and measured 4-21% slower than shared
+             * chosen up to 3M and measured 2-21% slower than shared
              * from 256K to 2M, in two runs; 5% faster at 4M.) */
-            t = 1.25 * (loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in) +
-                       loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in)) +
-                rail;
+            double rs = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in);
+            double ag = loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in);
+            t = 1.25 * (rs + ag) + rail;
         }
         break;
     }
