@@ -182,14 +182,16 @@ int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inp
 {
     if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
     if (!comm->sel) return loomi_algo_default(coll, comm->nranks, bytes);
-    /* Once the host's ranks share windows, an out-of-place allreduce is
-     * costed as if its buffers were in them: a choice that every rank
-     * makes alike whatever its own buffers, so that a rank with plain
-     * ones runs the same algorithm and the shared one's check names the
-     * mismatch.  In place, the window form gains less (it saves what it
-     * overwrites, and reads lines the peers have just written: 2 ranks,
-     * 64K, 18 us against the ring's 10) and the plain table stands. */
-    if (coll == LOOMI_COLL_ALLREDUCE && !inplace && comm->win_shared)
-        return loomi_select_lookup_window(comm->sel, bytes);
+    /* Once the host's ranks share windows, an allreduce is costed as if
+     * its buffers were in them: a choice that every rank makes alike
+     * whatever its own buffers, so that a rank with plain ones runs the
+     * same algorithm and the shared one's check names the mismatch.  In
+     * place (which every rank is, or none) from a table of its own: the
+     * window form then saves what it overwrites and reads lines the
+     * peers have just written (2 ranks, 64K: 18 us against the ring's
+     * 10), but from about 1M it beats algorithms that copy RECV aside
+     * first. */
+    if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared)
+        return loomi_select_lookup_window(comm->sel, bytes, inplace);
     return loomi_select_lookup(comm->sel, coll, bytes);
 }

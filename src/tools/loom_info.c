@@ -336,7 +336,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
            "overrides)\n", n, H);
     loomi_select_print(stdout, &sel);
     if (shape.shared_bytes && n > H) {
-        printf("once the ranks have loom_mem_alloc windows, out of place (loom_mem_alloc(3)):\n");
+        printf("once the ranks have loom_mem_alloc windows (loom_mem_alloc(3)):\n");
         loomi_select_print_window(stdout, &sel);
     }
     print_small(loomi_small_limit(set->shm_small, shape.shared_bytes, n, H), SIZE_MAX);
@@ -367,7 +367,7 @@ static int report_job(int explain)
         printf("\nselection (algorithm from size on; LOOM_ALGO overrides)\n");
         if (comm->sel) loomi_select_print(stdout, comm->sel);
         if (comm->sel && comm->shared_bytes && comm->nranks > comm->hosts->nhosts) {
-            printf("once the ranks have loom_mem_alloc windows, out of place (loom_mem_alloc(3)):\n");
+            printf("once the ranks have loom_mem_alloc windows (loom_mem_alloc(3)):\n");
             loomi_select_print_window(stdout, comm->sel);
         }
         print_small(comm->small_max, comm->small_allreduce);
@@ -380,8 +380,11 @@ static int report_job(int explain)
                     c == LOOMI_COLL_REDUCE_SCATTER || c == LOOMI_COLL_ALLTOALL)
                     loomi_select_explain(stdout, c, &j, comm->links);
             if (comm->shared_bytes) {
-                j.window = 1;
+                j.window = LOOMI_WINDOW_OUT;
                 printf("  once the ranks have windows, out of place:\n");
+                loomi_select_explain(stdout, LOOMI_COLL_ALLREDUCE, &j, comm->links);
+                j.window = LOOMI_WINDOW_IN;
+                printf("  in place:\n");
                 loomi_select_explain(stdout, LOOMI_COLL_ALLREDUCE, &j, comm->links);
             }
         }

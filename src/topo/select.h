@@ -52,6 +52,8 @@ loom_result_t loomi_links_read(const char *path, struct loomi_links *l, int rank
 /* Whether figures that came over the network are in range (1) before use. */
 int loomi_links_valid(const struct loomi_links *l);
 
+enum { LOOMI_WINDOW_OUT = 1, LOOMI_WINDOW_IN = 2 };
+
 /* What the model needs of the job besides the links. */
 struct loomi_job_shape {
     const struct loomi_hostmap *hosts; /* NULL: one rank per host */
@@ -60,8 +62,9 @@ struct loomi_job_shape {
     size_t shared_bytes; /* arena per rank, 0 none */
     size_t stream_bytes; /* LOOM_SHM_STREAM (loomi_coll_args) */
     size_t chunk_bytes;
-    /* 1: out-of-place allreduce buffers in loom_mem_alloc windows that
-     * the host's ranks share (the shared algorithm's window form). */
+    /* The allreduce's buffers: plain (0), or in loom_mem_alloc windows
+     * that the host's ranks share (the shared algorithm's window form),
+     * out of place (LOOMI_WINDOW_OUT) or in place (LOOMI_WINDOW_IN). */
     int window;
 };
 
@@ -81,9 +84,9 @@ struct loomi_ranges {
 };
 struct loomi_selection {
     struct loomi_ranges coll[LOOMI_NUM_COLLS];
-    /* Out-of-place allreduce with its buffers in windows (job_shape's
-     * window 1). */
-    struct loomi_ranges window;
+    /* Allreduce with its buffers in windows: [0] out of place, [1] in
+     * place (job_shape's window LOOMI_WINDOW_OUT, LOOMI_WINDOW_IN). */
+    struct loomi_ranges window[2];
 };
 
 /* The table over sizes 1 B .. 1 GiB (powers of two and midpoints). */
@@ -91,10 +94,10 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
                         const struct loomi_links *l);
 /* The table's algorithm for coll at `bytes`. */
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
-/* The out-of-place allreduce's, buffers in windows. */
-int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes);
+/* The allreduce's, buffers in windows, in place or not. */
+int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace);
 void loomi_select_print(FILE *f, const struct loomi_selection *sel);
-/* The allreduce's window table. */
+/* The allreduce's window tables, out of place and in place. */
 void loomi_select_print_window(FILE *f, const struct loomi_selection *sel);
 void loomi_links_print(FILE *f, const struct loomi_links *l);
 

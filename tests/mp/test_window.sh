@@ -43,8 +43,9 @@ for m in "mismatch:every rank of a host must use windows alike" \
 done
 # Automatic choice, links from a tuning file (2 cores' figures), no
 # slots: for 3 ranks the table of plain buffers takes shared from 96K,
-# the one for windows from 3K.  Once the ranks have windows, the
-# out-of-place allreduce is chosen from the latter on every rank alike.
+# the one for windows from 3K, and in place from 768K (the ring below).
+# Once the ranks have windows, the allreduce is chosen from the latter
+# two on every rank alike.
 # So the checked 4000-byte calls read the windows, and at 32K rank 0's
 # plain buffers meet the others' windows in the shared algorithm, whose
 # check names the mismatch (a rank choosing by its own buffers would run
@@ -56,8 +57,13 @@ printf 'alpha_intra 5e-7\nbeta_intra 9.5e-11\ngamma 6.8e-11\ngamma_copy 6.8e-11\
 export LOOM_SHM_SMALL=0
 out=$(LOOM_TUNING_FILE="$tf" timeout 120 "$LOOMRUN" -n 3 --timeout 100 "$BUILDDIR/loom-info" \
     --job 2>&1)
-window_table() { grep -A1 "windows, out of place" | grep -q "allreduce .*shared from 3K"; }
+window_table() { grep -A2 "loom_mem_alloc windows" | grep -q "allreduce .*shared from 3K"; }
 check "windows, automatic: loom-info prints the table for windows" window_table <<<"$out"
+window_inplace() {
+    grep -A2 "loom_mem_alloc windows" | grep -q "in place .*ring from 48K, shared from 768K"
+}
+check "windows, automatic: loom-info prints the table for windows in place" window_inplace \
+    <<<"$out"
 out=$(env -u LOOM_ALGO LOOM_TUNING_FILE="$tf" LOOM_DEBUG=trace timeout 300 "$LOOMRUN" -n 3 \
     --timeout 280 "$prog" check 2>&1)
 rc=$?
@@ -65,6 +71,10 @@ check "windows, automatic: $(echo "$out" | grep '^rank 0 of')" [ $rc -eq 0 ]
 [ $rc -eq 0 ] || echo "$out" | grep -v TRACE | tail -15
 check "windows, automatic: out-of-place allreduces read the windows" \
     grep -q "count 1000 float32, shared.*from the window" <<<"$out"
+check "windows, automatic: 4 MiB in place reads the windows" \
+    grep -q "count 1048579 float32, shared.*in place, from the window" <<<"$out"
+check "windows, automatic: 256 KiB in place takes the ring" \
+    grep -q "count 65537 float32, ring.*in place" <<<"$out"
 out=$(env -u LOOM_ALGO LOOM_TUNING_FILE="$tf" timeout 120 "$LOOMRUN" -n 3 --timeout 100 \
     "$prog" mismatch 8192 2>&1)
 rc=$?
