@@ -39,9 +39,10 @@ float loomi_fp16_to_fp32(uint16_t h);
 uint16_t loomi_fp32_to_bf16(float f);
 float loomi_bf16_to_fp32(uint16_t b);
 
-/* Name of the kernel set picked for this CPU ("avx512", "avx2", "generic"),
- * for logs and loom-info. LOOM_REDUCE_ISA=generic|avx2|avx512 can force a
- * lower one (for tests and comparisons). */
+/* Name of the kernel set in use ("avx512", "avx2", "generic"), for logs
+ * and loom-info: avx2 where the CPU runs it, or what
+ * LOOM_REDUCE_ISA=generic|avx2|avx512 asks for, never above what the CPU
+ * runs. */
 const char *loomi_reduce_isa(void);
 
 /* Test hook: switch every later call to the kernel set `name` ("generic",

@@ -404,7 +404,7 @@ static int report(int p, int H, const struct loomi_model_params *meas)
     printf("build\n");
     printf("  transports      %s (the sim transport is in-process, for tests)\n",
            loomi_route_names());
-    printf("  reduce kernels  %s (the best this CPU runs unless LOOM_REDUCE_ISA lowers it)\n",
+    printf("  reduce kernels  %s (avx2 where this CPU runs it; LOOM_REDUCE_ISA chooses)\n",
            loomi_reduce_isa());
 
     printf("\nsettings (environment)\n");
