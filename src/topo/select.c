@@ -100,12 +100,12 @@ static void params(struct loomi_model_params *m, const struct loomi_links *l, in
 
 /* The latency of k messages posted together: the first pays alpha, each
  * other the share `each` of it (OVERLAP_HOST within a host, the sender's
- * and receiver's overhead, the wire and the wake-up overlapping; more
- * across hosts, see the alltoall in loomi_select_cost).  model.h's port
- * model charges alpha per message, one after the other, which is right
- * for TCP streams but not for windows of concurrent messages. */
+ * and receiver's overhead, the wire and the wake-up overlapping; across
+ * hosts they do not overlap, see the alltoall in loomi_select_cost).
+ * model.h's port model charges alpha per message, one after the other,
+ * which is right for TCP streams but not for windows of concurrent
+ * messages. */
 #define OVERLAP_HOST 0.25
-#define OVERLAP_ACROSS 0.75
 static double overlap(double alpha, int k, double each)
 {
     return k < 1 ? 0 : alpha * (1 + (k - 1) * each);
@@ -290,18 +290,19 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     const double n = (double)bytes;
 
     if (algo != LOOMI_ALGO_HIERARCHICAL && algo != LOOMI_ALGO_SHARED) {
-        if (coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE && p > 1) {
+        if (coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE && p > 1 && H == 1) {
             /* Its p-1 exchanges are posted in windows of 8 at once.
-             * Across hosts each message costs more of its own: system
+             * Across hosts each message pays its whole alpha: system
              * calls on both sides, and over veth the receiver's network
              * stack on the sender's core (2 x 2 ranks, 8 bytes: 18 us,
              * against 11.7 for hierarchical, whose three messages wait
-             * for each other).  Three quarters of alpha each past the
-             * first, which puts the switch to pairwise at 32K a peer
-             * (measured: hierarchical faster up to 32K, pairwise from
-             * 64K). */
+             * for each other).  That puts the switch to pairwise at 48K
+             * a peer.  (Charged three quarters of alpha each past the
+             * first, it came at 32K, where hierarchical measured 5-11%
+             * faster in three runs: 37-40 against 41.5-42 us; at 64K
+             * pairwise was faster in two of them.) */
             int w = p - 1 < 8 ? p - 1 : 8;
-            flat.alpha = overlap(flat.alpha, w, H > 1 ? OVERLAP_ACROSS : OVERLAP_HOST) / w;
+            flat.alpha = overlap(flat.alpha, w, OVERLAP_HOST) / w;
         }
         double t = loomi_model_time(coll, algo, p, bytes, &flat);
         if (t >= 0) t += backup(coll, n, j, l, cf);
@@ -355,14 +356,17 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     case LOOMI_COLL_REDUCE_SCATTER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
         /* Hosts of consecutive ranks: H reduce-scatters inside the host,
-         * one per host's run of the input (as many bytes as one of H
-         * blocks), then the rail's.  Other layouts: hier.c first permutes
-         * the p blocks into SCRATCH, a copy of the whole input, which the
-         * flat algorithms do not make. */
+         * one per host's run of the input, then the rail's: the bytes of
+         * one reduce-scatter of H blocks a rank, with the latency of H
+         * (charged one latency, 2 x 2 ranks over veth took hierarchical
+         * from 1.5K a rank: 7-11% slower than halving-doubling up to 16K
+         * in three runs).  Other layouts: hier.c first permutes the p
+         * blocks into SCRATCH, a copy of the whole input, which the flat
+         * algorithms do not make, and reduce-scatters them at once. */
         t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, bytes * (size_t)H,
                              &in) +
             best_flat(LOOMI_COLL_REDUCE_SCATTER, H, bytes, &out) +
-            (loomi_hostmap_runs(hm) ? 0 : n * p * in.gamma_copy);
+            (loomi_hostmap_runs(hm) ? (H - 1) * (L - 1) * in.alpha : n * p * in.gamma_copy);
         break;
     case LOOMI_COLL_ALLGATHER:
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;

@@ -700,11 +700,14 @@ Test(model, windows_in_place_take_shared_from_a_megabyte)
  *   - allgather: recursive doubling's two messages beat hierarchical's
  *     three up to 16K a rank (9.6 against 11.7 us for 8 bytes), which
  *     wins from 64K a rank (350 against 752 us at 256K);
- *   - alltoall: hierarchical up to 32K a peer, pairwise (18 us for 8
- *     bytes: its crossing messages overlap little) from 64K a peer;
+ *   - alltoall: hierarchical up to 32K a peer (37-40 against 41.5-42
+ *     us there), pairwise (18 us for 8 bytes: its crossing messages do
+ *     not overlap) from 64K a peer;
  *   - allreduce and reduce-scatter: halving-doubling, whose ranks all
  *     cross at once, never past 64K (allreduce 512K: 454 us against
- *     shared's 288; reduce-scatter 128K a rank: 222 against 186). */
+ *     shared's 288; reduce-scatter 128K a rank: 222 against 186);
+ *   - reduce-scatter of 2K a rank: halving-doubling's two messages
+ *     (13.4 us) beat hierarchical's three reduce-scatters (14.8). */
 Test(model, two_hosts_of_two_over_veth)
 {
     const double betas[] = {0.14e-9, 0.19e-9, 0.28e-9};
@@ -729,6 +732,7 @@ Test(model, two_hosts_of_two_over_veth)
             {LOOMI_COLL_ALLGATHER, (size_t)16 << 20, LOOMI_ALGO_HIERARCHICAL, 0},
             {LOOMI_COLL_ALLTOALL, 8, LOOMI_ALGO_HIERARCHICAL, 0},
             {LOOMI_COLL_ALLTOALL, 8192, LOOMI_ALGO_HIERARCHICAL, 0},
+            {LOOMI_COLL_ALLTOALL, (size_t)32 << 10, LOOMI_ALGO_HIERARCHICAL, 0},
             {LOOMI_COLL_ALLTOALL, (size_t)128 << 10, LOOMI_ALGO_PAIRWISE, 0},
             {LOOMI_COLL_ALLTOALL, (size_t)16 << 20, LOOMI_ALGO_PAIRWISE, 0},
             {LOOMI_COLL_ALLREDUCE, 8, LOOMI_ALGO_RECURSIVE_DOUBLING, 0},
@@ -736,6 +740,7 @@ Test(model, two_hosts_of_two_over_veth)
             {LOOMI_COLL_ALLREDUCE, (size_t)512 << 10, 0, LOOMI_ALGO_HALVING_DOUBLING},
             {LOOMI_COLL_ALLREDUCE, (size_t)2 << 20, 0, LOOMI_ALGO_HALVING_DOUBLING},
             {LOOMI_COLL_ALLREDUCE, (size_t)32 << 20, LOOMI_ALGO_SHARED, 0},
+            {LOOMI_COLL_REDUCE_SCATTER, 2048, LOOMI_ALGO_HALVING_DOUBLING, 0},
             {LOOMI_COLL_REDUCE_SCATTER, (size_t)128 << 10, LOOMI_ALGO_HIERARCHICAL, 0},
             {LOOMI_COLL_REDUCE_SCATTER, (size_t)1 << 20, LOOMI_ALGO_HIERARCHICAL, 0},
         };
