@@ -98,17 +98,15 @@ static void params(struct loomi_model_params *m, const struct loomi_links *l, in
     m->chunk_bytes = chunk;
 }
 
-/* The latency of k messages posted together: the first pays alpha, each
- * other the share `each` of it (OVERLAP_HOST within a host, the sender's
- * and receiver's overhead, the wire and the wake-up overlapping; across
- * hosts they do not overlap, see the alltoall in loomi_select_cost).
- * model.h's port model charges alpha per message, one after the other,
- * which is right for TCP streams but not for windows of concurrent
- * messages. */
-#define OVERLAP_HOST 0.25
-static double overlap(double alpha, int k, double each)
+/* The latency of k messages posted together within a host: the first
+ * pays alpha, each other a quarter of it (the sender's and receiver's
+ * overhead; the wire and the wake-up overlap).  Across hosts they do not
+ * overlap (see the alltoall in loomi_select_cost).  model.h's port model
+ * charges alpha per message, one after the other, which is right for TCP
+ * streams but not for windows of concurrent messages. */
+static double overlap(double alpha, int k)
 {
-    return k < 1 ? 0 : alpha * (1 + (k - 1) * each);
+    return k < 1 ? 0 : alpha * (1 + (k - 1) / 4.0);
 }
 
 /* An in-place allreduce that does not save as it goes (all but shared)
@@ -153,7 +151,8 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * copies and the reduction cover the n bytes once, whatever the
      * rounds (the last one is partial: charging whole rounds made 2M-3M
      * look dear). */
-    double sync = 3 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1, OVERLAP_HOST) * cf;
+    const double per_round = overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
+    double sync = 3 * per_round;
     const double f = (L - 1.0) / L;
     if (j->window == LOOMI_WINDOW_IN) {
         /* The window form in place: no push (it would overwrite the
@@ -167,7 +166,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * PRIVATE_CACHE bytes (2 ranks, ring against shared in place:
          * 64K 9 against 18 us, 512K 90 against 99, 1M 216 against 173,
          * 4M 0.80 against 0.49 ms, 16M 3.6 against 2.0). */
-        sync = (rounds + 2) * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1, OVERLAP_HOST) * cf;
+        sync = (rounds + 2) * per_round;
         double work = cf * (l->gamma_copy * n * (1.0 / L + 2 * f) + l->gamma * n * f);
         double hot = f * l->beta[LOOMI_LINK_INTRA] * fmin(2 * n, PRIVATE_CACHE);
         return sync + 1.1 * work + hot;
@@ -183,8 +182,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * 4M 0.30 ms, 64M 6.1 ms (ring 9.5 us, 0.61 ms, 26 ms). */
         const int push = j->hosts && j->hosts->nhosts == 1;
         const double copy = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
-        sync = (rounds + (push ? 1 : 2)) *
-               overlap(l->alpha[LOOMI_LINK_INTRA], L - 1, OVERLAP_HOST) * cf;
+        sync = (rounds + (push ? 1 : 2)) * per_round;
         double work = cf * (l->gamma_copy * n * f * copy + l->gamma * n * f);
         return sync + 1.1 * work;
     }
@@ -302,7 +300,7 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
              * faster in three runs: 37-40 against 41.5-42 us; at 64K
              * pairwise was faster in two of them.) */
             int w = p - 1 < 8 ? p - 1 : 8;
-            flat.alpha = overlap(flat.alpha, w, OVERLAP_HOST) / w;
+            flat.alpha = overlap(flat.alpha, w) / w;
         }
         double t = loomi_model_time(coll, algo, p, bytes, &flat);
         if (t >= 0) t += backup(coll, n, j, l, cf);
