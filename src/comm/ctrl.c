@@ -209,12 +209,18 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
     if (p->failed) return;
     /* Tell the rank itself, best effort, so that a stopped or cut-off
      * rank that comes back knows it is out (and does not take the
-     * others' closed connections for their failures). */
-    if (q != c->rank && p->fd >= 0 && p->out_off == p->out_len) {
-        p->out_off = p->out_len = 0;
-        if (queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0) {
-            ssize_t w = send(p->fd, p->out, HDR_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)w;
+     * others' closed connections for their failures).  The notice goes
+     * after what is queued already: silence is usually found right after
+     * a heartbeat was queued, and a notice dropped then let the resumed
+     * rank shrink into a communicator of its own. */
+    if (q != c->rank && p->fd >= 0 && queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0) {
+        while (p->out_off < p->out_len) {
+            ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0)
+                p->out_off += (size_t)w;
+            else if (!(w < 0 && errno == EINTR))
+                break; /* full or broken: the close below is all it gets */
         }
     }
     p->failed = 1;
@@ -518,10 +524,12 @@ static void *ctrl_main(void *arg)
         return NULL;
     }
     uint64_t next_hb = loomi_now_ms();
-    uint64_t stop_by = 0;
+    uint64_t stop_by = 0, last_top = 0;
+    int away = 0;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         uint64_t now = loomi_now_ms();
+        away = 0;
         if (c->stop) {
             /* Flush the goodbyes for a short while, then leave. */
             int pending = 0;
@@ -540,7 +548,11 @@ static void *ctrl_main(void *arg)
                 next_hb = now + (uint64_t)c->hb_ms;
             }
             uint64_t limit = (uint64_t)c->hb_ms * LOOMI_CTRL_MISSES;
-            for (int q = 0; q < c->n; q++) {
+            /* This thread itself was not running (the process was
+             * stopped, or starved): what the peers sent meanwhile is
+             * unread, so read it before calling anyone silent. */
+            away = last_top && now - last_top > limit / 2;
+            for (int q = 0; q < c->n && !away; q++) {
                 struct peer *p = &c->p[q];
                 if (q == c->rank || p->fd < 0 || p->bye) continue;
                 if (now - p->last_heard_ms > limit) {
@@ -571,6 +583,8 @@ static void *ctrl_main(void *arg)
         }
         int tmo = c->stop ? 20 : c->hb_ms > 0 ? loomi_ms_left(next_hb) : 1000;
         if (c->serve && tmo > 200) tmo = 200; /* binding, hello deadlines */
+        if (away) tmo = 0;
+        last_top = now;
         pthread_mutex_unlock(&c->mu);
         int rc = poll(pf, (nfds_t)nf, tmo);
         pthread_mutex_lock(&c->mu);
