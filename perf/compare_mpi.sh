@@ -17,6 +17,14 @@
 #   -B               bind both alike: rank i to CPU i mod (CPUs), with
 #                    loomrun --bind core and mpirun --bind-to
 #                    core:overload-allowed --map-by core
+#   -M               both sides' glibc keeps what is freed
+#                    (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at
+#                    4 GiB): Open MPI allocates temporaries of the
+#                    message's size in each call, and above 32 MiB glibc
+#                    maps fresh pages for them every time.  Where page
+#                    faults are slow (a VM: 64 MiB took 176 ms to fault in
+#                    on one), that, not the transport, is then Open MPI's
+#                    time.  Quote both.
 #   PERF FLAGS       passed to both binaries after -n 10 -w 3 -c 1 (which
 #                    they override), e.g. -- -d double -r 1 -n 50
 #
@@ -30,12 +38,14 @@ coll=all_reduce ranks=4 minb=8 maxb=16M factor=4 reps=5
 mopts="--mca btl tcp,self"
 usage() { sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 die() { echo "compare_mpi.sh: $*; try -h" >&2; exit 2; }
-lbind=() mbind=""
-while getopts "c:n:b:e:f:r:m:Bh" o; do
+lbind=() mbind="" menv=() mx=()
+while getopts "c:n:b:e:f:r:m:BMh" o; do
     case $o in
     c) coll=$OPTARG ;; n) ranks=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; r) reps=$OPTARG ;; m) mopts=$OPTARG ;; h) usage ;;
     B) lbind=(--bind core) mbind="--bind-to core:overload-allowed --map-by core" ;;
+    M) menv=(MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296)
+       mx=(-x MALLOC_MMAP_THRESHOLD_ -x MALLOC_TRIM_THRESHOLD_) ;;
     *) die "bad option" ;;
     esac
 done
@@ -78,15 +88,16 @@ flags=(-b "$minb" -e "$maxb" -f "$factor" "${extra[@]}")
 echo "# $coll, $ranks ranks, ${flags[*]}; $reps runs each, alternating"
 echo "# Loom: $loom via loomrun ${lbind[*]}${LOOM_ALGO:+, LOOM_ALGO=$LOOM_ALGO}"
 echo "# Open MPI: $mpi via mpirun $mopts $mbind"
+[ ${#menv[@]} -gt 0 ] && echo "# both: ${menv[*]}"
 for k in $(seq "$reps"); do
     line="# run $k:"
     t0=$(date +%s.%N)
-    "$bld/loomrun" -n "$ranks" "${lbind[@]}" "$loom" "${flags[@]}" -J "$out/loom.$k" >"$out/loom.$k.out" 2>"$out/loom.$k.err"
+    env "${menv[@]}" "$bld/loomrun" -n "$ranks" "${lbind[@]}" "$loom" "${flags[@]}" -J "$out/loom.$k" >"$out/loom.$k.out" 2>"$out/loom.$k.err"
     rc=$?
     t1=$(date +%s.%N)
     line+=$(awk -v a="$t0" -v b="$t1" -v rc=$rc 'BEGIN { printf " loom %s %.1f s,", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
     # shellcheck disable=SC2086 # mopts is a list of options
-    mpirun $mopts $mbind --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k" >"$out/mpi.$k.out" 2>"$out/mpi.$k.err"
+    env "${menv[@]}" mpirun $mopts $mbind "${mx[@]}" --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k" >"$out/mpi.$k.out" 2>"$out/mpi.$k.err"
     rc2=$?
     t2=$(date +%s.%N)
     line+=$(awk -v a="$t1" -v b="$t2" -v rc=$rc2 'BEGIN { printf " open mpi %s %.1f s", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
