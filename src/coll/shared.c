@@ -11,20 +11,22 @@
  *   1. copy-in   my input, except my own slice, into my arena;
  *   2. "in"      zero-byte messages to the host's other ranks: my copy is there;
  *   3. reduce    my slice = my input slice + every peer's copy of it,
- *                written into my arena (nobody else reads that slice yet);
+ *                written into my arena (nobody else reads that slice yet),
+ *                and on one host into RECV too, in the same pass;
  *   4. rails     with several hosts: allreduce of my slice with the ranks
  *                of the same local index on the other hosts (any flat
  *                algorithm, embedded), in place in my arena;
  *   5. "red"     zero-byte messages: my slice is final;
- *   6. copy-out  every slice from its owner's arena into RECV (with
- *                streaming stores when the host's vectors are too big
- *                for the caches: see LOOMI_COPY_STREAM);
+ *   6. copy-out  every slice (on one host, every other) from its owner's
+ *                arena into RECV (with streaming stores when the host's
+ *                vectors are too big for the caches: see LOOMI_COPY_STREAM);
  *   7. "out"     zero-byte messages: I no longer read your arena; the
  *                round two later (same half) waits for them.
  *
  * In place, each round also saves its range of RECV into SCRATCH before
  * the copy-out overwrites it (the copy-in writes the save in the same
- * pass, so the input is read once; my own slice is saved after it): the
+ * pass, so the input is read once; the reduction saves my own slice as
+ * it overwrites it, or with rails a copy saves it after the copy-in): the
  * engine restores from there if the operation fails, instead of copying
  * the whole buffer up front (saves_input).
  *
@@ -333,7 +335,14 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     /* Out of place, RECV is only written, once: past what the caches
      * keep, streaming stores save the read of each line before it is
      * overwritten.  (In place, the copy-in has just read those lines.) */
-    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+    const int big = loomi_shared_streams(a->stream_bytes, L, n * es);
+    const int stream = !a->inplace && big;
+    /* On one host, my slice is final once reduced: the reduction writes
+     * it to RECV and to my arena in one pass (LOOMI_RS_KEEP), and my
+     * copy-out skips it (in place it also saves what it overwrites): a
+     * read and a write of n/L less per rank.  With rails the slice is
+     * final only after them, in the arena. */
+    const int keep = H == 1;
     if (a->inplace) s->saves_input = 1;
     if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
     uint32_t chk = LOOMI_NO_DEP;
@@ -381,7 +390,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         /* In place: save the rest of this round's input (my slice) before
          * anything overwrites it. */
         uint32_t save = LOOMI_NO_DEP;
-        if (saved)
+        if (saved && !keep)
             save = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, (b + my0) * es, in, (b + my0) * es,
                                     mylen, &cin, 1);
 
@@ -401,7 +410,13 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         /* 3. my slice: my input plus every peer's copy, into my arena,
          *    in one pass once every copy is there. */
         const size_t moff = hoff + my0 * es;
-        if (mylen) {
+        if (mylen && keep) {
+            uint32_t d[2] = {last, reuse};
+            last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, (b + my0) * es, in,
+                                             (b + my0) * es, moff, li, mylen, d, 2);
+            s->steps[last].flags |= LOOMI_RS_KEEP | (saved ? LOOMI_RS_SAVE : 0) |
+                                    ((saved ? big : stream) ? LOOMI_RS_STREAM : 0);
+        } else if (mylen) {
             uint32_t d[2] = {last, reuse};
             last = loomi_sched_reduce_shared(s, mine, moff, in, (b + my0) * es, moff, li, mylen,
                                              d, 2);
@@ -412,7 +427,8 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
             rc = rail_round(s, a, &rl, R, L, k, mine, moff, mylen, &last);
             if (rc != LOOM_SUCCESS) break;
         }
-        if (mylen && s->op == LOOM_AVG) last = loomi_sched_avg(s, mine, moff, mylen, &last, 1);
+        if (mylen && s->op == LOOM_AVG && !keep)
+            last = loomi_sched_avg(s, mine, moff, mylen, &last, 1);
 
         /* 5. "red": my slice is final. */
         uint32_t *rred = tmp + L; /* [L] */
@@ -423,8 +439,8 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         int no = 0;
         for (int q = 0; q < L; q++) {
             size_t q0 = loomi_seg_start(&g, q), ql = loomi_seg_len(&g, q);
-            if (!ql) continue;
-            uint32_t d[2] = {rred[q], saved ? save : cin};
+            if (!ql || (keep && q == li)) continue;
+            uint32_t d[2] = {rred[q], saved && !keep ? save : cin};
             tmp[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
                 s, LOOMI_BUF_RECV, (b + q0) * es, LOOMI_BUF_SHARED + q, hoff + q0 * es, ql, d,
                 d[1] == LOOMI_NO_DEP ? 1 : 2);

@@ -477,6 +477,39 @@ static void reduce_push(struct loomi_op *op, const struct loomi_step *st)
     }
 }
 
+/* REDUCE_SHARED with LOOMI_RS_KEEP: as reduce_push, each block is
+ * reduced in L1, then (in place) the old block is saved, and the result
+ * goes to dst and to this rank's own arena, where the others copy it. */
+static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
+{
+    const struct loomi_sched *s = &op->s;
+    const size_t es = s->esize, blk = 16384 / es;
+    _Alignas(64) unsigned char tmp[16384];
+    unsigned char *d = bufp(op, st->dst) + st->dst_off;
+    const unsigned char *a = bufp(op, st->src) + st->src_off;
+    unsigned char *keep = op->shared[st->peer] + st->src2_off;
+    unsigned char *save = (st->flags & LOOMI_RS_SAVE)
+                              ? op->bufs[LOOMI_BUF_SCRATCH] + st->dst_off
+                              : NULL;
+    const int nt = (st->flags & LOOMI_RS_STREAM) != 0;
+    for (size_t o = 0; o < st->count; o += blk) {
+        size_t k = st->count - o < blk ? st->count - o : blk;
+        int first = 1;
+        for (int i = 0; i < s->nshared; i++) {
+            if (i == st->peer) continue;
+            loomi_reduce_out(tmp, first ? a + o * es : tmp, op->shared[i] + st->src2_off + o * es,
+                             k, s->dtype, s->op);
+            first = 0;
+        }
+        if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
+        if (save && nt) copy_stream(save + o * es, NULL, d + o * es, k * es);
+        else if (save) memcpy(save + o * es, d + o * es, k * es);
+        memcpy(keep + o * es, tmp, k * es);
+        if (nt && !save) copy_stream(d + o * es, NULL, tmp, k * es);
+        else memcpy(d + o * es, tmp, k * es);
+    }
+}
+
 /* A reduce, copy or avg step on at least one element. */
 static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
 {
@@ -503,6 +536,10 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
     case LOOMI_STEP_REDUCE_SHARED: {
         if (st->flags & LOOMI_RS_PUSH) {
             reduce_push(op, st);
+            break;
+        }
+        if (st->flags & LOOMI_RS_KEEP) {
+            reduce_keep(op, st);
             break;
         }
         /* Block by block, so that the partial result stays in cache while

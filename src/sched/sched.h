@@ -77,6 +77,14 @@ enum loomi_step_kind {
  * The division of LOOM_AVG is done before the push. */
 #define LOOMI_RS_PUSH 0x2u
 #define LOOMI_RS_STREAM 0x4u
+/* LOOMI_STEP_REDUCE_SHARED flag: also write the result to this rank's
+ * own arena (shared id `peer`) at src2_off, where the host's other ranks
+ * copy it from, in the same pass as dst: the staged form's reducer then
+ * writes RECV directly instead of reading its slice back from the arena.
+ * LOOM_AVG's division is done before both writes.  With LOOMI_RS_STREAM,
+ * the saves (LOOMI_RS_SAVE) or else dst's stores are non-temporal; the
+ * arena's never are (peers read it next). */
+#define LOOMI_RS_KEEP 0x8u
 
 enum loomi_buf { LOOMI_BUF_SEND = 0, LOOMI_BUF_RECV = 1, LOOMI_BUF_SCRATCH = 2,
                  LOOMI_NBUFS = 3 };

@@ -98,6 +98,7 @@ static char *step_str(const struct loomi_sched *s, uint32_t i, char *b, size_t n
                  st->src2_off, st->count,
                  (st->flags & LOOMI_RS_SAVE)   ? ", saving it to SCRATCH"
                  : (st->flags & LOOMI_RS_PUSH) ? ", pushed to every window"
+                 : (st->flags & LOOMI_RS_KEEP) ? ", kept in its arena"
                                                : "");
         break;
     case LOOMI_STEP_EXPECT:

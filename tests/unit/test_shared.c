@@ -389,3 +389,68 @@ Test(shared, window_out_of_place_pushes_on_one_host)
         free(m);
     }
 }
+
+/* The staged form on one host: the reducer of a slice writes it into its
+ * RECV and its arena in one pass (LOOMI_RS_KEEP) and copies out only the
+ * others' slices, so RECV is written once per element; in place every
+ * element is saved before it is overwritten.  With rails (two hosts) the
+ * slice is final only after them: no KEEP, every slice copied out. */
+Test(shared, staged_reducer_keeps_its_slice_on_one_host)
+{
+    for (int H = 1; H <= 2; H++)
+        for (int ip = 0; ip < 2; ip++) {
+            const int L = 3, p = H * L;
+            int host_of[6];
+            layout(host_of, H, L, 0);
+            struct loomi_hostmap *m = loomi_hostmap_build(p, host_of);
+            const size_t n = 40013;
+            struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = n,
+                                        .inplace = ip, .chunk_bytes = 4096, .hosts = m,
+                                        .shared_bytes = 65536, .stream_bytes = 1024};
+            struct loomi_sched s;
+            cr_assert_eq(loomi_coll_build(&s, 1, p, LOOM_FLOAT32, LOOM_AVG, &a,
+                                          LOOMI_ALGO_SHARED),
+                         LOOM_SUCCESS, "%s", loom_get_last_error());
+            unsigned char *written = calloc(n, 1), *saved = calloc(n, 1);
+            int keeps = 0, avgs = 0;
+            for (uint32_t i = 0; i < s.nsteps; i++) {
+                const struct loomi_step *st = &s.steps[i];
+                if (st->kind == LOOMI_STEP_SEND || st->kind == LOOMI_STEP_RECV || !st->count)
+                    continue;
+                size_t e0;
+                /* The copy-in's second destination, or a plain copy, into SCRATCH: a save. */
+                if (st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_ALSO) &&
+                    st->src2 == LOOMI_BUF_SCRATCH)
+                    for (e0 = st->src2_off / 4; e0 < st->src2_off / 4 + st->count; e0++)
+                        saved[e0] = 1;
+                if (st->kind == LOOMI_STEP_COPY && st->dst == LOOMI_BUF_SCRATCH &&
+                    st->src == LOOMI_BUF_RECV && st->dst_off < n * 4)
+                    for (e0 = st->dst_off / 4; e0 < st->dst_off / 4 + st->count; e0++)
+                        saved[e0] = 1;
+                avgs += st->kind == LOOMI_STEP_AVG;
+                if (st->kind == LOOMI_STEP_REDUCE_SHARED && (st->flags & LOOMI_RS_KEEP)) {
+                    keeps++;
+                    cr_assert_eq(st->dst, LOOMI_BUF_RECV);
+                    cr_assert_eq(!!(st->flags & LOOMI_RS_SAVE), ip);
+                }
+                if (st->dst != LOOMI_BUF_RECV) continue;
+                int saves = st->kind == LOOMI_STEP_REDUCE_SHARED && (st->flags & LOOMI_RS_SAVE);
+                for (size_t e = st->dst_off / 4; e < st->dst_off / 4 + st->count; e++) {
+                    if (saves) saved[e] = 1;
+                    if (ip) cr_assert(saved[e], "step %u overwrites element %zu unsaved", i, e);
+                    if (H == 1)
+                        cr_assert(!written[e], "H 1 ip %d: element %zu written twice", ip, e);
+                    written[e]++;
+                }
+            }
+            for (size_t e = 0; e < n; e++) cr_assert(written[e], "element %zu never written", e);
+            if (H == 1)
+                cr_assert(keeps > 0 && avgs == 0, "one host: %d keeps, %d avg", keeps, avgs);
+            else
+                cr_assert(keeps == 0, "two hosts: %d keeps", keeps);
+            free(written);
+            free(saved);
+            loomi_sched_free(&s);
+            free(m);
+        }
+}
