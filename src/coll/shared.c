@@ -385,6 +385,9 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                                   &reuse, 1)
                               : loomi_sched_copy(s, mine, hoff + t0 * es, in, (b + t0) * es,
                                                  len - t0, &reuse, 1);
+        /* The saves bypass the cache only for big vectors (as the
+         * reduction's, LOOMI_RS_STREAM): a small one's stay cached. */
+        for (int c = 0; c < nc && saved && big; c++) s->steps[tmp[c]].flags |= LOOMI_COPY_STREAM;
         uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
         /* In place: save the rest of this round's input (my slice) before

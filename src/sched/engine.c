@@ -523,9 +523,14 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
         if (st->flags & LOOMI_COPY_SAVE)
             copy_save(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
                       bufp(op, st->src) + st->src_off, bytes, (st->flags & LOOMI_COPY_STREAM) != 0);
-        else if (st->flags & LOOMI_COPY_ALSO) /* the second destination is the saved input */
+        else if ((st->flags & LOOMI_COPY_ALSO) && (st->flags & LOOMI_COPY_STREAM))
+            /* the second destination is the saved input */
             copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
                         bufp(op, st->src) + st->src_off, bytes);
+        else if (st->flags & LOOMI_COPY_ALSO) {
+            memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
+            memcpy(bufp(op, st->src2) + st->src2_off, bufp(op, st->src) + st->src_off, bytes);
+        }
         else if ((st->flags & LOOMI_COPY_STREAM) ||
                  (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV))
             copy_stream(bufp(op, st->dst) + st->dst_off, NULL, bufp(op, st->src) + st->src_off,

@@ -49,9 +49,11 @@ enum loomi_step_kind {
 #define LOOMI_ENC_EF 0x2u
 
 /* LOOMI_STEP_COPY flag: also write the bytes to src2 + src2_off, a second
- * destination, in the same pass over src (which is then read once).  The
- * second copy bypasses the cache: it is meant for a saved input, read
- * back only if the operation fails. */
+ * destination, in the same pass over src (which is then read once).  It is
+ * meant for a saved input, read back only if the operation fails: with
+ * LOOMI_COPY_STREAM too, the second copy bypasses the cache (a big
+ * vector); without, both stay cached (a small one's save is cheaper in
+ * cache, where the next call finds it). */
 #define LOOMI_COPY_ALSO 0x1u
 /* LOOMI_STEP_COPY flag: write dst with non-temporal stores, which do not
  * first read the lines they overwrite.  For results the operation does
