@@ -413,16 +413,15 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
         /* 3. my slice: my input plus every peer's copy, into my arena,
          *    in one pass once every copy is there. */
         const size_t moff = hoff + my0 * es;
-        if (mylen && keep) {
+        if (mylen) {
             uint32_t d[2] = {last, reuse};
-            last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, (b + my0) * es, in,
-                                             (b + my0) * es, moff, li, mylen, d, 2);
-            s->steps[last].flags |= LOOMI_RS_KEEP | (saved ? LOOMI_RS_SAVE : 0) |
-                                    ((saved ? big : stream) ? LOOMI_RS_STREAM : 0);
-        } else if (mylen) {
-            uint32_t d[2] = {last, reuse};
-            last = loomi_sched_reduce_shared(s, mine, moff, in, (b + my0) * es, moff, li, mylen,
-                                             d, 2);
+            last = keep ? loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, (b + my0) * es, in,
+                                                    (b + my0) * es, moff, li, mylen, d, 2)
+                        : loomi_sched_reduce_shared(s, mine, moff, in, (b + my0) * es, moff, li,
+                                                    mylen, d, 2);
+            if (keep)
+                s->steps[last].flags |= LOOMI_RS_KEEP | (saved ? LOOMI_RS_SAVE : 0) |
+                                        ((saved ? big : stream) ? LOOMI_RS_STREAM : 0);
         }
 
         /* 4. rails: the same slice on every host. */

@@ -189,6 +189,23 @@ static void close_peer(struct peer *p)
     p->in_len = p->in_cap = p->out_off = p->out_len = p->out_cap = 0;
 }
 
+/* Send what is queued to p without blocking: 0 when all of it went, 1
+ * when the socket is full, -1 when it broke (errno says why). */
+static int send_queued(struct peer *p)
+{
+    while (p->out_off < p->out_len) {
+        ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p->out_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        return w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 1 : -1;
+    }
+    return 0;
+}
+
 /* Declare q failed (under mu): first reason revokes, every peer hears. */
 static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
 {
@@ -213,16 +230,8 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
      * after what is queued already: silence is usually found right after
      * a heartbeat was queued, and a notice dropped then let the resumed
      * rank shrink into a communicator of its own. */
-    if (q != c->rank && p->fd >= 0 && queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0) {
-        while (p->out_off < p->out_len) {
-            ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w > 0)
-                p->out_off += (size_t)w;
-            else if (!(w < 0 && errno == EINTR))
-                break; /* full or broken: the close below is all it gets */
-        }
-    }
+    if (q != c->rank && p->fd >= 0 && queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0)
+        (void)send_queued(p); /* full or broken: the close below is all it gets */
     p->failed = 1;
     c->gen++;
     if (q == c->rank) {
@@ -404,15 +413,9 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
 static void peer_write(struct loomi_ctrl *c, int q)
 {
     struct peer *p = &c->p[q];
-    while (p->out_off < p->out_len) {
-        ssize_t w = send(p->fd, p->out + p->out_off, p->out_len - p->out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) {
-            p->out_off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    int rc = send_queued(p);
+    if (rc > 0) return;
+    if (rc < 0) {
         if (p->bye) {
             close_peer(p);
             p->failed = 1;
@@ -525,11 +528,10 @@ static void *ctrl_main(void *arg)
     }
     uint64_t next_hb = loomi_now_ms();
     uint64_t stop_by = 0, last_top = 0;
-    int away = 0;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         uint64_t now = loomi_now_ms();
-        away = 0;
+        int away = 0;
         if (c->stop) {
             /* Flush the goodbyes for a short while, then leave. */
             int pending = 0;

@@ -445,6 +445,23 @@ static void restore_written(struct loomi_op *op)
     }
 }
 
+/* A REDUCE_SHARED step's block of k elements from element o: out = a's
+ * block OP every other arena's (all but st->peer, at src2_off), one pass
+ * per arena over a block that stays in cache.  out may be a's block. */
+static void reduce_arenas(const struct loomi_op *op, const struct loomi_step *st,
+                          unsigned char *out, const unsigned char *a, size_t o, size_t k)
+{
+    const struct loomi_sched *s = &op->s;
+    const size_t es = s->esize;
+    int first = 1;
+    for (int i = 0; i < s->nshared; i++) {
+        if (i == st->peer) continue;
+        loomi_reduce_out(out, first ? a + o * es : out, op->shared[i] + st->src2_off + o * es,
+                         k, s->dtype, s->op);
+        first = 0;
+    }
+}
+
 /* REDUCE_SHARED with LOOMI_RS_PUSH: each block is reduced in a buffer
  * that stays in L1, then written to dst and to every other rank's window
  * at the same place: every byte of the result is written once per rank
@@ -459,13 +476,7 @@ static void reduce_push(struct loomi_op *op, const struct loomi_step *st)
     const unsigned char *a = bufp(op, st->src) + st->src_off;
     for (size_t o = 0; o < st->count; o += blk) {
         size_t k = st->count - o < blk ? st->count - o : blk;
-        int first = 1;
-        for (int i = 0; i < s->nshared; i++) {
-            if (i == st->peer) continue;
-            loomi_reduce_out(tmp, first ? a + o * es : tmp, op->shared[i] + st->src2_off + o * es,
-                             k, s->dtype, s->op);
-            first = 0;
-        }
+        reduce_arenas(op, st, tmp, a, o, k);
         if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
         for (int i = 0; i < s->nshared; i++) {
             unsigned char *to = i == st->peer
@@ -494,13 +505,7 @@ static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
     const int nt = (st->flags & LOOMI_RS_STREAM) != 0;
     for (size_t o = 0; o < st->count; o += blk) {
         size_t k = st->count - o < blk ? st->count - o : blk;
-        int first = 1;
-        for (int i = 0; i < s->nshared; i++) {
-            if (i == st->peer) continue;
-            loomi_reduce_out(tmp, first ? a + o * es : tmp, op->shared[i] + st->src2_off + o * es,
-                             k, s->dtype, s->op);
-            first = 0;
-        }
+        reduce_arenas(op, st, tmp, a, o, k);
         if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
         if (save && nt) copy_stream(save + o * es, NULL, d + o * es, k * es);
         else if (save) memcpy(save + o * es, d + o * es, k * es);
@@ -557,19 +562,13 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
                                   : NULL;
         for (size_t o = 0; o < st->count; o += blk) {
             size_t k = st->count - o < blk ? st->count - o : blk;
-            int first = 1;
             /* The old block, about to be overwritten; the reduction then
              * reads it from cache. */
             if (save && (st->flags & LOOMI_RS_STREAM))
                 copy_stream(save + o * es, NULL, d + o * es, k * es);
             else if (save)
                 memcpy(save + o * es, d + o * es, k * es);
-            for (int i = 0; i < s->nshared; i++) {
-                if (i == st->peer) continue;
-                loomi_reduce_out(d + o * es, first ? a + o * es : d + o * es,
-                                 op->shared[i] + st->src2_off + o * es, k, s->dtype, s->op);
-                first = 0;
-            }
+            reduce_arenas(op, st, d + o * es, a, o, k);
         }
         break;
     }
