@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "transports/bufpool.h"
 #include "transports/shm/shm.h"
 #include "transports/transport.h"
 
@@ -152,6 +153,7 @@ struct unexp {
     uint64_t tag;
     size_t total, got;
     char *buf;       /* eager: bytes so far */
+    size_t cap;      /* buf's size (a pool buffer may be larger) */
     int rts;         /* a CMA descriptor, nothing buffered */
     uint64_t raddr, id;
 };
@@ -237,6 +239,7 @@ struct shm {
     /* Completions, failures, aborts: progress() returns once it moves. */
     uint64_t events;
     size_t unexp_bytes;
+    struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -300,7 +303,7 @@ static struct unexp *take_unexp(struct peer *p, uint64_t tag)
 static void unexp_free(struct shm *t, struct unexp *u)
 {
     if (u->buf) t->unexp_bytes -= u->total;
-    free(u->buf);
+    loomi_bufpool_put(&t->pool, u->buf, u->cap);
     free(u);
 }
 
@@ -616,7 +619,7 @@ static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint
         return NULL;
     }
     struct unexp *u = calloc(1, sizeof *u);
-    if (u && !rts && !(u->buf = malloc(total ? total : 1))) {
+    if (u && !rts && !(u->buf = loomi_bufpool_get(&t->pool, total, &u->cap))) {
         free(u);
         u = NULL;
     }
@@ -1579,6 +1582,7 @@ static void shm_destroy(void *state)
     unlink_own(t);
     if (t->map) munmap(t->map, t->map_len);
     if (t->fd >= 0) close(t->fd);
+    loomi_bufpool_clear(&t->pool);
     free(t->peers);
     free(t->local);
     free(t);

@@ -25,6 +25,7 @@
 
 #include "comm/net.h"
 #include "core/internal.h"
+#include "transports/bufpool.h"
 #include "transports/transport.h"
 
 #define TCP_MAGIC 0x4c4d5450u      /* "LMTP" */
@@ -121,55 +122,9 @@ struct tcp {
     size_t unexp_bytes;
     int aborted;
     struct piece *free_pieces;
-    /* Buffers of early messages, kept for reuse: a peer that starts the
-     * next collective first sends into them every time, and fresh large
-     * allocations would page-fault on every message. */
-    struct ubuf {
-        char *p;
-        size_t cap;
-    } pool[16];
-    int npool;
-    size_t pool_bytes;
+    struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
     char discard[65536];
 };
-
-#define POOL_MAX_BYTES (256u << 20)
-
-static char *ubuf_get(struct tcp *t, size_t len, size_t *cap)
-{
-    int best = -1;
-    for (int i = 0; i < t->npool; i++)
-        if (t->pool[i].cap >= len && (best < 0 || t->pool[i].cap < t->pool[best].cap)) best = i;
-    if (best >= 0) {
-        char *p = t->pool[best].p;
-        *cap = t->pool[best].cap;
-        t->pool_bytes -= *cap;
-        t->pool[best] = t->pool[--t->npool];
-        return p;
-    }
-    *cap = len ? len : 1;
-    return malloc(*cap);
-}
-
-static void ubuf_put(struct tcp *t, char *p, size_t cap)
-{
-    if (t->npool == (int)LOOMI_ARRAY_LEN(t->pool) || t->pool_bytes + cap > POOL_MAX_BYTES) {
-        /* Full: drop the smallest kept buffer if this one is larger. */
-        int small = -1;
-        for (int i = 0; i < t->npool; i++)
-            if (small < 0 || t->pool[i].cap < t->pool[small].cap) small = i;
-        if (small < 0 || t->pool[small].cap >= cap || t->pool_bytes - t->pool[small].cap + cap > POOL_MAX_BYTES) {
-            free(p);
-            return;
-        }
-        free(t->pool[small].p);
-        t->pool_bytes -= t->pool[small].cap;
-        t->pool[small] = t->pool[--t->npool];
-    }
-    t->pool[t->npool].p = p;
-    t->pool[t->npool++].cap = cap;
-    t->pool_bytes += cap;
-}
 
 static unsigned bucket(uint64_t tag) { return (unsigned)((tag ^ (tag >> 32) ^ (tag >> 17)) % NBUCKETS); }
 
@@ -288,7 +243,7 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
             if (u->waiter) complete_once(u->waiter, code);
             if (u->buf) {
                 t->unexp_bytes -= u->total;
-                ubuf_put(t, u->buf, u->cap);
+                loomi_bufpool_put(&t->pool, u->buf, u->cap);
             }
             free(u);
         }
@@ -491,7 +446,7 @@ static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t le
     if (u->buf) {
         if (x) memcpy(x->buf, u->buf, u->total);
         t->unexp_bytes -= u->total;
-        ubuf_put(t, u->buf, u->cap);
+        loomi_bufpool_put(&t->pool, u->buf, u->cap);
     }
     free(u);
     if (!x) return;
@@ -528,7 +483,7 @@ static void unexp_go_direct(struct tcp *t, struct peer *p, struct unexp *u,
     LOOMI_TRACE(t->ctx.rank, "tcp: receive posted for an early message from rank %d: %zu of %zu "
                 "bytes moved, the rest read in place", p->rank, u->got, u->total);
     t->unexp_bytes -= u->total;
-    ubuf_put(t, u->buf, u->cap);
+    loomi_bufpool_put(&t->pool, u->buf, u->cap);
     u->buf = NULL;
     u->direct = 1;
 }
@@ -594,7 +549,7 @@ static int handle_header(struct tcp *t, struct stream *s)
             return -1;
         }
         struct unexp *u = calloc(1, sizeof *u);
-        if (u) u->buf = ubuf_get(t, h->total, &u->cap);
+        if (u) u->buf = loomi_bufpool_get(&t->pool, h->total, &u->cap);
         if (!u || !u->buf) {
             free(u);
             peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
@@ -1022,7 +977,7 @@ static void tcp_destroy(void *state)
         free(p->s);
     }
     free(t->peers);
-    for (int i = 0; i < t->npool; i++) free(t->pool[i].p);
+    loomi_bufpool_clear(&t->pool);
     while (t->free_pieces) {
         struct piece *pc = t->free_pieces;
         t->free_pieces = pc->next;

@@ -1,0 +1,34 @@
+/* bufpool.h - buffers for early messages, kept for reuse.
+ *
+ * A transport copies a message whose receive is not posted yet into a
+ * buffer of its own.  A peer that starts the next collective first sends
+ * into such buffers every time, and a fresh large allocation is a fresh
+ * mapping that page-faults on every message (64 MiB: 16K faults, 160 ms
+ * on a VM whose faults cost 10 us).  So the transports keep the buffers
+ * they are done with, up to a total, and hand them out again.  One pool
+ * per transport instance; not thread-safe (the transport's lock). */
+#ifndef LOOM_BUFPOOL_H
+#define LOOM_BUFPOOL_H
+
+#include <stddef.h>
+
+#define LOOMI_BUFPOOL_SLOTS 16
+#define LOOMI_BUFPOOL_MAX_BYTES ((size_t)256 << 20)
+
+struct loomi_bufpool {
+    struct {
+        char *p;
+        size_t cap;
+    } b[LOOMI_BUFPOOL_SLOTS];
+    int n;
+    size_t bytes;
+};
+
+/* A buffer of at least len bytes (the smallest kept one that fits, or a
+ * new one), its size in *cap; NULL when out of memory. */
+char *loomi_bufpool_get(struct loomi_bufpool *pl, size_t len, size_t *cap);
+/* Done with p (cap bytes, from loomi_bufpool_get): kept or freed. */
+void loomi_bufpool_put(struct loomi_bufpool *pl, char *p, size_t cap);
+void loomi_bufpool_clear(struct loomi_bufpool *pl);
+
+#endif
