@@ -120,6 +120,12 @@ struct loomi_transport_ops {
     /* A descriptor that becomes readable when progress() has work, or -1,
      * so that several transports can be waited on together. */
     int (*wait_fd)(void *state);
+    /* Optional, for transports without a descriptor: a count that rises
+     * whenever progress() moves bytes, complete or not.  A wait naps on
+     * the other transports' descriptors only once it stops rising: one
+     * message streamed through a FIFO for milliseconds completes nothing
+     * until its end, and must not wait for a nap to end between cells. */
+    uint64_t (*moved)(void *state);
     /* Withdraw a posted transfer without completing it (abort path). */
     void (*cancel)(void *state, struct loomi_xfer *x);
     /* Tell every reachable peer that this communicator failed because of

@@ -246,17 +246,28 @@ static loom_result_t route_progress(void *state, int timeout_ms)
         return rc;
     }
     loom_result_t rc;
-    const uint64_t e0 = *r->events, t0 = loomi_now_ns();
+    const uint64_t e0 = *r->events;
+    uint64_t t0 = loomi_now_ns(), m0 = shm && shm->moved ? shm->moved(r->st[T_SHM]) : 0;
     const uint64_t end = t0 + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
     for (;;) {
         /* Shared memory has no descriptor to sleep on, so a wait polls
-         * them all; once it has lasted a while, it naps on the sockets in
-         * short slices instead of burning the core. */
+         * them all; once it has lasted a while with nothing moving, it
+         * naps on the sockets in short slices instead of burning the
+         * core.  (A message streamed through a FIFO moves for
+         * milliseconds before it completes: napping then left the FIFO
+         * full for a slice at a time, 0.4 GB/s for 32 MiB.) */
         for (int i = 0; i < T_N; i++) {
             if (!r->ops[i] || i == napper) continue;
             if ((rc = r->ops[i]->progress(r->st[i], 0)) != LOOM_SUCCESS) return rc;
         }
         uint64_t now = loomi_now_ns();
+        if (shm && shm->moved) {
+            uint64_t m = shm->moved(r->st[T_SHM]);
+            if (m != m0) {
+                m0 = m;
+                t0 = now;
+            }
+        }
         int nap = timeout_ms > 0 && now - t0 > ROUTE_SPIN_NS;
         if ((rc = r->ops[napper]->progress(r->st[napper], nap ? 1 : 0)) != LOOM_SUCCESS)
             return rc;

@@ -238,6 +238,7 @@ struct shm {
     unsigned idle_passes; /* passes with transfers waiting and nothing moving */
     /* Completions, failures, aborts: progress() returns once it moves. */
     uint64_t events;
+    uint64_t moved; /* cells and reads moved by progress (shm_moved) */
     size_t unexp_bytes;
     struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
 };
@@ -1004,6 +1005,7 @@ static int pass(struct shm *t)
             waiting = 1;
         }
     }
+    t->moved += (uint64_t)total;
     if (!waiting) return total;
     /* The liveness clock only needs milliseconds: read it every 64 idle
      * passes, not on each (a clock read costs as much as a pass). */
@@ -1046,6 +1048,8 @@ static int shm_wait_fd(void *state)
     (void)state;
     return -1;
 }
+
+static uint64_t shm_moved(void *state) { return ((struct shm *)state)->moved; }
 
 static void shm_cancel(void *state, struct loomi_xfer *x)
 {
@@ -1620,6 +1624,7 @@ const struct loomi_transport_ops loomi_shm_ops = {
     .iwrite = NULL,
     .progress = shm_progress,
     .wait_fd = shm_wait_fd,
+    .moved = shm_moved,
     .cancel = shm_cancel,
     .abort_all = shm_abort_all,
     .destroy = shm_destroy,
