@@ -159,5 +159,12 @@ check "select_check -s: one table row per size, every algorithm timed" \
               END { exit !(rows == 2 && !gap) }" <<<"$1"' _ "$sc"
 check "select_check -s: the header says one algorithm per job" \
     grep -q "one algorithm each" <<<"$sc"
+# What auto ran, read from the job's own table: an algorithm of the
+# header, or the slots of the small-message path.
+check "select_check -s: every row says what auto ran" \
+    bash -c 'awk "\$1 == \"size\" { for (i = 2; i <= NF; i++) known[\$i] = 1; known[\"slots\"] = 1 }
+              \$1 == 1024 || \$1 == 2048 { k = NF - 2; if (\$NF == \"=\" || \$NF == \"!\") k--
+                                         rows++; if (substr(\$k, 1, 12) in known) good++ }
+              END { exit !(rows == 2 && good == 2) }" <<<"$1"' _ "$sc"
 
 finish
