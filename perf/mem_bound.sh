@@ -10,13 +10,28 @@
 # each byte counted as read once and written once (STREAM's Copy
 # convention), and a copy with streaming stores, which do not read the
 # lines they overwrite and so sustain more.  Each round runs membw, then
-# the allreduce (automatic choice, out of place and in place), and prints
+# the allreduce (automatic choice, out of place and in place; its time the
+# median of 5 batches of 4 calls, as membw's is its best round, so that a
+# batch that the host's other tenants slowed does not decide), and prints
 # busbw as a share of both bounds; the last lines give the medians.
 #
 # In place, a result that overwrites the input can only be undone (the
 # restore on failure that loom(7) promises) if the input was first kept
 # somewhere: a write of n more per rank, 3pn in all, so that bound is
 # 2/3 of the other.  The last line gives the in-place shares of it too.
+#
+# 2pn needs every rank to load and store the others' buffers, which only
+# loom_mem_alloc windows allow (-R 1).  A process cannot touch another's
+# heap except through the kernel, and the kernel's copy (cross-memory
+# attach, LOOM_SHM_CMA) runs slower here than the staging it would save
+# (perf/sendrecv_perf with and without it shows by how much).  So with
+# heap buffers, on a host of L ranks, every rank must write the (L-1)/L
+# of its input that others reduce into shared memory, the reducer read
+# them there and write its result slice there as well as into its own
+# RECV, and every rank read the (L-1)/L it did not reduce back: per rank
+# (3L-2)/L n read and 2n written, (5L-2)/L n in all (4n on 2 ranks, 4.5n
+# on 4) against 2n, and n more in place.  The "buffers" line gives the
+# shares of the bound for the buffers the run used.
 #
 #   perf/mem_bound.sh [-n RANKS] [-b SIZE] [-r ROUNDS] [-- PERF FLAGS]
 #
@@ -34,6 +49,14 @@ while getopts "n:b:r:h" o; do
 done
 shift $((OPTIND - 1))
 [ "${1:-}" = -- ] && shift
+# Windows (-R 1, --register 1): 2pn out of place, 3pn in place; heap
+# buffers: (5L-2)/L pn and (6L-2)/L pn, L = n on one host.
+win=0 prev=
+for f in "$@"; do
+    case "$prev$f" in -R1 | --register1 | -R=1 | --register=1) win=1 ;; esac
+    case $f in -R1) win=1 ;; esac
+    prev=$f
+done
 cpus=$(nproc)
 echo "# $n ranks, $size allreduce, $rounds rounds; membw with $cpus threads"
 echo "# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
@@ -44,7 +67,7 @@ for ((i = 1; i <= rounds; i++)); do
     ts=$(awk '/streaming/ {for (k = 1; k <= NF; k++) if ($k == "traffic") print $(k + 1)}' <<<"$m")
     [ -n "$ts" ] || ts=$tc
     out=$("$BUILDDIR/loomrun" -n "$n" --bind core "$BUILDDIR/all_reduce_perf" -b "$size" \
-        -e "$size" -n 20 -w 3 -c 1 "$@" 2>&1) || { echo "$out" | tail -5; exit 1; }
+        -e "$size" -n 20 -w 3 -S 5 -c 1 "$@" 2>&1) || { echo "$out" | tail -5; exit 1; }
     row=$(awk '!/^#/ && NF >= 13 {print $8, $12, $9, $13; exit}' <<<"$out")
     read -r ob ib ow iw <<<"$row"
     if [ -z "${ob:-}" ] || [ "$ow" != 0 ] || [ "$iw" != 0 ]; then
@@ -57,7 +80,7 @@ for ((i = 1; i <= rounds; i++)); do
     echo "$line"
     res+=("$line")
 done
-printf '%s\n' "${res[@]}" | awk '
+printf '%s\n' "${res[@]}" | awk -v p="$n" -v win="$win" '
     function median(c,   i, j, t, m) {
         m = 0; for (i = 1; i <= NR; i++) v[++m] = col[i, c]
         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -67,4 +90,8 @@ printf '%s\n' "${res[@]}" | awk '
     END { printf "# median %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f\n",
           median(2), median(3), median(4), median(5), median(6), median(7), median(8), median(9)
           printf "# in place against the restorable bound (3pn of traffic): %.1f%% memcpy, %.1f%% streaming\n",
-          1.5 * median(8), 1.5 * median(9) }'
+          1.5 * median(8), 1.5 * median(9)
+          # Traffic per rank in units of n, against the 2 of the shares above.
+          ko = win ? 2 : (5 * p - 2) / p; ki = win ? 3 : (6 * p - 2) / p
+          printf "# buffers: %s, bound %.2fpn out of place, %.2fpn in place: %.1f%% and %.1f%% of it (memcpy), %.1f%% and %.1f%% (streaming)\n",
+          win ? "windows" : "heap", ko, ki, ko / 2 * median(5), ki / 2 * median(8), ko / 2 * median(6), ki / 2 * median(9) }'
