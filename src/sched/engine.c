@@ -339,6 +339,35 @@ static void op_run_ready(struct loomi_op *op)
     }
 }
 
+/* Stores of n bytes (a multiple of 64) to d that skip the cache, and
+ * through the cache to `also` when not NULL, without the fence: callers
+ * fence once after all their streamed stores.  d must be 16-aligned. */
+static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned char *src,
+                           size_t n)
+{
+#if defined(__x86_64__)
+    for (size_t i = 0; i < n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(void *)(d + i), a);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 48), e);
+        if (also) {
+            _mm_storeu_si128((__m128i *)(void *)(also + i), a);
+            _mm_storeu_si128((__m128i *)(void *)(also + i + 16), b);
+            _mm_storeu_si128((__m128i *)(void *)(also + i + 32), c);
+            _mm_storeu_si128((__m128i *)(void *)(also + i + 48), e);
+        }
+    }
+#else
+    memcpy(d, src, n);
+    if (also) memcpy(also, src, n);
+#endif
+}
+
 /* memcpy for a copy that is read back only if the operation fails (the
  * saved input of saves_input), or that the operation does not read again
  * and is too big for the cache (LOOMI_COPY_STREAM): non-temporal stores
@@ -360,27 +389,11 @@ static void copy_stream(unsigned char *d, unsigned char *also, const unsigned ch
     if (also) also += head;
     src += head;
     n -= head;
-    size_t k = n / 64;
-    for (size_t i = 0; i < k; i++, d += 64, src += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
-        _mm_stream_si128((__m128i *)(void *)d, a);
-        _mm_stream_si128((__m128i *)(void *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(void *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(void *)(d + 48), e);
-        if (also) {
-            _mm_storeu_si128((__m128i *)(void *)also, a);
-            _mm_storeu_si128((__m128i *)(void *)(also + 16), b);
-            _mm_storeu_si128((__m128i *)(void *)(also + 32), c);
-            _mm_storeu_si128((__m128i *)(void *)(also + 48), e);
-            also += 64;
-        }
-    }
+    const size_t body = n - n % 64;
+    stream_nofence(d, also, src, body);
     _mm_sfence();
-    memcpy(d, src, n % 64);
-    if (also) memcpy(also, src, n % 64);
+    memcpy(d + body, src + body, n % 64);
+    if (also) memcpy(also + body, src + body, n % 64);
 #else
     memcpy(d, src, n);
     if (also) memcpy(also, src, n);
@@ -462,31 +475,11 @@ static void reduce_arenas(const struct loomi_op *op, const struct loomi_step *st
     }
 }
 
-/* Stores of n bytes (a multiple of 64) that skip the cache, without the
- * fence: the caller fences once after its loop.  d must be 16-aligned. */
-static void stream_nofence(unsigned char *d, const unsigned char *src, size_t n)
-{
-#if defined(__x86_64__)
-    for (size_t i = 0; i < n; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
-        _mm_stream_si128((__m128i *)(void *)(d + i), a);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 16), b);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 32), c);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 48), e);
-    }
-#else
-    memcpy(d, src, n);
-#endif
-}
-
 /* One block of a result in L1 to where it goes: streamed (no fence) when
  * nt and the place allows, else an ordinary copy. */
 static void put_block(unsigned char *d, const unsigned char *src, size_t n, int nt)
 {
-    if (nt && !((uintptr_t)d & 15) && n % 64 == 0) stream_nofence(d, src, n);
+    if (nt && !((uintptr_t)d & 15) && n % 64 == 0) stream_nofence(d, NULL, src, n);
     else memcpy(d, src, n);
 }
 

@@ -49,11 +49,12 @@ enum loomi_step_kind {
 #define LOOMI_ENC_EF 0x2u
 
 /* LOOMI_STEP_COPY flag: also write the bytes to src2 + src2_off, a second
- * destination, in the same pass over src (which is then read once).  It is
- * meant for a saved input, read back only if the operation fails: with
- * LOOMI_COPY_STREAM too, the second copy bypasses the cache (a big
- * vector); without, both stay cached (a small one's save is cheaper in
- * cache, where the next call finds it). */
+ * destination.  It is meant for a saved input, read back only if the
+ * operation fails: with LOOMI_COPY_STREAM too, both are written in one
+ * pass over src (read once from memory) and the second copy bypasses the
+ * cache (a big vector); without, two ordinary copies from a src that is
+ * in cache, and both stay there (a small one's save is cheaper in cache,
+ * where the next call finds it). */
 #define LOOMI_COPY_ALSO 0x1u
 /* LOOMI_STEP_COPY flag: write dst with non-temporal stores, which do not
  * first read the lines they overwrite.  For results the operation does
