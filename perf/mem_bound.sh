@@ -54,8 +54,8 @@ shift $((OPTIND - 1))
 # buffers: (5L-2)/L pn and (6L-2)/L pn, L = n on one host.
 win=0 prev=
 for f in "$@"; do
-    case "$prev$f" in -R1 | --register1 | -R=1 | --register=1) win=1 ;; esac
-    case $f in -R1) win=1 ;; esac
+    case "$prev $f" in "-R 1" | "--register 1") win=1 ;; esac
+    case $f in -R1 | --register=1) win=1 ;; esac
     prev=$f
 done
 cpus=$(nproc)
