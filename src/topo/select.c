@@ -273,10 +273,18 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
          * unshared figure chose halving-doubling where it was slowest (2
          * x 2 over veth: allreduce of 512K, 454 us against shared's 288;
          * reduce-scatter of 128K a rank, 222 against hierarchical's 186).
-         * The allgather's crossover to hierarchical, which its cheaper
-         * steps already put at 24K-48K a rank (measured: 32K-64K), came
-         * down to 4K with it. */
-        const double share = coll == LOOMI_COLL_ALLGATHER ? 1 : L;
+         * The allgather's recursive doubling gets less of it: with the
+         * whole share its crossover to hierarchical came at 4K-48K a
+         * rank, and with none at 48K-1M, as the probe's figures varied
+         * from job to job (inter-host beta 0.21-0.34 ns/B here).  It is
+         * measured between 32K and 64K a rank: 2 x 2 over veth, 32K a
+         * rank 62.8-64.4 us against hierarchical's 64.9-70.1, 64K a rank
+         * 108.8-112.3 against 88.7-97.5.  Half the share put it at
+         * 32K-64K for six of seven probes' figures (96K for the seventh);
+         * three quarters at 24K-48K, but at 4K a rank for the figures of
+         * a host whose shared memory answers in 1.3 us, which measured
+         * recursive doubling faster there (test_model.c). */
+        const double share = coll == LOOMI_COLL_ALLGATHER ? 1 + 0.5 * (L - 1) : L;
         flat.beta = wb * in.beta + (1 - wb) * out.beta * share;
     }
     if (H > 1 && L > 1 && coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE) {
