@@ -180,6 +180,15 @@ static loom_result_t rail_round(struct loomi_sched *s, const struct loomi_coll_a
  * for the restore on failure (peers overwrite nothing of mine), by the
  * steps that overwrite it, which read each old line once for the save
  * and their own work (LOOMI_RS_SAVE, LOOMI_COPY_SAVE).
+ *
+ * Why every copied-out line is saved, not only my slice: a rank that
+ * had every "red" could finish its copy-out even if a peer then failed
+ * (roll forward, no save needed), but the slices it copies are in the
+ * peers' RECV, which a peer that has not yet had every "red" restores
+ * when it fails.  Whether a failing peer had them cannot be known
+ * without another exchange, which a failure can cut in the same way.
+ * Results that outlive a restore would need shared memory of n/L per
+ * rank beside the window.
  */
 static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
