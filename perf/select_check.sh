@@ -30,23 +30,27 @@
 # windows), which no job that runs one algorithm sees.
 #
 #   perf/select_check.sh [-s] [-c "COLLS"] [-b MIN] [-e MAX] [-f FACTOR]
-#                        [-r REPEATS] [-l "LAUNCHER"] [-- PERF FLAGS]
+#                        [-r REPEATS] [-l "LAUNCHER"] [-p DIR] [-- PERF FLAGS]
 #
 #   COLLS     "all_reduce all_gather reduce_scatter alltoall" (default)
 #   MIN, MAX  8 and 64M;  FACTOR: 2;  REPEATS: 3
 #   LAUNCHER  how to start a job, the perf binary appended:
 #             "./loomrun -n 4 --bind core" (default), or for namespaces
 #             "perf/netns_hosts.sh run 2"
+#   DIR       runs nothing: prints the tables from files of earlier runs,
+#             DIR/info (loom-info --job), and per collective DIR/COLL.algos
+#             (the algorithms, auto last) and DIR/COLL.K, K < REPEATS (the
+#             perf binary's output); the tests check the marks this way
 # Exit status 1 when a row is marked or a run fails or reports #wrong.
 set -u
 colls="all_reduce all_gather reduce_scatter alltoall" minb=8 maxb=64M factor=2 reps=3
 BUILDDIR=${BUILDDIR:-.}
 launch="$BUILDDIR/loomrun -n 4 --bind core"
-separate=0
-while getopts "sc:b:e:f:r:l:h" o; do
+separate=0 replay=
+while getopts "sc:b:e:f:r:l:p:h" o; do
     case $o in
     s) separate=1 ;; c) colls=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;; f) factor=$OPTARG ;;
-    r) reps=$OPTARG ;; l) launch=$OPTARG ;; h) sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    r) reps=$OPTARG ;; l) launch=$OPTARG ;; p) replay=$OPTARG ;; h) sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac
 done
@@ -66,8 +70,12 @@ algos_of() { # the algorithms loom-info lists for a collective
         sub(/.*algorithms */, ""); gsub(/ \([^)]*\)/, ""); gsub(/,/, ""); print; exit}'
 }
 # The job's own selection table, as every rank of it uses it.
-env -u LOOM_ALGO $launch "$BUILDDIR/loom-info" --job >"$tmp/info" 2>&1 ||
-    { echo "loom-info --job failed:"; tail -5 "$tmp/info"; exit 1; }
+if [ -n "$replay" ]; then
+    cp "$replay/info" "$tmp/info" || exit 2
+else
+    env -u LOOM_ALGO $launch "$BUILDDIR/loom-info" --job >"$tmp/info" 2>&1 ||
+        { echo "loom-info --job failed:"; tail -5 "$tmp/info"; exit 1; }
+fi
 nranks=$(awk '/^topology: [0-9]+ ranks/ {print $2; exit}' "$tmp/info")
 [ -n "$nranks" ] || { echo "no rank count in loom-info's output"; exit 1; }
 for coll in $colls; do
@@ -86,8 +94,15 @@ for coll in $colls; do
         c == "allreduce" && /^ +allreduce: up to/ {l = $0; sub(/.*up to /, "", l); sub(/,.*/, "", l); lim = l}
         END {print lim ? lim : 0}' "$tmp/info")
     slots=$(to_bytes "$slots")
-    algos="$(algos_of $lc) auto"
-    for ((k = 0; k < reps; k++)); do
+    runs=$reps
+    if [ -n "$replay" ]; then
+        algos=$(cat "$replay/$coll.algos") || exit 2
+        for ((k = 0; k < reps; k++)); do cp "$replay/$coll.$k" "$tmp/$coll.$k" || exit 2; done
+        runs=0
+    else
+        algos="$(algos_of $lc) auto"
+    fi
+    for ((k = 0; k < runs; k++)); do
         # Rotate the order each job: which algorithm warms up first and
         # starts the first batch must not favour one.
         set -- $algos

@@ -167,8 +167,30 @@ check "select_check -s: the header says one algorithm per job" \
 # header, or the slots of the small-message path.
 check "select_check -s: every row says what auto ran" \
     bash -c 'awk "\$1 == \"size\" { for (i = 2; i <= NF; i++) known[\$i] = 1; known[\"slots\"] = 1 }
-              \$1 == 1024 || \$1 == 2048 { k = NF - 2; if (\$NF == \"=\" || \$NF == \"!\") k--
+              \$1 == 1024 || \$1 == 2048 { k = NF - 2; if (\$NF ~ /^[=~!]\$/) k--
                                          rows++; if (substr(\$k, 1, 12) in known) good++ }
               END { exit !(rows == 2 && good == 2) }" <<<"$1"' _ "$sc"
+
+# The marks, from files of made-up runs (-p): auto running the best is
+# "=", auto slow but running one within 10% of the best "~", auto
+# running one more than 10% slower "!" (and exit status 1), auto within
+# 10% unmarked.
+rp=$(mktemp -d)
+printf '%s\n' "topology: 2 ranks on 1 host" "selection (algorithm from size on; LOOM_ALGO overrides)" \
+    "  allreduce      ring from 0, shared from 4K" >"$rp/info"
+echo "ring shared auto" >"$rp/all_reduce.algos"
+for r in "1024 10 12 10.5" "2048 10 9.5 11" "4096 10 13 12" "8192 10 10.5 10.8"; do
+    set -- $r
+    for a in "ring $2" "shared $3" "auto $4"; do
+        set -- $r $a
+        printf '%s %s float sum -1 %s 1 1 0 %s 1 1 0 %s\n' "$1" $(($1 / 4)) "$6" "$6" "$5"
+    done
+done >"$rp/all_reduce.0"
+sc=$(BUILDDIR=$BUILDDIR bash "$SRCDIR/perf/select_check.sh" -c all_reduce -r 1 -p "$rp" 2>&1)
+rc=$?
+rm -rf "$rp"
+check "select_check -p: marks = ~ ! and none, exit status 1" \
+    bash -c '[ "$2" = 1 ] && awk "\$1 ~ /^[0-9]+\$/ { m = \$NF ~ /^[=~!]\$/ ? \$NF : \"-\"; s = s \$1 m \" \" }
+              END { exit s != \"1024= 2048~ 4096! 8192- \" }" <<<"$1"' _ "$sc" "$rc"
 
 finish
