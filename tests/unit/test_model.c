@@ -370,6 +370,16 @@ static struct loomi_hostmap *two_by_two(struct loomi_links *l, const double shm[
     return hm;
 }
 
+/* The shape of a 2 x 2 job on 2-core hosts, with the default arenas,
+ * chunks and streaming threshold. */
+static struct loomi_job_shape two_by_two_job(struct loomi_hostmap *hm)
+{
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
+                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20,
+                                .stream_bytes = (size_t)64 << 20};
+    return j;
+}
+
 /* 2 hosts x 2 consecutive ranks, the network 10x slower than shared
  * memory: recursive doubling's allgather and halving-doubling send one of
  * their three blocks inside the host and two across, so their time per
@@ -550,9 +560,7 @@ Test(model, shared_rounds_overlap_the_rails)
     struct loomi_links l;
     const double shm[4] = {0.68e-6, 0.091e-9, 0.066e-9, 0.067e-9};
     struct loomi_hostmap *hm = two_by_two(&l, shm, 13.65e-6, 0.189e-9);
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
-                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20,
-                                .stream_bytes = (size_t)64 << 20};
+    struct loomi_job_shape j = two_by_two_job(hm);
     const int AR = LOOMI_COLL_ALLREDUCE;
     for (size_t n = (size_t)8 << 20; n <= (size_t)64 << 20; n *= 2) {
         double hi = loomi_select_cost(AR, LOOMI_ALGO_HIERARCHICAL, n, &j, &l);
@@ -710,10 +718,7 @@ Test(model, two_hosts_of_two_over_veth_slow_shm)
         struct loomi_links l;
         const double shm[4] = {figs[f][0], figs[f][1], 0.017e-9, 0.018e-9};
         struct loomi_hostmap *hm = two_by_two(&l, shm, figs[f][2], figs[f][3]);
-        struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
-                                    .shared_bytes = (size_t)4 << 20,
-                                    .chunk_bytes = (size_t)2 << 20,
-                                    .stream_bytes = (size_t)64 << 20};
+        struct loomi_job_shape j = two_by_two_job(hm);
         struct loomi_selection sel;
         loomi_select_build(&sel, &j, &l);
         const int AG = LOOMI_COLL_ALLGATHER;
@@ -748,10 +753,7 @@ Test(model, two_hosts_of_two_over_veth)
         struct loomi_links l;
         const double shm[4] = {1.3e-6, 0.094e-9, 0.068e-9, 0.067e-9};
         struct loomi_hostmap *hm = two_by_two(&l, shm, 4.4e-6, betas[b]);
-        struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
-                                    .shared_bytes = (size_t)4 << 20,
-                                    .chunk_bytes = (size_t)2 << 20,
-                                    .stream_bytes = (size_t)64 << 20};
+        struct loomi_job_shape j = two_by_two_job(hm);
         struct loomi_selection sel;
         loomi_select_build(&sel, &j, &l);
         const struct {
