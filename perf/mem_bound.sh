@@ -77,7 +77,7 @@ for ((i = 1; i <= rounds; i++)); do
     echo "$line"
     res+=("$line")
 done
-printf '%s\n' "${res[@]}" | awk -v p="$n" -v win="$win" '
+printf '%s\n' "${res[@]}" | awk -v win="$win" '
     function median(c,   i, j, t, m) {
         m = 0; for (i = 1; i <= NR; i++) v[++m] = col[i, c]
         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
