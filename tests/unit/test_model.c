@@ -721,13 +721,12 @@ Test(model, two_hosts_of_two_over_veth_slow_shm)
         struct loomi_job_shape j = two_by_two_job(hm);
         struct loomi_selection sel;
         loomi_select_build(&sel, &j, &l);
-        const int AG = LOOMI_COLL_ALLGATHER;
-        cr_expect_eq(loomi_select_lookup(&sel, AG, (size_t)16 << 10),
-                     LOOMI_ALGO_RECURSIVE_DOUBLING, "figures %zu: allgather 16K a rank: %s", f,
-                     loomi_algo_name(loomi_select_lookup(&sel, AG, (size_t)16 << 10)));
-        cr_expect_eq(loomi_select_lookup(&sel, AG, (size_t)64 << 10), LOOMI_ALGO_HIERARCHICAL,
-                     "figures %zu: allgather 64K a rank: %s", f,
-                     loomi_algo_name(loomi_select_lookup(&sel, AG, (size_t)64 << 10)));
+        const int small = loomi_select_lookup(&sel, LOOMI_COLL_ALLGATHER, (size_t)16 << 10);
+        const int big = loomi_select_lookup(&sel, LOOMI_COLL_ALLGATHER, (size_t)64 << 10);
+        cr_expect_eq(small, LOOMI_ALGO_RECURSIVE_DOUBLING, "figures %zu: allgather 16K a rank: %s",
+                     f, loomi_algo_name(small));
+        cr_expect_eq(big, LOOMI_ALGO_HIERARCHICAL, "figures %zu: allgather 64K a rank: %s", f,
+                     loomi_algo_name(big));
         free(hm);
     }
 }
