@@ -79,6 +79,10 @@ struct loomi_tctx {
      * the message size from which a single-copy path is used (0: never). */
     size_t shm_bytes;
     size_t shm_cma_min;
+    /* RDMA: the device the topology gives this rank (the NIC closest to
+     * its GPU or cores), or NULL; LOOM_IB_HCA overrides it.  Read only
+     * during create(). */
+    const char *nic_hint;
 };
 
 struct loomi_transport_ops {

@@ -126,9 +126,21 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
     return LOOM_SUCCESS;
 }
 
+/* The NIC `me` should open: the one an earlier picture gave it (a
+ * communicator made from another), else the picture's choice for its
+ * local index as the launcher tells it. */
+static int nic_to_open(const struct loom_comm *c, const struct loomi_topo_rank *me)
+{
+    if (me->nic >= 0 && me->nic < me->host.nnics) return me->nic;
+    int li, n;
+    loomi_env_local_rank(c->rank, &li, &n);
+    return loomi_topo_local_nic(me, li, n);
+}
+
 loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_rank *me,
                                  unsigned char *addr)
 {
+    const int nic = nic_to_open(c, me);
     struct loomi_tctx ctx = {
         .rank = c->rank,
         .nranks = c->nranks,
@@ -142,9 +154,21 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .owner = c,
         .shm_bytes = c->set.shm_bytes,
         .shm_cma_min = c->set.shm_cma_min,
+        .nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL,
     };
     loom_result_t r = loomi_route_create(&ctx, c->route_mask, &c->xfer_events, &c->tstate);
     if (r != LOOM_SUCCESS) return r;
+    /* The card says which NIC RDMA opened, so that every rank's picture
+     * shows the NICs in use. */
+    struct loomi_topo_rank card = *me;
+    const char *dev = loomi_route_rdma_device(c->tstate);
+    card.nic = -1;
+    card.nic_open = 0;
+    for (int i = 0; dev && card.nic < 0 && i < card.host.nnics; i++)
+        if (strcmp(card.host.nics[i].name, dev) == 0) {
+            card.nic = (int16_t)i;
+            card.nic_open = 1;
+        }
     _Static_assert(LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES + LOOMI_CTRL_ADDR_BYTES <=
                        LOOMI_ADDR_BYTES,
                    "bootstrap address holds the route address, topology card and control address");
@@ -152,7 +176,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
     memset(addr, 0, LOOMI_ADDR_BYTES);
     r = c->tops->local_addr(c->tstate, addr, &alen);
     if (r != LOOM_SUCCESS) return r;
-    loomi_topo_pack(me, addr + LOOMI_ROUTE_ADDR_BYTES);
+    loomi_topo_pack(&card, addr + LOOMI_ROUTE_ADDR_BYTES);
     r = loomi_ctrl_create(c->rank, c->nranks, c->job_key, c->set.heartbeat_ms,
                           (const struct sockaddr *)&c->bind_addr, (socklen_t)c->bind_len,
                           &c->ctrl);

@@ -235,6 +235,11 @@ loom_result_t loomi_env_join_target(struct loomi_boot_target *t);
 
 /* Read the launcher's environment: fills target, rank and nranks. */
 loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nranks);
+/* This process's index among the job's ranks on its host, and their
+ * number, as the launcher says (LOOM_LOCAL_RANK/LOOM_LOCAL_SIZE, torchrun's
+ * LOCAL_RANK/LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK/SIZE);
+ * -1 and 0 when none does.  A hint (which NIC to open), never an error. */
+void loomi_env_local_rank(int rank, int *local, int *nlocal);
 
 /* Create and connect a communicator (shared by init_rank and init_env).
  * is_root_host: this process must run the root service (env mode, rank 0). */

@@ -200,3 +200,36 @@ loom_result_t loomi_env_join_target(struct loomi_boot_target *t)
     set_key(t, key);
     return LOOM_SUCCESS;
 }
+
+/* A whole number in lo..hi, or -1. */
+static int quiet_int(const char *s, int lo, int hi)
+{
+    if (!s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    return errno || end == s || *end || v < lo || v > hi ? -1 : (int)v;
+}
+
+void loomi_env_local_rank(int rank, int *local, int *nlocal)
+{
+    static const char *const pairs[][2] = {{"LOOM_LOCAL_RANK", "LOOM_LOCAL_SIZE"},
+                                           {"LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+                                           {"OMPI_COMM_WORLD_LOCAL_RANK",
+                                            "OMPI_COMM_WORLD_LOCAL_SIZE"}};
+    *local = -1;
+    *nlocal = 0;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const char *l = env(pairs[i][0]), *n = env(pairs[i][1]);
+        if (!l || !n) continue;
+        int nv = quiet_int(n, 1, 1 << 20), lv = nv > 0 ? quiet_int(l, 0, nv - 1) : -1;
+        if (lv < 0) {
+            LOOMI_INFO(rank, "%s=%s, %s=%s: not a local rank and size; ignored", pairs[i][0], l,
+                       pairs[i][1], n);
+            continue;
+        }
+        *local = lv;
+        *nlocal = nv;
+        return;
+    }
+}

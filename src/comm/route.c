@@ -47,6 +47,12 @@ static const struct loomi_transport_ops *const known[T_N] = {&loomi_tcp_ops, &lo
 
 const char *loomi_route_names(void) { return "tcp, shm, verbs"; }
 
+const char *loomi_route_rdma_device(void *state)
+{
+    const struct route *r = state;
+    return r->ops[T_VERBS] && r->st[T_VERBS] ? loomi_verbs_device(r->st[T_VERBS]) : NULL;
+}
+
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
 {
     *mask = 0;

@@ -14,6 +14,8 @@ extern const struct loomi_transport_ops loomi_route_ops;
 
 /* "tcp, shm, verbs": the transports this build has. */
 const char *loomi_route_names(void);
+/* The RDMA device the route's verbs transport opened, or NULL. */
+const char *loomi_route_rdma_device(void *state);
 /* LOOM_TRANSPORT ("tcp", "shm", "tcp,shm"; empty: all) into a mask;
  * an unknown name is an error listing the known ones. */
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank);

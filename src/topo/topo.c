@@ -107,7 +107,7 @@ static void format_busid(char *out, size_t n, unsigned dom, unsigned bus, unsign
  * its card says.  Device NUMA/package indices above 126 are sent as -1.
  */
 #define CARD_MAGIC 0x43544d4cu /* "LMTC" */
-#define CARD_VERSION 2
+#define CARD_VERSION 3
 #define CARD_HEAD 64
 #define CARD_NIC_FIXED 12
 #define CARD_GPU_FIXED 8
@@ -231,7 +231,9 @@ void loomi_topo_pack(const struct loomi_topo_rank *r, unsigned char *card)
     put(&c, h.machine, 8);
     put(&c, (uint32_t)r->pid, 4);
     put(&c, r->bound ? 1 : 0, 1);
-    put(&c, 0, 1);
+    /* The NIC this rank's RDMA transport opened, + 1 (0: none, or one the
+     * trimmed list lost). */
+    put(&c, r->nic_open && r->nic >= 0 && r->nic < h.nnics ? (unsigned)r->nic + 1 : 0, 1);
     put(&c, (uint16_t)r->numa, 2);
     put(&c, (uint16_t)r->first_pu, 2);
     put(&c, (uint16_t)r->npus, 2);
@@ -322,8 +324,8 @@ loom_result_t loomi_topo_unpack(const unsigned char *card, struct loomi_topo_ran
     unsigned bound = (unsigned)get(&c, 1);
     if (bound > 1) return bad_field("bound", bound);
     r->bound = (int16_t)bound;
-    unsigned pad = (unsigned)get(&c, 1);
-    if (pad) return bad_field("padding", pad);
+    unsigned in_use = (unsigned)get(&c, 1);
+    if (in_use > (unsigned)h->nnics) return bad_field("nic in use", in_use);
     r->numa = (int16_t)get(&c, 2);
     r->first_pu = (int16_t)get(&c, 2);
     r->npus = (int16_t)get(&c, 2);
@@ -345,7 +347,8 @@ loom_result_t loomi_topo_unpack(const unsigned char *card, struct loomi_topo_ran
     for (size_t i = c.pos; i < LOOMI_TOPO_CARD_BYTES; i++)
         if (card[i]) return bad_field("trailing bytes", (long long)i);
     r->gpu = -1;
-    r->nic = -1;
+    r->nic = (int16_t)((int)in_use - 1);
+    r->nic_open = in_use > 0;
     return LOOM_SUCCESS;
 }
 
@@ -837,8 +840,44 @@ static void place_host(struct loomi_topo_rank *all, const int *ranks, int n)
                 m++;
             }
         }
-        r->nic = (int16_t)cand[(int)((long long)k * nc / LOOMI_MAX(m, 1))];
+        if (!r->nic_open) r->nic = (int16_t)cand[(int)((long long)k * nc / LOOMI_MAX(m, 1))];
     }
+}
+
+int loomi_topo_local_nic(const struct loomi_topo_rank *me, int li, int n)
+{
+    const struct loomi_topo_host *h = &me->host;
+    if (h->nnics <= 0) return -1;
+    if (li < 0 || li >= n || n > 65536) {
+        /* Alone with what it knows: the NICs by its binding, if any. */
+        int cand[LOOMI_TOPO_MAX_NICS], key;
+        if (!me->bound || me->numa < 0) return -1;
+        return nic_candidates(h, me->numa, package_of_numa(h, me->numa), cand, &key) ? cand[0]
+                                                                                   : -1;
+    }
+    /* place_host over the host as this rank sees it: itself as it is,
+     * the others unbound.  With GPUs the choice depends on the local
+     * index alone, so every rank's matches what the job picture gives. */
+    struct loomi_topo_rank *all = malloc((size_t)n * sizeof *all);
+    int *order = malloc((size_t)n * sizeof *order);
+    int nic = -1;
+    if (all && order) {
+        for (int q = 0; q < n; q++) {
+            all[q] = *me;
+            all[q].nic = -1;
+            all[q].nic_open = 0;
+            if (q != li) {
+                all[q].bound = 0;
+                all[q].numa = -1;
+            }
+            order[q] = q;
+        }
+        place_host(all, order, n);
+        nic = all[li].nic;
+    }
+    free(all);
+    free(order);
+    return nic;
 }
 
 static int cmp_id(const void *a, const void *b, void *ctx)
@@ -970,7 +1009,7 @@ void loomi_topo_print(FILE *f, const struct loomi_topo_job *job)
                     (int)r->pid, r->numa, r->gpu, r->gpu >= 0 ? " (" : "",
                     r->gpu >= 0 ? h->gpus[r->gpu].name : "", r->gpu >= 0 ? ")" : "", r->nic,
                     r->nic >= 0 ? " (" : "", r->nic >= 0 ? h->nics[r->nic].name : "",
-                    r->nic >= 0 ? ")" : "");
+                    r->nic < 0 ? "" : r->nic_open ? ", open)" : ")");
             if (r->bound) fprintf(f, " bound %d PUs from %d\n", r->npus, r->first_pu);
             else fprintf(f, " unbound\n");
         }

@@ -58,6 +58,8 @@ struct loomi_topo_rank {
     /* Filled by loomi_topo_job_build: */
     int16_t gpu;            /* index into host.gpus, -1 none */
     int16_t nic;            /* index into host.nics, -1 none */
+    int16_t nic_open;       /* 1: nic is the device its RDMA transport opened
+                             * (set before packing; carried in the card) */
 };
 
 struct loomi_topo_job {
@@ -89,6 +91,12 @@ loom_result_t loomi_topo_unpack(const unsigned char *card, struct loomi_topo_ran
  * NUMA node; ties spread by local index).  Takes ownership of nothing. */
 loom_result_t loomi_topo_job_build(const struct loomi_topo_rank *ranks, int nranks,
                                    struct loomi_topo_job *job);
+/* A rank's NIC before the cards are exchanged (the RDMA device to open):
+ * job_build's choice for local index li of n, the other local ranks
+ * taken as unbound (exact on hosts with GPUs); li < 0 when unknown: a
+ * NIC next to the rank's binding, or -1.  A card whose nic is set (the
+ * NIC in use) keeps it in job_build. */
+int loomi_topo_local_nic(const struct loomi_topo_rank *me, int li, int n);
 void loomi_topo_job_free(struct loomi_topo_job *job);
 
 /* Human-readable picture (loom-info): hosts, their hardware, ranks with

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "topo/topo.h"
 
 static void quiet(void)
@@ -326,6 +327,10 @@ Test(topo, card_rejects_corruption)
     c[58] = 2; /* the rank's NUMA node: 2 of 2 */
     expect_rejected(c, "numa");
 
+    memcpy(c, good, sizeof c);
+    c[57] = 5; /* the NIC in use, + 1: the fifth of 4 */
+    expect_rejected(c, "nic in use");
+
     /* Host name: offset 64, "h" then NUL; make it run to the end. */
     memcpy(c, good, sizeof c);
     memset(c + 64, 'x', sizeof c - 64);
@@ -350,6 +355,31 @@ Test(topo, card_rejects_corruption)
 }
 
 /* ---------------------------------------------------------------- jobs */
+
+/* What loom-info prints of the job (free it). */
+static char *picture(const struct loomi_topo_job *job)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert(f);
+    loomi_topo_print(f, job);
+    fclose(f);
+    return text;
+}
+
+/* n ranks on one host that `fixture` describes; *a gets that host's card. */
+static void one_host_job(const char *fixture, int n, struct loomi_topo_rank *a,
+                         struct loomi_topo_job *job)
+{
+    *a = load(fixture, "one");
+    struct loomi_topo_rank *ranks = malloc((size_t)n * sizeof *ranks);
+    cr_assert_not_null(ranks);
+    for (int r = 0; r < n; r++) ranks[r] = *a;
+    cr_assert_eq(loomi_topo_job_build(ranks, n, job), LOOM_SUCCESS);
+    free(ranks);
+    cr_assert_eq(job->map->nhosts, 1);
+}
 
 /* 2 dgx hosts x 8 ranks, interleaved: rank r on host r % 2. */
 Test(topo, job_dgx_two_hosts)
@@ -391,12 +421,7 @@ Test(topo, job_dgx_two_hosts)
         for (int n = 0; n < 4; n++) cr_expect_eq(nic_users[h][n], 2, "host %d nic %d", h, n);
 
     /* The picture is stable and says what it found. */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    cr_assert(f);
-    loomi_topo_print(f, &job);
-    fclose(f);
+    char *text = picture(&job);
     cr_expect(strstr(text, "16 ranks on 2 hosts"), "%s", text);
     cr_expect(strstr(text, "host 0: dgx-a (xml"), "%s", text);
     cr_expect(strstr(text, "2 packages, 2 NUMA, 64 cores, 128 PUs, L3 105 MiB, memory 1 TiB, "
@@ -410,15 +435,105 @@ Test(topo, job_dgx_two_hosts)
     cr_expect_null(job.ranks);
 }
 
+/* Before the exchange a rank knows its local index, not its neighbours'
+ * bindings: on a GPU host its NIC is still the one the job picture gives
+ * it, so the device RDMA opens is the one loom-info shows. */
+Test(topo, local_nic_matches_the_job_picture)
+{
+    struct loomi_topo_rank a;
+    struct loomi_topo_job job;
+    one_host_job("dgx_2s8g4n.xml", 8, &a, &job);
+    for (int li = 0; li < 8; li++) {
+        cr_expect_eq(loomi_topo_local_nic(&a, li, 8), job.ranks[li].nic, "local %d", li);
+        cr_expect_eq(loomi_topo_local_nic(&a, li, 8), li / 2, "local %d", li);
+    }
+    loomi_topo_job_free(&job);
+    /* Sixteen ranks on 8 GPUs: ranks li and li + 8 share GPU li's NIC. */
+    cr_expect_eq(loomi_topo_local_nic(&a, 13, 16), 2);
+    /* No local index: a NIC on the node it is bound to, else none. */
+    cr_expect_eq(loomi_topo_local_nic(&a, -1, 0), -1);
+    a.bound = 1;
+    a.numa = 1;
+    a.first_pu = 32;
+    a.npus = 4;
+    int nic = loomi_topo_local_nic(&a, -1, 0);
+    cr_assert(nic >= 0, "bound to NUMA 1: no NIC");
+    cr_expect_eq(a.host.nics[nic].numa, 1, "bound to NUMA 1: nic %d", nic);
+    /* No NICs at all. */
+    a.host.nnics = 0;
+    cr_expect_eq(loomi_topo_local_nic(&a, 0, 8), -1);
+}
+
+/* The local index comes from the launcher: loomrun's, torchrun's or Open
+ * MPI's variables, in that order; a malformed pair is skipped. */
+Test(topo, local_rank_from_the_launcher)
+{
+    static const char *const vars[] = {"LOOM_LOCAL_RANK", "LOOM_LOCAL_SIZE", "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+    int li, n;
+    loomi_env_local_rank(0, &li, &n);
+    cr_expect(li == -1 && n == 0, "nothing set: %d of %d", li, n);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 1);
+    loomi_env_local_rank(0, &li, &n);
+    cr_expect(li == 3 && n == 8, "Open MPI: %d of %d", li, n);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "4", 1);
+    loomi_env_local_rank(0, &li, &n);
+    cr_expect(li == 1 && n == 4, "torchrun first: %d of %d", li, n);
+    setenv("LOOM_LOCAL_RANK", "2", 1);
+    setenv("LOOM_LOCAL_SIZE", "2", 1); /* 2 of 2: out of range */
+    loomi_env_local_rank(0, &li, &n);
+    cr_expect(li == 1 && n == 4, "bad LOOM_ pair skipped: %d of %d", li, n);
+    setenv("LOOM_LOCAL_RANK", "0", 1);
+    loomi_env_local_rank(0, &li, &n);
+    cr_expect(li == 0 && n == 2, "loomrun first: %d of %d", li, n);
+    setenv("LOOM_LOCAL_SIZE", "2x", 1);
+    loomi_env_local_rank(0, &li, &n);
+    cr_expect(li == 1 && n == 4, "not a number: skipped (%d of %d)", li, n);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
+/* A card that says which NIC its rank opened keeps it in the picture
+ * (LOOM_IB_HCA may name another than the closest), marked open. */
+Test(topo, job_keeps_the_nic_in_use)
+{
+    struct loomi_topo_rank a = load("dgx_2s8g4n.xml", "dgx-a");
+    struct loomi_topo_rank ranks[8];
+    unsigned char card[LOOMI_TOPO_CARD_BYTES];
+    for (int r = 0; r < 8; r++) {
+        struct loomi_topo_rank x = a;
+        x.pid = 100 + r;
+        /* Rank 1 opened mlx5_3; rank 2 says nothing of its NIC. */
+        x.nic = (int16_t)(r == 2 ? 1 : r == 1 ? 3 : r / 2);
+        x.nic_open = r != 2;
+        loomi_topo_pack(&x, card);
+        cr_assert_eq(loomi_topo_unpack(card, &ranks[r]), LOOM_SUCCESS, "%s",
+                     loom_get_last_error());
+        cr_expect_eq(ranks[r].nic_open, r != 2, "rank %d", r);
+        cr_expect_eq(ranks[r].nic, r == 2 ? -1 : r == 1 ? 3 : r / 2, "rank %d", r);
+    }
+    struct loomi_topo_job job;
+    cr_assert_eq(loomi_topo_job_build(ranks, 8, &job), LOOM_SUCCESS);
+    cr_expect_eq(job.ranks[1].nic, 3);
+    cr_expect_eq(job.ranks[2].nic, 1, "rank 2: the closest, as placed");
+    char *text = picture(&job);
+    cr_expect(strstr(text, "  rank 1: local 1 pid 101 numa 0 gpu 1 (cuda1) nic 3 (mlx5_3, open)"),
+              "%s", text);
+    cr_expect(strstr(text, "  rank 2: local 2 pid 102 numa 0 gpu 2 (cuda2) nic 1 (mlx5_1) unbound"),
+              "%s", text);
+    free(text);
+    loomi_topo_job_free(&job);
+}
+
 /* More ranks than GPUs: ranks sharing a GPU share its NIC. */
 Test(topo, job_dgx_two_ranks_per_gpu)
 {
-    struct loomi_topo_rank a = load("dgx_2s8g4n.xml", "dgx-a");
-    struct loomi_topo_rank ranks[16];
-    for (int r = 0; r < 16; r++) ranks[r] = a;
+    struct loomi_topo_rank a;
     struct loomi_topo_job job;
-    cr_assert_eq(loomi_topo_job_build(ranks, 16, &job), LOOM_SUCCESS);
-    cr_assert_eq(job.map->nhosts, 1);
+    one_host_job("dgx_2s8g4n.xml", 16, &a, &job);
     for (int r = 0; r < 16; r++) {
         cr_expect_eq(job.ranks[r].gpu, r % 8);
         cr_expect_eq(job.ranks[r].nic, (r % 8) / 2, "rank %d", r);

@@ -109,7 +109,7 @@ echo "driver rxe" >"$root/etc/libibverbs.d/rxe.driver"
 echo "root:x:0:0:root:/tmp:/bin/sh" >"$root/etc/passwd"
 echo "127.0.0.1 localhost" >"$root/etc/hosts"
 # Loom's binaries: the real ELF files behind libtool's wrappers.
-for b in loomrun all_reduce_perf reduce_scatter_perf all_gather_perf alltoall_perf broadcast_perf \
+for b in loomrun loom-info all_reduce_perf reduce_scatter_perf all_gather_perf alltoall_perf broadcast_perf \
     reduce_perf gather_perf scatter_perf sendrecv_perf tests/mp/mp_allreduce tests/mp/mp_kill \
     tests/mp/mp_p2p tests/mp/mp_boot tests/mp/mp_memreg; do
     d=$(dirname "$b") n=$(basename "$b") src=
@@ -122,6 +122,8 @@ for b in loomrun all_reduce_perf reduce_scatter_perf all_gather_perf alltoall_pe
 done
 for l in "$BUILDDIR"/.libs/libloom.so*; do [[ -e $l ]] && cp -L "$l" "$root/loom/lib/"; done
 cp "$here/vm_suite.sh" "$root/loom/"
+# A GPU server whose second NIC is the VM's rxe0 (the suite's section 7).
+sed 's/"mlx5_1"/"rxe0"/' "$here/../topo/dgx_2s8g4n.xml" >"$root/loom/topo_rxe.xml"
 # glibc's dlopen of libibverbs looks in the default paths, which we copied.
 if (($#)); then printf '%q ' "$@" >"$root/run/cmd"; else echo "sh /loom/vm_suite.sh" >"$root/run/cmd"; fi
 # Settings of the suite travel into the VM.

@@ -15,7 +15,10 @@
 #     measures verbs and TCP between them and the faster carries the data;
 #  6. figures (not pass/fail unless LOOM_VM_BW_MIN is set): ib_write_bw
 #     against sendrecv_perf on the same device, and a 64 MiB allreduce
-#     over verbs and over TCP.
+#     over verbs and over TCP;
+#  7. the NIC each rank opens: the one the topology gives it (closest to
+#     its GPU), else the first device with an active port; loom-info
+#     --job shows the NICs in use.
 # LOOM_VM_QUICK=1 skips 3 and 6; LOOM_VM_SECTIONS="N ..." runs only those.  Ends with "N passed, N failed".
 pass=0 fail=0
 # LOOM_VM_SECTIONS="5 6": only those sections (default: all).
@@ -213,6 +216,27 @@ if [ -z "${LOOM_VM_QUICK:-}" ]; then
     [ -n "$ar_verbs" ] && [ -n "$ar_tcp" ] &&
         echo "# 64 MiB allreduce, 2 ranks: verbs $ar_verbs us, tcp $ar_tcp us: verbs is $(awk "BEGIN{printf \"%.2f\", $ar_tcp/$ar_verbs}")x TCP's speed"
 fi
+fi
+
+# 7. The NIC each rank opens.  The fixture is a server with 8 GPUs and 4
+#    NICs whose second NIC, next to GPUs 2 and 3, is named rxe0: local
+#    ranks 2 and 3 open it as theirs; ranks 0 and 1, whose NIC (mlx5_0)
+#    this VM lacks, say so and take the first active device, rxe0 too.
+if want 7; then
+out=$(LOOM_DEBUG=info LOOM_TOPO_FILE=/loom/topo_rxe.xml timeout 120 loomrun -n 4 --timeout 100 \
+    loom-info --job 2>&1)
+rc=$?
+good=1
+for r in 0 1 2 3; do
+    echo "$out" | grep -q "rank $r\] INFO .*verbs: using rxe0 " || { good=0; echo "# rank $r: no 'verbs: using rxe0'"; }
+    fb=$(echo "$out" | grep -c "rank $r\] INFO .*the topology's NIC for this rank, mlx5_0, is not usable")
+    case $r in 0 | 1) [ "$fb" = 1 ] || { good=0; echo "# rank $r: no fallback from mlx5_0"; } ;;
+    *) [ "$fb" = 0 ] || { good=0; echo "# rank $r: fell back"; } ;; esac
+    echo "$out" | grep -q "^  rank $r: local $r pid [0-9]* numa 0 gpu $r (cuda$r) nic 1 (rxe0, open)" ||
+        { good=0; echo "# rank $r: loom-info does not show nic 1 (rxe0, open)"; }
+done
+if [ $rc -eq 0 ] && [ $good = 1 ]; then ok "each rank opens the topology's NIC, or the first active one where it is missing; loom-info shows them"
+else bad "NIC choice (exit $rc)"; echo "$out" | grep -E 'verbs|  rank' | tail -12; fi
 fi
 
 echo "$pass passed, $fail failed"

@@ -299,9 +299,15 @@ static int pick_gid(struct ibv_context *c, struct dev_choice *d, int tbl_len, ch
     return 0;
 }
 
-/* Open the device to use (LOOM_IB_HCA=name[:port], else the first one with
- * an active port).  Returns the context, or NULL with why set. */
-static struct ibv_context *open_choice(struct dev_choice *d, char *why, size_t n)
+/* Open the device to use: LOOM_IB_HCA=name[:port]; else `hint` (the NIC
+ * the topology gives this rank: the one closest to its GPU or cores) when
+ * it has an active port; else the first device with one.  Returns the
+ * context, or NULL with why set. */
+static struct ibv_context *open_named(struct dev_choice *d, const char *want, int want_port,
+                                      const char *hca, char *why, size_t n);
+
+static struct ibv_context *open_choice(struct dev_choice *d, const char *hint, int rank,
+                                       char *why, size_t n)
 {
     pthread_once(&ib_once, ib_load);
     if (ib_why[0]) {
@@ -324,7 +330,22 @@ static struct ibv_context *open_choice(struct dev_choice *d, char *why, size_t n
             }
             want_port = (int)p;
         }
+        return open_named(d, want, want_port, hca, why, n);
     }
+    if (hint && *hint) {
+        char hwhy[256];
+        struct ibv_context *c = open_named(d, hint, 0, NULL, hwhy, sizeof hwhy);
+        if (c) return c;
+        LOOMI_INFO(rank, "verbs: the topology's NIC for this rank, %s, is not usable (%s); "
+                         "taking the first device with an active port", hint, hwhy);
+    }
+    return open_named(d, "", 0, NULL, why, n);
+}
+
+/* The device named `want` ("": any), on port want_port (0: any active). */
+static struct ibv_context *open_named(struct dev_choice *d, const char *want, int want_port,
+                                      const char *hca, char *why, size_t n)
+{
     int ndev = 0;
     struct ibv_device **list = ib.get_device_list(&ndev);
     if (!list || ndev <= 0) {
@@ -334,8 +355,9 @@ static struct ibv_context *open_choice(struct dev_choice *d, char *why, size_t n
         return NULL;
     }
     struct ibv_context *ctx = NULL;
-    snprintf(why, n, "%s%s: no RDMA device with an active port", want[0] ? "LOOM_IB_HCA=" : "",
-             want[0] ? hca : "");
+    if (hca) snprintf(why, n, "LOOM_IB_HCA=%s: no RDMA device with an active port", hca);
+    else if (want[0]) snprintf(why, n, "%s: no such RDMA device with an active port", want);
+    else snprintf(why, n, "no RDMA device with an active port");
     for (int i = 0; i < ndev && !ctx; i++) {
         const char *name = ib.get_device_name(list[i]);
         if (!name || (want[0] && strcmp(name, want))) continue;
@@ -373,7 +395,7 @@ int loomi_verbs_available(char *why, size_t n)
     pthread_mutex_lock(&mu);
     if (known < 0) {
         struct dev_choice d;
-        struct ibv_context *c = open_choice(&d, reason, sizeof reason);
+        struct ibv_context *c = open_choice(&d, NULL, -1, reason, sizeof reason);
         known = c != NULL;
         if (c) ib.close_device(c);
     }
@@ -1563,12 +1585,18 @@ static void verbs_cancel(void *state, struct loomi_xfer *x)
 
 /* -------------------------------------------------------------- set-up */
 
+const char *loomi_verbs_device(void *state)
+{
+    const struct verbs *t = state;
+    return t->dev.name;
+}
+
 static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
 {
     *state = NULL;
     char why[256];
     struct dev_choice d;
-    struct ibv_context *c = open_choice(&d, why, sizeof why);
+    struct ibv_context *c = open_choice(&d, ctx->nic_hint, ctx->rank, why, sizeof why);
     if (!c) {
         LOOMI_INFO(ctx->rank, "verbs: not available: %s", why);
         return loomi_fail(LOOM_ERR_UNSUPPORTED, ctx->rank, "verbs: not available: %s", why);

@@ -17,4 +17,7 @@ extern const struct loomi_transport_ops loomi_verbs_ops;
  * first call (the answer is kept). */
 int loomi_verbs_available(char *why, size_t n);
 
+/* The name of the device a verbs transport state opened ("mlx5_0"). */
+const char *loomi_verbs_device(void *state);
+
 #endif
