@@ -95,6 +95,29 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
             if (nc > 0 && (!fewest || nc < fewest)) fewest = nc;
         }
         j->cores_per_host = fewest;
+        /* Distinct NICs in use per host, from the picture (the same on
+         * every rank, as the selection must be). */
+        const struct loomi_hostmap *m = c->hosts;
+        int fewest_nics = 0;
+        for (int h = 0; m && h < m->nhosts; h++) {
+            unsigned seen = 0;
+            int n = 0;
+            for (int i = 0; i < loomi_host_size(m, h); i++) {
+                const struct loomi_topo_rank *r = &c->topo->ranks[m->host_ranks[m->host_start[h] + i]];
+                if (!r->nic_open || r->nic < 0 || r->nic >= LOOMI_TOPO_MAX_NICS) {
+                    n = 0;
+                    break;
+                }
+                if (!(seen & (1u << r->nic))) n++;
+                seen |= 1u << r->nic;
+            }
+            if (!n) {
+                fewest_nics = 0;
+                break;
+            }
+            if (!fewest_nics || n < fewest_nics) fewest_nics = n;
+        }
+        j->nics_per_host = fewest_nics;
     }
 }
 

@@ -284,7 +284,15 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
          * three quarters at 24K-48K, but at 4K a rank for the figures of
          * a host whose shared memory answers in 1.3 us, which measured
          * recursive doubling faster there (test_model.c). */
-        const double share = coll == LOOMI_COLL_ALLGATHER ? 1 + 0.5 * (L - 1) : L;
+        /* With RDMA between the hosts each rank crosses through the NIC
+         * the job picture gave it: the ranks of a host share that NIC,
+         * not one link (2 x 8 ranks on 4 NICs: 2 to a NIC).  Over TCP
+         * they share the host's route. */
+        int crossing = L;
+        if (j->nics_per_host > 1 && !(l->verbs_compared && !l->inter_verbs))
+            crossing = (L + j->nics_per_host - 1) / j->nics_per_host;
+        const double share =
+            coll == LOOMI_COLL_ALLGATHER ? 1 + 0.5 * (crossing - 1) : crossing;
         flat.beta = wb * in.beta + (1 - wb) * out.beta * share;
     }
     if (H > 1 && L > 1 && coll == LOOMI_COLL_ALLTOALL && algo == LOOMI_ALGO_PAIRWISE) {

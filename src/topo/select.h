@@ -59,6 +59,9 @@ struct loomi_job_shape {
     const struct loomi_hostmap *hosts; /* NULL: one rank per host */
     int nranks;
     int cores_per_host;  /* fewest cores of any host (contention), 0 unknown */
+    /* Fewest NICs that the ranks of a host opened for RDMA (each its own,
+     * as the job picture gives it); 0: some rank opened none. */
+    int nics_per_host;
     size_t shared_bytes; /* arena per rank, 0 none */
     size_t stream_bytes; /* LOOM_SHM_STREAM (loomi_coll_args) */
     size_t chunk_bytes;

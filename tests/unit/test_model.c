@@ -429,6 +429,51 @@ Test(model, flat_recursive_algorithms_weigh_links_by_bytes)
     free(hm);
 }
 
+/* 2 hosts x 8 ranks whose ranks each opened their own NIC for RDMA, 4
+ * NICs a host: the crossing rounds share a NIC between 2 ranks, not the
+ * host's link between 8.  Over TCP (the probe found it faster), or with
+ * some rank on no NIC of its own, all 8 share it. */
+Test(model, crossing_ranks_share_their_nics)
+{
+    int host_of[16];
+    for (int r = 0; r < 16; r++) host_of[r] = r / 8;
+    struct loomi_hostmap *hm = loomi_hostmap_build(16, host_of);
+    cr_assert_not_null(hm);
+    struct loomi_links l;
+    loomi_links_defaults(&l, 1);
+    l.alpha[LOOMI_LINK_INTRA] = 1e-6;
+    l.alpha[LOOMI_LINK_INTER] = 1e-6;
+    l.beta[LOOMI_LINK_INTRA] = 0.1e-9;
+    l.beta[LOOMI_LINK_INTER] = 1e-9;
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 16, .shared_bytes = (size_t)4 << 20,
+                                .chunk_bytes = (size_t)2 << 20};
+    struct loomi_model_params m = defaults();
+    m.alpha = 1e-6;
+    m.gamma = l.gamma;
+    m.gamma_copy = l.gamma_copy;
+    m.chunk_bytes = j.chunk_bytes;
+    const size_t n = (size_t)32 << 20;
+    const struct {
+        int nics, verbs_compared, inter_verbs;
+        double share; /* ranks crossing through one link */
+    } cases[] = {{4, 0, 0, 2}, {4, 1, 1, 2}, {4, 1, 0, 8}, {0, 0, 0, 8}, {3, 0, 0, 3}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        j.nics_per_host = cases[k].nics;
+        l.verbs_compared = cases[k].verbs_compared;
+        l.inter_verbs = cases[k].inter_verbs;
+        /* halving-doubling: 7 of a rank's 15 blocks stay inside the host */
+        const double w = 7.0 / 15;
+        m.beta = w * 0.1e-9 + (1 - w) * 1e-9 * cases[k].share;
+        double want = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, 16, n, &m);
+        double got = loomi_select_cost(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, n, &j, &l);
+        cr_expect(want > 0 && fabs(got - want) <= 1e-3 * want,
+                  "%d NICs (verbs compared %d, chosen %d): %g s, want %g s (%g to a link)",
+                  cases[k].nics, cases[k].verbs_compared, cases[k].inter_verbs, got, want,
+                  cases[k].share);
+    }
+    free(hm);
+}
+
 /* The shared-arena allreduce on one host against the flat ones, with the
  * figures probed on this 2-core VM with 4 ranks (beta 0.3 ns/B, a copy
  * 0.2 ns/B, a reduction 0.15 ns/B): its copies and reduction cover the
