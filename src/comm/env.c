@@ -18,17 +18,25 @@ static const char *env(const char *name)
     return v && *v ? v : NULL;
 }
 
-static int parse_int(const char *name, const char *s, int lo, int hi, int *out)
+/* A whole number in lo..hi, or -1; callers decide whether that is an error. */
+static int whole_number(const char *s, int lo, int hi)
 {
+    if (!s) return -1;
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    return errno || end == s || *end || v < lo || v > hi ? -1 : (int)v;
+}
+
+static int parse_int(const char *name, const char *s, int lo, int hi, int *out)
+{
+    int v = whole_number(s, lo, hi);
+    if (v < 0) {
         loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                    "loom_comm_init_env: %s=%s is not an integer in %d..%d", name, s, lo, hi);
         return -1;
     }
-    *out = (int)v;
+    *out = v;
     return 0;
 }
 
@@ -201,16 +209,6 @@ loom_result_t loomi_env_join_target(struct loomi_boot_target *t)
     return LOOM_SUCCESS;
 }
 
-/* A whole number in lo..hi, or -1. */
-static int quiet_int(const char *s, int lo, int hi)
-{
-    if (!s) return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    return errno || end == s || *end || v < lo || v > hi ? -1 : (int)v;
-}
-
 void loomi_env_local_rank(int rank, int *local, int *nlocal)
 {
     static const char *const pairs[][2] = {{"LOOM_LOCAL_RANK", "LOOM_LOCAL_SIZE"},
@@ -222,7 +220,7 @@ void loomi_env_local_rank(int rank, int *local, int *nlocal)
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const char *l = env(pairs[i][0]), *n = env(pairs[i][1]);
         if (!l || !n) continue;
-        int nv = quiet_int(n, 1, 1 << 20), lv = nv > 0 ? quiet_int(l, 0, nv - 1) : -1;
+        int nv = whole_number(n, 1, 1 << 20), lv = nv > 0 ? whole_number(l, 0, nv - 1) : -1;
         if (lv < 0) {
             LOOMI_INFO(rank, "%s=%s, %s=%s: not a local rank and size; ignored", pairs[i][0], l,
                        pairs[i][1], n);

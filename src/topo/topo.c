@@ -651,6 +651,33 @@ static void fit_card(struct loomi_topo_host *h, int rank)
                    "for the %d-byte card)", h->nnics, nn, h->ngpus, ng, LOOMI_TOPO_CARD_BYTES);
 }
 
+/* Loads the live machine, or file where given; NULL, or why not (errno
+ * set where it says more).  *tp is the topology to destroy, if any. */
+static const char *hwloc_open(const char *file, hwloc_topology_t *tp)
+{
+    errno = 0;
+    if (hwloc_topology_init(tp) != 0) {
+        *tp = NULL;
+        return "hwloc_topology_init failed";
+    }
+    hwloc_topology_t t = *tp;
+    if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0)
+        return "hwloc cannot keep I/O devices";
+    /* The Linux backend finds PCI devices in sysfs by itself; the pci
+     * plugin (libpciaccess) would add nothing but memory it never frees,
+     * which LeakSanitizer reports in every rank.  Where that plugin is not
+     * installed hwloc refuses to blacklist it (EINVAL): nothing to leave
+     * out, and no reason to give up on hwloc (the VM of tests/verbs). */
+    (void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+    errno = 0;
+    if (file && hwloc_topology_set_xml(t, file) != 0) return "hwloc cannot read XML";
+    if (hwloc_topology_load(t) != 0)
+        return file ? "not a topology hwloc can load" : "hwloc_topology_load failed";
+    if (hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU) < 1) return "no processing units";
+    return NULL;
+}
+
+
 loom_result_t loomi_topo_discover(const struct loomi_settings *set, int rank,
                                   struct loomi_topo_rank *me)
 {
@@ -667,29 +694,8 @@ loom_result_t loomi_topo_discover(const struct loomi_settings *set, int rank,
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "LOOM_TOPO_FILE %s: %s", file,
                           strerror(errno));
 
-    hwloc_topology_t t = NULL;
-    const char *why = NULL;
-    errno = 0;
-    if (hwloc_topology_init(&t) != 0) {
-        t = NULL;
-        why = "hwloc_topology_init failed";
-    } else if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0) {
-        why = "hwloc cannot keep I/O devices";
-    } else if ((void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
-                                                   "pci"),
-               file && hwloc_topology_set_xml(t, file) != 0) {
-        /* (The Linux backend finds PCI devices in sysfs by itself; the pci
-         * plugin (libpciaccess) would add nothing but memory it never
-         * frees, which LeakSanitizer reports in every rank.  Where that
-         * plugin is not installed, hwloc refuses to blacklist it (EINVAL),
-         * and there is nothing to leave out: no reason to give up on
-         * hwloc, as the VM of tests/verbs showed.) */
-        why = "hwloc cannot read XML";
-    } else if (hwloc_topology_load(t) != 0) {
-        why = file ? "not a topology hwloc can load" : "hwloc_topology_load failed";
-    } else if (hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU) < 1) {
-        why = "no processing units";
-    }
+    hwloc_topology_t t;
+    const char *why = hwloc_open(file, &t);
     if (why && file) {
         int e = errno;
         if (t) hwloc_topology_destroy(t);
