@@ -380,6 +380,46 @@ static struct loomi_job_shape two_by_two_job(struct loomi_hostmap *hm)
     return j;
 }
 
+/* 2 hosts of per_host consecutive ranks; both links 1 us, the network
+ * 10x slower than shared memory (1 ns a byte); m as flat over one link. */
+static struct loomi_hostmap *two_hosts(int per_host, struct loomi_links *l,
+                                       struct loomi_job_shape *j, struct loomi_model_params *m)
+{
+    int host_of[64];
+    cr_assert(2 * per_host <= 64);
+    for (int r = 0; r < 2 * per_host; r++) host_of[r] = r / per_host;
+    struct loomi_hostmap *hm = loomi_hostmap_build(2 * per_host, host_of);
+    cr_assert_not_null(hm);
+    loomi_links_defaults(l, 1);
+    l->alpha[LOOMI_LINK_INTRA] = 1e-6;
+    l->alpha[LOOMI_LINK_INTER] = 1e-6;
+    l->beta[LOOMI_LINK_INTRA] = 0.1e-9;
+    l->beta[LOOMI_LINK_INTER] = 1e-9;
+    *j = (struct loomi_job_shape){.hosts = hm, .nranks = 2 * per_host,
+                                  .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20};
+    *m = defaults();
+    m->alpha = 1e-6;
+    m->gamma = l->gamma;
+    m->gamma_copy = l->gamma_copy;
+    m->chunk_bytes = j->chunk_bytes;
+    return hm;
+}
+
+/* The cost select.c gives a flat algorithm on two_hosts() equals the
+ * model's over one link whose beta mixes the inner link's (share w of the
+ * bytes) with the outer one's, shared by `share` ranks crossing at once. */
+static void expect_weighted(int coll, int algo, size_t n, const struct loomi_job_shape *j,
+                            const struct loomi_links *l, struct loomi_model_params *m, double w,
+                            double share, const char *what)
+{
+    m->beta = w * 0.1e-9 + (1 - w) * 1e-9 * share;
+    double want = loomi_model_time(coll, algo, j->nranks, n, m);
+    double got = loomi_select_cost(coll, algo, n, j, l);
+    cr_expect(want > 0 && fabs(got - want) <= 1e-3 * want,
+              "%s %s%s: %g s, want %g s (inner share of the bytes %.2f, %g to a link)",
+              loomi_coll_name(coll), loomi_algo_name(algo), what, got, want, w, share);
+}
+
 /* 2 hosts x 2 consecutive ranks, the network 10x slower than shared
  * memory: recursive doubling's allgather and halving-doubling send one of
  * their three blocks inside the host and two across, so their time per
@@ -388,22 +428,10 @@ static struct loomi_job_shape two_by_two_job(struct loomi_hostmap *hm)
  * two rounds, one inside and one across: half and half. */
 Test(model, flat_recursive_algorithms_weigh_links_by_bytes)
 {
-    const int host_of[4] = {0, 0, 1, 1};
-    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    loomi_links_defaults(&l, 1);
-    l.alpha[LOOMI_LINK_INTRA] = 1e-6;
-    l.alpha[LOOMI_LINK_INTER] = 1e-6;
-    l.beta[LOOMI_LINK_INTRA] = 0.1e-9;
-    l.beta[LOOMI_LINK_INTER] = 1e-9;
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .shared_bytes = (size_t)4 << 20,
-                                .chunk_bytes = (size_t)2 << 20};
-    struct loomi_model_params m = defaults();
-    m.alpha = 1e-6;
-    m.gamma = l.gamma;
-    m.gamma_copy = l.gamma_copy;
-    m.chunk_bytes = j.chunk_bytes;
+    struct loomi_job_shape j;
+    struct loomi_model_params m;
+    struct loomi_hostmap *hm = two_hosts(2, &l, &j, &m);
     const size_t n = (size_t)32 << 20;
     /* The crossing rounds of the reductions carry both ranks of a host
      * over its link at once: twice the inter-host beta; the allgather's
@@ -418,14 +446,8 @@ Test(model, flat_recursive_algorithms_weigh_links_by_bytes)
         {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, 1.0 / 3, 2},
         {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RECURSIVE_DOUBLING, 0.5, 2},
     };
-    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-        m.beta = c[k].w * 0.1e-9 + (1 - c[k].w) * 1e-9 * c[k].share;
-        double want = loomi_model_time(c[k].coll, c[k].algo, 4, n, &m);
-        double got = loomi_select_cost(c[k].coll, c[k].algo, n, &j, &l);
-        cr_assert(want > 0 && fabs(got - want) <= 1e-3 * want,
-                  "%s %s: %g s, want %g s (inner share of the bytes %.2f)",
-                  loomi_coll_name(c[k].coll), loomi_algo_name(c[k].algo), got, want, c[k].w);
-    }
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++)
+        expect_weighted(c[k].coll, c[k].algo, n, &j, &l, &m, c[k].w, c[k].share, "");
     free(hm);
 }
 
@@ -435,23 +457,10 @@ Test(model, flat_recursive_algorithms_weigh_links_by_bytes)
  * some rank on no NIC of its own, all 8 share it. */
 Test(model, crossing_ranks_share_their_nics)
 {
-    int host_of[16];
-    for (int r = 0; r < 16; r++) host_of[r] = r / 8;
-    struct loomi_hostmap *hm = loomi_hostmap_build(16, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    loomi_links_defaults(&l, 1);
-    l.alpha[LOOMI_LINK_INTRA] = 1e-6;
-    l.alpha[LOOMI_LINK_INTER] = 1e-6;
-    l.beta[LOOMI_LINK_INTRA] = 0.1e-9;
-    l.beta[LOOMI_LINK_INTER] = 1e-9;
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 16, .shared_bytes = (size_t)4 << 20,
-                                .chunk_bytes = (size_t)2 << 20};
-    struct loomi_model_params m = defaults();
-    m.alpha = 1e-6;
-    m.gamma = l.gamma;
-    m.gamma_copy = l.gamma_copy;
-    m.chunk_bytes = j.chunk_bytes;
+    struct loomi_job_shape j;
+    struct loomi_model_params m;
+    struct loomi_hostmap *hm = two_hosts(8, &l, &j, &m);
     const size_t n = (size_t)32 << 20;
     const struct {
         int nics, verbs_compared, inter_verbs;
@@ -461,15 +470,12 @@ Test(model, crossing_ranks_share_their_nics)
         j.nics_per_host = cases[k].nics;
         l.verbs_compared = cases[k].verbs_compared;
         l.inter_verbs = cases[k].inter_verbs;
+        char what[64];
+        snprintf(what, sizeof what, ", %d NICs (verbs compared %d, chosen %d)", cases[k].nics,
+                 cases[k].verbs_compared, cases[k].inter_verbs);
         /* halving-doubling: 7 of a rank's 15 blocks stay inside the host */
-        const double w = 7.0 / 15;
-        m.beta = w * 0.1e-9 + (1 - w) * 1e-9 * cases[k].share;
-        double want = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, 16, n, &m);
-        double got = loomi_select_cost(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, n, &j, &l);
-        cr_expect(want > 0 && fabs(got - want) <= 1e-3 * want,
-                  "%d NICs (verbs compared %d, chosen %d): %g s, want %g s (%g to a link)",
-                  cases[k].nics, cases[k].verbs_compared, cases[k].inter_verbs, got, want,
-                  cases[k].share);
+        expect_weighted(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_HALVING_DOUBLING, n, &j, &l, &m, 7.0 / 15,
+                        cases[k].share, what);
     }
     free(hm);
 }
