@@ -33,7 +33,11 @@
  * place: non-temporal saves measured slower where they differed (2
  * ranks in place, 64 MiB: window 9.6-11.1 ms against 6.3-6.9 cached,
  * staged 11.8-12.9 against 9.3-9.8; 256 MiB: staged 48-50 against 37,
- * window 24.6-24.9 against 25.3-25.6; 4 ranks, 64 MiB: the same).
+ * window 24.6-24.9 against 25.3-25.6; 4 ranks, 64 MiB: the same).  The
+ * one exception is the separate save of my slice with rails, which the
+ * engine streams (a copy from RECV to SCRATCH in a saves_input
+ * schedule): cached, it made 2 x 2 ranks over veth slower in place at
+ * 64M (70.6-77.1 ms against 67.0-68.4) and no faster at 1M-8M.
  *
  * With a loom_mem_alloc window (a->win_id: SEND and RECV at the same
  * offsets of every rank's window), nothing is staged: the shared ids
