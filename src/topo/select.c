@@ -148,10 +148,16 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * their turns on it too: cf times as long (4 ranks on 2 cores here:
      * about 12 us a round, against 6 for 2 ranks that need not wait;
      * the ping-pong that measures alpha involves two ranks only).  The
-     * copies and the reduction cover the n bytes once, whatever the
-     * rounds (the last one is partial: charging whole rounds made 2M-3M
-     * look dear). */
-    const double per_round = overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * cf;
+     * turns are counted per machine: hosts faked on one machine take
+     * them on the same cores (2 x 2 ranks in network namespaces on 2
+     * cores: counted per host, shared was chosen from 64K and measured
+     * 1.10-1.20 times hierarchical's time up to 256K).  The copies and
+     * the reduction cover the n bytes once, whatever the rounds (the
+     * last one is partial: charging whole rounds made 2M-3M look dear). */
+    double turns = cf;
+    if (j->machine_ranks > 0 && j->cores_per_host > 0)
+        turns = fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    const double per_round = overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
     double sync = 3 * per_round;
     const double f = (L - 1.0) / L;
     if (j->window == LOOMI_WINDOW_IN) {

@@ -59,6 +59,9 @@ struct loomi_job_shape {
     const struct loomi_hostmap *hosts; /* NULL: one rank per host */
     int nranks;
     int cores_per_host;  /* fewest cores of any host (contention), 0 unknown */
+    /* Most ranks on one machine: hosts faked on one machine (network
+     * namespaces, LOOM_HOSTNAME) share its cores; 0 unknown. */
+    int machine_ranks;
     /* Fewest NICs that the ranks of a host opened for RDMA (each its own,
      * as the job picture gives it); 0: some rank opened none. */
     int nics_per_host;
