@@ -380,6 +380,17 @@ static struct loomi_job_shape two_by_two_job(struct loomi_hostmap *hm)
     return j;
 }
 
+/* The 2 x 2 job with a probe's figures {shm alpha, beta, tcp alpha,
+ * beta} and reduction cost gamma (copies 0.018 ns/B). */
+static struct loomi_hostmap *probed_two_by_two(const double fig[4], double gamma,
+                                               struct loomi_links *l, struct loomi_job_shape *j)
+{
+    const double shm[4] = {fig[0], fig[1], gamma, 0.018e-9};
+    struct loomi_hostmap *hm = two_by_two(l, shm, fig[2], fig[3]);
+    *j = two_by_two_job(hm);
+    return hm;
+}
+
 /* 2 hosts of per_host consecutive ranks; both links 1 us, the network
  * 10x slower than shared memory (1 ns a byte); m as flat over one link. */
 static struct loomi_hostmap *two_hosts(int per_host, struct loomi_links *l,
@@ -767,9 +778,8 @@ Test(model, two_hosts_of_two_over_veth_slow_shm)
                               {8.23e-6, 0.090e-9, 17.86e-6, 0.235e-9}};
     for (size_t f = 0; f < sizeof figs / sizeof figs[0]; f++) {
         struct loomi_links l;
-        const double shm[4] = {figs[f][0], figs[f][1], 0.017e-9, 0.018e-9};
-        struct loomi_hostmap *hm = two_by_two(&l, shm, figs[f][2], figs[f][3]);
-        struct loomi_job_shape j = two_by_two_job(hm);
+        struct loomi_job_shape j;
+        struct loomi_hostmap *hm = probed_two_by_two(figs[f], 0.017e-9, &l, &j);
         struct loomi_selection sel;
         loomi_select_build(&sel, &j, &l);
         const int small = loomi_select_lookup(&sel, LOOMI_COLL_ALLGATHER, (size_t)16 << 10);
@@ -796,9 +806,8 @@ Test(model, hosts_faked_on_one_machine_share_its_cores)
     const int AR = LOOMI_COLL_ALLREDUCE;
     for (size_t f = 0; f < sizeof figs / sizeof figs[0]; f++) {
         struct loomi_links l;
-        const double shm[4] = {figs[f][0], figs[f][1], 0.019e-9, 0.018e-9};
-        struct loomi_hostmap *hm = two_by_two(&l, shm, figs[f][2], figs[f][3]);
-        struct loomi_job_shape j = two_by_two_job(hm);
+        struct loomi_job_shape j;
+        struct loomi_hostmap *hm = probed_two_by_two(figs[f], 0.019e-9, &l, &j);
         struct loomi_selection sel;
         j.machine_ranks = 4;
         loomi_select_build(&sel, &j, &l);
