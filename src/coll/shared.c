@@ -30,10 +30,11 @@
  * engine restores from there if the operation fails, instead of copying
  * the whole buffer up front (saves_input).
  * The saves are cached stores at every size, unlike the results out of
- * place: non-temporal saves measured slower where they differed (2
- * ranks in place, 64 MiB: window 9.6-11.1 ms against 6.3-6.9 cached,
- * staged 11.8-12.9 against 9.3-9.8; 256 MiB: staged 48-50 against 37,
- * window 24.6-24.9 against 25.3-25.6; 4 ranks, 64 MiB: the same).  The
+ * place: non-temporal saves measured slower (in place, streamed against
+ * cached: 2 ranks, 64 MiB, window 10.9-13.1 ms against 7.7-7.9, staged
+ * 13.0-13.4 against 10.5-10.6; 128 MiB, window 19.0-19.5 against
+ * 14.7-15.3, staged 25.6-25.9 against 19.8-20.3; 4 ranks, 16 MiB window
+ * 7.0-7.9 against 5.4-5.6, 64 MiB about the same).  The
  * one exception is the separate save of my slice with rails, which the
  * engine streams (a copy from RECV to SCRATCH in a saves_input
  * schedule): cached, it made 2 x 2 ranks over veth slower in place at
