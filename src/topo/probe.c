@@ -80,35 +80,6 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     return LOOM_SUCCESS;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Most ranks on one machine (as loomi_topo_machine_ranks() counts them:
- * by machine, or by host where the machine is unknown), sorted rather
- * than counted per rank, which would be quadratic in the job's size;
- * 0 when out of memory (unknown). */
-static int most_on_a_machine(const struct loomi_topo_job *job, int n)
-{
-    uint64_t *k = malloc((size_t)n * sizeof *k);
-    if (!k) return 0;
-    /* Hosts of unknown machine must not pool with machines: tag them. */
-    for (int q = 0; q < n; q++) {
-        const struct loomi_topo_host *h = &job->ranks[q].host;
-        k[q] = h->machine ? h->machine << 1 : h->id << 1 | 1;
-    }
-    qsort(k, (size_t)n, sizeof *k, cmp_u64);
-    int most = 0;
-    for (int i = 0, run = 0; i < n; i++) {
-        run = i && k[i] == k[i - 1] ? run + 1 : 1;
-        if (run > most) most = run;
-    }
-    free(k);
-    return most;
-}
-
 void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
 {
     memset(j, 0, sizeof *j);
@@ -124,7 +95,7 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
             if (nc > 0 && (!fewest || nc < fewest)) fewest = nc;
         }
         j->cores_per_host = fewest;
-        j->machine_ranks = most_on_a_machine(c->topo, c->nranks);
+        j->machine_ranks = loomi_topo_most_machine_ranks(c->topo);
         /* Distinct NICs in use per host, from the picture (the same on
          * every rank, as the selection must be). */
         const struct loomi_hostmap *m = c->hosts;

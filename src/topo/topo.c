@@ -956,6 +956,34 @@ int loomi_topo_machine_ranks(const struct loomi_topo_job *job, int rank)
     return n;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int loomi_topo_most_machine_ranks(const struct loomi_topo_job *job)
+{
+    const int n = job->nranks;
+    uint64_t *k = n > 0 ? malloc((size_t)n * sizeof *k) : NULL;
+    if (!k) return 0;
+    /* Machines as loomi_topo_machine_ranks() tells them apart; hosts of
+     * unknown machine are tagged so that they never pool with one.
+     * Sorted, not counted per rank, which would be quadratic. */
+    for (int q = 0; q < n; q++) {
+        const struct loomi_topo_host *h = &job->ranks[q].host;
+        k[q] = h->machine ? h->machine << 1 : h->id << 1 | 1;
+    }
+    qsort(k, (size_t)n, sizeof *k, cmp_u64);
+    int most = 0;
+    for (int i = 0, run = 0; i < n; i++) {
+        run = i && k[i] == k[i - 1] ? run + 1 : 1;
+        if (run > most) most = run;
+    }
+    free(k);
+    return most;
+}
+
 void loomi_topo_job_free(struct loomi_topo_job *job)
 {
     if (!job) return;

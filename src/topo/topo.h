@@ -77,6 +77,9 @@ loom_result_t loomi_topo_discover(const struct loomi_settings *set, int rank,
 /* How many ranks of the job run on `rank`'s machine (its kernel and
  * cores): those with its machine id, or without one its host. */
 int loomi_topo_machine_ranks(const struct loomi_topo_job *job, int rank);
+/* The most ranks of the job on any one machine, as counted above; 0 when
+ * out of memory (unknown). */
+int loomi_topo_most_machine_ranks(const struct loomi_topo_job *job);
 
 /* Fixed-size, endian-neutral encoding (LOOMI_TOPO_CARD_BYTES). */
 void loomi_topo_pack(const struct loomi_topo_rank *r, unsigned char *card);

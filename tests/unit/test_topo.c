@@ -398,10 +398,16 @@ Test(topo, job_dgx_two_hosts)
     cr_assert_eq(job.map->nhosts, 2);
     /* Faked on one machine, both hosts' ranks share its cores... */
     cr_expect_eq(loomi_topo_machine_ranks(&job, 3), a.host.machine ? 16 : 8);
+    cr_expect_eq(loomi_topo_most_machine_ranks(&job), a.host.machine ? 16 : 8);
     /* ...and on two machines, or with no machine id, each host's alone. */
     for (int r = 0; r < 16; r++) job.ranks[r].host.machine = r % 2 ? 7 : 0;
     cr_expect_eq(loomi_topo_machine_ranks(&job, 3), 8);
     cr_expect_eq(loomi_topo_machine_ranks(&job, 2), 8);
+    cr_expect_eq(loomi_topo_most_machine_ranks(&job), 8);
+    /* Three ranks of host a moved onto machine 7: 11 there. */
+    for (int r = 0; r < 6; r += 2) job.ranks[r].host.machine = 7;
+    cr_expect_eq(loomi_topo_most_machine_ranks(&job), 11);
+    for (int r = 0; r < 6; r += 2) job.ranks[r].host.machine = 0;
     int nic_users[2][4] = {{0}};
     for (int r = 0; r < 16; r++) {
         const struct loomi_topo_rank *p = &job.ranks[r];
