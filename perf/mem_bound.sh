@@ -6,7 +6,9 @@
 # result at least once, so an allreduce on p ranks of one host moves at
 # least 2pn bytes through memory; at the traffic T that the cores
 # sustain, t >= 2pn/T, and busbw = 2(p-1)/p * n/t <= (p-1)T/p^2.  T comes
-# from perf/membw (one thread per CPU copying SIZE bytes): memcpy, with
+# from perf/membw (one thread per rank, at most one per CPU, copying SIZE
+# bytes: the ranks run on that many cores, and on a host with more cores
+# than ranks the idle ones add bandwidth no rank can use): memcpy, with
 # each byte counted as read once and written once (STREAM's Copy
 # convention), and copies with streaming stores, which do not read the
 # lines they overwrite and so sustain more: the faster of one stream and
@@ -54,11 +56,12 @@ for f in "$@"; do
     prev=$f
 done
 cpus=$(nproc)
-echo "# $n ranks, $size allreduce, $rounds rounds; membw with $cpus threads"
+threads=$((n < cpus ? n : cpus))
+echo "# $n ranks, $size allreduce, $rounds rounds; membw with $threads threads"
 echo "# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
 res=()
 for ((i = 1; i <= rounds; i++)); do
-    m=$("$BUILDDIR/perf/membw" "$size" "$cpus" 5) || exit 1
+    m=$("$BUILDDIR/perf/membw" "$size" "$threads" 5) || exit 1
     tc=$(awk '/memcpy/ {for (k = 1; k <= NF; k++) if ($k == "traffic") print $(k + 1)}' <<<"$m")
     ts=$(awk '/streaming/ {for (k = 1; k <= NF; k++) if ($k == "traffic" && $(k + 1) > t) t = $(k + 1)}
               END {if (t) print t}' <<<"$m")
