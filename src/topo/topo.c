@@ -475,19 +475,25 @@ static uint32_t live_speed(const char *name, int verbs)
     return v > 0 && v < 4000000000L ? (uint32_t)v : 0;
 }
 
-/* Is this PCI device a compute GPU?  3D controllers, "display other"
- * (AMD Instinct), processing accelerators, NVIDIA/AMD VGA boards, or
- * anything with a compute (CUDA/OpenCL/oneAPI) OS device.  Not: BMC and
- * virtual displays, which also carry a DRM "card". */
-static int is_compute_gpu(hwloc_obj_t pci, hwloc_obj_t os)
+/* Is this PCI device a compute GPU by its class?  3D controllers, "display
+ * other" (AMD Instinct), processing accelerators, NVIDIA/AMD VGA boards.
+ * Not: BMC and virtual displays, which also carry a DRM "card". */
+static int gpu_class(hwloc_obj_t pci)
 {
     unsigned cls = pci->attr->pcidev.class_id, ven = pci->attr->pcidev.vendor_id;
-    if (os->attr->osdev.type == HWLOC_OBJ_OSDEV_COPROC) return 1;
     if (cls == 0x0302 || cls == 0x0380 || (cls >> 8) == 0x12) return 1;
     return cls == 0x0300 && (ven == 0x10de || ven == 0x1002);
 }
 
-/* Which OS name names a GPU best (lower is better). */
+/* ... or, whatever its class, one with a compute (CUDA/OpenCL/oneAPI) OS
+ * device. */
+static int is_compute_gpu(hwloc_obj_t pci, hwloc_obj_t os)
+{
+    return os->attr->osdev.type == HWLOC_OBJ_OSDEV_COPROC || gpu_class(pci);
+}
+
+/* Which OS name names a GPU best (lower is better); GPU_PCI_NAME ranks
+ * below them all. */
 static int gpu_name_rank(hwloc_obj_t os)
 {
     const char *n = os->name ? os->name : "";
@@ -497,6 +503,7 @@ static int gpu_name_rank(hwloc_obj_t os)
     if (strncmp(n, "card", 4) == 0) return 3;
     return 4;
 }
+#define GPU_PCI_NAME 5
 
 struct found_dev {
     struct loomi_topo_dev d;
@@ -515,15 +522,15 @@ static int cmp_found(const void *a, const void *b)
     return 0;
 }
 
-/* Add an OS device to a list with one entry per PCI device, keeping the
- * preferred name (lower pref) and the highest speed. */
-static void add_dev(struct found_dev *list, int *n, int cap, hwloc_obj_t pci, hwloc_obj_t os,
+/* Add a device named name to a list with one entry per PCI device, keeping
+ * the preferred name (lower pref) and the highest speed. */
+static void add_dev(struct found_dev *list, int *n, int cap, hwloc_obj_t pci, const char *name,
                     int pref, uint32_t speed, hwloc_topology_t t)
 {
     for (int i = 0; i < *n; i++) {
         if (list[i].pci != pci) continue;
         if (pref < list[i].pref) {
-            copy_str(list[i].d.name, sizeof list[i].d.name, os->name);
+            copy_str(list[i].d.name, sizeof list[i].d.name, name);
             list[i].pref = pref;
         }
         list[i].d.speed_mbps = LOOMI_MAX(list[i].d.speed_mbps, speed);
@@ -534,7 +541,7 @@ static void add_dev(struct found_dev *list, int *n, int cap, hwloc_obj_t pci, hw
     memset(f, 0, sizeof *f);
     f->pci = pci;
     f->pref = pref;
-    copy_str(f->d.name, sizeof f->d.name, os->name);
+    copy_str(f->d.name, sizeof f->d.name, name);
     f->d.speed_mbps = speed;
     locality(t, pci, &f->d);
 }
@@ -560,12 +567,23 @@ static void find_devices(hwloc_topology_t t, int live, struct loomi_topo_host *h
         if (ty == HWLOC_OBJ_OSDEV_NETWORK || ty == HWLOC_OBJ_OSDEV_OPENFABRICS) {
             int verbs = ty == HWLOC_OBJ_OSDEV_OPENFABRICS;
             /* One entry per port: the verbs name when there is one. */
-            add_dev(nics, &nn, FOUND_CAP, pci, os, verbs ? 0 : 1,
+            add_dev(nics, &nn, FOUND_CAP, pci, os->name, verbs ? 0 : 1,
                     live ? live_speed(os->name, verbs) : 0, t);
         } else if ((ty == HWLOC_OBJ_OSDEV_GPU || ty == HWLOC_OBJ_OSDEV_COPROC) &&
                    is_compute_gpu(pci, os)) {
-            add_dev(gpus, &ng, FOUND_CAP, pci, os, gpu_name_rank(os), 0, t);
+            add_dev(gpus, &ng, FOUND_CAP, pci, os->name, gpu_name_rank(os), 0, t);
         }
+    }
+    /* A GPU that no OS device names is still a GPU: in a VM with one
+     * passed through there may be no DRM card, and the OpenCL plugin can
+     * hang its device off the machine rather than the PCI device (both
+     * seen with an H200).  Its PCI ids name it. */
+    for (hwloc_obj_t p = hwloc_get_next_pcidev(t, NULL); p; p = hwloc_get_next_pcidev(t, p)) {
+        if (!gpu_class(p)) continue;
+        char ids[LOOMI_TOPO_NAME];
+        snprintf(ids, sizeof ids, "%04x:%04x", p->attr->pcidev.vendor_id,
+                 p->attr->pcidev.device_id);
+        add_dev(gpus, &ng, FOUND_CAP, p, ids, GPU_PCI_NAME, 0, t);
     }
     qsort(nics, (size_t)nn, sizeof *nics, cmp_found);
     qsort(gpus, (size_t)ng, sizeof *gpus, cmp_found);

@@ -10,6 +10,8 @@
  *     VGA ("card0") that is not a compute GPU.
  *   cpu_8numa.xml: 2 packages x 4 NUMA nodes, 8 cores x 2 PUs per node;
  *     mlx5_0 on NUMA 0, ens5f0 on NUMA 4, the BMC VGA, no GPUs.
+ *   h200_vm.xml: hwloc's export of a 16-core VM whose one GPU (an H200)
+ *     has no OS device below its PCI device.
  */
 #include <criterion/criterion.h>
 
@@ -122,6 +124,24 @@ Test(topo, discover_cpu_8numa)
     cr_expect_str_eq(h->nics[1].busid, "0000:81:00.0");
     cr_expect_eq(h->nics[1].numa, 4);
     cr_expect_eq(h->nics[1].package, 1);
+}
+
+/* A GPU known only as a PCI device (no DRM card; the OpenCL plugin's
+ * device is not below it) is found, and named by its PCI ids. */
+Test(topo, discover_gpu_without_os_device)
+{
+    struct loomi_topo_rank r = load("h200_vm.xml", "vm-a");
+    const struct loomi_topo_host *h = &r.host;
+    cr_expect_eq(h->npackages, 1);
+    cr_expect_eq(h->nnuma, 1);
+    cr_expect_eq(h->ncores, 16);
+    cr_assert_eq(h->ngpus, 1);
+    cr_expect_str_eq(h->gpus[0].name, "10de:2335");
+    cr_expect_str_eq(h->gpus[0].busid, "0000:00:06.0");
+    cr_expect_eq(h->gpus[0].numa, 0);
+    cr_expect_eq(h->gpus[0].package, 0);
+    cr_assert_eq(h->nnics, 1);
+    cr_expect_str_eq(h->nics[0].name, "eth0");
 }
 
 Test(topo, discover_missing_file)
