@@ -90,6 +90,11 @@ struct loomi_coll_args {
      * from this many bytes of vectors on a host (ranks x message) on,
      * out of place; 0: never (LOOM_SHM_STREAM). */
     size_t stream_bytes;
+    /* In place past that size, the saves (of what the operation
+     * overwrites, for the restore on failure) stream too: whether they
+     * should is measured on the communicator's first such calls
+     * (loomi_saves_tuner). */
+    int stream_saves;
     /* Allreduce: SEND and RECV lie in the loom_mem_alloc window win_id
      * (0: they do not), at these offsets; the window has win_bytes. */
     uint64_t win_id;
@@ -103,6 +108,25 @@ static inline int loomi_shared_streams(size_t stream_bytes, int L, size_t bytes)
 {
     return stream_bytes && bytes * (size_t)L >= stream_bytes;
 }
+
+/* Streamed or cached saves, for in-place shared allreduces past
+ * stream_bytes: the first LOOMI_SAVES_TRIALS such blocking calls of a
+ * communicator alternate the two (all ranks alike: their calls come in
+ * the same order), each timed; then the faster, by its best time per
+ * byte, is kept, cached unless streamed beat it by 5%.  Which is faster
+ * depends on the machine (2 ranks, 64 MiB in place, heap buffers:
+ * streamed 26% faster on one Intel VM, cached 20% faster on one AMD VM),
+ * and only a large operation's own working set shows it. */
+#define LOOMI_SAVES_TRIALS 6
+struct loomi_saves_tuner {
+    int calls;          /* trial calls timed so far */
+    int decided, mode;  /* mode: 1 streamed, 0 cached */
+    double best[2];     /* best ns per byte of each mode (0: none yet) */
+};
+/* The mode for the next call (the trial's, or the one decided). */
+int loomi_saves_mode(const struct loomi_saves_tuner *t);
+/* Record a call of `bytes` run in mode `mode` that took `ns`. */
+void loomi_saves_record(struct loomi_saves_tuner *t, int mode, size_t bytes, double ns);
 
 typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);
 

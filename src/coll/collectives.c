@@ -89,6 +89,7 @@ struct sched_key {
     loom_datatype_t dtype;
     loom_op_t op;
     size_t count, chunk, shared, stream;
+    int saves;
     uint64_t win;
     size_t win_send, win_recv;
     const void *hosts; /* tests change these on a live communicator */
@@ -127,6 +128,7 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
     k.chunk = c->a.chunk_bytes;
     k.shared = c->a.shared_bytes;
     k.stream = c->a.stream_bytes;
+    k.saves = c->a.stream_saves;
     k.win = c->a.win_id;
     k.win_send = c->a.win_send_off;
     k.win_recv = c->a.win_recv_off;
@@ -259,6 +261,19 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
     c->a.stream_bytes = comm->set.shm_stream;
+    /* In-place shared allreduces past LOOM_SHM_STREAM: streamed or cached
+     * saves, as the first such blocking calls measure (coll.h). */
+    int tune = 0;
+    if (algo == LOOMI_ALGO_SHARED && c->a.inplace && c->a.coll == LOOMI_COLL_ALLREDUCE &&
+        !c->cz.codec && comm->hosts) {
+        const struct loomi_hostmap *m = comm->hosts;
+        int L = loomi_host_size(m, m->host_of[comm->rank]);
+        if (loomi_shared_streams(c->a.stream_bytes, L, c->a.count * es)) {
+            int fixed = comm->set.shm_stream_saves; /* LOOM_SHM_STREAM_SAVES */
+            c->a.stream_saves = fixed >= 0 ? fixed : loomi_saves_mode(&comm->saves);
+            tune = fixed < 0 && !req && !group && !comm->saves.decided;
+        }
+    }
     struct loomi_sched s;
     /* Queued group members are handed over (the group frees them).
      * Compressed schedules are built each time (not cached: they carry
@@ -281,13 +296,38 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                                 coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
     if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
+    uint64_t t0 = tune ? loomi_now_ns() : 0;
     r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
     if (r != LOOM_SUCCESS) return r;
     if (req) {
         *req = (loom_request_t)op;
         return LOOM_SUCCESS;
     }
-    return loomi_op_wait(op);
+    r = loomi_op_wait(op);
+    if (tune && r == LOOM_SUCCESS) {
+        struct loomi_saves_tuner *t = &comm->saves;
+        loomi_saves_record(t, c->a.stream_saves, c->a.count * es, (double)(loomi_now_ns() - t0));
+        if (t->decided)
+            LOOMI_INFO(comm->rank, "in-place shared allreduce: %s saves (best %.3f ns/B "
+                       "streamed, %.3f cached)", t->mode ? "streamed" : "cached", t->best[1],
+                       t->best[0]);
+    }
+    return r;
+}
+
+int loomi_saves_mode(const struct loomi_saves_tuner *t)
+{
+    return t->decided ? t->mode : t->calls % 2;
+}
+
+void loomi_saves_record(struct loomi_saves_tuner *t, int mode, size_t bytes, double ns)
+{
+    if (t->decided || !bytes || ns <= 0 || mode < 0 || mode > 1) return;
+    double v = ns / (double)bytes;
+    if (t->best[mode] == 0 || v < t->best[mode]) t->best[mode] = v;
+    if (++t->calls < LOOMI_SAVES_TRIALS) return;
+    t->decided = 1;
+    t->mode = t->best[0] > 0 && t->best[1] > 0 && t->best[1] < 0.95 * t->best[0];
 }
 
 static loom_result_t need_req(const char *fn, loom_request_t *req)

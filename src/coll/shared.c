@@ -29,14 +29,16 @@
  * it overwrites it, or with rails a copy saves it after the copy-in): the
  * engine restores from there if the operation fails, instead of copying
  * the whole buffer up front (saves_input).
- * The saves are cached stores at every size, unlike the results out of
- * place: non-temporal saves measured slower (in place, streamed against
- * cached: 2 ranks, 64 MiB, window 10.9-13.1 ms against 7.7-7.9, staged
- * 13.0-13.4 against 10.5-10.6; 128 MiB, window 19.0-19.5 against
- * 14.7-15.3, staged 25.6-25.9 against 19.8-20.3; 4 ranks, 16 MiB window
- * 7.0-7.9 against 5.4-5.6, 64 MiB about the same).  The
- * one exception is the separate save of my slice with rails, which the
- * engine streams (a copy from RECV to SCRATCH in a saves_input
+ * Below LOOM_SHM_STREAM the saves are cached stores.  Past it they
+ * stream or not as a->stream_saves says, which the communicator measures
+ * on its first such calls (loomi_saves_tuner in coll.h): it depends on
+ * the machine.  Streamed against cached, in place: on an AMD VM, 2 ranks,
+ * 64 MiB, window 10.9-13.1 ms against 7.7-7.9, staged 13.0-13.4 against
+ * 10.5-10.6 (128 MiB and 4 ranks alike); on an Intel VM, 2 ranks, 64 MiB,
+ * staged 17.8-18.8 against 22.3-25.6, window 14.0-16.2 against
+ * 15.8-18.0, 4 ranks staged 42.4-48.1 against 50.2-55.3.  The one
+ * exception is the separate save of my slice with rails, which the
+ * engine always streams (a copy from RECV to SCRATCH in a saves_input
  * schedule): cached, it made 2 x 2 ranks over veth slower in place at
  * 64M (70.6-77.1 ms against 67.0-68.4) and no faster at 1M-8M.
  *
@@ -189,7 +191,8 @@ static loom_result_t rail_round(struct loomi_sched *s, const struct loomi_coll_a
  * the arena.  In place, what this rank overwrites is saved into SCRATCH
  * for the restore on failure (peers overwrite nothing of mine), by the
  * steps that overwrite it, which read each old line once for the save
- * and their own work (LOOMI_RS_SAVE, LOOMI_COPY_SAVE).
+ * and their own work (LOOMI_RS_SAVE, LOOMI_COPY_SAVE; streamed as the
+ * staged form's, above).
  *
  * Why every copied-out line is saved, not only my slice: a rank that
  * had every "red" could finish its copy-out even if a peer then failed
@@ -222,9 +225,10 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
     s->shared_bytes = top + n * es;
     const size_t saved = a->inplace ? n * es : 0;
     const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
-    /* Big vectors' results (out of place) skip the cache.  In place the
-     * saves never do (see the top of this file). */
-    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+    /* Big vectors' results (out of place) skip the cache; in place their
+     * saves do where that was measured faster (see the top of this file). */
+    const int big = loomi_shared_streams(a->stream_bytes, L, n * es);
+    const int stream = !a->inplace && big, ssave = a->inplace && big && a->stream_saves;
     /* Out of place on one host, the reducer of a slice writes it into
      * every rank's RECV (nobody reads RECV during the operation): each
      * rank reads n and writes n, the bound, instead of reading the
@@ -271,7 +275,7 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
             uint32_t d[2] = {chk, rail_done[k % 2]};
             last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, mine, in, mine, soff + mine, li,
                                              mylen, d, 2);
-            if (saved) s->steps[last].flags |= LOOMI_RS_SAVE;
+            if (saved) s->steps[last].flags |= LOOMI_RS_SAVE | (ssave ? LOOMI_RS_STREAM : 0);
             if (push) s->steps[last].flags |= LOOMI_RS_PUSH | (stream ? LOOMI_RS_STREAM : 0);
         }
         if (H > 1 && mylen) {
@@ -298,8 +302,10 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
             uint32_t d[2] = {rred[q], chk};
             const size_t at = (b + q0) * es;
             if (saved) {
-                cps[no++] = loomi_sched_copy_save(s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q,
-                                                  roff + at, LOOMI_BUF_SCRATCH, at, ql, d, 2);
+                cps[no] = loomi_sched_copy_save(s, LOOMI_BUF_RECV, at, LOOMI_BUF_SHARED + q,
+                                                roff + at, LOOMI_BUF_SCRATCH, at, ql, d, 2);
+                if (ssave) s->steps[cps[no]].flags |= LOOMI_COPY_STREAM;
+                no++;
             }
             else
                 cps[no++] = (stream ? loomi_sched_copy_stream : loomi_sched_copy)(
@@ -350,9 +356,11 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
     /* Out of place, RECV is only written, once: past what the caches
      * keep, streaming stores save the read of each line before it is
-     * overwritten.  (In place, the copy-in has just read those lines,
-     * and the saves are cached: see the top of this file.) */
-    const int stream = !a->inplace && loomi_shared_streams(a->stream_bytes, L, n * es);
+     * overwritten.  (In place, the copy-in has just read those lines;
+     * the saves stream where that was measured faster: see the top of
+     * this file.) */
+    const int big = loomi_shared_streams(a->stream_bytes, L, n * es);
+    const int stream = !a->inplace && big, ssave = a->inplace && big && a->stream_saves;
     /* On one host, my slice is final once reduced: the reduction writes
      * it to RECV and to my arena in one pass (LOOMI_RS_KEEP), and my
      * copy-out skips it (in place it also saves what it overwrites): a
@@ -401,6 +409,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                                   &reuse, 1)
                               : loomi_sched_copy(s, mine, hoff + t0 * es, in, (b + t0) * es,
                                                  len - t0, &reuse, 1);
+        for (int c = 0; c < nc && saved && ssave; c++) s->steps[tmp[c]].flags |= LOOMI_COPY_STREAM;
         uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
         /* In place: save the rest of this round's input (my slice) before
@@ -434,7 +443,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                                     mylen, d, 2);
             if (keep)
                 s->steps[last].flags |= LOOMI_RS_KEEP | (saved ? LOOMI_RS_SAVE : 0) |
-                                        (stream ? LOOMI_RS_STREAM : 0);
+                                        ((saved ? ssave : stream) ? LOOMI_RS_STREAM : 0);
         }
 
         /* 4. rails: the same slice on every host. */

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
+#include "coll/coll.h"
 #include "core/internal.h"
 #include "transports/transport.h"
 
@@ -58,6 +59,7 @@ struct loom_comm {
     int oversubscribed;        /* this machine has more ranks than cores */
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
+    struct loomi_saves_tuner saves;        /* in-place shared saves (coll.h); calling thread */
     struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
     /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32
      * SUM/AVG (NULL: none).  Set and read by the calling thread only. */

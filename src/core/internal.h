@@ -78,6 +78,7 @@ struct loomi_env {
     size_t shm_small;          /* allreduce through arena slots up to this size; 0: never */
     size_t shm_stream;         /* shared allreduce streams results from this many vector
                                 * bytes on the host; 0: never */
+    int shm_stream_saves;      /* in place past shm_stream: -1 measure, 0 cached, 1 streamed */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
 };
@@ -107,6 +108,7 @@ struct loomi_settings {
     size_t shm_cma_min;
     size_t shm_small;
     size_t shm_stream;
+    int shm_stream_saves;
     int heartbeat_ms;
     int progress_thread;
 };

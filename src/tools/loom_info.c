@@ -435,6 +435,10 @@ static int report(int p, int H, const struct loomi_model_params *meas)
                set.shm_small ? fmt_size_short(set.shm_small, b, sizeof b) : "0 (never)");
         printf("  LOOM_SHM_STREAM     %s\n",
                set.shm_stream ? fmt_size_short(set.shm_stream, b, sizeof b) : "0 (never)");
+        printf("  LOOM_SHM_STREAM_SAVES %s\n",
+               set.shm_stream_saves < 0 ? "-1 (measured on the first calls)"
+               : set.shm_stream_saves   ? "1 (streamed)"
+                                        : "0 (cached)");
         printf("  LOOM_TOPO_FILE      %s\n", set.topo_file[0] ? set.topo_file : "(this machine)");
         printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");

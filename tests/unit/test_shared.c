@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "comm/comm.h"
 #include "sched/simulate.h"
 #include "topo/hostmap.h"
 #include "transports/sim/sim.h"
@@ -78,6 +79,11 @@ Test(shared, schedules_validate)
                     validate(lay[i][0], lay[i][1], il, counts[j], ip, 8192);
 }
 
+/* In-place saves past LOOM_SHM_STREAM: -1 as the communicator measures
+ * (non-blocking calls, as here, take the first trial's: cached), else
+ * decided streamed (1) or cached (0). */
+static int saves_mode = -1;
+
 /* Run through the public API; returns the number of wrong elements. */
 static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
                loom_datatype_t dt, size_t arena, uint64_t seed)
@@ -98,6 +104,7 @@ static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op
     for (int r = 0; r < p; r++) {
         cr_assert_eq(loomi_comm_set_hosts(comms[r], host_of), LOOM_SUCCESS);
         loomi_comm_force_algo(comms[r], LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_SHARED);
+        if (saves_mode >= 0) comms[r]->saves = (struct loomi_saves_tuner){1, 1, saves_mode, {0}};
         sb[r] = malloc(n * es + 1);
         rb[r] = malloc(n * es + 1);
         for (size_t i = 0; i < n; i++) {
@@ -208,15 +215,18 @@ Test(shared, arena_out_of_range_is_refused)
 }
 
 /* How many of rank 0's copies into RECV stream (and how many do not),
- * for L ranks on one host. */
-static void count_streamed(int L, size_t count, int inplace, size_t stream, int *yes, int *no)
+ * for L ranks on one host; in place, any streamed save counts in yes
+ * too (stream_saves: ssave). */
+static void count_streamed(int L, size_t count, int inplace, size_t stream, int ssave, int *yes,
+                           int *no)
 {
     int host_of[8] = {0};
     struct loomi_hostmap *m = loomi_hostmap_build(L, host_of);
     cr_assert_not_null(m);
     struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = count,
                                 .inplace = inplace, .chunk_bytes = 4096, .hosts = m,
-                                .shared_bytes = 65536, .stream_bytes = stream};
+                                .shared_bytes = 65536, .stream_bytes = stream,
+                                .stream_saves = ssave};
     struct loomi_sched s;
     cr_assert_eq(loomi_coll_build(&s, 0, L, LOOM_FLOAT32, LOOM_SUM, &a, LOOMI_ALGO_SHARED),
                  LOOM_SUCCESS, "%s", loom_get_last_error());
@@ -228,7 +238,7 @@ static void count_streamed(int L, size_t count, int inplace, size_t stream, int 
         else ++*no;
     }
     if (inplace) {
-        /* Nor does anything else: the saves are cached too. */
+        /* The saves: streamed only where stream_saves says so. */
         for (uint32_t i = 0; i < s.nsteps; i++) {
             const struct loomi_step *st = &s.steps[i];
             if ((st->kind == LOOMI_STEP_COPY && (st->flags & LOOMI_COPY_STREAM)) ||
@@ -241,52 +251,90 @@ static void count_streamed(int L, size_t count, int inplace, size_t stream, int 
 }
 
 /* Out of place, from LOOM_SHM_STREAM bytes of vectors on the host, the
- * copy-out into RECV uses streaming stores; in place (RECV was just read;
- * nor do the saves) and below the threshold it does not, and the results
- * are the same. */
+ * copy-out into RECV uses streaming stores; in place (RECV was just read)
+ * and below the threshold it does not, and in place the saves stream
+ * only where stream_saves asks it; the results are the same. */
 Test(shared, streams_results_past_the_threshold)
 {
     int yes, no;
     const size_t n = 40000; /* floats: 160000 bytes, 3 ranks 480000 */
-    count_streamed(3, n, 0, 480000, &yes, &no);
+    count_streamed(3, n, 0, 480000, 1, &yes, &no);
     cr_assert(yes > 0 && no == 0, "3 x %zu B from 480000: %d streamed, %d not", n * 4, yes, no);
-    count_streamed(3, n, 0, 480004, &yes, &no);
+    count_streamed(3, n, 0, 480004, 1, &yes, &no);
     cr_assert(yes == 0 && no > 0, "below the threshold: %d streamed", yes);
-    count_streamed(3, n, 1, 1024, &yes, &no);
-    cr_assert(yes == 0 && no > 0, "in place: %d streamed", yes);
-    count_streamed(3, n, 0, 0, &yes, &no);
+    count_streamed(3, n, 1, 1024, 0, &yes, &no);
+    cr_assert(yes == 0 && no > 0, "in place, cached saves: %d streamed", yes);
+    count_streamed(3, n, 1, 1024, 1, &yes, &no);
+    cr_assert(yes > 0 && no > 0, "in place, streamed saves: %d streamed, %d not", yes, no);
+    count_streamed(3, n, 1, 480004, 1, &yes, &no);
+    cr_assert(yes == 0 && no > 0, "in place below the threshold: %d streamed", yes);
+    count_streamed(3, n, 0, 0, 1, &yes, &no);
     cr_assert(yes == 0 && no > 0, "LOOM_SHM_STREAM=0: %d streamed", yes);
-    /* Through the engine (the sim's arenas hold garbage until written). */
+    /* Through the engine (the sim's arenas hold garbage until written),
+     * with the saves cached and streamed. */
     setenv("LOOM_SHM_STREAM", "1K", 1);
     int bad = 0;
     const size_t ns[] = {1001, 40000, 40013};
-    for (int L = 2; L <= 4; L++)
-        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
-            for (int ip = 0; ip < 2; ip++) {
-                bad += run(1, L, 0, ns[j], ip, LOOM_SUM, LOOM_FLOAT32, 65536, 17 + j);
-                bad += run(1, L, 0, ns[j], ip, LOOM_AVG, LOOM_FLOAT32, 65536, 19 + j);
-            }
+    for (saves_mode = 0; saves_mode < 2; saves_mode++)
+        for (int L = 2; L <= 4; L++)
+            for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+                for (int ip = 0; ip < 2; ip++) {
+                    bad += run(1, L, 0, ns[j], ip, LOOM_SUM, LOOM_FLOAT32, 65536, 17 + j);
+                    bad += run(1, L, 0, ns[j], ip, LOOM_AVG, LOOM_FLOAT32, 65536, 19 + j);
+                }
+    saves_mode = -1;
     cr_assert_eq(bad, 0);
+}
+
+/* The tuner alternates cached and streamed saves over its trials, then
+ * keeps streamed only where its best time per byte beat cached's by 5%. */
+Test(shared, saves_tuner_keeps_the_faster)
+{
+    struct loomi_saves_tuner t = {0};
+    for (int i = 0; i < LOOMI_SAVES_TRIALS; i++) {
+        int m = loomi_saves_mode(&t);
+        cr_assert_eq(m, i % 2, "trial %d ran mode %d", i, m);
+        loomi_saves_record(&t, m, 1000, m ? 900.0 + i : 1000.0 + i); /* streamed 10% faster */
+    }
+    cr_assert(t.decided);
+    cr_assert_eq(loomi_saves_mode(&t), 1);
+    loomi_saves_record(&t, 0, 1000, 1.0); /* decided: later calls change nothing */
+    cr_assert_eq(loomi_saves_mode(&t), 1);
+
+    struct loomi_saves_tuner u = {0};
+    for (int i = 0; i < LOOMI_SAVES_TRIALS; i++) {
+        int m = loomi_saves_mode(&u);
+        loomi_saves_record(&u, m, 1000, m ? 980.0 : 1000.0); /* within 5%: cached */
+    }
+    cr_assert(u.decided);
+    cr_assert_eq(loomi_saves_mode(&u), 0);
+
+    struct loomi_saves_tuner v = {0};
+    for (int i = 0; i < LOOMI_SAVES_TRIALS; i++) {
+        int m = loomi_saves_mode(&v);
+        loomi_saves_record(&v, m, 1000, m ? 2000.0 : 1000.0);
+    }
+    cr_assert_eq(loomi_saves_mode(&v), 0);
 }
 
 /* The window form in place: every step that writes RECV saves what it
  * overwrites (to SCRATCH at the same offset) or writes only what such a
  * step already saved (the rails, AVG); the staged steps (copy-in, the
  * arena) are gone; every peer's descriptor is checked before anything
- * reads a window.  The saves are cached stores on either side of
- * LOOM_SHM_STREAM, which streams only results out of place. */
+ * reads a window.  The saves are cached stores below LOOM_SHM_STREAM,
+ * and past it too unless stream_saves asks them to stream. */
 Test(shared, window_in_place_saves_what_it_overwrites)
 {
-    for (int k = 0; k < 6; k++) {
-        const int L = 2 + k % 3;
+    for (int k = 0; k < 12; k++) {
+        const int L = 2 + k % 3, ssave = k >= 6, past = k % 6 < 3;
         int host_of[8] = {0};
         struct loomi_hostmap *m = loomi_hostmap_build(L, host_of);
         const size_t n = 40013;
         /* Past the threshold (ranks x bytes), or not. */
-        const size_t stream = k < 3 ? (size_t)L * n * 4 : (size_t)L * n * 4 + 1;
+        const size_t stream = past ? (size_t)L * n * 4 : (size_t)L * n * 4 + 1;
         struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = n, .inplace = 1,
                                     .chunk_bytes = 4096, .hosts = m, .shared_bytes = 65536,
-                                    .stream_bytes = stream,
+                                    .stream_bytes = stream, .stream_saves = ssave,
                                     .win_id = 3, .win_send_off = 4096, .win_recv_off = 4096,
                                     .win_bytes = 4096 + n * 4};
         struct loomi_sched s;
@@ -314,7 +362,8 @@ Test(shared, window_in_place_saves_what_it_overwrites)
             if (saves) {
                 int nt = st->kind == LOOMI_STEP_COPY ? (st->flags & LOOMI_COPY_STREAM) != 0
                                                      : (st->flags & LOOMI_RS_STREAM) != 0;
-                cr_assert(!nt, "L %d, threshold %zu: step %u's save streams", L, stream, i);
+                cr_assert_eq(nt, ssave && past, "L %d, threshold %zu, stream_saves %d: step %u's "
+                             "save streams: %d", L, stream, ssave, i, nt);
             }
             for (size_t e = e0; e < e0 + st->count; e++) {
                 if (saves) saved[e] = 1;
