@@ -963,39 +963,41 @@ loom_result_t loomi_topo_job_build(const struct loomi_topo_rank *ranks, int nran
     return LOOM_SUCCESS;
 }
 
+/* Orders hosts by the machine they run on: its id, or for a host of
+ * unknown machine the host itself (never pooled with a known one). */
+static int machine_cmp(const struct loomi_topo_host *a, const struct loomi_topo_host *b)
+{
+    const int ua = !a->machine, ub = !b->machine;
+    if (ua != ub) return ua - ub;
+    const uint64_t x = ua ? a->id : a->machine, y = ub ? b->id : b->machine;
+    return (x > y) - (x < y);
+}
+
 int loomi_topo_machine_ranks(const struct loomi_topo_job *job, int rank)
 {
     const struct loomi_topo_host *me = &job->ranks[rank].host;
     int n = 0;
-    for (int q = 0; q < job->nranks; q++) {
-        const struct loomi_topo_host *h = &job->ranks[q].host;
-        n += me->machine ? h->machine == me->machine : h->id == me->id;
-    }
+    for (int q = 0; q < job->nranks; q++) n += machine_cmp(me, &job->ranks[q].host) == 0;
     return n;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int cmp_host_machine(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    return machine_cmp(*(const struct loomi_topo_host *const *)a,
+                       *(const struct loomi_topo_host *const *)b);
 }
 
 int loomi_topo_most_machine_ranks(const struct loomi_topo_job *job)
 {
     const int n = job->nranks;
-    uint64_t *k = n > 0 ? malloc((size_t)n * sizeof *k) : NULL;
+    const struct loomi_topo_host **k = n > 0 ? malloc((size_t)n * sizeof *k) : NULL;
     if (!k) return 0;
-    /* Machines as loomi_topo_machine_ranks() tells them apart; hosts of
-     * unknown machine are tagged so that they never pool with one.
-     * Sorted, not counted per rank, which would be quadratic. */
-    for (int q = 0; q < n; q++) {
-        const struct loomi_topo_host *h = &job->ranks[q].host;
-        k[q] = h->machine ? h->machine << 1 : h->id << 1 | 1;
-    }
-    qsort(k, (size_t)n, sizeof *k, cmp_u64);
+    /* Sorted, not counted per rank, which would be quadratic. */
+    for (int q = 0; q < n; q++) k[q] = &job->ranks[q].host;
+    qsort(k, (size_t)n, sizeof *k, cmp_host_machine);
     int most = 0;
     for (int i = 0, run = 0; i < n; i++) {
-        run = i && k[i] == k[i - 1] ? run + 1 : 1;
+        run = i && machine_cmp(k[i], k[i - 1]) == 0 ? run + 1 : 1;
         if (run > most) most = run;
     }
     free(k);
