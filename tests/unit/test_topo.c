@@ -62,6 +62,16 @@ static struct loomi_topo_rank load(const char *name, const char *host)
 
 /* ---------------------------------------------------------- discovery */
 
+/* A device's name, PCI address, NUMA node and package. */
+static void expect_dev(const struct loomi_topo_dev *d, const char *name, const char *busid,
+                       int numa, int package)
+{
+    cr_expect_str_eq(d->name, name);
+    cr_expect_str_eq(d->busid, busid, "%s busid", name);
+    cr_expect_eq(d->numa, numa, "%s numa", name);
+    cr_expect_eq(d->package, package, "%s package", name);
+}
+
 Test(topo, discover_dgx)
 {
     struct loomi_topo_rank r = load("dgx_2s8g4n.xml", "dgx-a");
@@ -116,14 +126,8 @@ Test(topo, discover_cpu_8numa)
     cr_expect_eq(h->mem_bytes, (uint64_t)512 << 30);
     cr_expect_eq(h->ngpus, 0);
     cr_assert_eq(h->nnics, 2);
-    cr_expect_str_eq(h->nics[0].name, "mlx5_0");
-    cr_expect_str_eq(h->nics[0].busid, "0000:21:00.0");
-    cr_expect_eq(h->nics[0].numa, 0);
-    cr_expect_eq(h->nics[0].package, 0);
-    cr_expect_str_eq(h->nics[1].name, "ens5f0");
-    cr_expect_str_eq(h->nics[1].busid, "0000:81:00.0");
-    cr_expect_eq(h->nics[1].numa, 4);
-    cr_expect_eq(h->nics[1].package, 1);
+    expect_dev(&h->nics[0], "mlx5_0", "0000:21:00.0", 0, 0);
+    expect_dev(&h->nics[1], "ens5f0", "0000:81:00.0", 4, 1);
 }
 
 /* A GPU known only as a PCI device (no DRM card; the OpenCL plugin's
@@ -136,10 +140,7 @@ Test(topo, discover_gpu_without_os_device)
     cr_expect_eq(h->nnuma, 1);
     cr_expect_eq(h->ncores, 16);
     cr_assert_eq(h->ngpus, 1);
-    cr_expect_str_eq(h->gpus[0].name, "10de:2335");
-    cr_expect_str_eq(h->gpus[0].busid, "0000:00:06.0");
-    cr_expect_eq(h->gpus[0].numa, 0);
-    cr_expect_eq(h->gpus[0].package, 0);
+    expect_dev(&h->gpus[0], "10de:2335", "0000:00:06.0", 0, 0);
     cr_assert_eq(h->nnics, 1);
     cr_expect_str_eq(h->nics[0].name, "eth0");
 }
