@@ -409,7 +409,7 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                                   &reuse, 1)
                               : loomi_sched_copy(s, mine, hoff + t0 * es, in, (b + t0) * es,
                                                  len - t0, &reuse, 1);
-        for (int c = 0; c < nc && saved && ssave; c++) s->steps[tmp[c]].flags |= LOOMI_COPY_STREAM;
+        for (int c = 0; c < nc && ssave; c++) s->steps[tmp[c]].flags |= LOOMI_COPY_STREAM;
         uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
         /* In place: save the rest of this round's input (my slice) before
