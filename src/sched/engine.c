@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 #include "comm/comm.h"
@@ -340,6 +341,48 @@ static void op_run_ready(struct loomi_op *op)
     }
 }
 
+#if defined(__x86_64__)
+/* stream_nofence's loop with 64-byte stores, one per line, for a 64-aligned
+ * d where the CPU has AVX-512: a streamed copy of 64 MiB on the Intel VM
+ * measured took 5.3-6.4 ms, against 6.3-7.6 with 16-byte stores; 2 ranks,
+ * 64 MiB allreduce, alternating builds: out of place 12.1 against 12.5
+ * ms, in place 18.7 against 19.6, in place in windows (save64 too) 10.8
+ * against 12.8. */
+__attribute__((target("avx512f"))) static void stream64(unsigned char *d, unsigned char *also,
+                                                        const unsigned char *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i a = _mm512_loadu_si512((const void *)(src + i));
+        _mm512_stream_si512((void *)(d + i), a);
+        if (also) _mm512_storeu_si512((void *)(also + i), a);
+    }
+}
+
+/* copy_save's loop with 64-byte stores: save (64-aligned) = d, d = src. */
+__attribute__((target("avx512f"))) static void save64(unsigned char *d, unsigned char *save,
+                                                      const unsigned char *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64) {
+        _mm512_stream_si512((void *)(save + i), _mm512_loadu_si512((const void *)(d + i)));
+        _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(src + i)));
+    }
+}
+
+/* Whether stream64 and save64 run here (the CPU has AVX-512F and the OS
+ * saves its registers).  Racing first calls find the same answer. */
+static int has_stream64(void)
+{
+    static _Atomic int ok = -1;
+    int v = atomic_load_explicit(&ok, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") != 0;
+        atomic_store_explicit(&ok, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+
 /* Stores of n bytes (a multiple of 64) to d that skip the cache, and
  * through the cache to `also` when not NULL, without the fence: callers
  * fence once after all their streamed stores.  d must be 16-aligned. */
@@ -347,6 +390,10 @@ static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned
                            size_t n)
 {
 #if defined(__x86_64__)
+    if (!((uintptr_t)d & 63) && has_stream64()) {
+        stream64(d, also, src, n);
+        return;
+    }
     for (size_t i = 0; i < n; i += 64) {
         __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
         __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
@@ -381,7 +428,7 @@ static void copy_stream(unsigned char *d, unsigned char *also, const unsigned ch
                         size_t n)
 {
 #if defined(__x86_64__)
-    size_t head = (size_t)(-(uintptr_t)d & 15);
+    size_t head = (size_t)(-(uintptr_t)d & 63); /* lines whole: see stream64 */
     if (n < 4096 || head >= n) head = n;
     memcpy(d, src, head);
     if (also) memcpy(also, src, head);
@@ -415,7 +462,7 @@ static void copy_save(unsigned char *d, unsigned char *save, const unsigned char
         return;
     }
 #if defined(__x86_64__)
-    size_t head = (size_t)(-(uintptr_t)save & 15);
+    size_t head = (size_t)(-(uintptr_t)save & 63);
     if (n < 4096 || head >= n) head = n;
     memcpy(save, d, head);
     memcpy(d, src, head);
@@ -425,6 +472,11 @@ static void copy_save(unsigned char *d, unsigned char *save, const unsigned char
     src += head;
     n -= head;
     size_t k = n / 64;
+    if (has_stream64()) {
+        save64(d, save, src, k * 64);
+        d += k * 64, save += k * 64, src += k * 64;
+        k = 0;
+    }
     for (size_t i = 0; i < k; i++, d += 64, save += 64, src += 64) {
         for (int j = 0; j < 64; j += 16) {
             __m128i old = _mm_loadu_si128((const __m128i *)(const void *)(d + j));
