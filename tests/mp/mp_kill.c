@@ -29,8 +29,16 @@
  * back what their reductions and copies overwrote (LOOMI_RS_SAVE,
  * LOOMI_COPY_SAVE) while the victim's window stays mapped in them.
  *
+ * With BUFFER "window-oop" the allreduce is out of place, from the first
+ * half of a window into the second: on one host every rank writes its
+ * reduced slice straight into the peers' windows (LOOMI_RS_PUSH).  Once
+ * the operation has failed on a survivor, nobody may write into its
+ * buffer any more: it fills its output with a pattern at once, waits
+ * 300 ms, and the pattern must still be there.  A peer still pushing the
+ * failed operation's results would overwrite it.
+ *
  * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small [DRIVE_MS
- *        [heap|window]]]]]
+ *        [heap|window|window-oop]]]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -86,15 +94,18 @@ int main(int argc, char **argv)
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &n);
     if (a2a) count -= count % (size_t)n;
-    const int win = argc > 7 && !strcmp(argv[7], "window");
-    float *buf = NULL;
+    const int oop = argc > 7 && !strcmp(argv[7], "window-oop");
+    const int win = oop || (argc > 7 && !strcmp(argv[7], "window"));
+    float *buf = NULL, *out = NULL;
     if (!win) {
         buf = malloc(count * sizeof *buf);
-    } else if (loom_mem_alloc(comm, count * sizeof *buf, (void **)&buf) != LOOM_SUCCESS) {
+    } else if (loom_mem_alloc(comm, (oop ? 2 : 1) * count * sizeof *buf, (void **)&buf) !=
+               LOOM_SUCCESS) {
         fprintf(stderr, "rank %d: loom_mem_alloc: %s\n", rank, loom_get_last_error());
         return 2;
     }
     for (size_t i = 0; i < count; i++) buf[i] = 1.0f;
+    out = oop ? buf + count : buf;
     /* One full operation first: every connection is proven to work. */
     if (loom_allreduce(buf, buf, count < 1024 ? count : 1024, LOOM_FLOAT32, LOOM_SUM, comm) !=
         LOOM_SUCCESS) {
@@ -136,7 +147,7 @@ int main(int argc, char **argv)
         }
     } else {
         r = a2a ? loom_ialltoall(buf, buf, count / (size_t)n, LOOM_FLOAT32, comm, &req)
-                : loom_iallreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
+                : loom_iallreduce(buf, out, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
         if (r != LOOM_SUCCESS) {
             fprintf(stderr, "rank %d: submission failed: %s\n", rank, loom_get_last_error());
             return 2;
@@ -167,8 +178,14 @@ int main(int argc, char **argv)
     double t_err = now_ms();
     char msg[512];
     snprintf(msg, sizeof msg, "%s", loom_get_last_error());
-    /* The in-place buffer must hold what it held before the call. */
+    /* The in-place buffer must hold what it held before the call; an
+     * output buffer must stay as this rank leaves it after the call. */
     size_t changed = 0;
+    if (oop) {
+        for (size_t i = 0; i < count; i++) out[i] = -1.0f;
+        usleep(300000);
+        for (size_t i = 0; i < count; i++) changed += out[i] != -1.0f;
+    }
     for (size_t i = 0; i < count; i++) changed += buf[i] != (float)(rank + 1 + round);
     FILE *f = NULL;
     for (int i = 0; i < 500 && !(f = fopen(stamp, "r")); i++) usleep(10000);
@@ -196,9 +213,10 @@ int main(int argc, char **argv)
         good = wrong == 0 && t_kill > 0;
         changed = wrong;
     }
-    printf("rank %d: %s after %.1f ms: %s [%s]; failed rank %d; buffer restored: %s; later op: %s\n",
-           rank, good ? "OK" : "WRONG", t_err - t_kill, loom_strerror(r), msg,
-           failed_rank, changed ? "NO" : "yes", loom_strerror(again));
+    printf("rank %d: %s after %.1f ms: %s [%s]; failed rank %d; buffers intact: %s (%zu "
+           "elements changed); later op: %s\n",
+           rank, good ? "OK" : "WRONG", t_err - t_kill, loom_strerror(r), msg, failed_rank,
+           changed ? "NO" : "yes", changed, loom_strerror(again));
     loom_comm_destroy(comm); /* unmaps a window */
     if (!win) free(buf);
     if (stop && rank == 0 && vpid > 0) kill(vpid, SIGKILL);

@@ -64,6 +64,22 @@ for ss in 0 1; do
         done
     done
 done
+# Out of place from windows, on one host the reducers write their slices
+# straight into the peers' output windows: once a survivor's call has
+# failed, nothing may write into its output any more (it checks for
+# 300 ms after the error).
+for n in 3 4; do
+    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
+    LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+        --output "$tmp/out" "$prog" $((n - 1)) "$tmp/stamp" $((64 << 20)) kill allreduce 5 \
+        window-oop >/dev/null 2>&1
+    survivors "$n" $((n - 1))
+    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
+        ok "kill rank $((n - 1)) of $n in a 256 MiB allreduce between windows: every survivor failed, and its output stayed as it left it, slowest after $worst ms"
+    else
+        bad "kill rank $((n - 1)) of $n in an allreduce between windows (slowest $worst ms)"
+    fi
+done
 # An in-place all-to-all killed mid-way: its input is restored from the
 # staged copy in scratch.
 for n in 3 4; do
