@@ -423,9 +423,12 @@ static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned
  * reading the lines they overwrite.  `also`, when not NULL, gets the
  * same bytes through the cache in the same pass (LOOMI_COPY_ALSO: an
  * in-place input copied into an arena and saved at once, read from
- * memory once, not twice). */
-static void copy_stream(unsigned char *d, unsigned char *also, const unsigned char *src,
-                        size_t n)
+ * memory once, not twice).  copy_stream_nf leaves out the fence, for
+ * loops over blocks that fence once at the end (stream_fence): a fence per
+ * block waits for each block's stores to reach memory before the next
+ * block's loads. */
+static void copy_stream_nf(unsigned char *d, unsigned char *also, const unsigned char *src,
+                           size_t n)
 {
 #if defined(__x86_64__)
     size_t head = (size_t)(-(uintptr_t)d & 63); /* lines whole: see stream64 */
@@ -439,13 +442,28 @@ static void copy_stream(unsigned char *d, unsigned char *also, const unsigned ch
     n -= head;
     const size_t body = n - n % 64;
     stream_nofence(d, also, src, body);
-    _mm_sfence();
     memcpy(d + body, src + body, n % 64);
     if (also) memcpy(also + body, src + body, n % 64);
 #else
     memcpy(d, src, n);
     if (also) memcpy(also, src, n);
 #endif
+}
+
+static void stream_fence(int nt)
+{
+#if defined(__x86_64__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
+}
+
+static void copy_stream(unsigned char *d, unsigned char *also, const unsigned char *src,
+                        size_t n)
+{
+    copy_stream_nf(d, also, src, n);
+    stream_fence(1);
 }
 
 /* dst = src, saving dst's old bytes to `save` first (LOOMI_COPY_SAVE),
@@ -536,14 +554,6 @@ static void put_block(unsigned char *d, const unsigned char *src, size_t n, int 
     else memcpy(d, src, n);
 }
 
-static void stream_fence(int nt)
-{
-#if defined(__x86_64__)
-    if (nt) _mm_sfence();
-#else
-    (void)nt;
-#endif
-}
 
 /* The blocks reduce_push produces in L1 and writes out at once: small,
  * so that the loads of the next block and the stores of this one overlap
@@ -603,12 +613,13 @@ static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
         size_t k = st->count - o < blk ? st->count - o : blk;
         reduce_arenas(op, st, tmp, a, o, k);
         if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
-        if (save && nt) copy_stream(save + o * es, NULL, d + o * es, k * es);
+        if (save && nt) copy_stream_nf(save + o * es, NULL, d + o * es, k * es);
         else if (save) memcpy(save + o * es, d + o * es, k * es);
         memcpy(keep + o * es, tmp, k * es);
-        if (nt && !save) copy_stream(d + o * es, NULL, tmp, k * es);
+        if (nt && !save) copy_stream_nf(d + o * es, NULL, tmp, k * es);
         else memcpy(d + o * es, tmp, k * es);
     }
+    stream_fence(nt);
 }
 
 /* A reduce, copy or avg step on at least one element. */
@@ -661,11 +672,12 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
             /* The old block, about to be overwritten; the reduction then
              * reads it from cache. */
             if (save && (st->flags & LOOMI_RS_STREAM))
-                copy_stream(save + o * es, NULL, d + o * es, k * es);
+                copy_stream_nf(save + o * es, NULL, d + o * es, k * es);
             else if (save)
                 memcpy(save + o * es, d + o * es, k * es);
             reduce_arenas(op, st, d + o * es, a, o, k);
         }
+        stream_fence(save && (st->flags & LOOMI_RS_STREAM));
         break;
     }
     case LOOMI_STEP_AVG:
