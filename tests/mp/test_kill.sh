@@ -25,17 +25,27 @@ survivors() { # survivors N VICTIM
         [ -n "$ms" ] && worst=$(echo "$ms $worst" | awk '{print ($1>$2)?$1:$2}')
     done
 }
+# One case: N ranks run mp_kill VICTIM with ARGS (after the stamp file)
+# under LOOM_TIMEOUT=TIMEOUT_MS; every survivor must report OK, the
+# slowest within LIMIT_MS of the victim's end.  CLAIM says what passing
+# shows.  Variables set in front of the call reach the ranks.
+kill_case() { # kill_case N VICTIM TIMEOUT_MS LIMIT_MS "WHAT" "CLAIM" [ARGS...]
+    local n=$1 victim=$2 to=$3 limit=$4 what=$5 claim=$6
+    shift 6
+    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
+    LOOM_TIMEOUT=$to timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
+        --output "$tmp/out" "$prog" "$victim" "$tmp/stamp" "$@" >/dev/null 2>&1
+    survivors "$n" "$victim"
+    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < $limit)}"; then
+        ok "$what: $claim, slowest after $worst ms"
+    else
+        bad "$what (slowest $worst ms)"
+    fi
+}
 for n in 2 4 5; do
     for victim in 1 $((n - 1)); do
-        rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
-        LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
-            --output "$tmp/out" "$prog" "$victim" "$tmp/stamp" >/dev/null 2>&1
-        survivors "$n" "$victim"
-        if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
-            ok "kill rank $victim of $n mid-allreduce: all survivors failed cleanly, slowest after $worst ms"
-        else
-            bad "kill rank $victim of $n mid-allreduce (slowest $worst ms)"
-        fi
+        kill_case "$n" "$victim" 20000 5000 "kill rank $victim of $n mid-allreduce" \
+            "all survivors failed cleanly"
     done
 done
 # Killed late in a 256 MiB in-place allreduce (shared memory, rounds of
@@ -47,20 +57,13 @@ done
 # With the buffers in loom_mem_alloc windows, the survivors' reductions
 # and copy-outs saved what they overwrote as they went.
 for ss in 0 1; do
-    for win in "" window; do
-        what="a 256 MiB in-place allreduce${win:+ in windows} (streamed saves: $ss)"
+    for win in heap window; do
+        what="a 256 MiB in-place allreduce${win#heap} (streamed saves: $ss)"
+        what=${what/window/ in windows}
         for n in 2 4; do
-            rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
-            # shellcheck disable=SC2086 # $win: the word, or nothing
-            LOOM_SHM_STREAM_SAVES=$ss LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" \
-                --keep-going --timeout 100 --output "$tmp/out" "$prog" 1 "$tmp/stamp" \
-                $((64 << 20)) kill allreduce 25 $win >/dev/null 2>&1
-            survivors "$n" 1
-            if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
-                ok "kill rank 1 of $n late in $what: buffers restored, slowest after $worst ms"
-            else
-                bad "kill rank 1 of $n late in $what (slowest $worst ms)"
-            fi
+            LOOM_SHM_STREAM_SAVES=$ss kill_case "$n" 1 20000 5000 \
+                "kill rank 1 of $n late in $what" "buffers restored" \
+                $((64 << 20)) kill allreduce 25 $win
         done
     done
 done
@@ -69,58 +72,30 @@ done
 # failed, nothing may write into its output any more (it checks for
 # 300 ms after the error).
 for n in 3 4; do
-    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
-    LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
-        --output "$tmp/out" "$prog" $((n - 1)) "$tmp/stamp" $((64 << 20)) kill allreduce 5 \
-        window-oop >/dev/null 2>&1
-    survivors "$n" $((n - 1))
-    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
-        ok "kill rank $((n - 1)) of $n in a 256 MiB allreduce between windows: every survivor failed, and its output stayed as it left it, slowest after $worst ms"
-    else
-        bad "kill rank $((n - 1)) of $n in an allreduce between windows (slowest $worst ms)"
-    fi
+    kill_case "$n" $((n - 1)) 20000 5000 \
+        "kill rank $((n - 1)) of $n in a 256 MiB allreduce between windows" \
+        "every survivor failed, and its output stayed as it left it" \
+        $((64 << 20)) kill allreduce 5 window-oop
 done
 # An in-place all-to-all killed mid-way: its input is restored from the
 # staged copy in scratch.
 for n in 3 4; do
-    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
-    LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
-        --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((16 << 20)) kill alltoall >/dev/null 2>&1
-    survivors "$n" 1
-    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 5000)}"; then
-        ok "kill rank 1 of $n mid-alltoall (in place): each survivor failed with its buffer restored or had finished its exchanges, slowest after $worst ms"
-    else
-        bad "kill rank 1 of $n mid-alltoall (slowest $worst ms)"
-    fi
+    kill_case "$n" 1 20000 5000 "kill rank 1 of $n mid-alltoall (in place)" \
+        "each survivor failed with its buffer restored or had finished its exchanges" \
+        $((16 << 20)) kill alltoall
 done
 # A silent rank (SIGSTOPped: alive, sockets open, says nothing): every
 # other rank must fail once LOOM_TIMEOUT (3 s here) passes, never hang.
 for n in 2 4; do
-    rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
-    LOOM_TIMEOUT=3000 timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
-        --output "$tmp/out" "$prog" 1 "$tmp/stamp" $((4 << 20)) stop >/dev/null 2>&1
-    survivors "$n" 1
-    if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < 6000)}"; then
-        ok "SIGSTOP rank 1 of $n mid-allreduce: all survivors failed by the 3 s deadline, slowest after $worst ms"
-    else
-        bad "SIGSTOP rank 1 of $n mid-allreduce (slowest $worst ms)"
-    fi
+    kill_case "$n" 1 3000 6000 "SIGSTOP rank 1 of $n mid-allreduce" \
+        "all survivors failed by the 3 s deadline" $((4 << 20)) stop
 done
 # Small allreduces on one host go through the arenas' slots, where a
 # survivor waits on the victim's slot: killed, or stopped (3 s deadline).
 for n in 2 4; do
-    for how in kill stop; do
-        rm -f "$tmp"/stamp*; rm -rf "$tmp/out"
-        to=20000 limit=5000
-        [ $how = stop ] && to=3000 limit=6000
-        LOOM_TIMEOUT=$to timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 \
-            --output "$tmp/out" "$prog" $((n - 1)) "$tmp/stamp" 2 $how small >/dev/null 2>&1
-        survivors "$n" $((n - 1))
-        if [ $good -eq 1 ] && awk "BEGIN{exit !($worst < $limit)}"; then
-            ok "$how rank $((n - 1)) of $n between small allreduces: all survivors failed with their buffers untouched, slowest after $worst ms"
-        else
-            bad "$how rank $((n - 1)) of $n between small allreduces (slowest $worst ms)"
-        fi
-    done
+    kill_case "$n" $((n - 1)) 20000 5000 "kill rank $((n - 1)) of $n between small allreduces" \
+        "all survivors failed with their buffers untouched" 2 kill small
+    kill_case "$n" $((n - 1)) 3000 6000 "stop rank $((n - 1)) of $n between small allreduces" \
+        "all survivors failed with their buffers untouched" 2 stop small
 done
 finish
