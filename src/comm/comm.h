@@ -143,6 +143,16 @@ int loomi_mem_window_find(const struct loom_comm *comm, const void *p, size_t le
  * returns n, or 0 when comm has no such window of n ranks. */
 int loomi_mem_window_map(const struct loom_comm *comm, uint64_t id, unsigned char **out, int n,
                          size_t *len);
+/* The push guard of window id (window.c).  Before a step that writes
+ * into the host's windows: returns -1 to go on, or a rank whose window
+ * is closed (an operation failed there: do not write).  After the
+ * step, with its streaming stores fenced: push_end.  When an operation
+ * that pushes into this rank's window fails: close it and wait until no
+ * peer is inside a push step, or deadline_ms; returns how many peers
+ * were still inside one at the deadline. */
+int loomi_mem_window_push_begin(const struct loom_comm *comm, uint64_t id);
+void loomi_mem_window_push_end(const struct loom_comm *comm, uint64_t id);
+int loomi_mem_window_close(const struct loom_comm *comm, uint64_t id, uint64_t deadline_ms);
 
 /* Take / release the communicator's engine lock (nothing without a
  * progress thread).  Recursive; the caller thread's own calls only. */

@@ -17,15 +17,31 @@
  * reduces straight from the peers' windows and copies the results out of
  * them, without staging the vectors in the arenas (shared.c); the ranks
  * check at run time that they all do so at the same offsets.
+ *
+ * Out of place on one host that allreduce writes each reduced slice into
+ * every rank's window (LOOMI_RS_PUSH).  Once an operation has failed on a
+ * rank, its caller may reuse its buffers as soon as the call returns, so
+ * nothing may write into them after that, not even a peer that has not
+ * yet learnt of the failure.  The push guard: past the caller's bytes,
+ * each segment ends with two cache lines, `busy` (set by the owner while
+ * it runs a push step) and `closed` (set by the owner once an operation
+ * that peers push into has failed on it).  A pusher sets its busy, then
+ * reads every destination's closed, and pushes only if none is set; a
+ * failing rank sets its closed, then waits until no peer's busy is set
+ * (or the peer has exited, or the deadline has passed).  Both store, then
+ * load, sequentially consistent: at least one sees the other's store, so
+ * either the pusher stays away or the failing rank waits for its step.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -37,6 +53,9 @@
 /* Names numbered apart from the transport's own segments (shm.c counts
  * from 0 per process). */
 #define WIN_NUM_BASE 0x80000000u
+/* The push guard's two lines at the end of every segment. */
+#define GUARD_BYTES ((size_t)128)
+enum { GUARD_BUSY = 0, GUARD_CLOSED = 1 };
 
 struct loomi_win {
     struct loomi_win *next;
@@ -46,6 +65,8 @@ struct loomi_win {
     size_t map_len;       /* page-rounded, each mapping */
     int n;                /* maps: the host's ranks (1 when not shared) */
     unsigned char **maps; /* [n] by local index; maps[local index] = base */
+    long *pids;           /* [n] their processes, for the push guard */
+    int li;               /* this rank's local index */
 };
 
 /* What each rank says in loom_mem_alloc's allgather. */
@@ -71,6 +92,7 @@ static void win_unmap(struct loomi_win *w)
         for (int i = 0; i < w->n; i++)
             if (w->maps[i]) munmap(w->maps[i], w->map_len);
     free(w->maps);
+    free(w->pids);
     free(w);
 }
 
@@ -152,14 +174,16 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     const int li = shared ? m->local_index[c->rank] : 0;
     struct loomi_win *w = calloc(1, sizeof *w);
     if (w) w->maps = calloc((size_t)L, sizeof *w->maps);
-    if (!w || !w->maps) {
-        if (w) free(w);
+    if (w) w->pids = calloc((size_t)L, sizeof *w->pids);
+    if (!w || !w->maps || !w->pids) {
+        if (w) free(w->maps), free(w->pids), free(w);
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "%s: out of memory", fn);
     }
     w->id = ++c->win_count;
     w->bytes = bytes;
-    w->map_len = (bytes + PAGE - 1) / PAGE * PAGE;
+    w->map_len = (bytes + GUARD_BYTES + PAGE - 1) / PAGE * PAGE;
     w->n = L;
+    w->li = li;
     char path[128];
     const unsigned num = WIN_NUM_BASE | (atomic_fetch_add(&next_num, 1) & 0x7fffffffu);
     seg_name(path, sizeof path, c->job_key, c->rank, (long)getpid(), num);
@@ -196,6 +220,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     }
     for (int i = 0; ok && i < L; i++) {
         const int q = m->host_ranks[m->host_start[h] + i];
+        w->pids[i] = (long)all[q].pid;
         if (q == c->rank) continue;
         char peer[128];
         seg_name(peer, sizeof peer, c->job_key, q, (long)all[q].pid, all[q].num);
@@ -290,4 +315,82 @@ int loomi_mem_window_map(const struct loom_comm *c, uint64_t id, unsigned char *
         return n;
     }
     return 0;
+}
+
+static struct loomi_win *win_of(const struct loom_comm *c, uint64_t id)
+{
+    for (struct loomi_win *w = c->wins; w; w = w->next)
+        if (w->id == id) return w;
+    return NULL;
+}
+
+static _Atomic uint64_t *guard(const struct loomi_win *w, int i, int which)
+{
+    return (_Atomic uint64_t *)(void *)(w->maps[i] + w->map_len - GUARD_BYTES +
+                                        (size_t)which * (GUARD_BYTES / 2));
+}
+
+/* The global rank of local index i (the windows' host is this rank's). */
+static int rank_of(const struct loom_comm *c, int i)
+{
+    const struct loomi_hostmap *m = c->hosts;
+    return m->host_ranks[m->host_start[m->host_of[c->rank]] + i];
+}
+
+int loomi_mem_window_push_begin(const struct loom_comm *c, uint64_t id)
+{
+    const struct loomi_win *w = win_of(c, id);
+    if (!w || w->n < 2) return -1;
+    atomic_store(guard(w, w->li, GUARD_BUSY), 1);
+    for (int i = 0; i < w->n; i++)
+        if (i != w->li && atomic_load(guard(w, i, GUARD_CLOSED))) {
+            atomic_store_explicit(guard(w, w->li, GUARD_BUSY), 0, memory_order_release);
+            return rank_of(c, i);
+        }
+    return -1;
+}
+
+void loomi_mem_window_push_end(const struct loom_comm *c, uint64_t id)
+{
+    const struct loomi_win *w = win_of(c, id);
+    /* The caller fenced its streaming stores: this store comes after them. */
+    if (w && w->n >= 2) atomic_store_explicit(guard(w, w->li, GUARD_BUSY), 0, memory_order_release);
+}
+
+/* Whether the process is gone: no such process, or a zombie. */
+static int exited(long pid)
+{
+    if (pid <= 0) return 0;
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = 0;
+    const char *rp = strrchr(buf, ')'); /* the name may hold anything */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+int loomi_mem_window_close(const struct loom_comm *c, uint64_t id, uint64_t deadline_ms)
+{
+    const struct loomi_win *w = win_of(c, id);
+    if (!w || w->n < 2) return 0;
+    atomic_store(guard(w, w->li, GUARD_CLOSED), 1);
+    int left = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (i == w->li) continue;
+        while (atomic_load(guard(w, i, GUARD_BUSY)) && !exited(w->pids[i])) {
+            if (loomi_now_ms() >= deadline_ms) {
+                left++;
+                break;
+            }
+            /* A step lasts microseconds to milliseconds; the pusher may
+             * share this core. */
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return left;
 }

@@ -316,10 +316,25 @@ static void op_run_ready(struct loomi_op *op)
             }
             break;
         }
+        case LOOMI_STEP_REDUCE_SHARED:
+            if ((st->flags & LOOMI_RS_PUSH) && st->count) {
+                /* Writes into the peers' windows: not into one whose
+                 * owner has failed this operation (window.c).  The step
+                 * then waits, unrun, for the news of the failure, which
+                 * that rank has sent: it names the rank that caused it. */
+                if (loomi_mem_window_push_begin(c, s->win_id) >= 0) {
+                    op->rhead--;
+                    return;
+                }
+                run_local(op, st, bytes);
+                loomi_mem_window_push_end(c, s->win_id);
+                step_done(op, i);
+                break;
+            }
+            /* fall through */
         case LOOMI_STEP_REDUCE:
         case LOOMI_STEP_COPY:
         case LOOMI_STEP_AVG:
-        case LOOMI_STEP_REDUCE_SHARED:
             if (st->count) run_local(op, st, bytes);
             step_done(op, i);
             break;
@@ -714,6 +729,19 @@ static void op_finish(struct loomi_op *op)
                 if (op->xfers[i].peer == c->rank) self_cancel(c, &op->xfers[i]);
                 else c->tops->cancel(c->tstate, &op->xfers[i]);
                 op->posted[i] = 0;
+            }
+        /* Peers write into this rank's window (out of place on one
+         * host): none may once the call returns. */
+        for (uint32_t i = 0; op->s.win_id && i < op->s.nsteps; i++)
+            if (op->s.steps[i].kind == LOOMI_STEP_REDUCE_SHARED &&
+                (op->s.steps[i].flags & LOOMI_RS_PUSH)) {
+                int left = loomi_mem_window_close(c, op->s.win_id,
+                                                  loomi_now_ms() + c->set.timeout_ms);
+                if (left)
+                    LOOMI_WARN(c->rank,
+                               "%d peer(s) still writing into window %llu at the deadline",
+                               left, (unsigned long long)op->s.win_id);
+                break;
             }
         if (op->s.saves_input && !op->backup && op->inplace_buf && op->bufs[LOOMI_BUF_SCRATCH])
             restore_written(op);
