@@ -189,6 +189,12 @@ static const struct loomi_reduce_table *table(void)
     return atomic_load_explicit(&active, memory_order_acquire);
 }
 
+int loomi_reduce_cpu_avx512(void)
+{
+    pthread_once(&init_once, init_tables);
+    return isa_ok[ISA_AVX512];
+}
+
 const char *loomi_reduce_isa(void)
 {
     return table()->name;

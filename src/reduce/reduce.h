@@ -45,6 +45,11 @@ float loomi_bf16_to_fp32(uint16_t b);
  * runs. */
 const char *loomi_reduce_isa(void);
 
+/* Whether this CPU runs the AVX-512 kernel set (and the OS saves its
+ * registers), whatever LOOM_REDUCE_ISA chose: the engine's streamed
+ * copies use 64-byte stores where it does. */
+int loomi_reduce_cpu_avx512(void);
+
 /* Test hook: switch every later call to the kernel set `name` ("generic",
  * "avx2", "avx512").  Returns 0, or -1 (nothing changed) when the name is
  * unknown or this CPU cannot run it. */

@@ -382,20 +382,6 @@ __attribute__((target("avx512f"))) static void save64(unsigned char *d, unsigned
         _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(src + i)));
     }
 }
-
-/* Whether stream64 and save64 run here (the CPU has AVX-512F and the OS
- * saves its registers).  Racing first calls find the same answer. */
-static int has_stream64(void)
-{
-    static _Atomic int ok = -1;
-    int v = atomic_load_explicit(&ok, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") != 0;
-        atomic_store_explicit(&ok, v, memory_order_relaxed);
-    }
-    return v;
-}
 #endif
 
 /* Stores of n bytes (a multiple of 64) to d that skip the cache, and
@@ -405,7 +391,7 @@ static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned
                            size_t n)
 {
 #if defined(__x86_64__)
-    if (!((uintptr_t)d & 63) && has_stream64()) {
+    if (!((uintptr_t)d & 63) && loomi_reduce_cpu_avx512()) {
         stream64(d, also, src, n);
         return;
     }
@@ -505,7 +491,7 @@ static void copy_save(unsigned char *d, unsigned char *save, const unsigned char
     src += head;
     n -= head;
     size_t k = n / 64;
-    if (has_stream64()) {
+    if (loomi_reduce_cpu_avx512()) {
         save64(d, save, src, k * 64);
         d += k * 64, save += k * 64, src += k * 64;
         k = 0;
