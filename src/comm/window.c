@@ -34,6 +34,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -360,7 +361,7 @@ void loomi_mem_window_push_end(const struct loom_comm *c, uint64_t id)
 /* Whether the process is gone: no such process, or a zombie. */
 static int exited(long pid)
 {
-    if (pid <= 0) return 0;
+    if (pid <= 0 || pid > INT_MAX) return 0; /* a peer's word: never a pid_t */
     if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/%ld/stat", pid);
