@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ static void *root_main(void *arg)
 {
     struct root_args *a = arg;
     int cap = 64, n = 0, registered = 0;
+    pthread_setname_np(pthread_self(), "loom-root");
     struct root_client *cl = calloc((size_t)cap, sizeof *cl);
     int *by_rank = NULL;
     unsigned char *table = NULL;

@@ -514,6 +514,8 @@ static void *ctrl_main(void *arg)
 {
     struct loomi_ctrl *c = arg;
     const int all = c->n + LOOMI_CTRL_MAX_JOINERS;
+    /* Named, so that top -H, gdb and the tests can tell it apart. */
+    pthread_setname_np(pthread_self(), "loom-ctrl");
     struct pollfd *pf = malloc(sizeof *pf * (size_t)(all + 2));
     int *who = malloc(sizeof *who * (size_t)(all + 2));
     int gossiped = 0;

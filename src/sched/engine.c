@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1298,6 +1299,7 @@ static void *progress_main(void *arg)
 {
     struct loom_comm *c = arg;
     struct loomi_progress *pt = c->pt;
+    pthread_setname_np(pthread_self(), "loom-progress");
     uint64_t t0 = 0; /* when the current stretch without progress began; 0: none */
     pthread_mutex_lock(&pt->mu);
     while (!pt->stop) {
