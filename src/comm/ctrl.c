@@ -416,6 +416,12 @@ static void peer_write(struct loomi_ctrl *c, int q)
     int rc = send_queued(p);
     if (rc > 0) return;
     if (rc < 0) {
+        int eno = errno;
+        /* What the peer sent before it closed still counts (a decision,
+         * a goodbye): a reset connection keeps it readable, so read it
+         * before calling the peer failed. */
+        peer_read(c, q, loomi_now_ms());
+        if (p->fd < 0) return; /* peer_read saw the end: departed or failed */
         if (p->bye) {
             close_peer(p);
             p->failed = 1;
@@ -424,7 +430,7 @@ static void peer_write(struct loomi_ctrl *c, int q)
             return;
         }
         char err[96];
-        snprintf(err, sizeof err, "its control connection broke (%s)", strerror(errno));
+        snprintf(err, sizeof err, "its control connection broke (%s)", strerror(eno));
         fail_peer(c, q, err);
         return;
     }
