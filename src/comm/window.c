@@ -305,24 +305,21 @@ int loomi_mem_window_find(const struct loom_comm *c, const void *p, size_t len, 
     return 0;
 }
 
-int loomi_mem_window_map(const struct loom_comm *c, uint64_t id, unsigned char **out, int n,
-                         size_t *len)
-{
-    for (const struct loomi_win *w = c->wins; w; w = w->next) {
-        if (w->id != id) continue;
-        if (w->n < n) return 0;
-        for (int i = 0; i < n; i++) out[i] = w->maps[i];
-        *len = w->bytes;
-        return n;
-    }
-    return 0;
-}
-
 static struct loomi_win *win_of(const struct loom_comm *c, uint64_t id)
 {
     for (struct loomi_win *w = c->wins; w; w = w->next)
         if (w->id == id) return w;
     return NULL;
+}
+
+int loomi_mem_window_map(const struct loom_comm *c, uint64_t id, unsigned char **out, int n,
+                         size_t *len)
+{
+    const struct loomi_win *w = win_of(c, id);
+    if (!w || w->n < n) return 0;
+    for (int i = 0; i < n; i++) out[i] = w->maps[i];
+    *len = w->bytes;
+    return n;
 }
 
 static _Atomic uint64_t *guard(const struct loomi_win *w, int i, int which)

@@ -556,7 +556,6 @@ static void put_block(unsigned char *d, const unsigned char *src, size_t n, int 
     else memcpy(d, src, n);
 }
 
-
 /* The blocks reduce_push produces in L1 and writes out at once: small,
  * so that the loads of the next block and the stores of this one overlap
  * in the core.  (2 ranks, 64 MiB pushed, two sources and two
