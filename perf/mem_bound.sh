@@ -32,6 +32,14 @@
 # 256M arenas, one round that cannot stay in the caches, 10.0-10.5 ms.
 # The "buffers" line says which the run used.
 #
+# With heap buffers each round also runs perf/staged, the same staging
+# with nothing but its copies and its reduction (no engine, no messages:
+# spinning barriers), the ceiling of that design on this host: the last
+# columns give its busbw as a share of the memcpy bound and the
+# out-of-place allreduce's busbw as a share of it.  Of the (5L-2)/L pn
+# bytes the staging moves, only 2pn need go to memory; the rest goes
+# through the caches, as fast as they allow with L ranks on the CPUs.
+#
 #   perf/mem_bound.sh [-n RANKS] [-b SIZE] [-r ROUNDS] [-- PERF FLAGS]
 #
 #   RANKS 4, SIZE 64M, ROUNDS 5; run from the build directory or with
@@ -58,7 +66,9 @@ done
 cpus=$(nproc)
 threads=$((n < cpus ? n : cpus))
 echo "# $n ranks, $size allreduce, $rounds rounds; membw with $threads threads"
-echo "# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
+hdr="# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
+[ "$win" = 1 ] || hdr="$hdr  staged-busbw %memcpy %staged"
+echo "$hdr"
 res=()
 for ((i = 1; i <= rounds; i++)); do
     m=$("$BUILDDIR/perf/membw" "$size" "$threads" 5) || exit 1
@@ -73,10 +83,17 @@ for ((i = 1; i <= rounds; i++)); do
     if [ -z "${ob:-}" ] || [ "$ow" != 0 ] || [ "$iw" != 0 ]; then
         echo "no result, or wrong values:"; echo "$out" | tail -5; exit 1
     fi
-    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" 'BEGIN {
+    sb=
+    if [ "$win" = 0 ]; then
+        st=$("$BUILDDIR/perf/staged" "$n" "$size" "${LOOM_SHM_SIZE:-4M}" 10) || exit 1
+        sb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$st")
+    fi
+    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" 'BEGIN {
         bc = (p - 1) * tc / (p * p); bs = (p - 1) * ts / (p * p)
-        printf "%7d %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f\n", i, tc, ts,
-               ob, 100 * ob / bc, 100 * ob / bs, ib, 100 * ib / bc, 100 * ib / bs }')
+        printf "%7d %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f", i, tc, ts,
+               ob, 100 * ob / bc, 100 * ob / bs, ib, 100 * ib / bc, 100 * ib / bs
+        if (sb != "") printf " %13.2f %8.1f %8.1f", sb, 100 * sb / bc, 100 * ob / sb
+        printf "\n" }')
     echo "$line"
     res+=("$line")
 done
@@ -86,9 +103,11 @@ printf '%s\n' "${res[@]}" | awk -v win="$win" '
         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
         return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
     }
-    { for (c = 2; c <= 9; c++) col[NR, c] = $c }
-    END { printf "# median %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f\n",
+    { for (c = 2; c <= NF; c++) col[NR, c] = $c }
+    END { printf "# median %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f",
           median(2), median(3), median(4), median(5), median(6), median(7), median(8), median(9)
+          if (!win) printf " %13.2f %8.1f %8.1f", median(10), median(11), median(12)
+          printf "\n"
           printf "# in place against the restorable bound (3pn of traffic): %.1f%% memcpy, %.1f%% streaming\n",
           1.5 * median(8), 1.5 * median(9)
           printf "# buffers: %s\n", win ? "windows" : "heap" }'

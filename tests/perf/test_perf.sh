@@ -193,4 +193,15 @@ check "select_check -p: marks = ~ ! and none, exit status 1" \
     bash -c '[ "$2" = 1 ] && awk "\$1 ~ /^[0-9]+\$/ { m = \$NF ~ /^[=~!]\$/ ? \$NF : \"-\"; s = s \$1 m \" \" }
               END { exit s != \"1024= 2048~ 4096! 8192- \" }" <<<"$1"' _ "$sc" "$rc"
 
+# perf/mem_bound.sh with heap buffers: each round also times perf/staged
+# (the staging's ceiling), which checks its own sums; the medians carry
+# its busbw and the allreduce's share of it.
+mb=$(BUILDDIR=$BUILDDIR timeout 120 bash "$SRCDIR/perf/mem_bound.sh" -n 2 -b 1M -r 1 2>&1)
+check "mem_bound (heap): the medians include the staged ceiling and the share of it" \
+    bash -c 'awk "/^# median/ { ok = NF == 13 && \$11 > 0 && \$13 > 0 } END { exit !ok }" <<<"$1"' \
+    _ "$mb"
+out=$("$BUILDDIR/perf/staged" 1 2>&1)
+check "staged with 1 rank exits 2 with its usage" \
+    bash -c '[ "$1" = 2 ] && grep -q "usage: staged" <<<"$2"' _ "$?" "$out"
+
 finish

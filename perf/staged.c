@@ -1,0 +1,273 @@
+/*
+ * staged.c - how fast an allreduce of heap buffers can be on this host
+ * when it is staged through shared arenas, with nothing but the copies
+ * and the reduction: the ceiling of the design of the shared algorithm
+ * (src/coll/shared.c) for buffers that peers cannot read, against which
+ * perf/mem_bound.sh sets what Loom reaches.
+ *
+ * P processes (forked, each bound to CPU rank mod CPUs as loomrun --bind
+ * core binds ranks), each with private SIZE-byte float vectors, and one
+ * ARENA of shared memory per process, used in two halves.  Per round of
+ * half an arena: every process copies its input but its own slice into
+ * its arena; barrier; it adds its slice of the input and every peer's
+ * copy of it and writes the sum into its output (streaming stores) and
+ * its arena; barrier; it copies every other slice from its owner's arena
+ * into its output (streaming stores).  That is the least the staging
+ * takes: each input byte another process needs must be copied out of
+ * private memory once, and each result byte copied into it once.  The
+ * barriers spin, yielding the CPU, as ranks of an oversubscribed host
+ * do.  Prints the best of ROUNDS runs as time and busbw (2(P-1)/P times
+ * the vector over the time, as the perf binaries count it) and checks
+ * the sums.
+ *
+ *   staged [RANKS [SIZE [ARENA [ROUNDS]]]]   defaults: 4, 64M, 4M, 10
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define MAX_RANKS 64
+#define DEADLINE_S 60.0 /* a barrier that waits longer: a process died */
+
+struct ctl {
+    atomic_int count;
+    atomic_int gen;
+    double best; /* rank 0's */
+    int bad;
+};
+
+static struct ctl *ctl;
+static int nranks;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void barrier(void)
+{
+    const int g = atomic_load(&ctl->gen);
+    if (atomic_fetch_add(&ctl->count, 1) == nranks - 1) {
+        atomic_store(&ctl->count, 0);
+        atomic_fetch_add(&ctl->gen, 1);
+        return;
+    }
+    const double until = now() + DEADLINE_S;
+    while (atomic_load(&ctl->gen) == g) {
+        sched_yield();
+        if (now() > until) {
+            fprintf(stderr, "staged: a barrier waited %.0f s; giving up\n", DEADLINE_S);
+            _exit(1);
+        }
+    }
+}
+
+/* d = s (n floats, a multiple of 16, both 64-byte aligned), streaming;
+ * out = keep = in + the k peer copies, out with streaming stores.  With
+ * the widest vectors the CPU has, as Loom's kernels (src/reduce). */
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void copy_stream512(float *d, const float *s, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) _mm512_stream_ps(d + i, _mm512_load_ps(s + i));
+}
+
+__attribute__((target("avx512f"))) static void reduce512(float *out, float *keep, const float *in,
+                                                         const float *const *peer, int k, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __m512 v = _mm512_load_ps(in + i);
+        for (int q = 0; q < k; q++) v = _mm512_add_ps(v, _mm512_load_ps(peer[q] + i));
+        _mm512_stream_ps(out + i, v);
+        _mm512_store_ps(keep + i, v);
+    }
+}
+#endif
+
+static int wide;
+
+static void copy_stream(float *d, const float *s, size_t n)
+{
+#if defined(__x86_64__)
+    if (wide) {
+        copy_stream512(d, s, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i += 4) _mm_stream_ps(d + i, _mm_load_ps(s + i));
+#else
+    memcpy(d, s, n * sizeof *d);
+#endif
+}
+
+static void reduce(float *out, float *keep, const float *in, const float *const *peer, int k,
+                   size_t n)
+{
+#if defined(__x86_64__)
+    if (wide) {
+        reduce512(out, keep, in, peer, k, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i += 4) {
+        __m128 v = _mm_load_ps(in + i);
+        for (int q = 0; q < k; q++) v = _mm_add_ps(v, _mm_load_ps(peer[q] + i));
+        _mm_stream_ps(out + i, v);
+        _mm_store_ps(keep + i, v);
+    }
+#else
+    for (size_t i = 0; i < n; i++) {
+        float v = in[i];
+        for (int q = 0; q < k; q++) v += peer[q][i];
+        out[i] = keep[i] = v;
+    }
+#endif
+}
+
+/* Slice q of a round of len floats: cut on 16-float (64-byte) bounds. */
+static void slice(size_t len, int q, size_t *start, size_t *n)
+{
+    size_t lines = len / 16, per = lines / (size_t)nranks, extra = lines % (size_t)nranks;
+    size_t uq = (size_t)q;
+    *start = 16 * (uq * per + (uq < extra ? uq : extra));
+    *n = 16 * (per + (uq < extra));
+}
+
+static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((int)(r % (cpus > 0 ? cpus : 1)), &set);
+    sched_setaffinity(0, sizeof set, &set); /* best effort, as loomrun's */
+    const size_t R = arena / 2 / sizeof(float); /* floats per round */
+    float *in = aligned_alloc(64, n * sizeof *in), *out = aligned_alloc(64, n * sizeof *out);
+    if (!in || !out) {
+        fprintf(stderr, "staged: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) in[i] = (float)(r + 1);
+    memset(out, 0, n * sizeof *out);
+    float *mine = arenas + (size_t)r * (arena / sizeof(float));
+    const float *peer[MAX_RANKS];
+    double best = 1e30;
+    barrier();
+    for (int it = -1; it < rounds; it++) { /* one untimed */
+        barrier();
+        const double t0 = now();
+        for (size_t b = 0, k = 0; b < n; b += R, k++) {
+            const size_t len = n - b < R ? n - b : R, half = (k % 2) * R;
+            size_t my0, myn;
+            slice(len, r, &my0, &myn);
+            memcpy(mine + half, in + b, my0 * sizeof *in);
+            memcpy(mine + half + my0 + myn, in + b + my0 + myn, (len - my0 - myn) * sizeof *in);
+            barrier();
+            int np = 0;
+            for (int q = 0; q < nranks; q++)
+                if (q != r) peer[np++] = arenas + (size_t)q * (arena / sizeof(float)) + half + my0;
+            reduce(out + b + my0, mine + half + my0, in + b + my0, peer, np, myn);
+            barrier();
+            for (int q = 0; q < nranks; q++) {
+                size_t q0, qn;
+                slice(len, q, &q0, &qn);
+                if (q != r)
+                    copy_stream(out + b + q0, arenas + (size_t)q * (arena / sizeof(float)) + half + q0,
+                                qn);
+            }
+        }
+#if defined(__x86_64__)
+        _mm_sfence();
+#endif
+        barrier();
+        const double t = now() - t0;
+        if (it >= 0 && t < best) best = t;
+    }
+    const float want = (float)nranks * (float)(nranks + 1) / 2;
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != want) {
+            fprintf(stderr, "staged: rank %d: element %zu is %g, not %g\n", r, i, out[i], want);
+            ctl->bad = 1;
+            break;
+        }
+    if (r == 0) ctl->best = best;
+    free(in);
+    free(out);
+    return 0;
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    size_t v = strtoull(s, &end, 10);
+    if (*end == 'K' || *end == 'k') v <<= 10;
+    else if (*end == 'M' || *end == 'm') v <<= 20;
+    else if (*end == 'G' || *end == 'g') v <<= 30;
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    nranks = argc > 1 ? atoi(argv[1]) : 4;
+    size_t bytes = argc > 2 ? parse_size(argv[2]) : (size_t)64 << 20;
+    size_t arena = argc > 3 ? parse_size(argv[3]) : (size_t)4 << 20;
+    int rounds = argc > 4 ? atoi(argv[4]) : 10;
+    if (nranks < 2 || nranks > MAX_RANKS || rounds < 1) {
+        fprintf(stderr, "usage: staged [RANKS (2-%d) [SIZE [ARENA [ROUNDS]]]]\n", MAX_RANKS);
+        return 2;
+    }
+    /* Whole 64-byte lines per round. */
+    bytes = bytes / 64 * 64;
+    arena = arena / 128 * 128;
+    if (!bytes || !arena) {
+        fprintf(stderr, "staged: SIZE and ARENA must be at least 64 and 128 bytes\n");
+        return 2;
+    }
+    const size_t n = bytes / sizeof(float);
+#if defined(__x86_64__)
+    wide = __builtin_cpu_supports("avx512f");
+#endif
+    ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    float *arenas = mmap(NULL, arena * (size_t)nranks, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (ctl == MAP_FAILED || arenas == MAP_FAILED) {
+        fprintf(stderr, "staged: mmap: %s\n", strerror(errno));
+        return 1;
+    }
+    pid_t pid[MAX_RANKS];
+    for (int r = 0; r < nranks; r++) {
+        pid[r] = fork();
+        if (pid[r] < 0) {
+            fprintf(stderr, "staged: fork: %s\n", strerror(errno));
+            for (int q = 0; q < r; q++) kill(pid[q], SIGKILL);
+            return 1;
+        }
+        if (!pid[r]) _exit(rank_main(r, n, arena, rounds, arenas));
+    }
+    int failed = 0;
+    for (int r = 0; r < nranks; r++) {
+        int st;
+        if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+            /* The others would wait for it until their deadline. */
+            for (int q = 0; q < nranks; q++) kill(pid[q], SIGKILL);
+            failed = 1;
+        }
+    }
+    if (failed || ctl->bad) return 1;
+    printf("staged: %d ranks, %zu bytes, arenas of %zu: %.3f ms, busbw %.2f GB/s\n", nranks,
+           bytes, arena, ctl->best * 1e3,
+           2.0 * (nranks - 1) / nranks * (double)bytes / ctl->best / 1e9);
+    return 0;
+}
