@@ -888,3 +888,89 @@ Test(model, two_hosts_of_two_over_veth)
         free(hm);
     }
 }
+
+/* The tuner (tune.c) counts a call at the table's grid size at or below
+ * its own: 1, 2, 3, 4, 6, 8, 12... (select.c's build_ranges). */
+Test(tune, buckets_follow_the_table_grid)
+{
+    size_t grid;
+    cr_expect_eq(loomi_tune_bucket(1, &grid), 0);
+    cr_expect_eq(grid, 1);
+    for (int k = 2; k <= 60; k++) {
+        size_t g = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
+        size_t next = (k + 1) % 2 ? (size_t)3 << ((k + 1) / 2 - 1) : (size_t)1 << ((k + 1) / 2);
+        cr_expect_eq(loomi_tune_bucket(g, &grid), k, "%zu B: bucket %d, want %d", g,
+                     loomi_tune_bucket(g, NULL), k);
+        cr_expect_eq(grid, g, "%zu B: grid %zu", g, grid);
+        if (k < 60) {
+            cr_expect_eq(loomi_tune_bucket(next - 1, &grid), k, "%zu B", next - 1);
+            cr_expect_eq(grid, g);
+        }
+    }
+    /* Past 1 GiB: the last grid size. */
+    cr_expect_eq(loomi_tune_bucket((size_t)1 << 31, &grid), 60);
+    cr_expect_eq(grid, (size_t)1 << 30);
+}
+
+/* The agreed figures decide: the table's choice (index 0) stays unless
+ * another was 5% faster; an algorithm without a figure never wins. */
+Test(tune, decide_keeps_the_table_unless_clearly_beaten)
+{
+    const uint64_t tie[] = {1000, 960}, beaten[] = {1000, 940}, third[] = {1000, 990, 900};
+    const uint64_t none[] = {1000, 0, 0}, table_none[] = {0, 500};
+    cr_expect_eq(loomi_tune_decide(tie, 2), 0);
+    cr_expect_eq(loomi_tune_decide(beaten, 2), 1);
+    cr_expect_eq(loomi_tune_decide(third, 3), 2);
+    cr_expect_eq(loomi_tune_decide(none, 3), 0);
+    cr_expect_eq(loomi_tune_decide(table_none, 2), 1);
+    cr_expect_eq(loomi_tune_decide(tie, 1), 0);
+}
+
+/* The candidates on the 2 x 2 job with a probe's figures: the table's
+ * choice first at every grid size, then the others in order of their
+ * estimates, none past the spread; a spread of 1 leaves the choice. */
+Test(tune, candidates_start_with_the_table_choice)
+{
+    /* What loom-info --job read in network namespaces on this 2-CPU host. */
+    const double shm[4] = {1.7e-6, 0.111e-9, 0.072e-9, 0.070e-9};
+    struct loomi_links l;
+    struct loomi_hostmap *hm = two_by_two(&l, shm, 6.1e-6, 0.234e-9);
+    struct loomi_job_shape j = two_by_two_job(hm);
+    j.machine_ranks = 4;
+    struct loomi_selection sel;
+    loomi_select_build(&sel, &j, &l);
+    const int colls[] = {LOOMI_COLL_ALLREDUCE, LOOMI_COLL_REDUCE_SCATTER, LOOMI_COLL_ALLGATHER,
+                         LOOMI_COLL_ALLTOALL, LOOMI_COLL_BROADCAST};
+    int several = 0;
+    for (size_t c = 0; c < sizeof colls / sizeof colls[0]; c++)
+        for (int k = 0; k <= 52; k += 3) {
+            size_t g = k < 2 ? 1 : k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
+            int algo[LOOMI_TUNE_CANDS];
+            double cost[LOOMI_TUNE_CANDS];
+            int n = loomi_select_candidates(colls[c], g, &j, &l, LOOMI_TUNE_SPREAD, algo, cost,
+                                            LOOMI_TUNE_CANDS);
+            cr_assert(n >= 1 && n <= LOOMI_TUNE_CANDS, "%s %zu: %d candidates",
+                      loomi_coll_name(colls[c]), g, n);
+            cr_expect_eq(algo[0], loomi_select_lookup(&sel, colls[c], g), "%s %zu B: %s first",
+                         loomi_coll_name(colls[c]), g, loomi_algo_name(algo[0]));
+            for (int i = 1; i < n; i++) {
+                cr_expect(cost[i] >= cost[i - 1] && cost[i] <= LOOMI_TUNE_SPREAD * cost[0],
+                          "%s %zu B: %s at %g s after %g", loomi_coll_name(colls[c]), g,
+                          loomi_algo_name(algo[i]), cost[i], cost[i - 1]);
+                cr_expect_neq(algo[i], algo[0]);
+            }
+            several += n > 1;
+            int one;
+            cr_expect_eq(loomi_select_candidates(colls[c], g, &j, &l, 1, &one, NULL, 3), 1);
+            cr_expect_eq(one, algo[0]);
+        }
+    /* The 256K allreduce that the table gets wrong over veth has company. */
+    int algo[LOOMI_TUNE_CANDS];
+    int n = loomi_select_candidates(LOOMI_COLL_ALLREDUCE, (size_t)256 << 10, &j, &l,
+                                    LOOMI_TUNE_SPREAD, algo, NULL, LOOMI_TUNE_CANDS);
+    int hd = 0;
+    for (int i = 1; i < n; i++) hd |= algo[i] == LOOMI_ALGO_HALVING_DOUBLING;
+    cr_expect(hd, "allreduce 256K: halving-doubling is not among the %d candidates", n);
+    cr_expect_gt(several, 10);
+    free(hm);
+}
