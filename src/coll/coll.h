@@ -128,31 +128,6 @@ int loomi_saves_mode(const struct loomi_saves_tuner *t);
 /* Record a call of `bytes` run in mode `mode` that took `ns`. */
 void loomi_saves_record(struct loomi_saves_tuner *t, int mode, size_t bytes, double ns);
 
-/* The first blocking calls of a job of several hosts time the close
- * calls of the selection table at each size of its grid (tune.c). */
-#define LOOMI_TUNE_CANDS 4     /* algorithms timed per size, the table's first */
-#define LOOMI_TUNE_TRIALS 2    /* timed calls of each */
-#define LOOMI_TUNE_SPREAD 2.0  /* estimates within this factor of the table's choice */
-#define LOOMI_TUNE_MARGIN 0.95 /* another replaces the table's choice if this much faster */
-#define LOOMI_TUNE_SLOTS 64    /* sizes tuned per communicator (collective, size, form) */
-struct loomi_tuner;
-struct loomi_tune_slot;
-struct loom_comm;
-/* The grid index of `bytes` (the largest grid size not above it, into
- * *grid unless NULL). */
-int loomi_tune_bucket(size_t bytes, size_t *grid);
-/* Of n algorithms' agreed times (0: none), the index to keep: the
- * fastest, unless it is not LOOMI_TUNE_MARGIN of index 0's. */
-int loomi_tune_decide(const uint64_t *ps_per_byte, int n);
-/* The algorithm for a call; for a timed trial (timed: a blocking call
- * outside a group), *slot is set, to pass to loomi_tune_record with the
- * call's time once it succeeded. */
-int loomi_tune_pick(struct loom_comm *c, int coll, size_t bytes, int inplace, int timed,
-                    struct loomi_tune_slot **slot);
-void loomi_tune_record(struct loom_comm *c, struct loomi_tune_slot *slot, size_t bytes,
-                       uint64_t ns);
-void loomi_tuner_free(struct loomi_tuner *t);
-
 typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);
 
 /* The generator of an algorithm for a collective, NULL when it has none. */

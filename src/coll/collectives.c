@@ -256,11 +256,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     if (!req && !group && !c->cz.codec && loomi_small_fits(comm, c->a.coll, c->a.count * es))
         return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
                                 c->op, c->fn);
-    /* Compressed calls run the ring whatever this says (build_cz). */
-    struct loomi_tune_slot *trial = NULL;
-    int algo = c->cz.codec ? loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace)
-                           : loomi_tune_pick(comm, c->a.coll, c->a.count * es, c->a.inplace,
-                                             !req && !group, &trial);
+    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace);
     c->a.chunk_bytes = comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
@@ -300,7 +296,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                                 coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
     if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
-    uint64_t t0 = tune || trial ? loomi_now_ns() : 0;
+    uint64_t t0 = tune ? loomi_now_ns() : 0;
     r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
     if (r != LOOM_SUCCESS) return r;
     if (req) {
@@ -308,8 +304,6 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
         return LOOM_SUCCESS;
     }
     r = loomi_op_wait(op);
-    if (trial && r == LOOM_SUCCESS)
-        loomi_tune_record(comm, trial, c->a.count * es, loomi_now_ns() - t0);
     if (tune && r == LOOM_SUCCESS) {
         struct loomi_saves_tuner *t = &comm->saves;
         loomi_saves_record(t, c->a.stream_saves, c->a.count * es, (double)(loomi_now_ns() - t0));

@@ -418,7 +418,6 @@ static void comm_free(struct loom_comm *c, int polite)
     free(c->links);
     free(c->sel);
     loomi_sched_cache_free(c->sched_cache);
-    loomi_tuner_free(c->tuner);
     free(c->spare_op);
     loomi_mem_release_all(c);
     loomi_mem_windows_free_all(c);

@@ -60,8 +60,6 @@ struct loom_comm {
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     struct loomi_saves_tuner saves;        /* in-place shared saves (coll.h); calling thread */
-    struct loomi_tuner *tuner;             /* timed close calls (tune.c); calling thread */
-    int tune_busy;                         /* the tuner's own allreduce is running */
     struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
     /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32
      * SUM/AVG (NULL: none).  Set and read by the calling thread only. */

@@ -75,7 +75,5 @@ loom_result_t loomi_comm_set_hosts(loom_comm_t c, const int *host_of)
     c->hosts = m;
     loomi_sched_cache_free(c->sched_cache); /* built for the old layout */
     c->sched_cache = NULL;
-    loomi_tuner_free(c->tuner); /* candidates too */
-    c->tuner = NULL;
     return LOOM_SUCCESS;
 }

@@ -41,7 +41,6 @@ static const struct var vars[] = {
     {"LOOM_SHM_STREAM_SAVES", K_INT, -1, 1, OFF(shm_stream_saves), "-1"},
     {"LOOM_HEARTBEAT_MS", K_INT, 0, 600000, OFF(heartbeat_ms), "500"},
     {"LOOM_PROGRESS_THREAD", K_INT, 0, 1, OFF(progress_thread), "0"},
-    {"LOOM_AUTOTUNE", K_INT, 0, 1, OFF(autotune), "1"},
 };
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -135,7 +134,6 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->shm_stream_saves = e->shm_stream_saves;
     out->heartbeat_ms = e->heartbeat_ms;
     out->progress_thread = e->progress_thread;
-    out->autotune = e->autotune;
     const char *ifn = e->socket_ifname, *algo = e->algo, *tr = e->transport;
     if (cfg) {
         /* Older callers pass a smaller struct: read only what they have. */

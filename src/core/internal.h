@@ -81,7 +81,6 @@ struct loomi_env {
     int shm_stream_saves;      /* in place past shm_stream: -1 measure, 0 cached, 1 streamed */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
-    int autotune;              /* 1: time the table's close calls across hosts (tune.c) */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -112,7 +111,6 @@ struct loomi_settings {
     int shm_stream_saves;
     int heartbeat_ms;
     int progress_thread;
-    int autotune;
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -443,8 +443,6 @@ static int report(int p, int H, const struct loomi_model_params *meas)
         printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");
         printf("  LOOM_PROBE          %d\n", set.probe);
-        printf("  LOOM_AUTOTUNE       %s\n",
-               set.autotune ? "1 (close calls timed across hosts)" : "0 (the table only)");
         printf("  LOOM_ALGO           %s\n", set.algo[0] ? set.algo : "(automatic)");
         r = loomi_algo_parse("LOOM_ALGO", set.algo, forced, -1);
         if (r != LOOM_SUCCESS) {

@@ -453,43 +453,23 @@ static int phased(int algo, const struct loomi_job_shape *j)
            j->hosts->nhosts > 1;
 }
 
-int loomi_select_candidates(int coll, size_t bytes, const struct loomi_job_shape *j,
-                            const struct loomi_links *l, double spread, int *algo, double *cost,
-                            int max)
-{
-    /* Each with its handicap: phased ones at cost / margin.  Insertion
-     * into a list kept in order, ties to the earlier algorithm. */
-    int n = 0;
-    double t[LOOMI_NUM_ALGOS];
-    int a_[LOOMI_NUM_ALGOS];
-    for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
-        if (!loomi_algo_gen(coll, a)) continue;
-        double c = loomi_select_cost(coll, a, bytes, j, l);
-        if (c < 0) continue;
-        if (phased(a, j)) c /= PHASED_MARGIN;
-        int i = n++;
-        while (i > 0 && t[i - 1] > c) {
-            t[i] = t[i - 1];
-            a_[i] = a_[i - 1];
-            i--;
-        }
-        t[i] = c;
-        a_[i] = a;
-    }
-    int k = 0;
-    while (k < n && k < max && (k == 0 || t[k] <= spread * t[0])) {
-        algo[k] = a_[k];
-        if (cost) cost[k] = t[k];
-        k++;
-    }
-    return k;
-}
-
 static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
                      const struct loomi_links *l)
 {
-    int a;
-    return loomi_select_candidates(coll, bytes, j, l, 1, &a, NULL, 1) ? a : LOOMI_ALGO_AUTO;
+    int best = LOOMI_ALGO_AUTO;
+    double bt = 0;
+    /* Compare each with its handicap: phased ones at cost / margin. */
+    for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+        if (!loomi_algo_gen(coll, a)) continue;
+        double t = loomi_select_cost(coll, a, bytes, j, l);
+        if (t < 0) continue;
+        if (phased(a, j)) t /= PHASED_MARGIN;
+        if (best == LOOMI_ALGO_AUTO || t < bt) {
+            best = a;
+            bt = t;
+        }
+    }
+    return best;
 }
 
 /* One collective's ranges, over 1 B .. 1 GiB at powers of two and the

@@ -79,15 +79,6 @@ struct loomi_job_shape {
 double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
                          const struct loomi_links *l);
 
-/* The algorithms of coll for `bytes`, cheapest first as the table weighs
- * them (phased ones handicapped), those within `spread` times the
- * cheapest's estimate, at most max: their number; algo[i] and (unless
- * NULL) cost[i] are filled.  The first is the table's choice at a size
- * of its grid. */
-int loomi_select_candidates(int coll, size_t bytes, const struct loomi_job_shape *j,
-                            const struct loomi_links *l, double spread, int *algo, double *cost,
-                            int max);
-
 #define LOOMI_SELECT_MAX_RANGES 32
 /* One collective's choice: algorithm r[i].algo from r[i].from bytes on. */
 struct loomi_ranges {
