@@ -22,6 +22,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "size_arg.h"
+
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -103,19 +106,9 @@ static void *run(void *arg)
     return arg;
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    size_t v = strtoull(s, &end, 10);
-    if (*end == 'K' || *end == 'k') v <<= 10;
-    else if (*end == 'M' || *end == 'm') v <<= 20;
-    else if (*end == 'G' || *end == 'g') v <<= 30;
-    return v;
-}
-
 int main(int argc, char **argv)
 {
-    size = argc > 1 ? parse_size(argv[1]) : (size_t)64 << 20;
+    size = argc > 1 ? size_arg(argv[1]) : (size_t)64 << 20;
     size = (size + 63) & ~(size_t)63; /* aligned_alloc and the 64-byte copy loop */
     int threads = argc > 2 ? atoi(argv[2]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     rounds = argc > 3 ? atoi(argv[3]) : 10;

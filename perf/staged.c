@@ -36,6 +36,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "size_arg.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -208,21 +211,11 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
     return 0;
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    size_t v = strtoull(s, &end, 10);
-    if (*end == 'K' || *end == 'k') v <<= 10;
-    else if (*end == 'M' || *end == 'm') v <<= 20;
-    else if (*end == 'G' || *end == 'g') v <<= 30;
-    return v;
-}
-
 int main(int argc, char **argv)
 {
     nranks = argc > 1 ? atoi(argv[1]) : 4;
-    size_t bytes = argc > 2 ? parse_size(argv[2]) : (size_t)64 << 20;
-    size_t arena = argc > 3 ? parse_size(argv[3]) : (size_t)4 << 20;
+    size_t bytes = argc > 2 ? size_arg(argv[2]) : (size_t)64 << 20;
+    size_t arena = argc > 3 ? size_arg(argv[3]) : (size_t)4 << 20;
     int rounds = argc > 4 ? atoi(argv[4]) : 10;
     if (nranks < 2 || nranks > MAX_RANKS || rounds < 1) {
         fprintf(stderr, "usage: staged [RANKS (2-%d) [SIZE [ARENA [ROUNDS]]]]\n", MAX_RANKS);
