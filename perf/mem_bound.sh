@@ -63,6 +63,10 @@ for f in "$@"; do
     case $f in -R1 | --register=1) win=1 ;; esac
     prev=$f
 done
+# The arenas the ranks get (LOOM_SHM_SIZE as the library resolves it),
+# for perf/staged.
+arena=$("$BUILDDIR/loom-info" | awk '$1 == "LOOM_SHM_SIZE" {print $2; exit}')
+[ -n "$arena" ] || { echo "no LOOM_SHM_SIZE in loom-info's output"; exit 1; }
 cpus=$(nproc)
 threads=$((n < cpus ? n : cpus))
 echo "# $n ranks, $size allreduce, $rounds rounds; membw with $threads threads"
@@ -85,7 +89,7 @@ for ((i = 1; i <= rounds; i++)); do
     fi
     sb=
     if [ "$win" = 0 ]; then
-        st=$("$BUILDDIR/perf/staged" "$n" "$size" "${LOOM_SHM_SIZE:-4M}" 10) || exit 1
+        st=$("$BUILDDIR/perf/staged" "$n" "$size" "$arena" 10) || exit 1
         sb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$st")
     fi
     line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" 'BEGIN {

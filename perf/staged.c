@@ -151,6 +151,8 @@ static void slice(size_t len, int q, size_t *start, size_t *n)
 
 static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
 {
+    float *base[MAX_RANKS]; /* each process's arena */
+    for (int q = 0; q < nranks; q++) base[q] = arenas + (size_t)q * (arena / sizeof(float));
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -164,7 +166,7 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
     }
     for (size_t i = 0; i < n; i++) in[i] = (float)(r + 1);
     memset(out, 0, n * sizeof *out);
-    float *mine = arenas + (size_t)r * (arena / sizeof(float));
+    float *mine = base[r];
     const float *peer[MAX_RANKS];
     double best = 1e30;
     barrier();
@@ -180,15 +182,13 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
             barrier();
             int np = 0;
             for (int q = 0; q < nranks; q++)
-                if (q != r) peer[np++] = arenas + (size_t)q * (arena / sizeof(float)) + half + my0;
+                if (q != r) peer[np++] = base[q] + half + my0;
             reduce(out + b + my0, mine + half + my0, in + b + my0, peer, np, myn);
             barrier();
             for (int q = 0; q < nranks; q++) {
                 size_t q0, qn;
                 slice(len, q, &q0, &qn);
-                if (q != r)
-                    copy_stream(out + b + q0, arenas + (size_t)q * (arena / sizeof(float)) + half + q0,
-                                qn);
+                if (q != r) copy_stream(out + b + q0, base[q] + half + q0, qn);
             }
         }
 #if defined(__x86_64__)
@@ -249,12 +249,14 @@ int main(int argc, char **argv)
         }
         if (!pid[r]) _exit(rank_main(r, n, arena, rounds, arenas));
     }
+    /* Whichever ends first: one that failed would leave the others
+     * waiting for it until their deadline. */
     int failed = 0;
-    for (int r = 0; r < nranks; r++) {
+    for (int left = nranks; left > 0; left--) {
         int st;
-        if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-            /* The others would wait for it until their deadline. */
-            for (int q = 0; q < nranks; q++) kill(pid[q], SIGKILL);
+        if (waitpid(-1, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+            if (!failed)
+                for (int q = 0; q < nranks; q++) kill(pid[q], SIGKILL);
             failed = 1;
         }
     }
