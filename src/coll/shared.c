@@ -480,3 +480,90 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
     free(rail);
     return rc;
 }
+
+/*
+ * Reduce-scatter through the arenas, on one host: the first half of the
+ * allreduce above, with no copy-out.  Per round, a chunk of every block
+ * (C elements of each rank's block, so that the L chunks fill half an
+ * arena):
+ *
+ *   1. copy-in   the chunk of every block but mine into my arena, at the
+ *                slot of the block's owner (slot j: local rank j's block);
+ *   2. "in"      zero-byte messages to the host's other ranks;
+ *   3. reduce    my chunk of RECV = my block's chunk + slot li of every
+ *                peer's arena (in place, my block of SEND is RECV: the
+ *                pass reads each element before it writes it);
+ *   4. "done"    zero-byte messages: I no longer read your arena; the
+ *                round two later (same half) waits for them.
+ *
+ * Each rank copies (L-1)/L of its input once and reads each peer's chunk
+ * once, where the ring copies every block it forwards into a FIFO and
+ * out again.  In place, the engine's copy of RECV restores it on failure,
+ * as for the flat algorithms.  Across hosts, hierarchical; without
+ * arenas, the ring.
+ */
+enum { RS_SYNC_IN = 0, RS_SYNC_DONE = 1, RS_SYNC_KINDS = 2 };
+
+loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
+                                              const struct loomi_coll_args *a)
+{
+    const size_t count = a->count, es = s->esize;
+    const struct loomi_hostmap *m = a->hosts;
+    if (count == 0 || s->nranks == 1 || fall_back(s, a, m))
+        return loomi_gen_reduce_scatter_ring(s, a);
+    if (m->nhosts > 1) return loomi_gen_reduce_scatter_hier(s, a);
+
+    const int me = s->rank, li = m->local_index[me], L = s->nranks;
+    const int *local = m->host_ranks + m->host_start[m->host_of[me]];
+    const int mine = LOOMI_BUF_SHARED + li;
+    s->buf_bytes[LOOMI_BUF_SEND] = (size_t)L * count * es;
+    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
+    /* Elements per block per round: an L-th of half an arena, on 64-byte
+     * bounds where that leaves any (fall_back() saw at least one). */
+    size_t C = a->shared_bytes / 2 / es / (size_t)L;
+    const size_t line = 64 / es;
+    if (C >= line) C -= C % line;
+    const size_t nrounds = (count + C - 1) / C;
+    s->nshared = L;
+    s->shared_bytes = 2 * C * (size_t)L * es;
+
+    uint32_t *tmp = malloc((size_t)(2 * L) * sizeof *tmp);
+    if (!tmp) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared reduce_scatter: out of memory");
+    uint32_t done[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
+    for (size_t k = 0; k < nrounds; k++) {
+        const size_t b = k * C, len = count - b < C ? count - b : C;
+        const size_t hoff = (k % 2) * C * (size_t)L * es;
+        const uint32_t tag = (uint32_t)k * RS_SYNC_KINDS;
+        /* The half we write was last read by peers two rounds ago. */
+        uint32_t reuse = done[k % 2];
+
+        /* 1. copy-in. */
+        int nc = 0;
+        for (int j = 0; j < L; j++) {
+            if (j == li) continue;
+            tmp[nc++] = loomi_sched_copy(s, mine, hoff + (size_t)j * C * es, LOOMI_BUF_SEND,
+                                         ((size_t)local[j] * count + b) * es, len, &reuse,
+                                         reuse == LOOMI_NO_DEP ? 0 : 1);
+        }
+        const uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
+
+        /* 2. "in". */
+        uint32_t *rin = tmp; /* [L] */
+        sync_host(s, local, L, li, tag + RS_SYNC_IN, cin, rin);
+        uint32_t last = loomi_sched_join(s, rin, (size_t)L);
+
+        /* 3. my chunk, from my block and every peer's slot li. */
+        uint32_t d[2] = {last, reuse};
+        last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, b * es, LOOMI_BUF_SEND,
+                                         ((size_t)me * count + b) * es,
+                                         hoff + (size_t)li * C * es, li, len, d,
+                                         reuse == LOOMI_NO_DEP ? 1 : 2);
+        if (s->op == LOOM_AVG) last = loomi_sched_avg(s, LOOMI_BUF_RECV, b * es, len, &last, 1);
+
+        /* 4. "done". */
+        sync_host(s, local, L, li, tag + RS_SYNC_DONE, last, tmp);
+        done[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
+    }
+    free(tmp);
+    return LOOM_SUCCESS;
+}

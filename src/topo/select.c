@@ -206,6 +206,35 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     return rounds * sync + work;
 }
 
+/* The shared-arena reduce-scatter on one host (shared.c): n bytes a
+ * rank's block; per round a chunk of every block fills half an arena,
+ * with two rounds of zero-byte messages ("in", "done"); the copy-in
+ * covers (L-1) blocks once and the reduction reads L-1 peers' chunks of
+ * mine.  Its phases wait for each other as the allreduce's do (the tenth
+ * in shared_intra()). */
+static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
+                              const struct loomi_links *l, double cf)
+{
+    double C = (double)j->shared_bytes / 2 / L;
+    if (C <= 0) return -1;
+    double turns = cf;
+    if (j->machine_ranks > 0 && j->cores_per_host > 0)
+        turns = fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    const double sync = 2 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
+    const double work = cf * (L - 1) * n * (l->gamma_copy + l->gamma);
+    /* The reduction reads lines that their writers have just written,
+     * from those cores' caches, as the window form's does (see
+     * shared_intra()): charged as there where each rank has a core of
+     * its own (2 ranks: 1.2-1.4 times the ring's time for blocks of 256K
+     * and 512K, whose transfers are single kernel copies, LOOM_SHM_CMA;
+     * even at 1M, faster from 2M).  Where ranks take turns on the cores
+     * none showed: 4 ranks on 2 cores, shared fastest from blocks of 32K
+     * (24.0 us against halving-doubling's 26.6) to 16M. */
+    const double hot =
+        turns > 1 ? 0 : l->beta[LOOMI_LINK_INTRA] * fmin((L - 1) * n, PRIVATE_CACHE);
+    return ceil(n / C) * sync + 1.1 * work + hot;
+}
+
 /* Through shared memory every byte a rank sends is a copy by its core
  * into a FIFO, and every byte it receives a copy out, or a reduction:
  * CPU work, which the port model's pipelining lets overlap with itself.
@@ -334,6 +363,17 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
             double cpu = shm_allreduce_cpu(algo, p, n, l, cf);
             t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
         }
+        if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_REDUCE_SCATTER &&
+            (algo == LOOMI_ALGO_RING || algo == LOOMI_ALGO_HALVING_DOUBLING)) {
+            /* Likewise: each rank sends (p-1) of its n-byte blocks, a
+             * copy into the transport, and what it receives is copied
+             * out (of a FIFO cell, or of the sender's buffer by the
+             * kernel) before it is reduced.  Against shared_rs_intra()'s
+             * one copy: 4 ranks here, 64 MiB in all, ring 26.3 ms and
+             * shared 19.1; 2 ranks 10.1 and 7.4. */
+            double cpu = cf * (p - 1) * n * (2 * l->gamma_copy + l->gamma);
+            t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
+        }
         return t;
     }
     /* The hierarchical algorithms need several hosts of several ranks
@@ -374,6 +414,11 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         break;
     }
     case LOOMI_COLL_REDUCE_SCATTER:
+        if (algo == LOOMI_ALGO_SHARED) {
+            /* Across hosts shared.c runs the hierarchical form. */
+            t = H == 1 ? shared_rs_intra(L, n, j, l, cf) : -1;
+            break;
+        }
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
         /* Hosts of consecutive ranks: H reduce-scatters inside the host,
          * one per host's run of the input, then the rail's: the bytes of

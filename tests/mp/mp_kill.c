@@ -15,6 +15,11 @@
  * With COLL "alltoall" the operation is an in-place all-to-all instead
  * (its input is staged in scratch, which is also what restores it).
  *
+ * With COLL "reduce_scatter" it is an in-place reduce-scatter of blocks
+ * of COUNT/n floats (on one host with LOOM_ALGO=reduce_scatter:shared,
+ * through the arenas): the survivors must put back the block they were
+ * writing results into, and leave the others untouched.
+ *
  * With COLL "small" every rank runs blocking in-place allreduces of COUNT
  * floats in a loop, each checked, and the victim dies between two of
  * them: on one host these take the slots of the shared arenas (small.c),
@@ -37,7 +42,7 @@
  * 300 ms, and the pattern must still be there.  A peer still pushing the
  * failed operation's results would overwrite it.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|small [DRIVE_MS
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|reduce_scatter|small [DRIVE_MS
  *        [heap|window|window-oop]]]]]
  */
 #include <signal.h>
@@ -85,6 +90,7 @@ int main(int argc, char **argv)
     int stop = argc > 4 && !strcmp(argv[4], "stop");
     int a2a = argc > 5 && !strcmp(argv[5], "alltoall");
     int small = argc > 5 && !strcmp(argv[5], "small");
+    int rs = argc > 5 && !strcmp(argv[5], "reduce_scatter");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -146,8 +152,11 @@ int main(int argc, char **argv)
             }
         }
     } else {
-        r = a2a ? loom_ialltoall(buf, buf, count / (size_t)n, LOOM_FLOAT32, comm, &req)
-                : loom_iallreduce(buf, out, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
+        const size_t blk = count / (size_t)n;
+        r = a2a  ? loom_ialltoall(buf, buf, blk, LOOM_FLOAT32, comm, &req)
+            : rs ? loom_ireduce_scatter(buf, buf + (size_t)rank * blk, blk, LOOM_FLOAT32,
+                                        LOOM_SUM, comm, &req)
+                 : loom_iallreduce(buf, out, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
         if (r != LOOM_SUCCESS) {
             fprintf(stderr, "rank %d: submission failed: %s\n", rank, loom_get_last_error());
             return 2;

@@ -77,6 +77,14 @@ for n in 3 4; do
         "every survivor failed, and its output stayed as it left it" \
         $((64 << 20)) kill allreduce 5 window-oop
 done
+# Killed late in a 256 MiB in-place reduce-scatter through the arenas
+# (rounds of half an arena): each survivor has written many rounds'
+# results into its block, which the engine's copy puts back.
+for n in 2 4; do
+    LOOM_ALGO=reduce_scatter:shared kill_case "$n" 1 20000 5000 \
+        "kill rank 1 of $n late in a 256 MiB in-place shared reduce-scatter" \
+        "buffers restored" $((64 << 20)) kill reduce_scatter 25
+done
 # An in-place all-to-all killed mid-way: its input is restored from the
 # staged copy in scratch.
 for n in 3 4; do

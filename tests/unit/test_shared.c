@@ -22,8 +22,10 @@ static void layout(int *host_of, int H, int L, int interleave)
     for (int r = 0; r < H * L; r++) host_of[r] = interleave ? r % H : r / L;
 }
 
-static void validate_win(int H, int L, int interleave, size_t count, int inplace, size_t arena,
-                         int win)
+/* Build COLL's shared schedules for every rank of H hosts of L and
+ * validate them together; a window (win) only for the allreduce. */
+static void validate_coll(int coll, int H, int L, int interleave, size_t count, int inplace,
+                          size_t arena, int win)
 {
     const int p = H * L;
     int host_of[64];
@@ -34,7 +36,7 @@ static void validate_win(int H, int L, int interleave, size_t count, int inplace
     struct loomi_coll_args a[64];
     for (int r = 0; r < p; r++) {
         memset(&a[r], 0, sizeof a[r]);
-        a[r].coll = LOOMI_COLL_ALLREDUCE;
+        a[r].coll = coll;
         a[r].count = count;
         a[r].inplace = inplace;
         a[r].chunk_bytes = 4096;
@@ -46,17 +48,22 @@ static void validate_win(int H, int L, int interleave, size_t count, int inplace
             a[r].win_recv_off = count * 4 + 128;
             a[r].win_bytes = 2 * count * 4 + 256;
         }
-        loom_result_t rc = loomi_coll_build(&s[r], r, p, LOOM_FLOAT32, LOOM_SUM, &a[r],
-                                            LOOMI_ALGO_SHARED);
+        loom_result_t rc = loomi_coll_build(&s[r], r, p, LOOM_FLOAT32,
+                                            coll == LOOMI_COLL_ALLREDUCE ? LOOM_SUM : LOOM_AVG,
+                                            &a[r], LOOMI_ALGO_SHARED);
         cr_assert_eq(rc, LOOM_SUCCESS, "build %dx%d n=%zu: %s", H, L, count,
                      loom_get_last_error());
     }
     char msg[512];
     loom_result_t rc = loomi_sched_validate_coll(s, p, a, 1, NULL, msg, sizeof msg);
-    cr_assert_eq(rc, LOOM_SUCCESS, "%dx%d%s n=%zu inplace=%d: %s", H, L,
-                 interleave ? " interleaved" : "", count, inplace, msg);
+    cr_assert_eq(rc, LOOM_SUCCESS, "%s %dx%d%s n=%zu inplace=%d: %s", loomi_coll_name(coll), H,
+                 L, interleave ? " interleaved" : "", count, inplace, msg);
     for (int r = 0; r < p; r++) {
-        if (count) cr_assert_eq(s[r].win_id, win ? 7u : 0u);
+        if (count && coll == LOOMI_COLL_ALLREDUCE) cr_assert_eq(s[r].win_id, win ? 7u : 0u);
+        /* The reduce-scatter: through the arenas on one host, the
+         * hierarchical form across hosts. */
+        if (count && coll == LOOMI_COLL_REDUCE_SCATTER)
+            cr_assert_eq(s[r].nshared, H == 1 ? L : 0, "%dx%d", H, L);
         loomi_sched_free(&s[r]);
     }
     free(m);
@@ -64,8 +71,8 @@ static void validate_win(int H, int L, int interleave, size_t count, int inplace
 
 static void validate(int H, int L, int interleave, size_t count, int inplace, size_t arena)
 {
-    validate_win(H, L, interleave, count, inplace, arena, 0);
-    validate_win(H, L, interleave, count, inplace, arena, 1);
+    validate_coll(LOOMI_COLL_ALLREDUCE, H, L, interleave, count, inplace, arena, 0);
+    validate_coll(LOOMI_COLL_ALLREDUCE, H, L, interleave, count, inplace, arena, 1);
 }
 
 Test(shared, schedules_validate)
@@ -84,55 +91,95 @@ Test(shared, schedules_validate)
  * decided streamed (1) or cached (0). */
 static int saves_mode = -1;
 
+/* A sim world of H hosts of L ranks with LOOM_SHM_SIZE arenas. */
+static struct loomi_sim_world *open_world(int H, int L, int interleave, size_t arena,
+                                          uint64_t seed, loom_comm_t *comms)
+{
+    char env[32];
+    snprintf(env, sizeof env, "%zu", arena);
+    setenv("LOOM_SHM_SIZE", env, 1);
+    struct loomi_sim_world *w;
+    cr_assert_eq(loomi_sim_world_create(H * L, seed, NULL, &w, comms), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    int host_of[64];
+    layout(host_of, H, L, interleave);
+    for (int r = 0; r < H * L; r++)
+        cr_assert_eq(loomi_comm_set_hosts(comms[r], host_of), LOOM_SUCCESS);
+    return w;
+}
+
+/* Rank r's input element i: small integers, so that every order of
+ * summation gives the same value. */
+static void put_input(void *b, size_t i, int r, loom_datatype_t dt)
+{
+    int v = (int)((r + 1) * (i % 7 + 1));
+    if (dt == LOOM_FLOAT32) ((float *)b)[i] = (float)v;
+    else ((int32_t *)b)[i] = v;
+}
+
+static double get_elem(const void *b, size_t i, loom_datatype_t dt)
+{
+    return dt == LOOM_FLOAT32 ? ((const float *)b)[i] : ((const int32_t *)b)[i];
+}
+
+/* The reduction over p ranks of input element i. */
+static double want_at(size_t i, int p, loom_op_t op, loom_datatype_t dt)
+{
+    long long e = 0;
+    for (int q = 0; q < p; q++) {
+        long long v = (long long)(q + 1) * (long long)(i % 7 + 1);
+        e = op == LOOM_MAX ? (v > e ? v : e) : e + v;
+    }
+    double want = op == LOOM_AVG ? (double)e / p : (double)e;
+    return op == LOOM_AVG && dt == LOOM_FLOAT32 ? (float)want : want;
+}
+
+/* Every rank's operation to completion, which must succeed. */
+static void run_world(struct loomi_sim_world *w, loom_comm_t *comms, loom_request_t *req, int H,
+                      int L, size_t n)
+{
+    loom_result_t res[64];
+    char msg[256];
+    cr_assert_eq(loomi_sim_run(w, comms, req, H * L, 100000000, res, msg, sizeof msg),
+                 LOOM_SUCCESS, "%dx%d n=%zu: %s", H, L, n, msg);
+}
+
+static void close_world(struct loomi_sim_world *w, loom_comm_t *comms, int p,
+                        unsigned char **sb, unsigned char **rb)
+{
+    loomi_sim_world_destroy(w, comms);
+    for (int r = 0; r < p; r++) {
+        free(sb[r]);
+        free(rb[r]);
+    }
+}
+
 /* Run through the public API; returns the number of wrong elements. */
 static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
                loom_datatype_t dt, size_t arena, uint64_t seed)
 {
     const int p = H * L;
-    char env[32];
-    snprintf(env, sizeof env, "%zu", arena);
-    setenv("LOOM_SHM_SIZE", env, 1);
-    struct loomi_sim_world *w;
     loom_comm_t comms[64];
-    cr_assert_eq(loomi_sim_world_create(p, seed, NULL, &w, comms), LOOM_SUCCESS, "%s",
-                 loom_get_last_error());
-    int host_of[64];
-    layout(host_of, H, L, interleave);
+    struct loomi_sim_world *w = open_world(H, L, interleave, arena, seed, comms);
     size_t es = loom_datatype_size(dt);
     unsigned char *sb[64], *rb[64];
     loom_request_t req[64];
     for (int r = 0; r < p; r++) {
-        cr_assert_eq(loomi_comm_set_hosts(comms[r], host_of), LOOM_SUCCESS);
         loomi_comm_force_algo(comms[r], LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_SHARED);
         if (saves_mode >= 0) comms[r]->saves = (struct loomi_saves_tuner){1, 1, saves_mode, {0}};
         sb[r] = malloc(n * es + 1);
         rb[r] = malloc(n * es + 1);
-        for (size_t i = 0; i < n; i++) {
-            /* Small integers: every order of summation gives the same value. */
-            int v = (int)((r + 1) * (i % 7 + 1));
-            if (dt == LOOM_FLOAT32) ((float *)sb[r])[i] = (float)v;
-            else ((int32_t *)sb[r])[i] = v;
-        }
+        for (size_t i = 0; i < n; i++) put_input(sb[r], i, r, dt);
         if (inplace) memcpy(rb[r], sb[r], n * es);
         cr_assert_eq(loom_iallreduce(inplace ? rb[r] : sb[r], rb[r], n, dt, op, comms[r],
                                      &req[r]),
                      LOOM_SUCCESS, "%s", loom_get_last_error());
     }
-    loom_result_t res[64];
-    char msg[256];
-    cr_assert_eq(loomi_sim_run(w, comms, req, p, 100000000, res, msg, sizeof msg), LOOM_SUCCESS,
-                 "%dx%d n=%zu: %s", H, L, n, msg);
+    run_world(w, comms, req, H, L, n);
     int bad = 0;
     for (int r = 0; r < p; r++) {
         for (size_t i = 0; i < n && !bad; i++) {
-            long long e = 0;
-            for (int q = 0; q < p; q++) {
-                long long v = (long long)(q + 1) * (long long)(i % 7 + 1);
-                e = op == LOOM_MAX ? (v > e ? v : e) : e + v;
-            }
-            double want = op == LOOM_AVG ? (double)e / p : (double)e;
-            double got = dt == LOOM_FLOAT32 ? ((float *)rb[r])[i] : ((int32_t *)rb[r])[i];
-            if (op == LOOM_AVG && dt == LOOM_FLOAT32) want = (float)want;
+            double want = want_at(i, p, op, dt), got = get_elem(rb[r], i, dt);
             if (got != want) {
                 cr_log_error("%dx%d%s n=%zu inplace=%d op=%d rank %d [%zu] = %g, want %g", H, L,
                              interleave ? " interleaved" : "", n, inplace, (int)op, r, i, got,
@@ -142,27 +189,33 @@ static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op
         }
         if (r) cr_expect_eq(memcmp(rb[r], rb[0], n * es), 0, "rank %d differs from rank 0", r);
     }
-    loomi_sim_world_destroy(w, comms);
-    for (int r = 0; r < p; r++) {
-        free(sb[r]);
-        free(rb[r]);
-    }
+    close_world(w, comms, p, sb, rb);
     return bad;
 }
 
-Test(shared, one_host_every_op_in_and_out_of_place)
+typedef int (*runner)(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
+                      loom_datatype_t dt, size_t arena, uint64_t seed);
+
+/* One host of 2-8 ranks, every op, in and out of place, up to `big`
+ * elements, through 64 KiB arenas; returns the wrong elements. */
+static int one_host_sweep(runner f, size_t big, uint64_t seed)
 {
     const int Ls[] = {2, 3, 4, 5, 8};
-    const size_t ns[] = {1, 3, 100, 1001, 40000};
+    const size_t ns[] = {1, 3, 100, 1001, big};
     const loom_op_t ops[] = {LOOM_SUM, LOOM_AVG, LOOM_MAX};
     int bad = 0;
     for (size_t i = 0; i < sizeof Ls / sizeof Ls[0]; i++)
         for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
             for (int ip = 0; ip < 2; ip++)
                 for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
-                    /* 64 KiB arenas: 40000 floats take 5 rounds over both halves. */
-                    bad += run(1, Ls[i], 0, ns[j], ip, ops[o], LOOM_FLOAT32, 65536, 11 + j);
-    cr_assert_eq(bad, 0);
+                    bad += f(1, Ls[i], 0, ns[j], ip, ops[o], LOOM_FLOAT32, 65536, seed + j);
+    return bad;
+}
+
+Test(shared, one_host_every_op_in_and_out_of_place)
+{
+    /* 40000 floats take 5 rounds over both halves. */
+    cr_assert_eq(one_host_sweep(run, 40000, 11), 0);
 }
 
 Test(shared, several_hosts_with_rails)
@@ -511,4 +564,73 @@ Test(shared, staged_reducer_keeps_its_slice_on_one_host)
             loomi_sched_free(&s);
             free(m);
         }
+}
+
+/* ------------------------------------------------------ reduce-scatter */
+
+Test(shared, reduce_scatter_schedules_validate)
+{
+    const int lay[][2] = {{1, 2}, {1, 3}, {1, 4}, {1, 7}, {2, 2}, {2, 3}, {3, 2}};
+    const size_t counts[] = {0, 1, 3, 17, 1001, 9000};
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
+        for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++)
+            for (int ip = 0; ip < 2; ip++)
+                for (int il = 0; il < 2; il++)
+                    validate_coll(LOOMI_COLL_REDUCE_SCATTER, lay[i][0], lay[i][1], il, counts[j],
+                                  ip, 8192, 0);
+}
+
+/* A reduce-scatter of n elements a rank through the public API over the
+ * sim transport (garbage-filled arenas); returns the wrong elements. */
+static int run_rs(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
+                  loom_datatype_t dt, size_t arena, uint64_t seed)
+{
+    const int p = H * L;
+    loom_comm_t comms[64];
+    struct loomi_sim_world *w = open_world(H, L, interleave, arena, seed, comms);
+    const size_t es = loom_datatype_size(dt);
+    unsigned char *sb[64], *rb[64];
+    loom_request_t req[64];
+    for (int r = 0; r < p; r++) {
+        loomi_comm_force_algo(comms[r], LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_SHARED);
+        sb[r] = malloc((size_t)p * n * es + 1);
+        rb[r] = malloc(n * es + 1);
+        for (size_t i = 0; i < (size_t)p * n; i++) put_input(sb[r], i, r, dt);
+        void *out = inplace ? sb[r] + (size_t)r * n * es : rb[r];
+        cr_assert_eq(loom_ireduce_scatter(sb[r], out, n, dt, op, comms[r], &req[r]),
+                     LOOM_SUCCESS, "%s", loom_get_last_error());
+    }
+    run_world(w, comms, req, H, L, n);
+    int bad = 0;
+    for (int r = 0; r < p; r++) {
+        const unsigned char *out = inplace ? sb[r] + (size_t)r * n * es : rb[r];
+        for (size_t i = 0; i < n && !bad; i++) {
+            double want = want_at((size_t)r * n + i, p, op, dt), got = get_elem(out, i, dt);
+            if (got != want) {
+                cr_log_error("rs %dx%d n=%zu inplace=%d op=%d rank %d [%zu] = %g, want %g", H,
+                             L, n, inplace, (int)op, r, i, got, want);
+                bad++;
+            }
+        }
+        /* In place, the other blocks of the input are never written. */
+        for (size_t i = 0; inplace && i < (size_t)p * n && !bad; i++) {
+            if (i / n == (size_t)r) continue;
+            if (get_elem(sb[r], i, dt) != (double)((r + 1) * (int)(i % 7 + 1))) {
+                cr_log_error("rs %dx%d n=%zu rank %d: input [%zu] changed", H, L, n, r, i);
+                bad++;
+            }
+        }
+    }
+    close_world(w, comms, p, sb, rb);
+    return bad;
+}
+
+Test(shared, reduce_scatter_every_op_in_and_out_of_place)
+{
+    /* 20000 floats a block take 3 to 20 rounds over both halves. */
+    int bad = one_host_sweep(run_rs, 20000, 17);
+    /* Several hosts take the hierarchical form. */
+    bad += run_rs(2, 2, 0, 1001, 0, LOOM_SUM, LOOM_INT32, 65536, 3);
+    bad += run_rs(2, 3, 1, 5000, 1, LOOM_AVG, LOOM_FLOAT32, 65536, 4);
+    cr_assert_eq(bad, 0);
 }
