@@ -189,6 +189,7 @@ loom_result_t loomi_gen_alltoall_hier(struct loomi_sched *s, const struct loomi_
 loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loomi_coll_args *a);
 loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
                                               const struct loomi_coll_args *a);
+loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loomi_coll_args *a);
 
 /* embed.c: run a collective's generator for a group of ranks inside a
  * bigger schedule (the phases of hierarchical algorithms). */

@@ -567,3 +567,81 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
     free(tmp);
     return LOOM_SUCCESS;
 }
+
+/*
+ * Allgather through the arenas, on one host: per round, a chunk of half
+ * an arena of my block,
+ *
+ *   1. copy-in   my block's chunk into my arena;
+ *   2. "in"      zero-byte messages to the host's other ranks;
+ *   3. copy-out  every peer's chunk from its arena into its place in
+ *                RECV (streamed when the host's outputs are too big for
+ *                the caches, as the allreduce's copy-out);
+ *   4. "done"    zero-byte messages: the round two later may reuse the
+ *                half.
+ *
+ * Out of place my own block goes from SEND to RECV in one copy that
+ * waits for nothing.  Each rank copies its block once and the others'
+ * once, with user-space copies that may stream; the flat algorithms'
+ * transfers over shared memory are copies through a FIFO or the
+ * kernel's.  Across hosts, hierarchical; without arenas, the ring.
+ */
+loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const size_t count = a->count, es = s->esize;
+    const struct loomi_hostmap *m = a->hosts;
+    if (count == 0 || s->nranks == 1 || fall_back(s, a, m)) return loomi_gen_allgather_ring(s, a);
+    if (m->nhosts > 1) return loomi_gen_allgather_hier(s, a);
+
+    const int me = s->rank, li = m->local_index[me], L = s->nranks;
+    const int *local = m->host_ranks + m->host_start[m->host_of[me]];
+    const int mine = LOOMI_BUF_SHARED + li;
+    const int src = a->inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    const size_t src0 = a->inplace ? (size_t)me * count * es : 0;
+    s->buf_bytes[LOOMI_BUF_SEND] = a->inplace ? 0 : count * es;
+    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)L * count * es;
+    /* Elements per round: half an arena, on 64-byte bounds. */
+    size_t C = a->shared_bytes / 2 / es;
+    if (C >= 64 / es) C -= C % (64 / es);
+    const size_t nrounds = (count + C - 1) / C;
+    s->nshared = L;
+    s->shared_bytes = 2 * C * es;
+    const int stream = loomi_shared_streams(a->stream_bytes, L, (size_t)L * count * es);
+    uint32_t (*const out)(struct loomi_sched *, int, size_t, int, size_t, size_t,
+                          const uint32_t *, int) =
+        stream ? loomi_sched_copy_stream : loomi_sched_copy;
+    if (!a->inplace) out(s, LOOMI_BUF_RECV, (size_t)me * count * es, LOOMI_BUF_SEND, 0, count,
+                         NULL, 0);
+
+    uint32_t *tmp = malloc((size_t)(2 * L) * sizeof *tmp);
+    if (!tmp) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared allgather: out of memory");
+    uint32_t done[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
+    for (size_t k = 0; k < nrounds; k++) {
+        const size_t b = k * C, len = count - b < C ? count - b : C;
+        const size_t hoff = (k % 2) * C * es;
+        const uint32_t tag = (uint32_t)k * RS_SYNC_KINDS;
+        /* The half we write was last read by peers two rounds ago. */
+        uint32_t reuse = done[k % 2];
+
+        /* 1. copy-in. */
+        const uint32_t cin = loomi_sched_copy(s, mine, hoff, src, src0 + b * es, len, &reuse,
+                                              reuse == LOOMI_NO_DEP ? 0 : 1);
+        /* 2. "in". */
+        uint32_t *rin = tmp; /* [L] */
+        sync_host(s, local, L, li, tag + RS_SYNC_IN, cin, rin);
+        /* 3. copy-out of every peer's chunk once it is there. */
+        uint32_t *cout = tmp + L; /* [L] */
+        int no = 0;
+        for (int q = 0; q < L; q++) {
+            if (q == li) continue;
+            cout[no++] = out(s, LOOMI_BUF_RECV, ((size_t)local[q] * count + b) * es,
+                             LOOMI_BUF_SHARED + q, hoff, len, &rin[q], 1);
+        }
+        const uint32_t last = loomi_sched_join(s, cout, (size_t)no);
+        /* 4. "done". */
+        sync_host(s, local, L, li, tag + RS_SYNC_DONE, last, tmp);
+        done[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
+    }
+    free(tmp);
+    return LOOM_SUCCESS;
+}

@@ -235,6 +235,30 @@ static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
     return ceil(n / C) * sync + 1.1 * work + hot;
 }
 
+/* The shared-arena allgather on one host (shared.c): n bytes a rank's
+ * block, half an arena of it per round with two rounds of zero-byte
+ * messages; a copy of the block in, a copy of every block out (the own
+ * one from SEND), streamed as the allreduce's copy-out past
+ * LOOM_SHM_STREAM (the host's outputs together), and the same penalty
+ * for reading lines that peers have just written as the reduce-scatter.
+ * 4 ranks on 2 cores, 64 MiB in all: 11.0 ms against recursive
+ * doubling's 19.8; 16 MiB 2.6 against 3.5; 4 MiB the same. */
+static double shared_ag_intra(int L, double n, const struct loomi_job_shape *j,
+                              const struct loomi_links *l, double cf)
+{
+    const double R = (double)j->shared_bytes / 2;
+    if (R <= 0) return -1;
+    double turns = cf;
+    if (j->machine_ranks > 0 && j->cores_per_host > 0)
+        turns = fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    const double sync = 2 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
+    const double out = loomi_shared_streams(j->stream_bytes, L, (size_t)(n * L)) ? 2.0 / 3 : 1;
+    const double work = cf * n * l->gamma_copy * (1 + L * out);
+    const double hot =
+        turns > 1 ? 0 : l->beta[LOOMI_LINK_INTRA] * fmin((L - 1) * n, PRIVATE_CACHE);
+    return ceil(n / R) * sync + 1.1 * work + hot;
+}
+
 /* Through shared memory every byte a rank sends is a copy by its core
  * into a FIFO, and every byte it receives a copy out, or a reduction:
  * CPU work, which the port model's pipelining lets overlap with itself.
@@ -434,6 +458,10 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
             (loomi_hostmap_runs(hm) ? (H - 1) * (L - 1) * in.alpha : n * p * in.gamma_copy);
         break;
     case LOOMI_COLL_ALLGATHER:
+        if (algo == LOOMI_ALGO_SHARED) {
+            t = H == 1 ? shared_ag_intra(L, n, j, l, cf) : -1;
+            break;
+        }
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
     {
         /* Hosts of consecutive ranks: the rail swaps the blocks straight

@@ -20,6 +20,12 @@
  * through the arenas): the survivors must put back the block they were
  * writing results into, and leave the others untouched.
  *
+ * With COLL "allgather" it is an in-place allgather of blocks of
+ * COUNT/n floats: the survivors' own blocks, their input, must be as
+ * they were; the blocks the operation was filling are unspecified
+ * (loom_allgather(3)), and with a long enough drive some hold peers'
+ * values, which the survivor reports.
+ *
  * With COLL "small" every rank runs blocking in-place allreduces of COUNT
  * floats in a loop, each checked, and the victim dies between two of
  * them: on one host these take the slots of the shared arenas (small.c),
@@ -42,7 +48,8 @@
  * 300 ms, and the pattern must still be there.  A peer still pushing the
  * failed operation's results would overwrite it.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|reduce_scatter|small [DRIVE_MS
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|reduce_scatter|allgather|small
+ *        [DRIVE_MS
  *        [heap|window|window-oop]]]]]
  */
 #include <signal.h>
@@ -91,6 +98,7 @@ int main(int argc, char **argv)
     int a2a = argc > 5 && !strcmp(argv[5], "alltoall");
     int small = argc > 5 && !strcmp(argv[5], "small");
     int rs = argc > 5 && !strcmp(argv[5], "reduce_scatter");
+    int ag = argc > 5 && !strcmp(argv[5], "allgather");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -156,6 +164,7 @@ int main(int argc, char **argv)
         r = a2a  ? loom_ialltoall(buf, buf, blk, LOOM_FLOAT32, comm, &req)
             : rs ? loom_ireduce_scatter(buf, buf + (size_t)rank * blk, blk, LOOM_FLOAT32,
                                         LOOM_SUM, comm, &req)
+            : ag ? loom_iallgather(buf + (size_t)rank * blk, buf, blk, LOOM_FLOAT32, comm, &req)
                  : loom_iallreduce(buf, out, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
         if (r != LOOM_SUCCESS) {
             fprintf(stderr, "rank %d: submission failed: %s\n", rank, loom_get_last_error());
@@ -195,7 +204,15 @@ int main(int argc, char **argv)
         usleep(300000);
         for (size_t i = 0; i < count; i++) changed += out[i] != -1.0f;
     }
-    for (size_t i = 0; i < count; i++) changed += buf[i] != (float)(rank + 1 + round);
+    /* An allgather's input is its own block; the rest was being filled. */
+    const size_t from = ag ? (size_t)rank * (count / (size_t)n) : 0;
+    const size_t to = ag ? from + count / (size_t)n : count;
+    size_t filled = 0;
+    for (size_t i = 0; i < count; i++) {
+        const int differs = buf[i] != (float)(rank + 1 + round);
+        if (i >= from && i < to) changed += differs;
+        else filled += differs;
+    }
     FILE *f = NULL;
     for (int i = 0; i < 500 && !(f = fopen(stamp, "r")); i++) usleep(10000);
     double t_kill = 0;
@@ -223,9 +240,11 @@ int main(int argc, char **argv)
         changed = wrong;
     }
     printf("rank %d: %s after %.1f ms: %s [%s]; failed rank %d; buffers intact: %s (%zu "
-           "elements changed); later op: %s\n",
+           "elements changed); later op: %s",
            rank, good ? "OK" : "WRONG", t_err - t_kill, loom_strerror(r), msg, failed_rank,
            changed ? "NO" : "yes", changed, loom_strerror(again));
+    if (ag) printf("; %zu elements of other blocks filled", filled);
+    printf("\n");
     loom_comm_destroy(comm); /* unmaps a window */
     if (!win) free(buf);
     if (stop && rank == 0 && vpid > 0) kill(vpid, SIGKILL);

@@ -60,9 +60,9 @@ static void validate_coll(int coll, int H, int L, int interleave, size_t count, 
                  L, interleave ? " interleaved" : "", count, inplace, msg);
     for (int r = 0; r < p; r++) {
         if (count && coll == LOOMI_COLL_ALLREDUCE) cr_assert_eq(s[r].win_id, win ? 7u : 0u);
-        /* The reduce-scatter: through the arenas on one host, the
-         * hierarchical form across hosts. */
-        if (count && coll == LOOMI_COLL_REDUCE_SCATTER)
+        /* The reduce-scatter and the allgather: through the arenas on
+         * one host, the hierarchical form across hosts. */
+        if (count && coll != LOOMI_COLL_ALLREDUCE)
             cr_assert_eq(s[r].nshared, H == 1 ? L : 0, "%dx%d", H, L);
         loomi_sched_free(&s[r]);
     }
@@ -568,7 +568,7 @@ Test(shared, staged_reducer_keeps_its_slice_on_one_host)
 
 /* ------------------------------------------------------ reduce-scatter */
 
-Test(shared, reduce_scatter_schedules_validate)
+Test(shared, reduce_scatter_and_allgather_schedules_validate)
 {
     const int lay[][2] = {{1, 2}, {1, 3}, {1, 4}, {1, 7}, {2, 2}, {2, 3}, {3, 2}};
     const size_t counts[] = {0, 1, 3, 17, 1001, 9000};
@@ -576,8 +576,8 @@ Test(shared, reduce_scatter_schedules_validate)
         for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++)
             for (int ip = 0; ip < 2; ip++)
                 for (int il = 0; il < 2; il++)
-                    validate_coll(LOOMI_COLL_REDUCE_SCATTER, lay[i][0], lay[i][1], il, counts[j],
-                                  ip, 8192, 0);
+                    for (int c = LOOMI_COLL_REDUCE_SCATTER; c <= LOOMI_COLL_ALLGATHER; c++)
+                        validate_coll(c, lay[i][0], lay[i][1], il, counts[j], ip, 8192, 0);
 }
 
 /* A reduce-scatter of n elements a rank through the public API over the
@@ -625,12 +625,72 @@ static int run_rs(int H, int L, int interleave, size_t n, int inplace, loom_op_t
     return bad;
 }
 
+/* one_host_sweep with blocks of 20000 floats (3 to 20 rounds over both
+ * halves), then several hosts, which take the hierarchical form. */
+static int blocks_sweep(runner f, uint64_t seed)
+{
+    int bad = one_host_sweep(f, 20000, seed);
+    bad += f(2, 2, 0, 1001, 0, LOOM_SUM, LOOM_INT32, 65536, seed + 10);
+    bad += f(2, 3, 1, 5000, 1, LOOM_AVG, LOOM_FLOAT32, 65536, seed + 11);
+    return bad;
+}
+
 Test(shared, reduce_scatter_every_op_in_and_out_of_place)
 {
-    /* 20000 floats a block take 3 to 20 rounds over both halves. */
-    int bad = one_host_sweep(run_rs, 20000, 17);
-    /* Several hosts take the hierarchical form. */
-    bad += run_rs(2, 2, 0, 1001, 0, LOOM_SUM, LOOM_INT32, 65536, 3);
-    bad += run_rs(2, 3, 1, 5000, 1, LOOM_AVG, LOOM_FLOAT32, 65536, 4);
+    cr_assert_eq(blocks_sweep(run_rs, 17), 0);
+}
+
+/* An allgather of n elements a rank, as run_rs; op unused. */
+static int run_ag(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
+                  loom_datatype_t dt, size_t arena, uint64_t seed)
+{
+    (void)op;
+    const int p = H * L;
+    loom_comm_t comms[64];
+    struct loomi_sim_world *w = open_world(H, L, interleave, arena, seed, comms);
+    const size_t es = loom_datatype_size(dt);
+    unsigned char *sb[64], *rb[64];
+    loom_request_t req[64];
+    for (int r = 0; r < p; r++) {
+        loomi_comm_force_algo(comms[r], LOOMI_COLL_ALLGATHER, LOOMI_ALGO_SHARED);
+        sb[r] = malloc(n * es + 1);
+        rb[r] = malloc((size_t)p * n * es + 1);
+        memset(rb[r], 0xee, (size_t)p * n * es);
+        unsigned char *in = inplace ? rb[r] + (size_t)r * n * es : sb[r];
+        for (size_t i = 0; i < n; i++) put_input(in, i, r, dt);
+        cr_assert_eq(loom_iallgather(in, rb[r], n, dt, comms[r], &req[r]), LOOM_SUCCESS, "%s",
+                     loom_get_last_error());
+    }
+    run_world(w, comms, req, H, L, n);
+    int bad = 0;
+    for (int r = 0; r < p; r++)
+        for (size_t i = 0; i < (size_t)p * n && !bad; i++) {
+            const int q = (int)(i / n);
+            const double want = (double)((q + 1) * (int)(i % n % 7 + 1));
+            if (get_elem(rb[r], i, dt) != want) {
+                cr_log_error("ag %dx%d n=%zu inplace=%d rank %d [%zu] = %g, want %g", H, L, n,
+                             inplace, r, i, get_elem(rb[r], i, dt), want);
+                bad++;
+            }
+        }
+    close_world(w, comms, p, sb, rb);
+    return bad;
+}
+
+Test(shared, allgather_in_and_out_of_place)
+{
+    cr_assert_eq(blocks_sweep(run_ag, 29), 0);
+}
+
+/* Past LOOM_SHM_STREAM (read once per process: set before any world) the
+ * copies into RECV stream, at offsets of any alignment. */
+Test(shared, allgather_streams_past_the_threshold)
+{
+    setenv("LOOM_SHM_STREAM", "4096", 1);
+    int bad = 0;
+    for (int ip = 0; ip < 2; ip++) {
+        bad += run_ag(1, 3, 0, 100003, ip, LOOM_SUM, LOOM_INT32, 65536, 5);
+        bad += run_ag(1, 4, 0, 4099, ip, LOOM_SUM, LOOM_FLOAT32, 65536, 8);
+    }
     cr_assert_eq(bad, 0);
 }
