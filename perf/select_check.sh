@@ -142,8 +142,9 @@ for coll in $colls; do
     }
     function ran(sz,   key, inb, i, a) { # what auto ran for a perf size
         # The table is keyed by the count in bytes (per rank, except the
-        # allreduce); the slots by the bytes a rank puts in (small.c).
-        key = coll == "all_reduce" ? sz : sz / p
+        # allreduce and the broadcast); the slots by the bytes a rank puts
+        # in (small.c).
+        key = coll == "all_reduce" || coll == "broadcast" ? sz : sz / p
         inb = coll == "all_gather" ? sz / p : sz
         if (inb <= slots) return "slots"
         for (i = 1; i < np; i += 2) if (P[i + 1] <= key) a = P[i]

@@ -110,6 +110,22 @@ static int fall_back(const struct loomi_sched *s, const struct loomi_coll_args *
     return L < 2 || L > LOOMI_MAX_SHARED || a->shared_bytes / 2 / s->esize < (size_t)L;
 }
 
+/* Elements per round of `per` pieces that fill half an arena, cut on
+ * 64-byte bounds where that leaves any (fall_back() saw at least one);
+ * sets the arenas the schedule uses. */
+static size_t round_elems(struct loomi_sched *s, const struct loomi_coll_args *a, int L, int per)
+{
+    const size_t es = s->esize, line = 64 / es;
+    size_t C = a->shared_bytes / 2 / es / (size_t)per;
+    if (C >= line) C -= C % line;
+    s->nshared = L;
+    s->shared_bytes = 2 * C * (size_t)per * es;
+    return C;
+}
+
+typedef uint32_t (*copy_fn)(struct loomi_sched *, int, size_t, int, size_t, size_t,
+                            const uint32_t *, int);
+
 /* A zero-byte message with `tag` to every other rank of the host once
  * `after` is done, and one from each: got[q] is the receive from local
  * rank q, got[li] = after. */
@@ -518,14 +534,9 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
     const int mine = LOOMI_BUF_SHARED + li;
     s->buf_bytes[LOOMI_BUF_SEND] = (size_t)L * count * es;
     s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    /* Elements per block per round: an L-th of half an arena, on 64-byte
-     * bounds where that leaves any (fall_back() saw at least one). */
-    size_t C = a->shared_bytes / 2 / es / (size_t)L;
-    const size_t line = 64 / es;
-    if (C >= line) C -= C % line;
+    /* Elements per block per round: an L-th of half an arena. */
+    const size_t C = round_elems(s, a, L, L);
     const size_t nrounds = (count + C - 1) / C;
-    s->nshared = L;
-    s->shared_bytes = 2 * C * (size_t)L * es;
 
     uint32_t *tmp = malloc((size_t)(2 * L) * sizeof *tmp);
     if (!tmp) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared reduce_scatter: out of memory");
@@ -600,16 +611,9 @@ loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loo
     const size_t src0 = a->inplace ? (size_t)me * count * es : 0;
     s->buf_bytes[LOOMI_BUF_SEND] = a->inplace ? 0 : count * es;
     s->buf_bytes[LOOMI_BUF_RECV] = (size_t)L * count * es;
-    /* Elements per round: half an arena, on 64-byte bounds. */
-    size_t C = a->shared_bytes / 2 / es;
-    if (C >= 64 / es) C -= C % (64 / es);
-    const size_t nrounds = (count + C - 1) / C;
-    s->nshared = L;
-    s->shared_bytes = 2 * C * es;
+    const size_t C = round_elems(s, a, L, 1), nrounds = (count + C - 1) / C;
     const int stream = loomi_shared_streams(a->stream_bytes, L, (size_t)L * count * es);
-    uint32_t (*const out)(struct loomi_sched *, int, size_t, int, size_t, size_t,
-                          const uint32_t *, int) =
-        stream ? loomi_sched_copy_stream : loomi_sched_copy;
+    const copy_fn out = stream ? loomi_sched_copy_stream : loomi_sched_copy;
     if (!a->inplace) out(s, LOOMI_BUF_RECV, (size_t)me * count * es, LOOMI_BUF_SEND, 0, count,
                          NULL, 0);
 
@@ -641,6 +645,74 @@ loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loo
         /* 4. "done". */
         sync_host(s, local, L, li, tag + RS_SYNC_DONE, last, tmp);
         done[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
+    }
+    free(tmp);
+    return LOOM_SUCCESS;
+}
+
+/*
+ * Broadcast through the root's arena, on one host: per round of half an
+ * arena, the root copies the chunk into its arena (and, out of place,
+ * its RECV in the same pass) and tells the host's other ranks ("in"); each copies it out into RECV (streamed past
+ * LOOM_SHM_STREAM) and tells the root ("done"), which may then reuse the
+ * half two rounds later.  Every rank copies the data once, where the
+ * flat algorithms move it through FIFOs or the kernel.  Across hosts,
+ * hierarchical; without arenas, or with a root outside the job (which
+ * the tree reports), the tree.
+ */
+loom_result_t loomi_gen_broadcast_shared(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    const size_t count = a->count, es = s->esize;
+    const struct loomi_hostmap *m = a->hosts;
+    if (a->root < 0 || a->root >= s->nranks || count == 0 || s->nranks == 1 ||
+        fall_back(s, a, m))
+        return loomi_gen_broadcast_tree(s, a);
+    if (m->nhosts > 1) return loomi_gen_broadcast_hier(s, a);
+
+    const int me = s->rank, L = s->nranks, rl = m->local_index[a->root];
+    const int *local = m->host_ranks + m->host_start[m->host_of[me]];
+    const int isroot = me == a->root, copy = isroot && !a->inplace;
+    const int src = copy ? LOOMI_BUF_SEND : LOOMI_BUF_RECV;
+    const int arena = LOOMI_BUF_SHARED + rl;
+    s->buf_bytes[LOOMI_BUF_SEND] = copy ? count * es : 0;
+    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
+    const size_t C = round_elems(s, a, L, 1), nrounds = (count + C - 1) / C;
+    const int stream = loomi_bcast_streams(a->stream_bytes, L, count * es);
+    const copy_fn out = stream ? loomi_sched_copy_stream : loomi_sched_copy;
+
+    uint32_t *tmp = malloc((size_t)L * sizeof *tmp);
+    if (!tmp) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "shared broadcast: out of memory");
+    uint32_t done[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
+    for (size_t k = 0; k < nrounds; k++) {
+        const size_t b = k * C, len = count - b < C ? count - b : C;
+        const size_t hoff = (k % 2) * C * es;
+        const uint32_t tag = (uint32_t)k * RS_SYNC_KINDS;
+        if (isroot) {
+            /* The half we write was last read two rounds ago. */
+            uint32_t reuse = done[k % 2];
+            /* Out of place, the same pass fills my RECV (streamed as
+             * the others' copies out): SEND is read once. */
+            const int nr = reuse == LOOMI_NO_DEP ? 0 : 1;
+            const uint32_t cin =
+                copy ? loomi_sched_copy2(s, arena, hoff, LOOMI_BUF_RECV, b * es, src, b * es, len,
+                                         &reuse, nr)
+                     : loomi_sched_copy(s, arena, hoff, src, b * es, len, &reuse, nr);
+            if (copy && stream) s->steps[cin].flags |= LOOMI_COPY_STREAM;
+            int nd = 0;
+            tmp[nd++] = cin;
+            for (int q = 0; q < L; q++) {
+                if (q == rl) continue;
+                loomi_sched_send(s, local[q], tag + RS_SYNC_IN, LOOMI_BUF_RECV, 0, 0, &cin, 1);
+                tmp[nd++] = loomi_sched_recv(s, local[q], tag + RS_SYNC_DONE, LOOMI_BUF_RECV, 0,
+                                             0, NULL, 0);
+            }
+            done[k % 2] = loomi_sched_join(s, tmp, (size_t)nd);
+        } else {
+            const uint32_t got = loomi_sched_recv(s, a->root, tag + RS_SYNC_IN, LOOMI_BUF_RECV,
+                                                  0, 0, NULL, 0);
+            const uint32_t c = out(s, LOOMI_BUF_RECV, b * es, arena, hoff, len, &got, 1);
+            loomi_sched_send(s, a->root, tag + RS_SYNC_DONE, LOOMI_BUF_RECV, 0, 0, &c, 1);
+        }
     }
     free(tmp);
     return LOOM_SUCCESS;

@@ -133,6 +133,22 @@ static double best_flat(int coll, int p, size_t bytes, const struct loomi_model_
  * servers); lines written there are slow for another core to read. */
 #define PRIVATE_CACHE ((double)(1 << 20))
 
+/* How many ranks take turns on a core: cf, or more where hosts are faked
+ * on one machine and share its cores (see shared_intra()). */
+static double host_turns(const struct loomi_job_shape *j, double cf)
+{
+    if (j->machine_ranks > 0 && j->cores_per_host > 0)
+        return fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    return cf;
+}
+
+/* Reading lines another core has just written, from its caches, up to
+ * PRIVATE_CACHE bytes (the window form's "hot" term in shared_intra()). */
+static double hot_lines(const struct loomi_links *l, double bytes)
+{
+    return l->beta[LOOMI_LINK_INTRA] * fmin(bytes, PRIVATE_CACHE);
+}
+
 /* The shared-arena allreduce on one host (shared.c): per round of half an
  * arena, three rounds of zero-byte messages to the L-1 others, a copy in,
  * a reduction of my slice against L-1 peers', a copy out. */
@@ -154,9 +170,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
      * 1.10-1.20 times hierarchical's time up to 256K).  The copies and
      * the reduction cover the n bytes once, whatever the rounds (the
      * last one is partial: charging whole rounds made 2M-3M look dear). */
-    double turns = cf;
-    if (j->machine_ranks > 0 && j->cores_per_host > 0)
-        turns = fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    const double turns = host_turns(j, cf);
     const double per_round = overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
     double sync = 3 * per_round;
     const double f = (L - 1.0) / L;
@@ -174,7 +188,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * 4M 0.80 against 0.49 ms, 16M 3.6 against 2.0). */
         sync = (rounds + 2) * per_round;
         double work = cf * (l->gamma_copy * n * (1.0 / L + 2 * f) + l->gamma * n * f);
-        double hot = f * l->beta[LOOMI_LINK_INTRA] * fmin(2 * n, PRIVATE_CACHE);
+        double hot = f * hot_lines(l, 2 * n);
         return sync + 1.1 * work + hot;
     }
     if (j->window) {
@@ -217,9 +231,7 @@ static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
 {
     double C = (double)j->shared_bytes / 2 / L;
     if (C <= 0) return -1;
-    double turns = cf;
-    if (j->machine_ranks > 0 && j->cores_per_host > 0)
-        turns = fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    const double turns = host_turns(j, cf);
     const double sync = 2 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
     const double work = cf * (L - 1) * n * (l->gamma_copy + l->gamma);
     /* The reduction reads lines that their writers have just written,
@@ -230,8 +242,7 @@ static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
      * even at 1M, faster from 2M).  Where ranks take turns on the cores
      * none showed: 4 ranks on 2 cores, shared fastest from blocks of 32K
      * (24.0 us against halving-doubling's 26.6) to 16M. */
-    const double hot =
-        turns > 1 ? 0 : l->beta[LOOMI_LINK_INTRA] * fmin((L - 1) * n, PRIVATE_CACHE);
+    const double hot = turns > 1 ? 0 : hot_lines(l, (L - 1) * n);
     return ceil(n / C) * sync + 1.1 * work + hot;
 }
 
@@ -248,14 +259,37 @@ static double shared_ag_intra(int L, double n, const struct loomi_job_shape *j,
 {
     const double R = (double)j->shared_bytes / 2;
     if (R <= 0) return -1;
-    double turns = cf;
-    if (j->machine_ranks > 0 && j->cores_per_host > 0)
-        turns = fmax(cf, (double)j->machine_ranks / j->cores_per_host);
+    const double turns = host_turns(j, cf);
     const double sync = 2 * overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
     const double out = loomi_shared_streams(j->stream_bytes, L, (size_t)(n * L)) ? 2.0 / 3 : 1;
     const double work = cf * n * l->gamma_copy * (1 + L * out);
-    const double hot =
-        turns > 1 ? 0 : l->beta[LOOMI_LINK_INTRA] * fmin((L - 1) * n, PRIVATE_CACHE);
+    const double hot = turns > 1 ? 0 : hot_lines(l, (L - 1) * n);
+    return ceil(n / R) * sync + 1.1 * work + hot;
+}
+
+/* The shared-arena broadcast on one host (shared.c): half an arena per
+ * round, a zero-byte message from the root to each rank and one back;
+ * the root copies the data into its arena (and its RECV in the same
+ * pass), every other rank copies it out, streamed as the allgather's.
+ * The root's pass sets the pace while each rank has a core; where they
+ * take turns, all the copies share the cores.  4 ranks on 2 cores, out
+ * of place: 64 MiB 15.8 ms against the tree's 27.6, 16 MiB 3.5 against
+ * 5.0 (scatter-allgather), 4 MiB 1.15 against 1.04. */
+static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *j,
+                                 const struct loomi_links *l, double cf)
+{
+    const double R = (double)j->shared_bytes / 2;
+    if (R <= 0) return -1;
+    const double turns = host_turns(j, cf);
+    /* The root's message to the others overlaps; their answers come as
+     * each gets its turn, one after another (charged overlapped, it was
+     * chosen from 12K-32K a rank for 3-8 ranks here, where the flat
+     * ones measured up to 1.4 times faster below 64K-256K). */
+    const double a = l->alpha[LOOMI_LINK_INTRA];
+    const double sync = (overlap(a, L - 1) + a * (L - 1)) * turns;
+    const double out = loomi_bcast_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
+    const double work = l->gamma_copy * n * fmax(1 + out, cf * (1 + L * out) / L);
+    const double hot = hot_lines(l, n);
     return ceil(n / R) * sync + 1.1 * work + hot;
 }
 
@@ -501,6 +535,10 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         break;
     }
     case LOOMI_COLL_BROADCAST:
+        if (algo == LOOMI_ALGO_SHARED) {
+            t = H == 1 ? shared_bcast_intra(L, n, j, l, cf) : -1;
+            break;
+        }
         if (algo != LOOMI_ALGO_HIERARCHICAL) return -1;
         t = best_flat(LOOMI_COLL_BROADCAST, H, bytes, &out) +
             best_flat(LOOMI_COLL_BROADCAST, L, bytes, &in);

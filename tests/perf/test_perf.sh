@@ -89,15 +89,18 @@ for bin in all_reduce_perf reduce_scatter_perf reduce_perf; do
     run 3 "$bin" -b 4 -e 4K -f 31 -n 1 -w 0 -c 1 -d all -o all -r all
     expect_ok "$bin on 3 ranks, -d all -o all -r all: #wrong 0"
 done
-# The shared reduce-scatter and allgather in many rounds of small arenas
-# (blocks cut per round, both halves reused), in place and out of place;
-# the allgather's copies out streamed from 4K (LOOM_SHM_STREAM).
+# The shared reduce-scatter, allgather and broadcast in many rounds of
+# small arenas (blocks cut per round, both halves reused), in place and
+# out of place; the copies out streamed from 4K (LOOM_SHM_STREAM).
 LOOM_ALGO=reduce_scatter:shared LOOM_SHM_SIZE=64K run 3 reduce_scatter_perf -b 4 -e 1M -f 13 \
     -n 1 -w 0 -c 1 -d all -o all
 expect_ok "reduce_scatter_perf on 3 ranks, shared in rounds of 64K arenas, -d all -o all: #wrong 0"
 LOOM_ALGO=allgather:shared LOOM_SHM_SIZE=64K LOOM_SHM_STREAM=4K run 3 all_gather_perf -b 4 \
     -e 1M -f 13 -n 1 -w 0 -c 1 -d all
 expect_ok "all_gather_perf on 3 ranks, shared in rounds of 64K arenas, streamed, -d all: #wrong 0"
+LOOM_ALGO=broadcast:shared LOOM_SHM_SIZE=64K LOOM_SHM_STREAM=4K run 3 broadcast_perf -b 4 \
+    -e 1M -f 13 -n 1 -w 0 -c 1 -d all -r all
+expect_ok "broadcast_perf on 3 ranks, shared in rounds of 64K arenas, streamed, every root: #wrong 0"
 for b in $binaries; do
     run 4 "${b%%:*}_perf" -b 4 -e 64K -f 23 -n 2 -w 1 -c 1 -d int8 -z 0 -r all
     expect_ok "${b%%:*}_perf on 4 ranks, -d int8 -z 0 -r all: #wrong 0"

@@ -42,6 +42,7 @@ static void validate_coll(int coll, int H, int L, int interleave, size_t count, 
         a[r].chunk_bytes = 4096;
         a[r].hosts = m;
         a[r].shared_bytes = arena;
+        a[r].root = coll == LOOMI_COLL_BROADCAST ? p - 1 : 0; /* not the first */
         if (win) { /* a loom_mem_alloc window: SEND at 64, RECV after it */
             a[r].win_id = 7;
             a[r].win_send_off = inplace ? count * 4 + 128 : 64;
@@ -60,8 +61,8 @@ static void validate_coll(int coll, int H, int L, int interleave, size_t count, 
                  L, interleave ? " interleaved" : "", count, inplace, msg);
     for (int r = 0; r < p; r++) {
         if (count && coll == LOOMI_COLL_ALLREDUCE) cr_assert_eq(s[r].win_id, win ? 7u : 0u);
-        /* The reduce-scatter and the allgather: through the arenas on
-         * one host, the hierarchical form across hosts. */
+        /* The reduce-scatter, allgather and broadcast: through the
+         * arenas on one host, the hierarchical form across hosts. */
         if (count && coll != LOOMI_COLL_ALLREDUCE)
             cr_assert_eq(s[r].nshared, H == 1 ? L : 0, "%dx%d", H, L);
         loomi_sched_free(&s[r]);
@@ -568,16 +569,18 @@ Test(shared, staged_reducer_keeps_its_slice_on_one_host)
 
 /* ------------------------------------------------------ reduce-scatter */
 
-Test(shared, reduce_scatter_and_allgather_schedules_validate)
+Test(shared, reduce_scatter_allgather_broadcast_schedules_validate)
 {
+    const int colls[] = {LOOMI_COLL_REDUCE_SCATTER, LOOMI_COLL_ALLGATHER, LOOMI_COLL_BROADCAST};
     const int lay[][2] = {{1, 2}, {1, 3}, {1, 4}, {1, 7}, {2, 2}, {2, 3}, {3, 2}};
     const size_t counts[] = {0, 1, 3, 17, 1001, 9000};
     for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
         for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++)
             for (int ip = 0; ip < 2; ip++)
                 for (int il = 0; il < 2; il++)
-                    for (int c = LOOMI_COLL_REDUCE_SCATTER; c <= LOOMI_COLL_ALLGATHER; c++)
-                        validate_coll(c, lay[i][0], lay[i][1], il, counts[j], ip, 8192, 0);
+                    for (int c = 0; c < 3; c++)
+                        validate_coll(colls[c], lay[i][0], lay[i][1], il, counts[j], ip, 8192,
+                                      0);
 }
 
 /* A reduce-scatter of n elements a rank through the public API over the
@@ -682,15 +685,60 @@ Test(shared, allgather_in_and_out_of_place)
     cr_assert_eq(blocks_sweep(run_ag, 29), 0);
 }
 
+/* A broadcast of n elements from root (seed % p), as run_ag; op unused. */
+static int run_bc(int H, int L, int interleave, size_t n, int inplace, loom_op_t op,
+                  loom_datatype_t dt, size_t arena, uint64_t seed)
+{
+    (void)op;
+    const int p = H * L, root = (int)(seed % (uint64_t)p);
+    loom_comm_t comms[64];
+    struct loomi_sim_world *w = open_world(H, L, interleave, arena, seed, comms);
+    const size_t es = loom_datatype_size(dt);
+    unsigned char *sb[64], *rb[64];
+    loom_request_t req[64];
+    for (int r = 0; r < p; r++) {
+        loomi_comm_force_algo(comms[r], LOOMI_COLL_BROADCAST, LOOMI_ALGO_SHARED);
+        sb[r] = malloc(n * es + 1);
+        rb[r] = malloc(n * es + 1);
+        memset(rb[r], 0xee, n * es);
+        unsigned char *in = inplace ? rb[r] : sb[r];
+        for (size_t i = 0; r == root && i < n; i++) put_input(in, i, r, dt);
+        cr_assert_eq(loom_ibroadcast(r == root ? in : NULL, rb[r], n, dt, root, comms[r],
+                                     &req[r]),
+                     LOOM_SUCCESS, "%s", loom_get_last_error());
+    }
+    run_world(w, comms, req, H, L, n);
+    int bad = 0;
+    for (int r = 0; r < p; r++)
+        for (size_t i = 0; i < n && !bad; i++) {
+            const double want = (double)((root + 1) * (int)(i % 7 + 1));
+            if (get_elem(rb[r], i, dt) != want) {
+                cr_log_error("bcast %dx%d n=%zu inplace=%d root %d rank %d [%zu] = %g, want %g",
+                             H, L, n, inplace, root, r, i, get_elem(rb[r], i, dt), want);
+                bad++;
+            }
+        }
+    close_world(w, comms, p, sb, rb);
+    return bad;
+}
+
+Test(shared, broadcast_in_and_out_of_place)
+{
+    cr_assert_eq(blocks_sweep(run_bc, 31), 0);
+}
+
 /* Past LOOM_SHM_STREAM (read once per process: set before any world) the
- * copies into RECV stream, at offsets of any alignment. */
-Test(shared, allgather_streams_past_the_threshold)
+ * copies into RECV stream, at offsets of any alignment; the broadcast's
+ * root also streams its RECV in the copy into its arena. */
+Test(shared, allgather_and_broadcast_stream_past_the_threshold)
 {
     setenv("LOOM_SHM_STREAM", "4096", 1);
     int bad = 0;
     for (int ip = 0; ip < 2; ip++) {
         bad += run_ag(1, 3, 0, 100003, ip, LOOM_SUM, LOOM_INT32, 65536, 5);
         bad += run_ag(1, 4, 0, 4099, ip, LOOM_SUM, LOOM_FLOAT32, 65536, 8);
+        bad += run_bc(1, 3, 0, 100003, ip, LOOM_SUM, LOOM_INT32, 65536, 5);
+        bad += run_bc(1, 4, 0, 40099, ip, LOOM_SUM, LOOM_FLOAT32, 65536, 6);
     }
     cr_assert_eq(bad, 0);
 }
