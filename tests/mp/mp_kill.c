@@ -26,6 +26,10 @@
  * (loom_allgather(3)), and with a long enough drive some hold peers'
  * values, which the survivor reports.
  *
+ * With COLL "broadcast" it is an in-place broadcast of COUNT floats from
+ * rank 0: the root's buffer, the input, must be as it was; the others'
+ * are unspecified.
+ *
  * With COLL "small" every rank runs blocking in-place allreduces of COUNT
  * floats in a loop, each checked, and the victim dies between two of
  * them: on one host these take the slots of the shared arenas (small.c),
@@ -48,7 +52,7 @@
  * 300 ms, and the pattern must still be there.  A peer still pushing the
  * failed operation's results would overwrite it.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|reduce_scatter|allgather|small
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|reduce_scatter|allgather|broadcast|small
  *        [DRIVE_MS
  *        [heap|window|window-oop]]]]]
  */
@@ -99,6 +103,7 @@ int main(int argc, char **argv)
     int small = argc > 5 && !strcmp(argv[5], "small");
     int rs = argc > 5 && !strcmp(argv[5], "reduce_scatter");
     int ag = argc > 5 && !strcmp(argv[5], "allgather");
+    int bc = argc > 5 && !strcmp(argv[5], "broadcast");
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
@@ -165,6 +170,7 @@ int main(int argc, char **argv)
             : rs ? loom_ireduce_scatter(buf, buf + (size_t)rank * blk, blk, LOOM_FLOAT32,
                                         LOOM_SUM, comm, &req)
             : ag ? loom_iallgather(buf + (size_t)rank * blk, buf, blk, LOOM_FLOAT32, comm, &req)
+            : bc ? loom_ibroadcast(buf, buf, count, LOOM_FLOAT32, 0, comm, &req)
                  : loom_iallreduce(buf, out, count, LOOM_FLOAT32, LOOM_SUM, comm, &req);
         if (r != LOOM_SUCCESS) {
             fprintf(stderr, "rank %d: submission failed: %s\n", rank, loom_get_last_error());
@@ -204,9 +210,10 @@ int main(int argc, char **argv)
         usleep(300000);
         for (size_t i = 0; i < count; i++) changed += out[i] != -1.0f;
     }
-    /* An allgather's input is its own block; the rest was being filled. */
+    /* An allgather's input is its own block, a broadcast's the root's
+     * buffer; the rest was being filled. */
     const size_t from = ag ? (size_t)rank * (count / (size_t)n) : 0;
-    const size_t to = ag ? from + count / (size_t)n : count;
+    const size_t to = ag ? from + count / (size_t)n : bc && rank ? 0 : count;
     size_t filled = 0;
     for (size_t i = 0; i < count; i++) {
         const int differs = buf[i] != (float)(rank + 1 + round);
@@ -243,7 +250,7 @@ int main(int argc, char **argv)
            "elements changed); later op: %s",
            rank, good ? "OK" : "WRONG", t_err - t_kill, loom_strerror(r), msg, failed_rank,
            changed ? "NO" : "yes", changed, loom_strerror(again));
-    if (ag) printf("; %zu elements of other blocks filled", filled);
+    if (ag || bc) printf("; %zu elements filled", filled);
     printf("\n");
     loom_comm_destroy(comm); /* unmaps a window */
     if (!win) free(buf);

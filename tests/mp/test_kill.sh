@@ -90,6 +90,11 @@ for n in 2 4; do
     LOOM_ALGO=allgather:shared kill_case "$n" 1 20000 5000 \
         "kill rank 1 of $n late in a 256 MiB in-place shared allgather" \
         "own blocks intact" $((64 << 20)) kill allgather 5
+    # The root waits for every rank's answer before it reuses a half of
+    # its arena: a dead one must fail it, not hang it.
+    LOOM_ALGO=broadcast:shared kill_case "$n" 1 20000 5000 \
+        "kill rank 1 of $n in a 256 MiB in-place shared broadcast from rank 0" \
+        "all survivors failed, the root's buffer intact" $((64 << 20)) kill broadcast 5
 done
 # An in-place all-to-all killed mid-way: its input is restored from the
 # staged copy in scratch.
