@@ -742,3 +742,53 @@ Test(shared, allgather_and_broadcast_stream_past_the_threshold)
     }
     cr_assert_eq(bad, 0);
 }
+
+/* Operations through the arenas run one after another in the order they
+ * were posted (the engine's queue of shared operations): a reduce-scatter,
+ * an allgather and a broadcast posted back to back, each in several
+ * rounds, all come out right. */
+Test(shared, posted_operations_take_turns_on_the_arenas)
+{
+    const int L = 3;
+    const size_t n = 30011;
+    loom_comm_t comms[64];
+    struct loomi_sim_world *w = open_world(1, L, 0, 65536, 41, comms);
+    float *in[3], *rs[3], *ag[3], *bc[3];
+    loom_request_t req[3][3];
+    for (int r = 0; r < L; r++) {
+        for (int c = LOOMI_COLL_REDUCE_SCATTER; c <= LOOMI_COLL_BROADCAST; c++)
+            if (c != LOOMI_COLL_ALLTOALL && c != LOOMI_COLL_ALLTOALLV)
+                loomi_comm_force_algo(comms[r], c, LOOMI_ALGO_SHARED);
+        in[r] = malloc((size_t)L * n * sizeof(float));
+        rs[r] = malloc(n * sizeof(float));
+        ag[r] = malloc((size_t)L * n * sizeof(float));
+        bc[r] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < (size_t)L * n; i++) put_input(in[r], i, r, LOOM_FLOAT32);
+        cr_assert_eq(loom_ireduce_scatter(in[r], rs[r], n, LOOM_FLOAT32, LOOM_SUM, comms[r],
+                                          &req[0][r]),
+                     LOOM_SUCCESS);
+        cr_assert_eq(loom_iallgather(in[r], ag[r], n, LOOM_FLOAT32, comms[r], &req[1][r]),
+                     LOOM_SUCCESS);
+        cr_assert_eq(loom_ibroadcast(r == 1 ? in[r] : NULL, bc[r], n, LOOM_FLOAT32, 1,
+                                     comms[r], &req[2][r]),
+                     LOOM_SUCCESS);
+    }
+    for (int k = 0; k < 3; k++) run_world(w, comms, req[k], 1, L, n);
+    for (int r = 0; r < L; r++)
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_eq(rs[r][i], want_at((size_t)r * n + i, L, LOOM_SUM, LOOM_FLOAT32),
+                         "reduce-scatter rank %d [%zu]", r, i);
+            cr_assert_eq(bc[r][i], (float)(2 * (int)(i % 7 + 1)), "broadcast rank %d [%zu]", r,
+                         i);
+            for (int q = 0; q < L; q++)
+                cr_assert_eq(ag[r][(size_t)q * n + i], (float)((q + 1) * (int)(i % 7 + 1)),
+                             "allgather rank %d block %d [%zu]", r, q, i);
+        }
+    loomi_sim_world_destroy(w, comms);
+    for (int r = 0; r < L; r++) {
+        free(in[r]);
+        free(rs[r]);
+        free(ag[r]);
+        free(bc[r]);
+    }
+}
