@@ -1,5 +1,6 @@
 /*
- * shared.c - allreduce through the shared arenas of the ranks of a host.
+ * shared.c - allreduce through the shared arenas of the ranks of a host
+ * (and, at the end, reduce-scatter, allgather and broadcast on one host).
  *
  * Every rank of a host can read every other's arena, so a rank reduces
  * its slice of the vector by reading its peers' data where they put it:
@@ -509,17 +510,16 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
  *   3. reduce    my chunk of RECV = my block's chunk + slot li of every
  *                peer's arena (in place, my block of SEND is RECV: the
  *                pass reads each element before it writes it);
- *   4. "done"    zero-byte messages: I no longer read your arena; the
+ *   4. "out"     zero-byte messages: I no longer read your arena; the
  *                round two later (same half) waits for them.
  *
- * Each rank copies (L-1)/L of its input once and reads each peer's chunk
+ * (Tags as the allreduce's, SYNC_RED unused.)  Each rank copies (L-1)/L
+ * of its input once and reads each peer's chunk
  * once, where the ring copies every block it forwards into a FIFO and
  * out again.  In place, the engine's copy of RECV restores it on failure,
  * as for the flat algorithms.  Across hosts, hierarchical; without
  * arenas, the ring.
  */
-enum { RS_SYNC_IN = 0, RS_SYNC_DONE = 1, RS_SYNC_KINDS = 2 };
-
 loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
                                               const struct loomi_coll_args *a)
 {
@@ -544,7 +544,7 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
     for (size_t k = 0; k < nrounds; k++) {
         const size_t b = k * C, len = count - b < C ? count - b : C;
         const size_t hoff = (k % 2) * C * (size_t)L * es;
-        const uint32_t tag = (uint32_t)k * RS_SYNC_KINDS;
+        const uint32_t tag = (uint32_t)k * SYNC_KINDS;
         /* The half we write was last read by peers two rounds ago. */
         uint32_t reuse = done[k % 2];
 
@@ -560,7 +560,7 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
 
         /* 2. "in". */
         uint32_t *rin = tmp; /* [L] */
-        sync_host(s, local, L, li, tag + RS_SYNC_IN, cin, rin);
+        sync_host(s, local, L, li, tag + SYNC_IN, cin, rin);
         uint32_t last = loomi_sched_join(s, rin, (size_t)L);
 
         /* 3. my chunk, from my block and every peer's slot li. */
@@ -571,8 +571,8 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
                                          reuse == LOOMI_NO_DEP ? 1 : 2);
         if (s->op == LOOM_AVG) last = loomi_sched_avg(s, LOOMI_BUF_RECV, b * es, len, &last, 1);
 
-        /* 4. "done". */
-        sync_host(s, local, L, li, tag + RS_SYNC_DONE, last, tmp);
+        /* 4. "out". */
+        sync_host(s, local, L, li, tag + SYNC_OUT, last, tmp);
         done[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
     }
     free(tmp);
@@ -588,7 +588,7 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
  *   3. copy-out  every peer's chunk from its arena into its place in
  *                RECV (streamed when the host's outputs are too big for
  *                the caches, as the allreduce's copy-out);
- *   4. "done"    zero-byte messages: the round two later may reuse the
+ *   4. "out"     zero-byte messages: the round two later may reuse the
  *                half.
  *
  * Out of place my own block goes from SEND to RECV in one copy that
@@ -623,7 +623,7 @@ loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loo
     for (size_t k = 0; k < nrounds; k++) {
         const size_t b = k * C, len = count - b < C ? count - b : C;
         const size_t hoff = (k % 2) * C * es;
-        const uint32_t tag = (uint32_t)k * RS_SYNC_KINDS;
+        const uint32_t tag = (uint32_t)k * SYNC_KINDS;
         /* The half we write was last read by peers two rounds ago. */
         uint32_t reuse = done[k % 2];
 
@@ -632,7 +632,7 @@ loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loo
                                               reuse == LOOMI_NO_DEP ? 0 : 1);
         /* 2. "in". */
         uint32_t *rin = tmp; /* [L] */
-        sync_host(s, local, L, li, tag + RS_SYNC_IN, cin, rin);
+        sync_host(s, local, L, li, tag + SYNC_IN, cin, rin);
         /* 3. copy-out of every peer's chunk once it is there. */
         uint32_t *cout = tmp + L; /* [L] */
         int no = 0;
@@ -642,8 +642,8 @@ loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loo
                              LOOMI_BUF_SHARED + q, hoff, len, &rin[q], 1);
         }
         const uint32_t last = loomi_sched_join(s, cout, (size_t)no);
-        /* 4. "done". */
-        sync_host(s, local, L, li, tag + RS_SYNC_DONE, last, tmp);
+        /* 4. "out". */
+        sync_host(s, local, L, li, tag + SYNC_OUT, last, tmp);
         done[k % 2] = loomi_sched_join(s, tmp, (size_t)L);
     }
     free(tmp);
@@ -653,9 +653,10 @@ loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loo
 /*
  * Broadcast through the root's arena, on one host: per round of half an
  * arena, the root copies the chunk into its arena (and, out of place,
- * its RECV in the same pass) and tells the host's other ranks ("in"); each copies it out into RECV (streamed past
- * LOOM_SHM_STREAM) and tells the root ("done"), which may then reuse the
- * half two rounds later.  Every rank copies the data once, where the
+ * its RECV in the same pass) and tells the host's other ranks ("in");
+ * each copies it out into RECV (streamed as loomi_bcast_streams() says)
+ * and tells the root ("out"), which may then reuse the half two rounds
+ * later.  Every rank copies the data once, where the
  * flat algorithms move it through FIFOs or the kernel.  Across hosts,
  * hierarchical; without arenas, or with a root outside the job (which
  * the tree reports), the tree.
@@ -686,7 +687,7 @@ loom_result_t loomi_gen_broadcast_shared(struct loomi_sched *s, const struct loo
     for (size_t k = 0; k < nrounds; k++) {
         const size_t b = k * C, len = count - b < C ? count - b : C;
         const size_t hoff = (k % 2) * C * es;
-        const uint32_t tag = (uint32_t)k * RS_SYNC_KINDS;
+        const uint32_t tag = (uint32_t)k * SYNC_KINDS;
         if (isroot) {
             /* The half we write was last read two rounds ago. */
             uint32_t reuse = done[k % 2];
@@ -702,16 +703,16 @@ loom_result_t loomi_gen_broadcast_shared(struct loomi_sched *s, const struct loo
             tmp[nd++] = cin;
             for (int q = 0; q < L; q++) {
                 if (q == rl) continue;
-                loomi_sched_send(s, local[q], tag + RS_SYNC_IN, LOOMI_BUF_RECV, 0, 0, &cin, 1);
-                tmp[nd++] = loomi_sched_recv(s, local[q], tag + RS_SYNC_DONE, LOOMI_BUF_RECV, 0,
+                loomi_sched_send(s, local[q], tag + SYNC_IN, LOOMI_BUF_RECV, 0, 0, &cin, 1);
+                tmp[nd++] = loomi_sched_recv(s, local[q], tag + SYNC_OUT, LOOMI_BUF_RECV, 0,
                                              0, NULL, 0);
             }
             done[k % 2] = loomi_sched_join(s, tmp, (size_t)nd);
         } else {
-            const uint32_t got = loomi_sched_recv(s, a->root, tag + RS_SYNC_IN, LOOMI_BUF_RECV,
+            const uint32_t got = loomi_sched_recv(s, a->root, tag + SYNC_IN, LOOMI_BUF_RECV,
                                                   0, 0, NULL, 0);
             const uint32_t c = out(s, LOOMI_BUF_RECV, b * es, arena, hoff, len, &got, 1);
-            loomi_sched_send(s, a->root, tag + RS_SYNC_DONE, LOOMI_BUF_RECV, 0, 0, &c, 1);
+            loomi_sched_send(s, a->root, tag + SYNC_OUT, LOOMI_BUF_RECV, 0, 0, &c, 1);
         }
     }
     free(tmp);

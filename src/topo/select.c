@@ -305,11 +305,22 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
  * caches cannot keep (2 ranks, 4M-64M: 1.22-1.8 times the ring's
  * time, 1.33 at 32M).  The double binary tree: on 2 ranks, the ring's
  * figure (each rank roots half); beyond, a rank sends 2n (up once, down
- * to two children), reduces n and copies n out. */
-static double shm_allreduce_cpu(int algo, int p, double n, const struct loomi_links *l,
-                                double cf)
+ * to two children), reduces n and copies n out.
+ * A reduce-scatter by the ring or halving-doubling sends (p-1) of its
+ * n-byte blocks, a copy into the transport, and copies what it receives
+ * out (of a FIFO cell, or of the sender's buffer by the kernel) before
+ * it reduces it: against shared_rs_intra()'s one copy, 4 ranks here,
+ * 64 MiB in all, ring 26.3 ms and shared 19.1; 2 ranks 10.1 and 7.4.
+ * 0 for the others: no CPU term. */
+static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loomi_links *l,
+                           double cf)
 {
     const double gc = l->gamma_copy, g = l->gamma, f = (double)(p - 1) / p;
+    if (coll == LOOMI_COLL_REDUCE_SCATTER)
+        return algo == LOOMI_ALGO_RING || algo == LOOMI_ALGO_HALVING_DOUBLING
+                   ? cf * (p - 1) * n * (2 * gc + g)
+                   : 0;
+    if (coll != LOOMI_COLL_ALLREDUCE) return 0;
     switch (algo) {
     case LOOMI_ALGO_RING:
     case LOOMI_ALGO_HALVING_DOUBLING: return cf * f * n * (3 * gc + g);
@@ -413,24 +424,13 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
         }
         double t = loomi_model_time(coll, algo, p, bytes, &flat);
         if (t >= 0) t += backup(coll, n, j, l, cf);
-        if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_ALLREDUCE) {
+        if (t >= 0 && H == 1 && l->intra_shm) {
             /* The copies and the transfers overlap, but not wholly: a
              * twentieth of the lesser shows.  Between algorithms of the
              * same CPU work this prefers the shorter pipeline (2 ranks,
              * 16 MiB: the tree 2.41-2.88 ms, the ring 2.82-3.39). */
-            double cpu = shm_allreduce_cpu(algo, p, n, l, cf);
-            t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
-        }
-        if (t >= 0 && H == 1 && l->intra_shm && coll == LOOMI_COLL_REDUCE_SCATTER &&
-            (algo == LOOMI_ALGO_RING || algo == LOOMI_ALGO_HALVING_DOUBLING)) {
-            /* Likewise: each rank sends (p-1) of its n-byte blocks, a
-             * copy into the transport, and what it receives is copied
-             * out (of a FIFO cell, or of the sender's buffer by the
-             * kernel) before it is reduced.  Against shared_rs_intra()'s
-             * one copy: 4 ranks here, 64 MiB in all, ring 26.3 ms and
-             * shared 19.1; 2 ranks 10.1 and 7.4. */
-            double cpu = cf * (p - 1) * n * (2 * l->gamma_copy + l->gamma);
-            t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
+            double cpu = shm_flat_cpu(coll, algo, p, n, l, cf);
+            if (cpu > 0) t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
         }
         return t;
     }
