@@ -56,6 +56,9 @@ enum loomi_coll {
     LOOMI_COLL_BARRIER,
     LOOMI_NUM_COLLS
 };
+/* The collectives whose small calls take the arenas' slots up to a size
+ * measured at init (small.c): the first four above. */
+#define LOOMI_SMALL_TUNED 4
 
 enum loomi_algo {
     LOOMI_ALGO_AUTO = 0,

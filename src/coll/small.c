@@ -119,23 +119,46 @@ static size_t slot_bytes(int coll, size_t n, int nranks)
 
 int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
 {
-    size_t lim = coll == LOOMI_COLL_ALLREDUCE ? c->small_allreduce : c->small_max;
-    return lim && slot_bytes(coll, n, c->nranks) <= lim &&
+    if (coll < 0 || coll >= LOOMI_NUM_COLLS) return 0;
+    size_t lim = coll < LOOMI_SMALL_TUNED ? c->small_lim[coll] : c->small_max;
+    return c->small_max && lim && slot_bytes(coll, n, c->nranks) <= lim &&
            c->algo_forced[coll] == LOOMI_ALGO_AUTO;
 }
 
-/* Where the slots stop paying for allreduce.  Every rank reads every
+/* Where the slots stop paying, per collective.  Every rank reads every
  * slot, the engine's algorithms read less but pay per round; where the
- * two cross depends on the caches and on how many ranks share a core
- * (on 2 cores here: about 3K for 2 ranks, 16K for 4), which the cost
- * model does not capture well.  So it is measured: each size from
- * TUNE_FIRST up to small_max, both ways.  Every rank makes the same
+ * two cross depends on the caches, on how many ranks share a core and
+ * on the collective, which the cost model does not capture well
+ * (allreduce on 2 cores here: about 3K for 2 ranks, 16K for 4; allgather
+ * on 2 ranks, which each had a core: slots 1.2-1.6 times the engine's
+ * time from 8K a rank to 64K).  So it is measured: each size of slot
+ * from TUNE_FIRST up to small_max, both ways.  Every rank makes the same
  * calls; rank 0 decides and tells the others, so they all take the same
  * path. */
 #define TUNE_FIRST 1024
 #define TUNE_WARM 4
 #define TUNE_BATCH 8
 #define TUNE_BATCHES 6
+/* Past this, rank 0 ends the measuring: what is left keeps the slots up
+ * to small_max, as it would unmeasured.  Ranks taking turns on few cores
+ * make every call slow, and win with the slots anyway (16 ranks on 2
+ * cores: slots faster at every size, 145 ms for all four). */
+#define TUNE_BUDGET_NS 50000000u
+
+/* One call of the collective with `bytes` of slot (floats, sum). */
+static loom_result_t tune_call(struct loom_comm *c, int coll, float *a, float *b, size_t bytes)
+{
+    const size_t count = bytes / sizeof(float);
+    const size_t per = count / (size_t)c->nranks; /* a block: reduce-scatter, alltoall */
+    switch (coll) {
+    case LOOMI_COLL_ALLREDUCE: return loom_allreduce(a, a, count, LOOM_FLOAT32, LOOM_SUM, c);
+    case LOOMI_COLL_ALLGATHER: return loom_allgather(a, b, count, LOOM_FLOAT32, c);
+    case LOOMI_COLL_REDUCE_SCATTER:
+        return loom_reduce_scatter(a, b, per, LOOM_FLOAT32, LOOM_SUM, c);
+    default: return loom_alltoall(a, b, per, LOOM_FLOAT32, c);
+    }
+}
+
 loom_result_t loomi_small_tune(struct loom_comm *c)
 {
     const size_t max = c->small_max;
@@ -143,58 +166,102 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     if (max < TUNE_FIRST || !c->set.probe) return LOOM_SUCCESS;
     const uint64_t start = loomi_now_ns();
     enum { NSIZES = 16 };
-    uint64_t t[NSIZES][2];
+    uint64_t t[LOOMI_SMALL_TUNED][NSIZES][2];
+    int done[LOOMI_SMALL_TUNED] = {0}; /* sizes measured */
+    int cut = LOOMI_SMALL_TUNED;       /* the collective that ran out of time */
     size_t sizes[NSIZES];
     int ns = 0;
     for (size_t s = TUNE_FIRST; s <= max && ns < NSIZES; s *= 2) sizes[ns++] = s;
-    float *buf = calloc(max / sizeof(float) + 1, sizeof(float));
-    if (!buf) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small allreduce: out of memory");
-    loom_result_t r = LOOM_SUCCESS;
-    for (int k = 0; k < ns && r == LOOM_SUCCESS; k++) {
-        const size_t count = sizes[k] / sizeof(float);
-        t[k][0] = t[k][1] = UINT64_MAX;
-        /* Batch -1 warms both ways up (and builds the engine's schedule);
-         * then batches of back-to-back calls, as an application makes
-         * them, each way first in turn; the best batch counts. */
-        for (int b = -1; b < TUNE_BATCHES && r == LOOM_SUCCESS; b++)
-            for (int w = 0; w < 2 && r == LOOM_SUCCESS; w++) {
-                const int slots = (w + b) & 1;
-                const int calls = b < 0 ? TUNE_WARM : TUNE_BATCH;
-                c->small_allreduce = slots ? max : 0;
-                uint64_t t0 = loomi_now_ns();
-                for (int i = 0; i < calls && r == LOOM_SUCCESS; i++)
-                    r = loom_allreduce(buf, buf, count, LOOM_FLOAT32, LOOM_SUM, c);
-                uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
-                if (b >= 0 && dt < t[k][slots]) t[k][slots] = dt;
-            }
+    /* The allgather's output holds a slot from every rank. */
+    float *a = calloc(max / sizeof(float) + 1, sizeof(float));
+    float *b = calloc((max / sizeof(float) + 1) * (size_t)c->nranks, sizeof(float));
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collectives: out of memory");
     }
-    free(buf);
-    /* Below TUNE_FIRST the slots' one synchronisation always wins. */
-    uint64_t lim = max;
-    for (int k = 0; k < ns; k++)
-        if (t[k][1] > t[k][0]) {
-            lim = k ? sizes[k - 1] : TUNE_FIRST / 2;
+    loom_result_t r = LOOM_SUCCESS;
+    for (int k = 0; k < LOOMI_SMALL_TUNED && r == LOOM_SUCCESS; k++) {
+        size_t lim = max;
+        for (int z = 0; z < ns && r == LOOM_SUCCESS; z++) {
+            uint64_t *tz = t[k][z];
+            tz[0] = tz[1] = UINT64_MAX;
+            /* Batch -1 warms both ways up (and builds the engine's
+             * schedule); then batches of back-to-back calls, as an
+             * application makes them, each way first in turn; the best
+             * batch counts. */
+            for (int bt = -1; bt < TUNE_BATCHES && r == LOOM_SUCCESS; bt++)
+                for (int w = 0; w < 2 && r == LOOM_SUCCESS; w++) {
+                    const int slots = (w + bt) & 1;
+                    const int calls = bt < 0 ? TUNE_WARM : TUNE_BATCH;
+                    c->small_lim[k] = slots ? max : 0;
+                    uint64_t t0 = loomi_now_ns();
+                    for (int i = 0; i < calls && r == LOOM_SUCCESS; i++)
+                        r = tune_call(c, k, a, b, sizes[z]);
+                    uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
+                    if (bt >= 0 && dt < tz[slots]) tz[slots] = dt;
+                }
+            /* Rank 0 decides from its figures whether the slots lost at
+             * this size (1), and tells the others: the first such size
+             * ends the collective's sweep (where the engine starts to win,
+             * it keeps winning), on every rank alike; or whether the
+             * budget is spent (2). */
+            uint8_t stop = 0;
+            if (tz[1] > tz[0]) stop = 1;
+            else if (z + 1 < ns && loomi_now_ns() - start > TUNE_BUDGET_NS) stop = 2;
+            if (r == LOOM_SUCCESS) r = loom_broadcast(&stop, &stop, 1, LOOM_UINT8, 0, c);
+            if (r != LOOM_SUCCESS) break;
+            if (stop > 2) {
+                r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                               "small %s: rank 0 sent %u for whether to stop measuring",
+                               loomi_coll_name(k), stop);
+                break;
+            }
+            done[k] = z + 1;
+            if (stop == 2) {
+                cut = k;
+                break;
+            }
+            if (stop) {
+                /* Below TUNE_FIRST the slots' one synchronisation always wins. */
+                lim = z ? sizes[z - 1] : TUNE_FIRST / 2;
+                break;
+            }
+        }
+        c->small_lim[k] = lim;
+        if (cut == k) {
+            for (int q = k + 1; q < LOOMI_SMALL_TUNED; q++) {
+                c->small_lim[q] = max;
+                c->small_unmeasured |= 1u << q;
+            }
             break;
         }
-    if (r == LOOM_SUCCESS) r = loom_broadcast(&lim, &lim, sizeof lim, LOOM_UINT8, 0, c);
-    if (r != LOOM_SUCCESS) {
-        c->small_allreduce = max;
-        return loomi_fail(r, c->rank, "measuring small allreduce: %s", loom_get_last_error());
     }
-    if (lim > max)
-        return loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                          "small allreduce: rank 0 chose slots up to %llu bytes, past the %zu "
-                          "they hold", (unsigned long long)lim, max);
-    c->small_allreduce = (size_t)lim;
+    free(a);
+    free(b);
+    if (r != LOOM_SUCCESS) {
+        for (int k = 0; k < LOOMI_SMALL_TUNED; k++) c->small_lim[k] = max;
+        return loomi_fail(r, c->rank, "measuring small collectives: %s", loom_get_last_error());
+    }
     if (c->rank == 0) {
-        char b[512];
-        int u = 0;
-        for (int k = 0; k < ns && u < (int)sizeof b - 48; k++)
-            u += snprintf(b + u, sizeof b - (size_t)u, " %zu:%.1f/%.1f", sizes[k],
-                          (double)t[k][1] * 1e-3, (double)t[k][0] * 1e-3);
-        LOOMI_INFO(c->rank,
-                   "small allreduce: slots up to %zu bytes (bytes:slots/engine us%s; %.1f ms)",
-                   c->small_allreduce, b, (double)(loomi_now_ns() - start) * 1e-6);
+        const double ms = (double)(loomi_now_ns() - start) * 1e-6;
+        for (int k = 0; k < LOOMI_SMALL_TUNED; k++) {
+            if (k > cut) {
+                LOOMI_INFO(c->rank, "small %s: slots up to %zu bytes (unmeasured: out of time)",
+                           loomi_coll_name(k), c->small_lim[k]);
+                continue;
+            }
+            char m[512] = "";
+            int u = 0;
+            for (int z = 0; z < done[k] && u < (int)sizeof m - 48; z++)
+                u += snprintf(m + u, sizeof m - (size_t)u, " %zu:%.1f/%.1f", sizes[z],
+                              (double)t[k][z][1] * 1e-3, (double)t[k][z][0] * 1e-3);
+            LOOMI_INFO(c->rank,
+                       "small %s: slots up to %zu bytes (bytes:slots/engine us%s; %.1f ms "
+                       "measuring all%s)",
+                       loomi_coll_name(k), c->small_lim[k], m, ms,
+                       k == cut ? ", out of time: larger sizes unmeasured" : "");
+        }
     }
     return LOOM_SUCCESS;
 }

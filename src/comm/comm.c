@@ -234,7 +234,9 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         c->small_max =
             loomi_small_limit(c->set.shm_small, c->shared_bytes, c->nranks, c->hosts->nhosts);
         if (c->small_max) c->small_region = loomi_small_region_bytes(c->small_max);
-        c->small_allreduce = c->small_max; /* until loomi_small_tune() measures it */
+        for (int k = 0; k < LOOMI_SMALL_TUNED; k++)
+            c->small_lim[k] = c->small_max; /* until loomi_small_tune() measures them */
+        c->small_unmeasured = 0;
         c->shared_bytes -= c->small_region;
     }
     c->magic = LOOMI_COMM_MAGIC;

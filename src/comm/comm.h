@@ -89,9 +89,12 @@ struct loom_comm {
      * small_map[r] is rank r's slot region as mapped here (NULL until
      * the first such operation). */
     size_t small_max, small_region;
-    /* Allreduce takes the slots up to this many bytes (at most small_max),
-     * where they were measured faster than the engine at init. */
-    size_t small_allreduce;
+    /* Allreduce, reduce-scatter, allgather and alltoall (the first
+     * LOOMI_SMALL_TUNED collectives) take the slots up to this many bytes
+     * of slot (at most small_max), where they were measured faster than
+     * the engine at init; the barrier, which puts nothing in them, always. */
+    size_t small_lim[LOOMI_SMALL_TUNED];
+    unsigned small_unmeasured; /* bit k: small_lim[k] is small_max, unmeasured */
     uint64_t small_seq;
     unsigned char **small_map;
     /* What the links cost and the cost model's choices (NULL: fixed

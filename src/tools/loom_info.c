@@ -257,21 +257,27 @@ static void print_defaults(int coll, int p)
 }
 
 /* The sizes that bypass the selection (small.c): max for every
- * collective, ar for allreduce as measured at init (SIZE_MAX where no
- * communicator measured it). */
-static void print_small(size_t max, size_t ar)
+ * collective; lim, where a communicator measured them at init, per
+ * collective that puts data in the slots (NULL: none measured). */
+static void print_small(size_t max, const size_t *lim, unsigned unmeasured)
 {
     char b[32], b2[32];
     if (!max) return;
     printf("  blocking calls with input up to %s: slots in the shared arenas, not the "
            "table\n    (allreduce, allgather, reduce_scatter, alltoall, barrier; "
            "LOOM_SHM_SMALL)\n", fmt_size_short(max, b, sizeof b));
-    if (ar == SIZE_MAX)
-        printf("    allreduce: up to where they were faster than the table when measured at "
-               "init\n");
-    else
-        printf("    allreduce: up to %s, where they were faster than the table at init\n",
-               ar ? fmt_size_short(ar, b2, sizeof b2) : "0 (never)");
+    if (!lim) {
+        printf("    each but barrier: up to where they were faster than the table when "
+               "measured at init\n");
+        return;
+    }
+    /* Slot bytes: the input of allreduce and allgather, the whole input
+     * (every rank's block) of reduce_scatter and alltoall. */
+    for (int k = 0; k < LOOMI_SMALL_TUNED; k++)
+        printf("    %s: up to %s, %s\n", loomi_coll_name(k),
+               lim[k] ? fmt_size_short(lim[k], b2, sizeof b2) : "0 (never)",
+               unmeasured >> k & 1 ? "unmeasured (the measuring at init ran out of time)"
+                                   : "where they were faster than the table at init");
 }
 
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
@@ -339,7 +345,7 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
         printf("once the ranks have loom_mem_alloc windows (loom_mem_alloc(3)):\n");
         loomi_select_print_window(stdout, &sel);
     }
-    print_small(loomi_small_limit(set->shm_small, shape.shared_bytes, n, H), SIZE_MAX);
+    print_small(loomi_small_limit(set->shm_small, shape.shared_bytes, n, H), NULL, 0);
     loomi_topo_job_free(&job);
     free(cards);
     return bad;
@@ -370,7 +376,7 @@ static int report_job(int explain)
             printf("once the ranks have loom_mem_alloc windows (loom_mem_alloc(3)):\n");
             loomi_select_print_window(stdout, comm->sel);
         }
-        print_small(comm->small_max, comm->small_allreduce);
+        print_small(comm->small_max, comm->small_lim, comm->small_unmeasured);
         if (comm->links && explain) {
             struct loomi_job_shape j;
             loomi_comm_shape(comm, &j);

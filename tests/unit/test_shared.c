@@ -792,3 +792,33 @@ Test(shared, posted_operations_take_turns_on_the_arenas)
         free(bc[r]);
     }
 }
+
+/* Which blocking calls take the arenas' slots (small.c): each of the four
+ * collectives that put data there stops at its own measured limit, in
+ * bytes of slot (the input of allreduce and allgather, every rank's block
+ * of reduce-scatter and all-to-all); the barrier at the slot size;
+ * broadcast never; nothing with LOOM_ALGO set for the collective. */
+Test(shared, small_calls_stop_at_their_own_limit)
+{
+    struct loom_comm c;
+    memset(&c, 0, sizeof c);
+    c.nranks = 4;
+    c.small_max = 64 << 10;
+    const size_t lim[LOOMI_SMALL_TUNED] = {2048, 8192, 4096, 0};
+    for (int k = 0; k < LOOMI_SMALL_TUNED; k++) c.small_lim[k] = lim[k];
+    /* n: count times the element size, as collectives.c passes it. */
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 2048));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 2049));
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_REDUCE_SCATTER, 8192 / 4));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_REDUCE_SCATTER, 8192 / 4 + 1));
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLGATHER, 4096));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLGATHER, 4097));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLTOALL, 4), "limit 0: never");
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_BARRIER, 0));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_BROADCAST, 8));
+    c.algo_forced[LOOMI_COLL_ALLGATHER] = LOOMI_ALGO_RING;
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLGATHER, 8), "LOOM_ALGO bypasses the slots");
+    c.small_max = 0;
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 8), "no slots at all");
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_BARRIER, 0));
+}
