@@ -87,11 +87,12 @@ for coll in $colls; do
     picks=$(awk -v c="$lc" '/^selection/ {s = 1; next} s && $1 == c {
         sub(/^ *[^ ]+ +/, ""); gsub(/,/, ""); gsub(/ from /, " "); print; exit}' "$tmp/info")
     picks=$(for w in $picks; do case $w in [0-9]*) to_bytes "$w" ;; *) echo "$w" ;; esac; done | xargs)
-    # Blocking calls below these input sizes take the slots (0: none).
+    # Blocking calls below these input sizes take the slots (0: none):
+    # the slot size, or the collective's own limit measured at init.
     slots=$(awk -v c="$lc" '/blocking calls with input up to/ {
             l = $0; sub(/.*up to /, "", l); sub(/:.*/, "", l); getline
             if (index($0, c ",") || index($0, c ";")) lim = l }
-        c == "allreduce" && /^ +allreduce: up to/ {l = $0; sub(/.*up to /, "", l); sub(/,.*/, "", l); lim = l}
+        $1 == c ":" && $2 == "up" {l = $0; sub(/.*up to /, "", l); sub(/[, ].*/, "", l); lim = l}
         END {print lim ? lim : 0}' "$tmp/info")
     slots=$(to_bytes "$slots")
     runs=$reps

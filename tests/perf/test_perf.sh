@@ -205,6 +205,28 @@ check "select_check -p: marks = ~ ! and none, exit status 1" \
     bash -c '[ "$2" = 1 ] && awk "\$1 ~ /^[0-9]+\$/ { m = \$NF ~ /^[=~!]\$/ ? \$NF : \"-\"; s = s \$1 m \" \" }
               END { exit s != \"1024= 2048~ 4096! 8192- \" }" <<<"$1"' _ "$sc" "$rc"
 
+# "auto ran" says slots up to the collective's own limit, measured at
+# init, not the slot size (2 ranks: allgather's 2K a rank is 4K in all).
+rp=$(mktemp -d)
+printf '%s\n' "topology: 2 ranks on 1 host" "selection (algorithm from size on; LOOM_ALGO overrides)" \
+    "  allgather      ring from 0" \
+    "  blocking calls with input up to 64K: slots in the shared arenas, not the table" \
+    "    (allreduce, allgather, reduce_scatter, alltoall, barrier; LOOM_SHM_SMALL)" \
+    "    allreduce: up to 16K, where they were faster than the table at init" \
+    "    allgather: up to 2K, where they were faster than the table at init" >"$rp/info"
+echo "ring auto" >"$rp/all_gather.algos"
+for sz in 4096 8192; do
+    for a in "ring 10" "auto 10"; do
+        set -- $a
+        printf '%s %s float none -1 %s 1 1 0 %s 1 1 0 %s\n' $sz $((sz / 8)) "$2" "$2" "$1"
+    done
+done >"$rp/all_gather.0"
+sc=$(BUILDDIR=$BUILDDIR bash "$SRCDIR/perf/select_check.sh" -c all_gather -r 1 -p "$rp" 2>&1)
+rm -rf "$rp"
+check "select_check -p: auto ran the slots up to the allgather's own limit" \
+    bash -c 'awk "\$1 == 4096 { a = \$(NF - 2) } \$1 == 8192 { b = \$(NF - 2) }
+              END { exit !(a == \"slots\" && b == \"ring\") }" <<<"$1"' _ "$sc"
+
 # perf/mem_bound.sh with heap buffers: each round also times perf/staged
 # (the staging's ceiling), which checks its own sums; the medians carry
 # its busbw and the allreduce's share of it.
