@@ -311,6 +311,13 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
  * out (of a FIFO cell, or of the sender's buffer by the kernel) before
  * it reduces it: against shared_rs_intra()'s one copy, 4 ranks here,
  * 64 MiB in all, ring 26.3 ms and shared 19.1; 2 ranks 10.1 and 7.4.
+ * A broadcast by the tree or scatter-allgather: each byte a rank
+ * receives is copied into a cell by its sender and out by itself, or
+ * once by the kernel (LOOM_SHM_CMA), which is no faster: 2 ranks, the
+ * tree's 4M took 0.148 ns/B, where two copies at gamma_copy (4M, out of
+ * L2) are 0.144, and 64M 0.33 ns/B; without the term the table kept the
+ * tree or scatter-allgather at 32M-64M, which took 1.8 times shared's
+ * time (64M: 22.1 against 12.2 ms).
  * 0 for the others: no CPU term. */
 static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loomi_links *l,
                            double cf)
@@ -319,6 +326,10 @@ static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loo
     if (coll == LOOMI_COLL_REDUCE_SCATTER)
         return algo == LOOMI_ALGO_RING || algo == LOOMI_ALGO_HALVING_DOUBLING
                    ? cf * (p - 1) * n * (2 * gc + g)
+                   : 0;
+    if (coll == LOOMI_COLL_BROADCAST)
+        return algo == LOOMI_ALGO_TREE || algo == LOOMI_ALGO_SCATTER_ALLGATHER
+                   ? cf * 2 * gc * n
                    : 0;
     if (coll != LOOMI_COLL_ALLREDUCE) return 0;
     switch (algo) {

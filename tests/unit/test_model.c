@@ -526,6 +526,36 @@ Test(model, shared_allreduce_against_flat_on_one_host)
     free(hm);
 }
 
+/* A flat broadcast on one host copies each byte its ranks receive
+ * twice, into a cell and out (or once by the kernel, no faster), which
+ * the alpha-beta terms leave out: with this host's figures for 2 ranks,
+ * each on a core of its own, the tree must lose to shared from 32M (2
+ * ranks, 64M: tree 21.7 ms, scatter-allgather 21.3, shared 12.3) and
+ * win at 1M (97.6 us against 162.8). */
+Test(model, flat_broadcast_pays_its_copies_on_one_host)
+{
+    const int host_of[2] = {0, 0};
+    struct loomi_hostmap *hm = loomi_hostmap_build(2, host_of);
+    cr_assert_not_null(hm);
+    struct loomi_links l;
+    shm_links(&l, 0.62e-6, 0.106e-9, 0.072e-9, 0.073e-9);
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 2, .cores_per_host = 2,
+                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20,
+                                .stream_bytes = (size_t)64 << 20, .machine_ranks = 2};
+    const int BC = LOOMI_COLL_BROADCAST;
+    for (size_t n = (size_t)32 << 20; n <= (size_t)64 << 20; n *= 2) {
+        double sh = loomi_select_cost(BC, LOOMI_ALGO_SHARED, n, &j, &l);
+        double tr = loomi_select_cost(BC, LOOMI_ALGO_TREE, n, &j, &l);
+        double sag = loomi_select_cost(BC, LOOMI_ALGO_SCATTER_ALLGATHER, n, &j, &l);
+        cr_assert(sh > 0 && sh < tr && sh < sag, "%zu B: shared %g s, tree %g, s-ag %g", n, sh,
+                  tr, sag);
+    }
+    const size_t m = (size_t)1 << 20;
+    cr_assert_lt(loomi_select_cost(BC, LOOMI_ALGO_TREE, m, &j, &l),
+                 loomi_select_cost(BC, LOOMI_ALGO_SHARED, m, &j, &l));
+    free(hm);
+}
+
 /* The shared allreduce's three synchronisations of all the host's ranks
  * wait for every one of them to run: with 4 ranks on 2 cores they cost
  * about twice what the pairwise ping-pong suggests.  With the figures
