@@ -383,7 +383,8 @@ static int report_job(int explain)
             printf("\ncost model\n");
             for (int c = 0; c < LOOMI_NUM_COLLS; c++)
                 if (c == LOOMI_COLL_ALLREDUCE || c == LOOMI_COLL_ALLGATHER ||
-                    c == LOOMI_COLL_REDUCE_SCATTER || c == LOOMI_COLL_ALLTOALL)
+                    c == LOOMI_COLL_REDUCE_SCATTER || c == LOOMI_COLL_ALLTOALL ||
+                    c == LOOMI_COLL_BROADCAST)
                     loomi_select_explain(stdout, c, &j, comm->links);
             if (comm->shared_bytes) {
                 j.window = LOOMI_WINDOW_OUT;

@@ -77,6 +77,18 @@ if [ "${cores:-0}" -lt 4 ]; then
 else
     check "... not oversubscribed with $cores cores" grep -q "core(s)$" <<<"$out"
 fi
+# --explain: the cost model's estimates for the collectives the table
+# covers by the model, each algorithm a row of numbers (shared: on one host).
+out=$(timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job --explain 2>&1)
+for coll in allreduce reduce_scatter allgather alltoall broadcast; do
+    check "--explain: $coll's estimates" \
+        awk -v c="$coll" '/^cost model/ {s = 1; next} s && $1 == c {f = 1; next}
+            f && /^  [a-z]/ {exit} f && NF == 8 && $2 + 0 > 0 {rows++}
+            END {exit !(rows >= 2)}' <<<"$out"
+done
+check "... the broadcast's shared row" \
+    awk '/^cost model/ {s = 1} s && $1 == "broadcast" {f = 1; next} f && /^  [a-z]/ {exit}
+        f && $1 == "shared" && $8 + 0 > 0 {ok = 1} END {exit !ok}' <<<"$out"
 out=$(LOOM_PROBE=0 timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 check "LOOM_PROBE=0: built-in link figures" grep -q "\[default\]" <<<"$out"
 check "LOOM_PROBE=0: allreduce takes the slots up to their size, unmeasured" \
