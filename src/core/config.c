@@ -35,7 +35,7 @@ static const struct var vars[] = {
     {"LOOM_TUNING_FILE", K_STR, 0, 0, OFF(tuning_file), NULL},
     {"LOOM_PROBE", K_INT, 0, 1, OFF(probe), "1"},
     {"LOOM_SHM_SIZE", K_SIZE, 65536, 1LL << 30, OFF(shm_bytes), "4M"},
-    {"LOOM_SHM_CMA", K_SIZE, 0, 1LL << 62, OFF(shm_cma_min), "256K"},
+    {"LOOM_SHM_CMA", K_SIZE, 0, 1LL << 62, OFF(shm_cma_min), "128K"},
     {"LOOM_SHM_SMALL", K_SIZE, 0, 65536, OFF(shm_small), "64K"},
     {"LOOM_SHM_STREAM", K_SIZE, 0, 1LL << 62, OFF(shm_stream), "64M"},
     {"LOOM_SHM_STREAM_SAVES", K_INT, -1, 1, OFF(shm_stream_saves), "-1"},
