@@ -240,9 +240,10 @@ static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
      * its own (2 ranks: 1.2-1.4 times the ring's time for blocks of 256K
      * and 512K, whose transfers are single kernel copies, LOOM_SHM_CMA;
      * since that is 128K, blocks of 128K too, 15.0 us against
-     * halving-doubling's 11.9; even at 1M, faster from 2M).  Where ranks take turns on the cores
-     * none showed: 4 ranks on 2 cores, shared fastest from blocks of 32K
-     * (24.0 us against halving-doubling's 26.6) to 16M. */
+     * halving-doubling's 11.9; even at 1M, faster from 2M).  Where ranks
+     * take turns on the cores none showed: 4 ranks on 2 cores, shared
+     * fastest from blocks of 32K (24.0 us against halving-doubling's
+     * 26.6) to 16M. */
     const double hot = turns > 1 ? 0 : hot_lines(l, (L - 1) * n);
     return ceil(n / C) * sync + 1.1 * work + hot;
 }
