@@ -646,6 +646,36 @@ int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, 
     return lookup(&sel->window[inplace != 0], bytes);
 }
 
+static int push_range(struct loomi_ranges *t, size_t from, int algo)
+{
+    if (t->n && t->r[t->n - 1].algo == algo) return 0;
+    if (t->n == LOOMI_SELECT_MAX_RANGES) return -1;
+    t->r[t->n].from = t->n ? from : 0;
+    t->r[t->n++].algo = algo;
+    return 0;
+}
+
+int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo)
+{
+    if (to && to <= from) return 0;
+    struct loomi_ranges o;
+    o.n = 0;
+    int bad = 0;
+    /* The old ranges up to `from`, then `algo`, then from `to` on the
+     * old ranges again. */
+    for (int i = 0; i < t->n && t->r[i].from < from; i++)
+        bad |= push_range(&o, t->r[i].from, t->r[i].algo);
+    bad |= push_range(&o, from, algo);
+    if (to) {
+        bad |= push_range(&o, to, lookup(t, to));
+        for (int i = 0; i < t->n; i++)
+            if (t->r[i].from > to) bad |= push_range(&o, t->r[i].from, t->r[i].algo);
+    }
+    if (bad) return -1;
+    *t = o;
+    return 0;
+}
+
 static const char *size_str(size_t b, char *buf, size_t n)
 {
     if (b >= ((size_t)1 << 30) && b % ((size_t)1 << 30) == 0) snprintf(buf, n, "%zuG", b >> 30);

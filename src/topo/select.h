@@ -102,6 +102,10 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
 /* The allreduce's, buffers in windows, in place or not. */
 int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace);
+/* `algo` for sizes from..to-1 (to 0: no end), the rest as it was;
+ * -1, with t unchanged, where that takes more than
+ * LOOMI_SELECT_MAX_RANGES ranges. */
+int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo);
 void loomi_select_print(FILE *f, const struct loomi_selection *sel);
 /* The allreduce's window tables, out of place and in place. */
 void loomi_select_print_window(FILE *f, const struct loomi_selection *sel);

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "coll/coll.h"
 #include "sched/model.h"
@@ -917,4 +918,60 @@ Test(model, two_hosts_of_two_over_veth)
         }
         free(hm);
     }
+}
+
+static int lookup_ranges(const struct loomi_ranges *t, size_t bytes)
+{
+    static struct loomi_selection sel;
+    sel.coll[LOOMI_COLL_ALLREDUCE] = *t;
+    return loomi_select_lookup(&sel, LOOMI_COLL_ALLREDUCE, bytes);
+}
+
+/* What the init-time timing of the allreduce (tune.c) does to a table:
+ * the sizes from..to-1 take the new algorithm, the rest keep theirs,
+ * neighbours that end up alike merge, and a table that would need too
+ * many ranges is left as it was. */
+Test(model, ranges_set_overrides_one_span)
+{
+    enum { RD = LOOMI_ALGO_RECURSIVE_DOUBLING, RING = LOOMI_ALGO_RING,
+           SH = LOOMI_ALGO_SHARED, HD = LOOMI_ALGO_HALVING_DOUBLING };
+    struct loomi_ranges t = {.n = 3,
+                             .r = {{0, RD}, {(size_t)24 << 10, RING}, {(size_t)32 << 20, SH}}};
+    cr_assert_eq(loomi_ranges_set(&t, (size_t)128 << 10, (size_t)256 << 10, RD), 0);
+    const struct {
+        size_t bytes;
+        int algo;
+    } want[] = {{8, RD},
+                {(size_t)24 << 10, RING},
+                {((size_t)128 << 10) - 1, RING},
+                {(size_t)128 << 10, RD},
+                {((size_t)256 << 10) - 1, RD},
+                {(size_t)256 << 10, RING},
+                {(size_t)32 << 20, SH}};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        cr_expect_eq(lookup_ranges(&t, want[k].bytes), want[k].algo, "%zu B: %s", want[k].bytes,
+                     loomi_algo_name(lookup_ranges(&t, want[k].bytes)));
+    cr_expect_eq(t.n, 5);
+    /* The next span with the same algorithm joins it. */
+    cr_assert_eq(loomi_ranges_set(&t, (size_t)256 << 10, (size_t)512 << 10, RD), 0);
+    cr_expect_eq(t.n, 5);
+    cr_expect_eq(lookup_ranges(&t, (size_t)300 << 10), RD);
+    cr_expect_eq(lookup_ranges(&t, (size_t)512 << 10), RING);
+    /* Back to what it was: the ranges merge again. */
+    cr_assert_eq(loomi_ranges_set(&t, (size_t)128 << 10, (size_t)512 << 10, RING), 0);
+    cr_expect_eq(t.n, 3);
+    cr_expect_eq(t.r[0].from, 0);
+    /* From 0 on, and a full table left alone. */
+    cr_assert_eq(loomi_ranges_set(&t, 0, 16, HD), 0);
+    cr_expect_eq(lookup_ranges(&t, 0), HD);
+    cr_expect_eq(lookup_ranges(&t, 16), RD);
+    struct loomi_ranges full = {.n = LOOMI_SELECT_MAX_RANGES};
+    for (int i = 0; i < full.n; i++) {
+        full.r[i].from = (size_t)i << 10;
+        full.r[i].algo = i % 2 ? RD : RING;
+    }
+    struct loomi_ranges before = full;
+    cr_expect_eq(loomi_ranges_set(&full, 1536, 1792, SH), -1);
+    cr_expect_eq(memcmp(&full, &before, sizeof full), 0,
+                 "a table that cannot take it is unchanged");
 }
