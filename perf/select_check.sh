@@ -21,7 +21,7 @@
 # auto's time is a second, noisier sample of it: marked "~", met.  (Both
 # rely on the "auto ran" column, which is one job's table: on several
 # hosts the probe's figures, and with them a crossover, can differ from
-# job to job.)
+# job to job, and on one host so can the allreduce's sizes timed at init.)
 # With -s, each algorithm runs in a job of its own instead (the order
 # still rotates from one repeat to the next): over TCP, one algorithm's
 # traffic can leave the sockets in a state that slows the next one's

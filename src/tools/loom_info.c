@@ -280,6 +280,21 @@ static void print_small(size_t max, const size_t *lim, unsigned unmeasured)
                                    : "where they were faster than the table at init");
 }
 
+/* The allreduce's sizes timed at init, and what changed (tune.c). */
+static void print_tuned(const struct loom_comm *c)
+{
+    char b[32], b2[32];
+    if (!c->ar_tune_lo) return;
+    printf("  allreduce from %s to %s: the table timed at init against the model's runners-up%s\n",
+           fmt_size_short(c->ar_tune_lo, b, sizeof b),
+           fmt_size_short(c->ar_tune_hi, b2, sizeof b2), c->ar_ntuned ? "; taken over:" : "");
+    for (int i = 0; i < c->ar_ntuned; i++)
+        printf("    from %s, below %s: %s, not the model's %s\n",
+               fmt_size_short(c->ar_tuned[i].from, b, sizeof b),
+               fmt_size_short(2 * c->ar_tuned[i].from, b2, sizeof b2),
+               loomi_algo_name(c->ar_tuned[i].now), loomi_algo_name(c->ar_tuned[i].was));
+}
+
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
 static const char *user_debug;
 
@@ -377,6 +392,7 @@ static int report_job(int explain)
             loomi_select_print_window(stdout, comm->sel);
         }
         print_small(comm->small_max, comm->small_lim, comm->small_unmeasured);
+        print_tuned(comm);
         if (comm->links && explain) {
             struct loomi_job_shape j;
             loomi_comm_shape(comm, &j);

@@ -28,6 +28,9 @@
 #define PROBE_SMALL 32 /* 8-byte round trips (after 2 to warm up) */
 #define PROBE_BIG 5    /* PROBE_BYTES round trips (after 1) */
 #define PROBE_BYTES ((size_t)256 << 10)
+/* The measuring after the probe (small.c, tune.c), all told: with the
+ * probe's few milliseconds, under 100 ms at init. */
+#define TUNE_BUDGET_NS 75000000u
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -224,7 +227,13 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "selection: out of memory");
     *c->links = l;
     loomi_select_build(c->sel, &j, &l);
+    /* Timing the slots and the allreduce's table share TUNE_BUDGET_NS,
+     * the slots first (each stops early when it runs out). */
+    const uint64_t t1 = loomi_now_ns();
     r = loomi_small_tune(c);
+    const uint64_t spent = loomi_now_ns() - t1;
+    if (r == LOOM_SUCCESS && spent < TUNE_BUDGET_NS)
+        r = loomi_algo_tune(c, TUNE_BUDGET_NS - spent);
     if (r != LOOM_SUCCESS) return r;
     LOOMI_INFO(c->rank, "links: intra alpha %.2f us beta %.3f ns/B, inter alpha %.2f us beta %.3f "
                "ns/B, gamma %.3f ns/B (%.1f ms)",
