@@ -32,62 +32,64 @@
 #define TUNE_MARGIN 1.15
 #define TUNE_BATCHES 3
 #define TUNE_BATCH 3
-loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
+
+/* Not the broadcast: its calls overlap back to back, and short batches
+ * of them timed otherwise than the perf binary's long ones (4 ranks,
+ * 64K: scatter-allgather 9.1-9.4 us against the tree's 10.2-10.3 at
+ * init, 19.7-21.4 against 16.3-18.2 in broadcast_perf). */
+const int loomi_timed[LOOMI_TIMED] = {LOOMI_COLL_ALLREDUCE};
+
+/* One call of `bytes` of floats. */
+static loom_result_t timed_call(struct loom_comm *c, int coll, float *a, float *b, size_t bytes)
 {
-    const int AR = LOOMI_COLL_ALLREDUCE;
-    c->ar_ntuned = 0;
-    c->ar_tune_lo = c->ar_tune_hi = 0;
-    if (!c->sel || !c->links || !c->links->intra_shm || !c->set.probe || c->nranks < 2 ||
-        !c->hosts || c->hosts->nhosts != 1 || c->algo_forced[AR] != LOOMI_ALGO_AUTO)
-        return LOOM_SUCCESS;
-    size_t lo = TUNE_LOW;
-    while (lo <= c->small_lim[AR] && lo <= TUNE_TOP) lo *= 2;
-    if (lo > TUNE_TOP) return LOOM_SUCCESS;
+    (void)coll; /* the allreduce, so far */
+    return loom_allreduce(a, b, bytes / sizeof(float), LOOM_FLOAT32, LOOM_SUM, c);
+}
+
+/* Time collective loomi_timed[k] from lo up, until TUNE_TOP or until
+ * rank 0 says the budget (counted from `start`) is spent (*out = 1). */
+static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t start,
+                               uint64_t budget_ns, float *a, float *b, int *out)
+{
+    const int coll = loomi_timed[k];
     struct loomi_job_shape j;
     loomi_comm_shape(c, &j);
-    float *a = calloc(TUNE_TOP / sizeof(float), sizeof(float));
-    float *b = calloc(TUNE_TOP / sizeof(float), sizeof(float));
-    if (!a || !b) {
-        free(a);
-        free(b);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "measuring the allreduce: out of memory");
-    }
-    const uint64_t start = loomi_now_ns();
-    struct loomi_ranges tuned = c->sel->coll[AR];
+    struct loomi_ranges tuned = c->sel->coll[coll];
+    const int first = c->ntuned;
     char log[640] = "";
     int used = 0;
     loom_result_t r = LOOM_SUCCESS;
+    const uint64_t t_coll = loomi_now_ns();
+    uint64_t last = t_coll;
     size_t s;
-    uint64_t last = start;
     for (s = lo; s <= TUNE_TOP && r == LOOM_SUCCESS; s *= 2) {
         /* The candidates, the table's first: the same list on every rank,
          * which all hold rank 0's links. */
         int cand[LOOMI_NUM_ALGOS], nc = 0;
-        cand[nc++] = loomi_select_lookup(c->sel, AR, s);
-        const double base = loomi_select_cost(AR, cand[0], s, &j, c->links);
-        for (int k = 1; k < LOOMI_NUM_ALGOS; k++) {
-            if (k == cand[0] || !loomi_algo_gen(AR, k)) continue;
-            double t = loomi_select_cost(AR, k, s, &j, c->links);
-            if (t >= 0 && (base < 0 || t <= TUNE_SPAN * base)) cand[nc++] = k;
+        cand[nc++] = loomi_select_lookup(c->sel, coll, s);
+        const double base = loomi_select_cost(coll, cand[0], s, &j, c->links);
+        for (int q = 1; q < LOOMI_NUM_ALGOS; q++) {
+            if (q == cand[0] || !loomi_algo_gen(coll, q)) continue;
+            double t = loomi_select_cost(coll, q, s, &j, c->links);
+            if (t >= 0 && (base < 0 || t <= TUNE_SPAN * base)) cand[nc++] = q;
         }
         if (nc < 2) continue;
         uint64_t best[LOOMI_NUM_ALGOS];
         for (int i = 0; i < nc; i++) best[i] = UINT64_MAX;
-        const size_t count = s / sizeof(float);
         /* Batch -1 warms each up (and builds its schedule); then batches
          * of back-to-back calls, the candidates in turns that rotate;
          * the best batch counts. */
         for (int bt = -1; bt < TUNE_BATCHES && r == LOOM_SUCCESS; bt++)
             for (int w = 0; w < nc && r == LOOM_SUCCESS; w++) {
                 const int i = (w + (bt < 0 ? 0 : bt)) % nc;
-                c->algo_forced[AR] = cand[i];
+                c->algo_forced[coll] = cand[i];
                 uint64_t t0 = loomi_now_ns();
                 for (int q = 0; q < (bt < 0 ? 1 : TUNE_BATCH) && r == LOOM_SUCCESS; q++)
-                    r = loom_allreduce(a, b, count, LOOM_FLOAT32, LOOM_SUM, c);
+                    r = timed_call(c, coll, a, b, s);
                 uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
                 if (bt >= 0 && dt < best[i]) best[i] = dt;
             }
-        c->algo_forced[AR] = LOOMI_ALGO_AUTO;
+        c->algo_forced[coll] = LOOMI_ALGO_AUTO;
         if (r != LOOM_SUCCESS) break;
         /* Rank 0's verdict: the index of the candidate to run, and
          * whether the budget is spent. */
@@ -105,14 +107,16 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
         if (r != LOOM_SUCCESS) break;
         if (v[0] >= nc || v[1] > 1) {
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                           "allreduce: rank 0 sent candidate %u of %d, stop %u", v[0], nc, v[1]);
+                           "%s: rank 0 sent candidate %u of %d, stop %u", loomi_coll_name(coll),
+                           v[0], nc, v[1]);
             break;
         }
-        if (v[0] && loomi_ranges_set(&tuned, s, 2 * s, cand[v[0]]) == 0 &&
-            c->ar_ntuned < LOOMI_AR_TUNED) {
-            c->ar_tuned[c->ar_ntuned].from = s;
-            c->ar_tuned[c->ar_ntuned].was = cand[0];
-            c->ar_tuned[c->ar_ntuned++].now = cand[v[0]];
+        if (v[0] && c->ntuned < LOOMI_TUNED &&
+            loomi_ranges_set(&tuned, s, 2 * s, cand[v[0]]) == 0) {
+            c->tuned[c->ntuned].coll = coll;
+            c->tuned[c->ntuned].from = s;
+            c->tuned[c->ntuned].was = cand[0];
+            c->tuned[c->ntuned++].now = cand[v[0]];
         }
         for (int i = 0; i < nc && used < (int)sizeof log - 64; i++) {
             if (!i) used += snprintf(log + used, sizeof log - (size_t)used, " %zu", s);
@@ -120,22 +124,56 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
                              loomi_algo_name(cand[i]), (double)best[i] * 1e-3);
         }
         if (v[1]) {
+            *out = 1;
             s *= 2;
             break;
         }
     }
+    c->algo_forced[coll] = LOOMI_ALGO_AUTO;
+    if (r != LOOM_SUCCESS) {
+        c->ntuned = first;
+        return r;
+    }
+    c->sel->coll[coll] = tuned;
+    c->timed_lo[k] = lo;
+    c->timed_hi[k] = s / 2;
+    if (c->rank == 0)
+        LOOMI_INFO(c->rank, "%s measured from %zu to %zu bytes (bytes:algorithm:us%s; %.1f ms), "
+                   "%d size(s) changed",
+                   loomi_coll_name(coll), lo, c->timed_hi[k], log,
+                   (double)(loomi_now_ns() - t_coll) * 1e-6, c->ntuned - first);
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
+{
+    c->ntuned = 0;
+    memset(c->timed_lo, 0, sizeof c->timed_lo);
+    memset(c->timed_hi, 0, sizeof c->timed_hi);
+    if (!c->sel || !c->links || !c->links->intra_shm || !c->set.probe || c->nranks < 2 ||
+        !c->hosts || c->hosts->nhosts != 1)
+        return LOOM_SUCCESS;
+    float *a = calloc(TUNE_TOP / sizeof(float), sizeof(float));
+    float *b = calloc(TUNE_TOP / sizeof(float), sizeof(float));
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "timing the tables: out of memory");
+    }
+    const uint64_t start = loomi_now_ns();
+    loom_result_t r = LOOM_SUCCESS;
+    int out = 0;
+    for (int k = 0; k < LOOMI_TIMED && r == LOOM_SUCCESS && !out; k++) {
+        const int coll = loomi_timed[k];
+        if (c->algo_forced[coll] != LOOMI_ALGO_AUTO) continue;
+        /* Above the sizes that take the slots instead (allreduce). */
+        size_t lo = TUNE_LOW;
+        while (coll < LOOMI_SMALL_TUNED && lo <= c->small_lim[coll] && lo <= TUNE_TOP) lo *= 2;
+        if (lo <= TUNE_TOP) r = time_coll(c, k, lo, start, budget_ns, a, b, &out);
+    }
     free(a);
     free(b);
-    c->algo_forced[AR] = LOOMI_ALGO_AUTO;
     if (r != LOOM_SUCCESS)
-        return loomi_fail(r, c->rank, "measuring the allreduce: %s", loom_get_last_error());
-    c->sel->coll[AR] = tuned;
-    c->ar_tune_lo = lo;
-    c->ar_tune_hi = s / 2;
-    if (c->rank == 0)
-        LOOMI_INFO(c->rank, "allreduce measured from %zu to %zu bytes (bytes:algorithm:us%s; %.1f "
-                   "ms), %d size(s) changed",
-                   lo, c->ar_tune_hi, log, (double)(loomi_now_ns() - start) * 1e-6,
-                   c->ar_ntuned);
+        return loomi_fail(r, c->rank, "timing the tables: %s", loom_get_last_error());
     return LOOM_SUCCESS;
 }

@@ -95,15 +95,17 @@ struct loom_comm {
      * the engine at init; the barrier, which puts nothing in them, always. */
     size_t small_lim[LOOMI_SMALL_TUNED];
     unsigned small_unmeasured; /* bit k: small_lim[k] is small_max, unmeasured */
-    /* The allreduce's table on one host as measured at init (tune.c):
-     * sizes ar_tune_lo to ar_tune_hi (0: none), and where another
-     * algorithm than the model's took over, from `from` to 2 * from. */
-    size_t ar_tune_lo, ar_tune_hi;
-    int ar_ntuned;
+    /* On one host, the tables of loomi_timed[k] as timed at init
+     * (tune.c): sizes timed_lo[k] to timed_hi[k] (0: none), and the spans
+     * where another algorithm than the model's took over, from `from`
+     * to 2 * from. */
+    size_t timed_lo[LOOMI_TIMED], timed_hi[LOOMI_TIMED];
+    int ntuned;
     struct {
+        int coll;
         size_t from;
         int was, now;
-    } ar_tuned[LOOMI_AR_TUNED];
+    } tuned[LOOMI_TUNED];
     uint64_t small_seq;
     unsigned char **small_map;
     /* What the links cost and the cost model's choices (NULL: fixed
