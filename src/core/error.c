@@ -34,10 +34,15 @@ void loomi_clear_error(void) { last_error[0] = '\0'; }
 
 loom_result_t loomi_fail(loom_result_t code, int rank, const char *fmt, ...)
 {
+    /* Formatted aside first: callers pass loom_get_last_error() to
+     * prefix the cause, and formatting a buffer into itself is undefined
+     * (it came out as "...: ailed: the peer aborted ..."). */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, strlen(msg) + 1);
     LOOMI_WARN(rank, "%s (%s)", last_error, loom_strerror(code));
     return code;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "core/internal.h"
 #include "sched/model.h"
 
 static void quiet(void)
@@ -974,4 +975,17 @@ Test(model, ranges_set_overrides_one_span)
     cr_expect_eq(loomi_ranges_set(&full, 1536, 1792, SH), -1);
     cr_expect_eq(memcmp(&full, &before, sizeof full), 0,
                  "a table that cannot take it is unchanged");
+}
+
+/* A failure that prefixes the cause it got from below (tune.c, small.c,
+ * probe.c) passes loom_get_last_error() into the buffer being written:
+ * the message must come out whole (formatted in place it came out as
+ * "...: ailed: the peer aborted ..."). */
+Test(model, failure_message_can_quote_the_last_one)
+{
+    loomi_fail(LOOM_ERR_REMOTE, -1, "rank %d failed: the peer aborted the communicator", 1);
+    loomi_fail(LOOM_ERR_REMOTE, -1, "measuring small collectives: %s", loom_get_last_error());
+    cr_expect_str_eq(loom_get_last_error(),
+                     "measuring small collectives: rank 1 failed: the peer aborted the "
+                     "communicator");
 }
