@@ -46,8 +46,53 @@ static loom_result_t timed_call(struct loom_comm *c, int coll, float *a, float *
     return loom_allreduce(a, b, bytes / sizeof(float), LOOM_FLOAT32, LOOM_SUM, c);
 }
 
+/* Rank 0's word on every rank: the others check what came (`what`
+ * names it in the error) with ok(). */
+static loom_result_t from_rank0(struct loom_comm *c, uint8_t *v, size_t n, const char *what,
+                                int (*ok)(const uint8_t *, size_t, int), int coll)
+{
+    loom_result_t r = loom_broadcast(v, v, n, LOOM_UINT8, 0, c);
+    if (r == LOOM_SUCCESS && !ok(v, n, coll))
+        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 sent an out-of-range %s",
+                       loomi_coll_name(coll), what);
+    return r;
+}
+
+/* A candidate list: a count, then that many algorithms of the
+ * collective, none twice. */
+static int cands_ok(const uint8_t *v, size_t n, int coll)
+{
+    if (v[0] > n - 1) return 0;
+    for (int i = 1; i <= v[0]; i++) {
+        if (v[i] < 1 || v[i] >= LOOMI_NUM_ALGOS || !loomi_algo_gen(coll, v[i])) return 0;
+        for (int q = 1; q < i; q++)
+            if (v[q] == v[i]) return 0;
+    }
+    return 1;
+}
+
+/* A verdict: the index of the pick among nc (v[2]), and stop 0 or 1. */
+static int verdict_ok(const uint8_t *v, size_t n, int coll)
+{
+    (void)n;
+    (void)coll;
+    return v[0] < v[2] && v[1] <= 1;
+}
+
+/* Starting sizes, log2 of TUNE_LOW..TUNE_TOP, or 0: not timed. */
+static int starts_ok(const uint8_t *v, size_t n, int coll)
+{
+    (void)coll;
+    for (size_t k = 0; k < n; k++)
+        if (v[k] && (v[k] > 40 || (size_t)1 << v[k] < TUNE_LOW || (size_t)1 << v[k] > TUNE_TOP))
+            return 0;
+    return 1;
+}
+
 /* Time collective loomi_timed[k] from lo up, until TUNE_TOP or until
- * rank 0 says the budget (counted from `start`) is spent (*out = 1). */
+ * rank 0 says the budget (counted from `start`) is spent (*out = 1).
+ * Every list and verdict is rank 0's, so every rank makes the same calls
+ * whatever its own table, links or environment. */
 static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t start,
                                uint64_t budget_ns, float *a, float *b, int *out)
 {
@@ -63,16 +108,24 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
     uint64_t last = t_coll;
     size_t s;
     for (s = lo; s <= TUNE_TOP && r == LOOM_SUCCESS; s *= 2) {
-        /* The candidates, the table's first: the same list on every rank,
-         * which all hold rank 0's links. */
-        int cand[LOOMI_NUM_ALGOS], nc = 0;
-        cand[nc++] = loomi_select_lookup(c->sel, coll, s);
-        const double base = loomi_select_cost(coll, cand[0], s, &j, c->links);
-        for (int q = 1; q < LOOMI_NUM_ALGOS; q++) {
-            if (q == cand[0] || !loomi_algo_gen(coll, q)) continue;
-            double t = loomi_select_cost(coll, q, s, &j, c->links);
-            if (t >= 0 && (base < 0 || t <= TUNE_SPAN * base)) cand[nc++] = q;
+        /* The candidates, the table's first. */
+        uint8_t cv[1 + LOOMI_NUM_ALGOS] = {0};
+        if (c->rank == 0) {
+            int nc = 0;
+            const int t0 = loomi_select_lookup(c->sel, coll, s);
+            cv[1 + nc++] = (uint8_t)t0;
+            const double base = loomi_select_cost(coll, t0, s, &j, c->links);
+            for (int q = 1; q < LOOMI_NUM_ALGOS; q++) {
+                if (q == t0 || !loomi_algo_gen(coll, q)) continue;
+                double t = loomi_select_cost(coll, q, s, &j, c->links);
+                if (t >= 0 && (base < 0 || t <= TUNE_SPAN * base)) cv[1 + nc++] = (uint8_t)q;
+            }
+            cv[0] = (uint8_t)nc;
         }
+        r = from_rank0(c, cv, sizeof cv, "candidate list", cands_ok, coll);
+        if (r != LOOM_SUCCESS) break;
+        const int nc = cv[0];
+        const uint8_t *cand = cv + 1;
         if (nc < 2) continue;
         uint64_t best[LOOMI_NUM_ALGOS];
         for (int i = 0; i < nc; i++) best[i] = UINT64_MAX;
@@ -89,11 +142,10 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
                 uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
                 if (bt >= 0 && dt < best[i]) best[i] = dt;
             }
-        c->algo_forced[coll] = LOOMI_ALGO_AUTO;
         if (r != LOOM_SUCCESS) break;
         /* Rank 0's verdict: the index of the candidate to run, and
-         * whether the budget is spent. */
-        uint8_t v[2] = {0, 0};
+         * whether the budget is spent (with the count, for the check). */
+        uint8_t v[3] = {0, 0, (uint8_t)nc};
         int win = 0;
         for (int i = 1; i < nc; i++)
             if (best[i] < best[win]) win = i;
@@ -103,14 +155,11 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
         const uint64_t now = loomi_now_ns();
         v[1] = now - start + 2 * (now - last) > budget_ns;
         last = now;
-        r = loom_broadcast(v, v, 2, LOOM_UINT8, 0, c);
+        r = from_rank0(c, v, sizeof v, "verdict", verdict_ok, coll);
+        if (r == LOOM_SUCCESS && v[2] != nc)
+            r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 timed %u candidates, not %d",
+                           loomi_coll_name(coll), v[2], nc);
         if (r != LOOM_SUCCESS) break;
-        if (v[0] >= nc || v[1] > 1) {
-            r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                           "%s: rank 0 sent candidate %u of %d, stop %u", loomi_coll_name(coll),
-                           v[0], nc, v[1]);
-            break;
-        }
         if (v[0] && c->ntuned < LOOMI_TUNED &&
             loomi_ranges_set(&tuned, s, 2 * s, cand[v[0]]) == 0) {
             c->tuned[c->ntuned].coll = coll;
@@ -150,9 +199,31 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
     c->ntuned = 0;
     memset(c->timed_lo, 0, sizeof c->timed_lo);
     memset(c->timed_hi, 0, sizeof c->timed_hi);
-    if (!c->sel || !c->links || !c->links->intra_shm || !c->set.probe || c->nranks < 2 ||
-        !c->hosts || c->hosts->nhosts != 1)
+    /* The same on every rank: the job's shape. */
+    if (!c->sel || !c->links || c->nranks < 2 || !c->hosts || c->hosts->nhosts != 1)
         return LOOM_SUCCESS;
+    /* Whether and from where, rank 0's call: the others' LOOM_PROBE,
+     * LOOM_ALGO or transports may differ, and all must make the same
+     * calls.  A rank whose LOOM_ALGO forces the collective still takes
+     * part, and keeps its forced choice. */
+    uint8_t from[LOOMI_TIMED] = {0};
+    if (c->rank == 0 && c->links->intra_shm && c->set.probe)
+        for (int k = 0; k < LOOMI_TIMED; k++) {
+            const int coll = loomi_timed[k];
+            if (c->algo_forced[coll] != LOOMI_ALGO_AUTO) continue;
+            /* Above the sizes that take the slots instead. */
+            size_t lo = TUNE_LOW;
+            while (coll < LOOMI_SMALL_TUNED && lo <= c->small_lim[coll] && lo <= TUNE_TOP)
+                lo *= 2;
+            if (lo <= TUNE_TOP)
+                while ((size_t)1 << from[k] < lo) from[k]++;
+        }
+    loom_result_t r =
+        from_rank0(c, from, sizeof from, "starting size", starts_ok, LOOMI_COLL_ALLREDUCE);
+    if (r != LOOM_SUCCESS) return r;
+    int any = 0;
+    for (int k = 0; k < LOOMI_TIMED; k++) any |= from[k] != 0;
+    if (!any) return LOOM_SUCCESS;
     float *a = calloc(TUNE_TOP / sizeof(float), sizeof(float));
     float *b = calloc(TUNE_TOP / sizeof(float), sizeof(float));
     if (!a || !b) {
@@ -161,15 +232,16 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "timing the tables: out of memory");
     }
     const uint64_t start = loomi_now_ns();
-    loom_result_t r = LOOM_SUCCESS;
     int out = 0;
     for (int k = 0; k < LOOMI_TIMED && r == LOOM_SUCCESS && !out; k++) {
-        const int coll = loomi_timed[k];
-        if (c->algo_forced[coll] != LOOMI_ALGO_AUTO) continue;
-        /* Above the sizes that take the slots instead (allreduce). */
-        size_t lo = TUNE_LOW;
-        while (coll < LOOMI_SMALL_TUNED && lo <= c->small_lim[coll] && lo <= TUNE_TOP) lo *= 2;
-        if (lo <= TUNE_TOP) r = time_coll(c, k, lo, start, budget_ns, a, b, &out);
+        if (!from[k]) continue;
+        const int coll = loomi_timed[k], forced = c->algo_forced[coll];
+        r = time_coll(c, k, (size_t)1 << from[k], start, budget_ns, a, b, &out);
+        /* A rank's own LOOM_ALGO still rules its calls. */
+        if (forced != LOOMI_ALGO_AUTO) {
+            c->algo_forced[coll] = forced;
+            c->timed_lo[k] = c->timed_hi[k] = 0;
+        }
     }
     free(a);
     free(b);
