@@ -596,24 +596,29 @@ static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
     return best;
 }
 
+/* Append "from this size on, algo" unless the last range already has
+ * algo (the first range starts at 0); -1 when the table is full. */
+static int push_range(struct loomi_ranges *t, size_t from, int algo)
+{
+    if (t->n && t->r[t->n - 1].algo == algo) return 0;
+    if (t->n == LOOMI_SELECT_MAX_RANGES) return -1;
+    t->r[t->n].from = t->n ? from : 0;
+    t->r[t->n++].algo = algo;
+    return 0;
+}
+
 /* One collective's ranges, over 1 B .. 1 GiB at powers of two and the
  * points halfway between. */
 static void build_ranges(struct loomi_ranges *t, int c, const struct loomi_job_shape *j,
                          const struct loomi_links *l)
 {
-    int prev = -1;
     t->n = 0;
     for (int k = 0; k <= 60; k++) {
         if (k == 1) continue; /* 1.5 B */
         size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
         int a = best_algo(c, bytes, j, l);
         if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
-        if (a != prev) {
-            if (t->n == LOOMI_SELECT_MAX_RANGES) break;
-            t->r[t->n].from = t->n ? bytes : 0;
-            t->r[t->n++].algo = a;
-            prev = a;
-        }
+        if (push_range(t, bytes, a)) break;
     }
 }
 
@@ -644,15 +649,6 @@ int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t byte
 int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace)
 {
     return lookup(&sel->window[inplace != 0], bytes);
-}
-
-static int push_range(struct loomi_ranges *t, size_t from, int algo)
-{
-    if (t->n && t->r[t->n - 1].algo == algo) return 0;
-    if (t->n == LOOMI_SELECT_MAX_RANGES) return -1;
-    t->r[t->n].from = t->n ? from : 0;
-    t->r[t->n++].algo = algo;
-    return 0;
 }
 
 int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo)
