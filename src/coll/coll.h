@@ -272,13 +272,11 @@ int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n);
  * through the engine (collective: every rank of comm calls it at init,
  * once the selection is built). */
 loom_result_t loomi_small_tune(struct loom_comm *comm);
-/* tune.c: on one host, time the tables of the loomi_timed collectives
- * against the algorithms the model puts close to them, where vectors fit
- * the caches, and take the faster where one clearly is (collective over
- * the communicator), within about budget_ns. */
-#define LOOMI_TIMED 1  /* the allreduce (see tune.c) */
+/* tune.c: on one host, time the allreduce's table against the
+ * algorithms the model puts close to it, where vectors fit the caches,
+ * and take the faster where one clearly is (collective over the
+ * communicator), within about budget_ns. */
 #define LOOMI_TUNED 16 /* spans taken over, at most */
-extern const int loomi_timed[LOOMI_TIMED];
 loom_result_t loomi_algo_tune(struct loom_comm *comm, uint64_t budget_ns);
 /* Run it (fn names the public call in errors). */
 loom_result_t loomi_small_coll(struct loom_comm *comm, int coll, const void *sendbuf,

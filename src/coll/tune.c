@@ -33,38 +33,32 @@
 #define TUNE_BATCHES 3
 #define TUNE_BATCH 3
 
-/* Not the broadcast: its calls overlap back to back, and short batches
- * of them timed otherwise than the perf binary's long ones (4 ranks,
- * 64K: scatter-allgather 9.1-9.4 us against the tree's 10.2-10.3 at
- * init, 19.7-21.4 against 16.3-18.2 in broadcast_perf). */
-const int loomi_timed[LOOMI_TIMED] = {LOOMI_COLL_ALLREDUCE};
-
-/* One call of `bytes` of floats. */
-static loom_result_t timed_call(struct loom_comm *c, int coll, float *a, float *b, size_t bytes)
-{
-    (void)coll; /* the allreduce, so far */
-    return loom_allreduce(a, b, bytes / sizeof(float), LOOM_FLOAT32, LOOM_SUM, c);
-}
+/* Only the allreduce.  Not the broadcast: its calls overlap back to
+ * back, and short batches of them timed otherwise than the perf binary's
+ * long ones (4 ranks, 64K: scatter-allgather 9.1-9.4 us against the
+ * tree's 10.2-10.3 at init, 19.7-21.4 against 16.3-18.2 in
+ * broadcast_perf). */
+#define COLL LOOMI_COLL_ALLREDUCE
 
 /* Rank 0's word on every rank: the others check what came (`what`
  * names it in the error) with ok(). */
 static loom_result_t from_rank0(struct loom_comm *c, uint8_t *v, size_t n, const char *what,
-                                int (*ok)(const uint8_t *, size_t, int), int coll)
+                                int (*ok)(const uint8_t *, size_t))
 {
     loom_result_t r = loom_broadcast(v, v, n, LOOM_UINT8, 0, c);
-    if (r == LOOM_SUCCESS && !ok(v, n, coll))
+    if (r == LOOM_SUCCESS && !ok(v, n))
         r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 sent an out-of-range %s",
-                       loomi_coll_name(coll), what);
+                       loomi_coll_name(COLL), what);
     return r;
 }
 
-/* A candidate list: a count, then that many algorithms of the
- * collective, none twice. */
-static int cands_ok(const uint8_t *v, size_t n, int coll)
+/* A candidate list: a count, then that many allreduce algorithms, none
+ * twice. */
+static int cands_ok(const uint8_t *v, size_t n)
 {
     if (v[0] > n - 1) return 0;
     for (int i = 1; i <= v[0]; i++) {
-        if (v[i] < 1 || v[i] >= LOOMI_NUM_ALGOS || !loomi_algo_gen(coll, v[i])) return 0;
+        if (v[i] < 1 || v[i] >= LOOMI_NUM_ALGOS || !loomi_algo_gen(COLL, v[i])) return 0;
         for (int q = 1; q < i; q++)
             if (v[q] == v[i]) return 0;
     }
@@ -72,40 +66,35 @@ static int cands_ok(const uint8_t *v, size_t n, int coll)
 }
 
 /* A verdict: the index of the pick among nc (v[2]), and stop 0 or 1. */
-static int verdict_ok(const uint8_t *v, size_t n, int coll)
+static int verdict_ok(const uint8_t *v, size_t n)
 {
     (void)n;
-    (void)coll;
     return v[0] < v[2] && v[1] <= 1;
 }
 
-/* Starting sizes, log2 of TUNE_LOW..TUNE_TOP, or 0: not timed. */
-static int starts_ok(const uint8_t *v, size_t n, int coll)
+/* The starting size, log2 of TUNE_LOW..TUNE_TOP, or 0: not timed. */
+static int start_ok(const uint8_t *v, size_t n)
 {
-    (void)coll;
-    for (size_t k = 0; k < n; k++)
-        if (v[k] && (v[k] > 40 || (size_t)1 << v[k] < TUNE_LOW || (size_t)1 << v[k] > TUNE_TOP))
-            return 0;
-    return 1;
+    (void)n;
+    return !v[0] ||
+           (v[0] <= 40 && (size_t)1 << v[0] >= TUNE_LOW && (size_t)1 << v[0] <= TUNE_TOP);
 }
 
-/* Time collective loomi_timed[k] from lo up, until TUNE_TOP or until
- * rank 0 says the budget (counted from `start`) is spent (*out = 1).
- * Every list and verdict is rank 0's, so every rank makes the same calls
- * whatever its own table, links or environment. */
-static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t start,
-                               uint64_t budget_ns, float *a, float *b, int *out)
+/* Time the allreduce from lo up, until TUNE_TOP or until rank 0 says
+ * budget_ns is spent.  Every list and verdict is rank 0's, so every rank
+ * makes the same calls whatever its own table, links or environment. */
+static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_ns, float *a,
+                                float *b)
 {
-    const int coll = loomi_timed[k];
+    const int coll = COLL;
     struct loomi_job_shape j;
     loomi_comm_shape(c, &j);
     struct loomi_ranges tuned = c->sel->coll[coll];
-    const int first = c->ntuned;
     char log[640] = "";
     int used = 0;
     loom_result_t r = LOOM_SUCCESS;
-    const uint64_t t_coll = loomi_now_ns();
-    uint64_t last = t_coll;
+    const uint64_t start = loomi_now_ns();
+    uint64_t last = start;
     size_t s;
     for (s = lo; s <= TUNE_TOP && r == LOOM_SUCCESS; s *= 2) {
         /* The candidates, the table's first. */
@@ -122,7 +111,7 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
             }
             cv[0] = (uint8_t)nc;
         }
-        r = from_rank0(c, cv, sizeof cv, "candidate list", cands_ok, coll);
+        r = from_rank0(c, cv, sizeof cv, "candidate list", cands_ok);
         if (r != LOOM_SUCCESS) break;
         const int nc = cv[0];
         const uint8_t *cand = cv + 1;
@@ -138,7 +127,7 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
                 c->algo_forced[coll] = cand[i];
                 uint64_t t0 = loomi_now_ns();
                 for (int q = 0; q < (bt < 0 ? 1 : TUNE_BATCH) && r == LOOM_SUCCESS; q++)
-                    r = timed_call(c, coll, a, b, s);
+                    r = loom_allreduce(a, b, s / sizeof(float), LOOM_FLOAT32, LOOM_SUM, c);
                 uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
                 if (bt >= 0 && dt < best[i]) best[i] = dt;
             }
@@ -155,14 +144,13 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
         const uint64_t now = loomi_now_ns();
         v[1] = now - start + 2 * (now - last) > budget_ns;
         last = now;
-        r = from_rank0(c, v, sizeof v, "verdict", verdict_ok, coll);
+        r = from_rank0(c, v, sizeof v, "verdict", verdict_ok);
         if (r == LOOM_SUCCESS && v[2] != nc)
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 timed %u candidates, not %d",
                            loomi_coll_name(coll), v[2], nc);
         if (r != LOOM_SUCCESS) break;
         if (v[0] && c->ntuned < LOOMI_TUNED &&
             loomi_ranges_set(&tuned, s, 2 * s, cand[v[0]]) == 0) {
-            c->tuned[c->ntuned].coll = coll;
             c->tuned[c->ntuned].from = s;
             c->tuned[c->ntuned].was = cand[0];
             c->tuned[c->ntuned++].now = cand[v[0]];
@@ -173,57 +161,48 @@ static loom_result_t time_coll(struct loom_comm *c, int k, size_t lo, uint64_t s
                              loomi_algo_name(cand[i]), (double)best[i] * 1e-3);
         }
         if (v[1]) {
-            *out = 1;
             s *= 2;
             break;
         }
     }
     c->algo_forced[coll] = LOOMI_ALGO_AUTO;
     if (r != LOOM_SUCCESS) {
-        c->ntuned = first;
+        c->ntuned = 0;
         return r;
     }
     c->sel->coll[coll] = tuned;
-    c->timed_lo[k] = lo;
-    c->timed_hi[k] = s / 2;
+    c->timed_lo = lo;
+    c->timed_hi = s / 2;
     if (c->rank == 0)
         LOOMI_INFO(c->rank, "%s measured from %zu to %zu bytes (bytes:algorithm:us%s; %.1f ms), "
                    "%d size(s) changed",
-                   loomi_coll_name(coll), lo, c->timed_hi[k], log,
-                   (double)(loomi_now_ns() - t_coll) * 1e-6, c->ntuned - first);
+                   loomi_coll_name(coll), lo, c->timed_hi, log,
+                   (double)(loomi_now_ns() - start) * 1e-6, c->ntuned);
     return LOOM_SUCCESS;
 }
 
 loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
 {
     c->ntuned = 0;
-    memset(c->timed_lo, 0, sizeof c->timed_lo);
-    memset(c->timed_hi, 0, sizeof c->timed_hi);
+    c->timed_lo = c->timed_hi = 0;
     /* The same on every rank: the job's shape. */
     if (!c->sel || !c->links || c->nranks < 2 || !c->hosts || c->hosts->nhosts != 1)
         return LOOM_SUCCESS;
     /* Whether and from where, rank 0's call: the others' LOOM_PROBE,
      * LOOM_ALGO or transports may differ, and all must make the same
-     * calls.  A rank whose LOOM_ALGO forces the collective still takes
+     * calls.  A rank whose LOOM_ALGO forces the allreduce still takes
      * part, and keeps its forced choice. */
-    uint8_t from[LOOMI_TIMED] = {0};
-    if (c->rank == 0 && c->links->intra_shm && c->set.probe)
-        for (int k = 0; k < LOOMI_TIMED; k++) {
-            const int coll = loomi_timed[k];
-            if (c->algo_forced[coll] != LOOMI_ALGO_AUTO) continue;
-            /* Above the sizes that take the slots instead. */
-            size_t lo = TUNE_LOW;
-            while (coll < LOOMI_SMALL_TUNED && lo <= c->small_lim[coll] && lo <= TUNE_TOP)
-                lo *= 2;
-            if (lo <= TUNE_TOP)
-                while ((size_t)1 << from[k] < lo) from[k]++;
-        }
-    loom_result_t r =
-        from_rank0(c, from, sizeof from, "starting size", starts_ok, LOOMI_COLL_ALLREDUCE);
-    if (r != LOOM_SUCCESS) return r;
-    int any = 0;
-    for (int k = 0; k < LOOMI_TIMED; k++) any |= from[k] != 0;
-    if (!any) return LOOM_SUCCESS;
+    uint8_t from = 0;
+    if (c->rank == 0 && c->links->intra_shm && c->set.probe &&
+        c->algo_forced[COLL] == LOOMI_ALGO_AUTO) {
+        /* Above the sizes that take the slots instead. */
+        size_t lo = TUNE_LOW;
+        while (lo <= c->small_lim[COLL] && lo <= TUNE_TOP) lo *= 2;
+        if (lo <= TUNE_TOP)
+            while ((size_t)1 << from < lo) from++;
+    }
+    loom_result_t r = from_rank0(c, &from, 1, "starting size", start_ok);
+    if (r != LOOM_SUCCESS || !from) return r;
     float *a = calloc(TUNE_TOP / sizeof(float), sizeof(float));
     float *b = calloc(TUNE_TOP / sizeof(float), sizeof(float));
     if (!a || !b) {
@@ -231,17 +210,12 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
         free(b);
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "timing the tables: out of memory");
     }
-    const uint64_t start = loomi_now_ns();
-    int out = 0;
-    for (int k = 0; k < LOOMI_TIMED && r == LOOM_SUCCESS && !out; k++) {
-        if (!from[k]) continue;
-        const int coll = loomi_timed[k], forced = c->algo_forced[coll];
-        r = time_coll(c, k, (size_t)1 << from[k], start, budget_ns, a, b, &out);
-        /* A rank's own LOOM_ALGO still rules its calls. */
-        if (forced != LOOMI_ALGO_AUTO) {
-            c->algo_forced[coll] = forced;
-            c->timed_lo[k] = c->timed_hi[k] = 0;
-        }
+    const int forced = c->algo_forced[COLL];
+    r = time_sizes(c, (size_t)1 << from, budget_ns, a, b);
+    /* A rank's own LOOM_ALGO still rules its calls. */
+    if (forced != LOOMI_ALGO_AUTO) {
+        c->algo_forced[COLL] = forced;
+        c->timed_lo = c->timed_hi = 0;
     }
     free(a);
     free(b);

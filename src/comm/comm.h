@@ -95,14 +95,12 @@ struct loom_comm {
      * the engine at init; the barrier, which puts nothing in them, always. */
     size_t small_lim[LOOMI_SMALL_TUNED];
     unsigned small_unmeasured; /* bit k: small_lim[k] is small_max, unmeasured */
-    /* On one host, the tables of loomi_timed[k] as timed at init
-     * (tune.c): sizes timed_lo[k] to timed_hi[k] (0: none), and the spans
-     * where another algorithm than the model's took over, from `from`
-     * to 2 * from. */
-    size_t timed_lo[LOOMI_TIMED], timed_hi[LOOMI_TIMED];
+    /* On one host, the allreduce's table as timed at init (tune.c):
+     * sizes timed_lo to timed_hi (0: none), and the spans where another
+     * algorithm than the model's took over, from `from` to 2 * from. */
+    size_t timed_lo, timed_hi;
     int ntuned;
     struct {
-        int coll;
         size_t from;
         int was, now;
     } tuned[LOOMI_TUNED];

@@ -280,26 +280,21 @@ static void print_small(size_t max, const size_t *lim, unsigned unmeasured)
                                    : "where they were faster than the table at init");
 }
 
-/* The sizes timed at init on one host, and what changed (tune.c). */
+/* The allreduce's sizes timed at init on one host, and what changed
+ * (tune.c). */
 static void print_tuned(const struct loom_comm *c)
 {
     char b[32], b2[32];
-    for (int k = 0; k < LOOMI_TIMED; k++) {
-        const int coll = loomi_timed[k];
-        int n = 0;
-        if (!c->timed_lo[k]) continue;
-        for (int i = 0; i < c->ntuned; i++) n += c->tuned[i].coll == coll;
-        printf("  %s from %s to %s: the table timed at init against the model's "
-               "runners-up%s\n",
-               loomi_coll_name(coll), fmt_size_short(c->timed_lo[k], b, sizeof b),
-               fmt_size_short(c->timed_hi[k], b2, sizeof b2), n ? "; taken over:" : "");
-        for (int i = 0; i < c->ntuned; i++)
-            if (c->tuned[i].coll == coll)
-                printf("    from %s, below %s: %s, not the model's %s\n",
-                       fmt_size_short(c->tuned[i].from, b, sizeof b),
-                       fmt_size_short(2 * c->tuned[i].from, b2, sizeof b2),
-                       loomi_algo_name(c->tuned[i].now), loomi_algo_name(c->tuned[i].was));
-    }
+    if (!c->timed_lo) return;
+    printf("  %s from %s to %s: the table timed at init against the model's "
+           "runners-up%s\n",
+           loomi_coll_name(LOOMI_COLL_ALLREDUCE), fmt_size_short(c->timed_lo, b, sizeof b),
+           fmt_size_short(c->timed_hi, b2, sizeof b2), c->ntuned ? "; taken over:" : "");
+    for (int i = 0; i < c->ntuned; i++)
+        printf("    from %s, below %s: %s, not the model's %s\n",
+               fmt_size_short(c->tuned[i].from, b, sizeof b),
+               fmt_size_short(2 * c->tuned[i].from, b2, sizeof b2),
+               loomi_algo_name(c->tuned[i].now), loomi_algo_name(c->tuned[i].was));
 }
 
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
