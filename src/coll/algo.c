@@ -181,7 +181,14 @@ loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LO
     return LOOM_SUCCESS;
 }
 
-int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace)
+int loomi_red_class(const struct loom_comm *comm, loom_datatype_t dtype, loom_op_t op)
+{
+    if ((unsigned)dtype >= LOOM_NUM_DATATYPES || (unsigned)op >= LOOM_NUM_OPS) return 0;
+    return comm->red_class[dtype][op];
+}
+
+int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
+                   loom_datatype_t dtype, loom_op_t op)
 {
     if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
     if (!comm->sel) return loomi_algo_default(coll, comm->nranks, bytes);
@@ -196,5 +203,9 @@ int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inp
      * first. */
     if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared)
         return loomi_select_lookup_window(comm->sel, bytes, inplace);
+    /* Slower reductions than the fp32 sums that tune.c timed with have
+     * tables of their own. */
+    const int cls = coll == LOOMI_COLL_ALLREDUCE ? loomi_red_class(comm, dtype, op) : 0;
+    if (cls) return loomi_select_lookup_red(comm->sel, cls, bytes);
     return loomi_select_lookup(comm->sel, coll, bytes);
 }

@@ -255,7 +255,8 @@ struct loom_comm;
 loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LOOMI_NUM_COLLS],
                                int rank);
 /* The algorithm to run for this collective and size, in place or not. */
-int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace);
+int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
+                   loom_datatype_t dtype, loom_op_t op);
 
 /* ----------------------------------------- small collectives (small.c) */
 
@@ -267,7 +268,14 @@ size_t loomi_small_region_bytes(size_t small_max);
 size_t loomi_small_limit(size_t shm_small, size_t arena_bytes, int nranks, int nhosts);
 /* Does a blocking, uncompressed call of collective coll with n bytes
  * (count times element size) go through the slots? */
-int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n);
+int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n, loom_datatype_t dtype,
+                     loom_op_t op);
+/* How much slower than fp32 sums dtype and op reduce here: class 0 (as
+ * fast; also for invalid ones) to LOOMI_RED_CLASSES-1 (comm.h). */
+#define LOOMI_RED_CLASSES 4
+int loomi_red_class(const struct loom_comm *comm, loom_datatype_t dtype, loom_op_t op);
+/* The pairs of class k in words ("bfloat16 sum,avg; ..."), or "none". */
+void loomi_red_class_describe(const struct loom_comm *comm, int k, char *buf, size_t len);
 /* Measure up to which size allreduce is faster through the slots than
  * through the engine (collective: every rank of comm calls it at init,
  * once the selection is built). */
@@ -276,7 +284,7 @@ loom_result_t loomi_small_tune(struct loom_comm *comm);
  * algorithms the model puts close to it, where vectors fit the caches,
  * and take the faster where one clearly is (collective over the
  * communicator), within about budget_ns. */
-#define LOOMI_TUNED 16 /* spans taken over, at most */
+#define LOOMI_TUNED 32 /* spans taken over, at most */
 loom_result_t loomi_algo_tune(struct loom_comm *comm, uint64_t budget_ns);
 /* Run it (fn names the public call in errors). */
 loom_result_t loomi_small_coll(struct loom_comm *comm, int coll, const void *sendbuf,

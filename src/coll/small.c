@@ -117,10 +117,13 @@ static size_t slot_bytes(int coll, size_t n, int nranks)
     }
 }
 
-int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
+int loomi_small_fits(const struct loom_comm *c, int coll, size_t n, loom_datatype_t dtype,
+                     loom_op_t op)
 {
     if (coll < 0 || coll >= LOOMI_NUM_COLLS) return 0;
     size_t lim = coll < LOOMI_SMALL_TUNED ? c->small_lim[coll] : c->small_max;
+    const int cls = coll == LOOMI_COLL_ALLREDUCE ? loomi_red_class(c, dtype, op) : 0;
+    if (cls) lim = c->small_lim_red[cls];
     return c->small_max && lim && slot_bytes(coll, n, c->nranks) <= lim &&
            c->algo_forced[coll] == LOOMI_ALGO_AUTO;
 }
@@ -145,13 +148,179 @@ int loomi_small_fits(const struct loom_comm *c, int coll, size_t n)
  * cores: slots faster at every size, 145 ms for all four). */
 #define TUNE_BUDGET_NS 50000000u
 
-/* One call of the collective with `bytes` of slot (floats, sum). */
-static loom_result_t tune_call(struct loom_comm *c, int coll, float *a, float *b, size_t bytes)
+/*
+ * The datatype and the op matter to the allreduce: through the slots
+ * every rank reduces the whole vector of every peer, (p-1)n, where the
+ * engine's algorithms reduce (p-1)n/p, so a reduction slower than the
+ * fp32 sum that the sweep times moves the crossover down.  4 ranks here,
+ * 16K: bf16 sums through the slots 20.8 us against halving-doubling's
+ * 13.4, fp32 max 20.9 against 13.6, bf16 max 33.0 against 16.4 (at 8K
+ * 17.7 against 12.4), but int32 max 13.1 against 12.6.  In cache, per
+ * byte, those kernels take 2.5, 2.5, 7 and 1.8 times as long as fp32
+ * sums.  So rank 0 times every kernel and puts each pair in a class by
+ * that ratio, above each of CLASS_FROM; each class but the first gets
+ * its own limit, swept with its slowest pair (which errs towards the
+ * engine for the others in it).
+ */
+static const double CLASS_FROM[LOOMI_RED_CLASSES] = {0, 1.25, 2, 4};
+#define KERNEL_BYTES ((size_t)32 << 10)
+#define KERNEL_RUNS 5
+
+/* An element of value v in dt, written at p. */
+static void put_value(unsigned char *p, loom_datatype_t dt, int v)
+{
+    switch (dt) {
+    case LOOM_INT8:
+    case LOOM_UINT8: *p = (unsigned char)v; break;
+    case LOOM_INT32:
+    case LOOM_UINT32: {
+        uint32_t x = (uint32_t)v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    case LOOM_INT64:
+    case LOOM_UINT64: {
+        uint64_t x = (uint64_t)v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    case LOOM_FLOAT16:
+    case LOOM_BFLOAT16: {
+        uint16_t x = dt == LOOM_FLOAT16 ? loomi_fp32_to_fp16((float)v) : loomi_fp32_to_bf16((float)v);
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    case LOOM_FLOAT32: {
+        float x = (float)v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    default: {
+        double x = (double)v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    }
+}
+
+/* What rank 0 measures and sends: each pair's class, and each class's
+ * slowest pair (0xff 0xff: none; always so for class 0). */
+struct red_classes {
+    uint8_t cls[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
+    uint8_t rep[LOOMI_RED_CLASSES][2];
+};
+
+/* Rank 0: time every kernel in cache against fp32 sums (LOOM_AVG reduces
+ * as LOOM_SUM).  Operands 2 and 1, so that no run meets subnormals,
+ * infinities or NaNs. */
+static loom_result_t measure_kernels(struct red_classes *rc, double excess[LOOMI_RED_CLASSES])
+{
+    unsigned char *d = malloc(KERNEL_BYTES), *src = malloc(KERNEL_BYTES),
+                  *twos = malloc(KERNEL_BYTES);
+    if (!d || !src || !twos) {
+        free(d);
+        free(src);
+        free(twos);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, 0, "timing the reductions: out of memory");
+    }
+    double t[LOOM_NUM_DATATYPES][LOOM_NUM_OPS] = {{0}};
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++) {
+        const size_t es = loom_datatype_size((loom_datatype_t)dt), count = KERNEL_BYTES / es;
+        for (size_t i = 0; i < count; i++) {
+            put_value(src + i * es, (loom_datatype_t)dt, 1);
+            put_value(twos + i * es, (loom_datatype_t)dt, 2);
+        }
+        for (int op = 0; op < LOOM_NUM_OPS; op++) {
+            if (op == LOOM_AVG) continue;
+            uint64_t best = UINT64_MAX;
+            for (int run = 0; run <= KERNEL_RUNS; run++) {
+                memcpy(d, twos, KERNEL_BYTES);
+                const uint64_t t0 = loomi_now_ns();
+                loomi_reduce_inplace(d, src, count, (loom_datatype_t)dt, (loom_op_t)op);
+                const uint64_t ns = loomi_now_ns() - t0;
+                if (run && ns < best) best = ns; /* run 0 warms up */
+            }
+            t[dt][op] = (double)(best ? best : 1);
+        }
+        t[dt][LOOM_AVG] = t[dt][LOOM_SUM];
+    }
+    free(twos);
+    free(d);
+    free(src);
+    const double base = t[LOOM_FLOAT32][LOOM_SUM];
+    double worst[LOOMI_RED_CLASSES] = {0};
+    memset(rc->rep, 0xff, sizeof rc->rep);
+    for (int k = 0; k < LOOMI_RED_CLASSES; k++) excess[k] = 0;
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
+        for (int op = 0; op < LOOM_NUM_OPS; op++) {
+            const double ratio = t[dt][op] / base;
+            int k = 0;
+            while (k + 1 < LOOMI_RED_CLASSES && ratio > CLASS_FROM[k + 1]) k++;
+            if (dt == LOOM_FLOAT32 && op == LOOM_SUM) k = 0; /* the sweep's own */
+            rc->cls[dt][op] = (uint8_t)k;
+            if (k && ratio > worst[k]) {
+                worst[k] = ratio;
+                excess[k] = (t[dt][op] - base) / (double)KERNEL_BYTES;
+                rc->rep[k][0] = (uint8_t)dt;
+                rc->rep[k][1] = (uint8_t)op;
+            }
+        }
+    return LOOM_SUCCESS;
+}
+
+/* What came from rank 0, in range and consistent. */
+static int classes_ok(const struct red_classes *rc)
+{
+    int seen[LOOMI_RED_CLASSES] = {0};
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
+        for (int op = 0; op < LOOM_NUM_OPS; op++) {
+            if (rc->cls[dt][op] >= LOOMI_RED_CLASSES) return 0;
+            seen[rc->cls[dt][op]] = 1;
+        }
+    if (rc->cls[LOOM_FLOAT32][LOOM_SUM] != 0) return 0;
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
+        if (rc->cls[dt][LOOM_AVG] != rc->cls[dt][LOOM_SUM]) return 0;
+    for (int k = 0; k < LOOMI_RED_CLASSES; k++) {
+        const uint8_t *r = rc->rep[k];
+        if (!k || !seen[k]) {
+            if (r[0] != 0xff || r[1] != 0xff) return 0;
+        } else if (r[0] >= LOOM_NUM_DATATYPES || r[1] >= LOOM_NUM_OPS || rc->cls[r[0]][r[1]] != k) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void loomi_red_class_describe(const struct loom_comm *c, int k, char *buf, size_t len)
+{
+    size_t u = 0;
+    int full = 0;
+    buf[0] = 0;
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES && !full; dt++)
+        for (int op = 0, first = 1; op < LOOM_NUM_OPS && !full; op++) {
+            if (c->red_class[dt][op] != k) continue;
+            int w = first ? snprintf(buf + u, len - u, "%s%s %s", u ? "; " : "",
+                                     loomi_dtype_name((loom_datatype_t)dt),
+                                     loomi_op_name((loom_op_t)op))
+                          : snprintf(buf + u, len - u, ",%s", loomi_op_name((loom_op_t)op));
+            first = 0;
+            if (w < 0 || u + (size_t)w >= len) full = 1;
+            else u += (size_t)w;
+        }
+    if (full && len > 4) memcpy(buf + (u + 4 <= len ? u : len - 4), "...", 4);
+    if (!u && !full) snprintf(buf, len, "none");
+}
+
+/* One call of the collective with `bytes` of slot: floats and sums,
+ * but the allreduce in dt and op. */
+static loom_result_t tune_call(struct loom_comm *c, int coll, loom_datatype_t dt, loom_op_t op,
+                               float *a, float *b, size_t bytes)
 {
     const size_t count = bytes / sizeof(float);
     const size_t per = count / (size_t)c->nranks; /* a block: reduce-scatter, alltoall */
     switch (coll) {
-    case LOOMI_COLL_ALLREDUCE: return loom_allreduce(a, a, count, LOOM_FLOAT32, LOOM_SUM, c);
+    case LOOMI_COLL_ALLREDUCE:
+        return loom_allreduce(a, a, bytes / loom_datatype_size(dt), dt, op, c);
     case LOOMI_COLL_ALLGATHER: return loom_allgather(a, b, count, LOOM_FLOAT32, c);
     case LOOMI_COLL_REDUCE_SCATTER:
         return loom_reduce_scatter(a, b, per, LOOM_FLOAT32, LOOM_SUM, c);
@@ -159,77 +328,150 @@ static loom_result_t tune_call(struct loom_comm *c, int coll, float *a, float *b
     }
 }
 
+/* One sweep: collective k (in dt and op: a class of the allreduce's
+ * when *lim is its small_lim_red) at each of sizes[from..ns-1], the slots against
+ * the engine, until the slots lose (where the engine starts to win, it
+ * keeps winning) or, past the budget, rank 0 calls it off.  Sets *lim,
+ * the times in t and *done (sizes measured); *cut = 1 when it ran out of
+ * time. */
+static loom_result_t sweep(struct loom_comm *c, int k, loom_datatype_t dt, loom_op_t op,
+                           size_t *lim, const size_t *sizes, int from, int ns, uint64_t start,
+                           float *a, float *b, uint64_t (*t)[2], int *done, int *cut)
+{
+    const size_t max = c->small_max;
+    size_t found = max;
+    loom_result_t r = LOOM_SUCCESS;
+    *done = from;
+    for (int z = from; z < ns && r == LOOM_SUCCESS; z++) {
+        uint64_t *tz = t[z];
+        tz[0] = tz[1] = UINT64_MAX;
+        /* Batch -1 warms both ways up (and builds the engine's schedule);
+         * then batches of back-to-back calls, as an application makes
+         * them, each way first in turn; the best batch counts. */
+        for (int bt = -1; bt < TUNE_BATCHES && r == LOOM_SUCCESS; bt++)
+            for (int w = 0; w < 2 && r == LOOM_SUCCESS; w++) {
+                const int slots = (w + bt) & 1;
+                const int calls = bt < 0 ? TUNE_WARM : TUNE_BATCH;
+                *lim = slots ? max : 0;
+                uint64_t t0 = loomi_now_ns();
+                for (int i = 0; i < calls && r == LOOM_SUCCESS; i++)
+                    r = tune_call(c, k, dt, op, a, b, sizes[z]);
+                uint64_t dt_ns = (loomi_now_ns() - t0) / TUNE_BATCH;
+                if (bt >= 0 && dt_ns < tz[slots]) tz[slots] = dt_ns;
+            }
+        /* Rank 0 decides from its figures whether the slots lost at this
+         * size (1), and tells the others, or whether the budget is spent
+         * (2). */
+        uint8_t stop = 0;
+        if (tz[1] > tz[0]) stop = 1;
+        else if (z + 1 < ns && loomi_now_ns() - start > TUNE_BUDGET_NS) stop = 2;
+        if (r == LOOM_SUCCESS) r = loom_broadcast(&stop, &stop, 1, LOOM_UINT8, 0, c);
+        if (r != LOOM_SUCCESS) break;
+        if (stop > 2) {
+            r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                           "small %s: rank 0 sent %u for whether to stop measuring",
+                           loomi_coll_name(k), stop);
+            break;
+        }
+        *done = z + 1;
+        if (stop == 2) {
+            *cut = 1;
+            break;
+        }
+        if (stop) {
+            /* Below TUNE_FIRST the slots' one synchronisation always
+             * wins; below the first size of a sweep that starts higher,
+             * the slots are taken to win. */
+            found = z ? sizes[z - 1] : TUNE_FIRST / 2;
+            break;
+        }
+    }
+    *lim = found;
+    return r;
+}
+
+/* The sizes and times of a sweep, for the log. */
+static void log_times(char *m, size_t len, const size_t *sizes, int from, int done,
+                      uint64_t (*t)[2])
+{
+    int u = 0;
+    m[0] = 0;
+    for (int z = from; z < done && u < (int)len - 48; z++)
+        u += snprintf(m + u, len - (size_t)u, " %zu:%.1f/%.1f", sizes[z], (double)t[z][1] * 1e-3,
+                      (double)t[z][0] * 1e-3);
+}
+
 loom_result_t loomi_small_tune(struct loom_comm *c)
 {
     const size_t max = c->small_max;
+    memset(c->red_class, 0, sizeof c->red_class);
+    for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = max;
     /* Off, all below the first size, or LOOM_PROBE=0 (measure nothing). */
     if (max < TUNE_FIRST || !c->set.probe) return LOOM_SUCCESS;
     const uint64_t start = loomi_now_ns();
     enum { NSIZES = 16 };
-    uint64_t t[LOOMI_SMALL_TUNED][NSIZES][2];
+    uint64_t t[LOOMI_SMALL_TUNED][NSIZES][2], ts[LOOMI_RED_CLASSES][NSIZES][2];
     int done[LOOMI_SMALL_TUNED] = {0}; /* sizes measured */
-    int cut = LOOMI_SMALL_TUNED;       /* the collective that ran out of time */
+    int cut = LOOMI_SMALL_TUNED;       /* the collective whose sweep ran out of time */
     size_t sizes[NSIZES];
     int ns = 0;
     for (size_t s = TUNE_FIRST; s <= max && ns < NSIZES; s *= 2) sizes[ns++] = s;
+    /* The reductions' classes, rank 0's word. */
+    struct red_classes rc;
+    memset(&rc, 0, sizeof rc);
+    loom_result_t r = LOOM_SUCCESS;
+    memset(c->red_excess, 0, sizeof c->red_excess);
+    if (c->rank == 0) r = measure_kernels(&rc, c->red_excess);
+    const double kernel_ms = (double)(loomi_now_ns() - start) * 1e-6;
+    if (r == LOOM_SUCCESS) r = loom_broadcast(&rc, &rc, sizeof rc, LOOM_UINT8, 0, c);
+    if (r == LOOM_SUCCESS && !classes_ok(&rc))
+        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                       "small collectives: rank 0 sent out-of-range classes of reductions");
+    if (r != LOOM_SUCCESS)
+        return loomi_fail(r, c->rank, "measuring small collectives: %s", loom_get_last_error());
+    /* The allreduces of each class consult its limit from here on. */
+    memcpy(c->red_class, rc.cls, sizeof c->red_class);
+    int sfrom[LOOMI_RED_CLASSES] = {0}, sdone[LOOMI_RED_CLASSES] = {0};
+    int swept = 0; /* the classes swept */
     /* The allgather's output holds a slot from every rank. */
     float *a = calloc(max / sizeof(float) + 1, sizeof(float));
     float *b = calloc((max / sizeof(float) + 1) * (size_t)c->nranks, sizeof(float));
     if (!a || !b) {
         free(a);
         free(b);
+        memset(c->red_class, 0, sizeof c->red_class);
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collectives: out of memory");
     }
-    loom_result_t r = LOOM_SUCCESS;
     for (int k = 0; k < LOOMI_SMALL_TUNED && r == LOOM_SUCCESS; k++) {
-        size_t lim = max;
-        for (int z = 0; z < ns && r == LOOM_SUCCESS; z++) {
-            uint64_t *tz = t[k][z];
-            tz[0] = tz[1] = UINT64_MAX;
-            /* Batch -1 warms both ways up (and builds the engine's
-             * schedule); then batches of back-to-back calls, as an
-             * application makes them, each way first in turn; the best
-             * batch counts. */
-            for (int bt = -1; bt < TUNE_BATCHES && r == LOOM_SUCCESS; bt++)
-                for (int w = 0; w < 2 && r == LOOM_SUCCESS; w++) {
-                    const int slots = (w + bt) & 1;
-                    const int calls = bt < 0 ? TUNE_WARM : TUNE_BATCH;
-                    c->small_lim[k] = slots ? max : 0;
-                    uint64_t t0 = loomi_now_ns();
-                    for (int i = 0; i < calls && r == LOOM_SUCCESS; i++)
-                        r = tune_call(c, k, a, b, sizes[z]);
-                    uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
-                    if (bt >= 0 && dt < tz[slots]) tz[slots] = dt;
-                }
-            /* Rank 0 decides from its figures whether the slots lost at
-             * this size (1), and tells the others: the first such size
-             * ends the collective's sweep (where the engine starts to win,
-             * it keeps winning), on every rank alike; or whether the
-             * budget is spent (2). */
-            uint8_t stop = 0;
-            if (tz[1] > tz[0]) stop = 1;
-            else if (z + 1 < ns && loomi_now_ns() - start > TUNE_BUDGET_NS) stop = 2;
-            if (r == LOOM_SUCCESS) r = loom_broadcast(&stop, &stop, 1, LOOM_UINT8, 0, c);
-            if (r != LOOM_SUCCESS) break;
-            if (stop > 2) {
-                r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                               "small %s: rank 0 sent %u for whether to stop measuring",
-                               loomi_coll_name(k), stop);
-                break;
+        int out = 0, sout = 0;
+        r = sweep(c, k, LOOM_FLOAT32, LOOM_SUM, &c->small_lim[k], sizes, 0, ns, start, a, b,
+                  t[k], &done[k], &out);
+        /* The allreduce's slower classes in turn, each from an eighth of
+         * the limit of the class before it (below, one synchronisation
+         * against rounds of messages wins whatever the reduction) up to
+         * that limit at most. */
+        size_t above = c->small_lim[k];
+        for (int q = 1; k == LOOMI_COLL_ALLREDUCE && q < LOOMI_RED_CLASSES && r == LOOM_SUCCESS &&
+                        !out && !sout;
+             q++) {
+            c->small_lim_red[q] = above;
+            if (rc.rep[q][0] == 0xff) continue;
+            int top = 0;
+            while (top < ns && sizes[top] <= above) top++;
+            sfrom[q] = 0;
+            while (sfrom[q] + 1 < top && sizes[sfrom[q]] < above / 8) sfrom[q]++;
+            if (top > 0) {
+                r = sweep(c, k, (loom_datatype_t)rc.rep[q][0], (loom_op_t)rc.rep[q][1],
+                          &c->small_lim_red[q], sizes, sfrom[q], top, start, a, b, ts[q],
+                          &sdone[q], &sout);
+                if (c->small_lim_red[q] > above) c->small_lim_red[q] = above;
+                if (sout) c->small_lim_red[q] = above; /* out of time: as the class before */
+                swept |= 1 << q;
             }
-            done[k] = z + 1;
-            if (stop == 2) {
-                cut = k;
-                break;
-            }
-            if (stop) {
-                /* Below TUNE_FIRST the slots' one synchronisation always wins. */
-                lim = z ? sizes[z - 1] : TUNE_FIRST / 2;
-                break;
-            }
+            above = c->small_lim_red[q];
         }
-        c->small_lim[k] = lim;
-        if (cut == k) {
+        if (out || sout) {
+            if (out) cut = k;
             for (int q = k + 1; q < LOOMI_SMALL_TUNED; q++) {
                 c->small_lim[q] = max;
                 c->small_unmeasured |= 1u << q;
@@ -237,30 +479,46 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
             break;
         }
     }
+    /* Classes left unswept (out of time): as the sums. */
+    for (int q = 1; q < LOOMI_RED_CLASSES; q++)
+        if (!(swept >> q & 1) && c->small_lim_red[q] > c->small_lim[LOOMI_COLL_ALLREDUCE])
+            c->small_lim_red[q] = c->small_lim[LOOMI_COLL_ALLREDUCE];
     free(a);
     free(b);
     if (r != LOOM_SUCCESS) {
         for (int k = 0; k < LOOMI_SMALL_TUNED; k++) c->small_lim[k] = max;
+        for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = max;
+        memset(c->red_class, 0, sizeof c->red_class);
         return loomi_fail(r, c->rank, "measuring small collectives: %s", loom_get_last_error());
     }
     if (c->rank == 0) {
         const double ms = (double)(loomi_now_ns() - start) * 1e-6;
+        char m[512];
         for (int k = 0; k < LOOMI_SMALL_TUNED; k++) {
-            if (k > cut) {
+            if (c->small_unmeasured >> k & 1) {
                 LOOMI_INFO(c->rank, "small %s: slots up to %zu bytes (unmeasured: out of time)",
                            loomi_coll_name(k), c->small_lim[k]);
                 continue;
             }
-            char m[512] = "";
-            int u = 0;
-            for (int z = 0; z < done[k] && u < (int)sizeof m - 48; z++)
-                u += snprintf(m + u, sizeof m - (size_t)u, " %zu:%.1f/%.1f", sizes[z],
-                              (double)t[k][z][1] * 1e-3, (double)t[k][z][0] * 1e-3);
+            log_times(m, sizeof m, sizes, 0, done[k], t[k]);
             LOOMI_INFO(c->rank,
                        "small %s: slots up to %zu bytes (bytes:slots/engine us%s; %.1f ms "
                        "measuring all%s)",
                        loomi_coll_name(k), c->small_lim[k], m, ms,
                        k == cut ? ", out of time: larger sizes unmeasured" : "");
+        }
+        char names[512];
+        for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
+            loomi_red_class_describe(c, q, names, sizeof names);
+            if (rc.rep[q][0] == 0xff) continue;
+            log_times(m, sizeof m, sizes, sfrom[q], swept >> q & 1 ? sdone[q] : sfrom[q], ts[q]);
+            LOOMI_INFO(c->rank,
+                       "small allreduce, reductions over %.2g times as long as fp32 sums' in "
+                       "cache (class %d; kernels timed in %.1f ms): %s; swept with %s %s: slots "
+                       "up to %zu bytes (bytes:slots/engine us%s)",
+                       CLASS_FROM[q], q, kernel_ms, names,
+                       loomi_dtype_name((loom_datatype_t)rc.rep[q][0]),
+                       loomi_op_name((loom_op_t)rc.rep[q][1]), c->small_lim_red[q], m);
         }
     }
     return LOOM_SUCCESS;

@@ -25,6 +25,7 @@
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "topo/select.h"
+#include "topo/topo.h"
 
 #define TUNE_LOW ((size_t)8 << 10)
 #define TUNE_TOP ((size_t)512 << 10)
@@ -65,11 +66,26 @@ static int cands_ok(const uint8_t *v, size_t n)
     return 1;
 }
 
-/* A verdict: the index of the pick among nc (v[2]), and stop 0 or 1. */
+/* A verdict: the index of the pick among nc (v[2]), stop 0 or 1, then
+ * the pick of each slower class of reductions (v[3..]). */
 static int verdict_ok(const uint8_t *v, size_t n)
 {
-    (void)n;
+    for (size_t q = 3; q < n; q++)
+        if (v[q] >= v[2]) return 0;
     return v[0] < v[2] && v[1] <= 1;
+}
+
+/* Bytes the allreduce's `algo` reduces on a rank (the busiest) of p, for
+ * n bytes: what a slower reduction adds to its time. */
+static double red_bytes(int algo, int p, double n)
+{
+    int lg = 0;
+    while ((2 << lg) <= p) lg++;
+    switch (algo) {
+    case LOOMI_ALGO_RECURSIVE_DOUBLING: return (lg + ((1 << lg) != p)) * n;
+    case LOOMI_ALGO_TREE: return p == 2 ? n / 2 : n;
+    default: return (double)(p - 1) / p * n; /* the ring, halving-doubling, shared */
+    }
 }
 
 /* The starting size, log2 of TUNE_LOW..TUNE_TOP, or 0: not timed. */
@@ -89,7 +105,12 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
     const int coll = COLL;
     struct loomi_job_shape j;
     loomi_comm_shape(c, &j);
-    struct loomi_ranges tuned = c->sel->coll[coll];
+    struct loomi_ranges tuned = c->sel->coll[coll], tcls[LOOMI_RED_CLASSES];
+    memcpy(tcls, c->sel->allreduce_red, sizeof tcls);
+    /* The slower classes' reductions run on ranks that take turns on the
+     * cores as the timed ones did. */
+    const int cores = c->topo->ranks[c->rank].host.ncores;
+    const double cf = cores > 0 && c->machine_ranks > cores ? (double)c->machine_ranks / cores : 1;
     char log[640] = "";
     int used = 0;
     loom_result_t r = LOOM_SUCCESS;
@@ -132,13 +153,25 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
                 if (bt >= 0 && dt < best[i]) best[i] = dt;
             }
         if (r != LOOM_SUCCESS) break;
-        /* Rank 0's verdict: the index of the candidate to run, and
-         * whether the budget is spent (with the count, for the check). */
-        uint8_t v[3] = {0, 0, (uint8_t)nc};
-        int win = 0;
-        for (int i = 1; i < nc; i++)
-            if (best[i] < best[win]) win = i;
-        if ((double)best[0] > TUNE_MARGIN * (double)best[win]) v[0] = (uint8_t)win;
+        /* Rank 0's verdict: the index of the candidate to run, whether
+         * the budget is spent (with the count, for the check), and each
+         * slower class's pick.  Those were timed with fp32 sums; their
+         * own reductions add the bytes each candidate reduces at the
+         * class's slowest kernel's excess (2 ranks: recursive doubling
+         * reduces the whole vector, the ring half of it; timed with bf16
+         * max at 256K, 65.2 us against the ring's 44.8, where fp32 sums
+         * took 22.8 against 38.3). */
+        uint8_t v[3 + LOOMI_RED_CLASSES - 1] = {0, 0, (uint8_t)nc};
+        for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
+            const double dg = q ? c->red_excess[q] * cf : 0;
+            double tq[LOOMI_NUM_ALGOS];
+            int win = 0;
+            for (int i = 0; i < nc; i++) {
+                tq[i] = (double)best[i] + red_bytes(cand[i], c->nranks, (double)s) * dg;
+                if (tq[i] < tq[win]) win = i;
+            }
+            if (tq[0] > TUNE_MARGIN * tq[win]) v[q ? 2 + q : 0] = (uint8_t)win;
+        }
         /* Stop where the next size, twice as long as this one, would
          * end past the budget. */
         const uint64_t now = loomi_now_ns();
@@ -149,11 +182,15 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 timed %u candidates, not %d",
                            loomi_coll_name(coll), v[2], nc);
         if (r != LOOM_SUCCESS) break;
-        if (v[0] && c->ntuned < LOOMI_TUNED &&
-            loomi_ranges_set(&tuned, s, 2 * s, cand[v[0]]) == 0) {
-            c->tuned[c->ntuned].from = s;
-            c->tuned[c->ntuned].was = cand[0];
-            c->tuned[c->ntuned++].now = cand[v[0]];
+        for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
+            const int pick = v[q ? 2 + q : 0];
+            if (pick && c->ntuned < LOOMI_TUNED &&
+                loomi_ranges_set(q ? &tcls[q] : &tuned, s, 2 * s, cand[pick]) == 0) {
+                c->tuned[c->ntuned].cls = q;
+                c->tuned[c->ntuned].from = s;
+                c->tuned[c->ntuned].was = cand[0];
+                c->tuned[c->ntuned++].now = cand[pick];
+            }
         }
         for (int i = 0; i < nc && used < (int)sizeof log - 64; i++) {
             if (!i) used += snprintf(log + used, sizeof log - (size_t)used, " %zu", s);
@@ -171,6 +208,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
         return r;
     }
     c->sel->coll[coll] = tuned;
+    memcpy(c->sel->allreduce_red, tcls, sizeof tcls);
     c->timed_lo = lo;
     c->timed_hi = s / 2;
     if (c->rank == 0)

@@ -236,6 +236,7 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         if (c->small_max) c->small_region = loomi_small_region_bytes(c->small_max);
         for (int k = 0; k < LOOMI_SMALL_TUNED; k++)
             c->small_lim[k] = c->small_max; /* until loomi_small_tune() measures them */
+        for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = c->small_max;
         c->small_unmeasured = 0;
         c->shared_bytes -= c->small_region;
     }

@@ -95,12 +95,24 @@ struct loom_comm {
      * the engine at init; the barrier, which puts nothing in them, always. */
     size_t small_lim[LOOMI_SMALL_TUNED];
     unsigned small_unmeasured; /* bit k: small_lim[k] is small_max, unmeasured */
+    /* How much slower per byte than fp32 sums each (datatype, op)
+     * reduces (small.c, timed at init by rank 0): class 0 about as fast,
+     * classes 1-3 slower by up to 2 times, 4 times, and more.  The
+     * allreduces of class k > 0 take the slots up to small_lim_red[k], and
+     * the engine's table as the model built it (sel->allreduce_model). */
+    uint8_t red_class[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
+    size_t small_lim_red[LOOMI_RED_CLASSES];
+    /* Rank 0's: ns/B that each class's slowest kernel takes beyond fp32
+     * sums' in cache (what tune.c adds to the timed algorithms'
+     * reductions). */
+    double red_excess[LOOMI_RED_CLASSES];
     /* On one host, the allreduce's table as timed at init (tune.c):
      * sizes timed_lo to timed_hi (0: none), and the spans where another
      * algorithm than the model's took over, from `from` to 2 * from. */
     size_t timed_lo, timed_hi;
     int ntuned;
     struct {
+        int cls; /* the class of reductions (red_class) */
         size_t from;
         int was, now;
     } tuned[LOOMI_TUNED];

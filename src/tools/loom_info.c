@@ -290,11 +290,35 @@ static void print_tuned(const struct loom_comm *c)
            "runners-up%s\n",
            loomi_coll_name(LOOMI_COLL_ALLREDUCE), fmt_size_short(c->timed_lo, b, sizeof b),
            fmt_size_short(c->timed_hi, b2, sizeof b2), c->ntuned ? "; taken over:" : "");
-    for (int i = 0; i < c->ntuned; i++)
-        printf("    from %s, below %s: %s, not the model's %s\n",
-               fmt_size_short(c->tuned[i].from, b, sizeof b),
-               fmt_size_short(2 * c->tuned[i].from, b2, sizeof b2),
-               loomi_algo_name(c->tuned[i].now), loomi_algo_name(c->tuned[i].was));
+    /* The fp32 sums' (class 0) first, then each slower class's. */
+    for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
+        char pre[32] = "";
+        if (q) snprintf(pre, sizeof pre, "reductions of class %d: ", q);
+        for (int i = 0; i < c->ntuned; i++)
+            if (c->tuned[i].cls == q)
+                printf("    %sfrom %s, below %s: %s, not the model's %s\n", pre,
+                       fmt_size_short(c->tuned[i].from, b, sizeof b),
+                       fmt_size_short(2 * c->tuned[i].from, b2, sizeof b2),
+                       loomi_algo_name(c->tuned[i].now), loomi_algo_name(c->tuned[i].was));
+    }
+}
+
+/* The classes of reductions that rank 0 timed at init (small.c), and
+ * where their allreduces leave the slots. */
+static void print_red_classes(const struct loom_comm *c)
+{
+    char b[32], names[1024];
+    int any = 0;
+    for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
+        loomi_red_class_describe(c, q, names, sizeof names);
+        if (!strcmp(names, "none")) continue;
+        if (!any)
+            printf("  allreduce of reductions slower than fp32 sums (timed at init; tables "
+                   "and slots of their own):\n");
+        any = 1;
+        printf("    class %d, slots up to %s: %s\n", q,
+               fmt_size_short(c->small_lim_red[q], b, sizeof b), names);
+    }
 }
 
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
@@ -394,6 +418,7 @@ static int report_job(int explain)
             loomi_select_print_window(stdout, comm->sel);
         }
         print_small(comm->small_max, comm->small_lim, comm->small_unmeasured);
+        print_red_classes(comm);
         print_tuned(comm);
         if (comm->links && explain) {
             struct loomi_job_shape j;

@@ -627,6 +627,8 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
 {
     memset(sel, 0, sizeof *sel);
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) build_ranges(&sel->coll[c], c, j, l);
+    for (int k = 0; k < LOOMI_RED_CLASSES; k++)
+        sel->allreduce_red[k] = sel->coll[LOOMI_COLL_ALLREDUCE];
     struct loomi_job_shape jw = *j;
     for (int ip = 0; ip < 2; ip++) {
         jw.window = ip ? LOOMI_WINDOW_IN : LOOMI_WINDOW_OUT;
@@ -644,6 +646,12 @@ static int lookup(const struct loomi_ranges *t, size_t bytes)
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes)
 {
     return lookup(&sel->coll[coll], bytes);
+}
+
+int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes)
+{
+    if (cls < 0 || cls >= LOOMI_RED_CLASSES) cls = 0;
+    return lookup(&sel->allreduce_red[cls], bytes);
 }
 
 int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace)

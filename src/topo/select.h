@@ -93,6 +93,10 @@ struct loomi_selection {
     /* Allreduce with its buffers in windows: [0] out of place, [1] in
      * place (job_shape's window LOOMI_WINDOW_OUT, LOOMI_WINDOW_IN). */
     struct loomi_ranges window[2];
+    /* The allreduce's tables for the slower classes of reductions, 1 to
+     * LOOMI_RED_CLASSES-1 (comm.h; class 0 takes coll[]): the model's,
+     * and each with the spans that the timing at init (tune.c) gave it. */
+    struct loomi_ranges allreduce_red[LOOMI_RED_CLASSES];
 };
 
 /* The table over sizes 1 B .. 1 GiB (powers of two and midpoints). */
@@ -100,6 +104,8 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
                         const struct loomi_links *l);
 /* The table's algorithm for coll at `bytes`. */
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
+/* The allreduce's for reductions of class cls (allreduce_red). */
+int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes);
 /* The allreduce's, buffers in windows, in place or not. */
 int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace);
 /* `algo` for sizes from..to-1 (to 0: no end), the rest as it was;

@@ -8,6 +8,7 @@
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_allreduce
 info=$BUILDDIR/loom-info
+perf=$BUILDDIR/all_reduce_perf
 hosts_wrapper=$(fake_hosts)
 trap 'rm -f "$hosts_wrapper"' EXIT
 
@@ -179,6 +180,34 @@ for n in 2 3; do
     out=$(LOOM_DEBUG=info timeout 120 "$LOOMRUN" -n $n --timeout 100 "$info" --job 2>&1)
     check "$n ranks: the allreduce's table follows its timing at init" ar_tuning_follows "$out"
 done
+# The reductions' classes (small.c): fp32 sums are class 0, so never
+# listed; fp16 and bf16 max, some 7 times as slow here, are in one; no
+# class takes the slots further than the fp32 sums do, nor past the one
+# before it.
+out=$(timeout 120 "$LOOMRUN" -n 4 --timeout 100 "$info" --job 2>&1)
+red_classes_sane() {
+    awk '
+        function bytes(s) { return s ~ /K$/ ? s * 1024 : s ~ /M$/ ? s * 1048576 : s + 0 }
+        $1 == "allreduce:" && $2 == "up" { sub(/,$/, "", $4); lim = bytes($4) }
+        $1 == "class" && $3 == "slots" {
+            sub(/:$/, "", $6); l = bytes($6); n++
+            if (l > lim || (prev && l > prev)) { print "  " $0 " is above " lim " or " prev; bad = 1 }
+            prev = l
+            if ($0 ~ /float32 sum/) { print "  fp32 sums in a slower class"; bad = 1 }
+            if ($0 ~ /bfloat16 [a-z,]*max/) slowmax = 1
+        }
+        END { if (!n || !slowmax) { print "  no classes, or bf16 max in none"; bad = 1 } exit bad }
+    ' <<<"$1"
+}
+check "4 ranks: classes of slower reductions, each with slots up to its own limit" red_classes_sane "$out"
+# Their allreduces, through the slots, their class's table and the
+# timed spans, give the right sums (the perf binary checks each).
+out=$(timeout 200 "$LOOMRUN" -n 4 --timeout 180 "$perf" -b 512 -e 512K -f 4 -n 3 -w 1 -c 1 -d all -o all 2>&1)
+all_right() {
+    awk '$1 ~ /^[0-9]+$/ { n++; if ($9 != 0 || $13 != 0) { print "  wrong: " $0; bad = 1 } }
+         END { if (n != 6 * 50) { print "  " n " rows, not 300"; bad = 1 } exit bad }' <<<"$1"
+}
+check "4 ranks: every datatype and op by its class's path, checked" all_right "$out"
 out=$(LOOM_ALGO=allreduce:ring LOOM_DEBUG=info timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 check "LOOM_ALGO forcing the allreduce: nothing timed" eval '! grep -q "allreduce measured" <<<"$out"'
 tf=$(mktemp)

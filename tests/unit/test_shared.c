@@ -796,8 +796,10 @@ Test(shared, posted_operations_take_turns_on_the_arenas)
 /* Which blocking calls take the arenas' slots (small.c): each of the four
  * collectives that put data there stops at its own measured limit, in
  * bytes of slot (the input of allreduce and allgather, every rank's block
- * of reduce-scatter and all-to-all); the barrier at the slot size;
+ * of reduce-scatter and all-to-all); the allreduce of a slow reduction
+ * at the limit measured for those; the barrier at the slot size;
  * broadcast never; nothing with LOOM_ALGO set for the collective. */
+#define FITS(coll, n) loomi_small_fits(&c, coll, n, LOOM_FLOAT32, LOOM_SUM)
 Test(shared, small_calls_stop_at_their_own_limit)
 {
     struct loom_comm c;
@@ -806,19 +808,35 @@ Test(shared, small_calls_stop_at_their_own_limit)
     c.small_max = 64 << 10;
     const size_t lim[LOOMI_SMALL_TUNED] = {2048, 8192, 4096, 0};
     for (int k = 0; k < LOOMI_SMALL_TUNED; k++) c.small_lim[k] = lim[k];
+    c.small_lim_red[1] = 1024;
+    c.small_lim_red[3] = 512;
+    c.red_class[LOOM_BFLOAT16][LOOM_SUM] = c.red_class[LOOM_BFLOAT16][LOOM_AVG] = 1;
+    c.red_class[LOOM_BFLOAT16][LOOM_MAX] = 3;
     /* n: count times the element size, as collectives.c passes it. */
-    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 2048));
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 2049));
-    cr_assert(loomi_small_fits(&c, LOOMI_COLL_REDUCE_SCATTER, 8192 / 4));
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_REDUCE_SCATTER, 8192 / 4 + 1));
-    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLGATHER, 4096));
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLGATHER, 4097));
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLTOALL, 4), "limit 0: never");
-    cr_assert(loomi_small_fits(&c, LOOMI_COLL_BARRIER, 0));
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_BROADCAST, 8));
+    cr_assert(FITS(LOOMI_COLL_ALLREDUCE, 2048));
+    cr_assert(!FITS(LOOMI_COLL_ALLREDUCE, 2049));
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 2048, LOOM_BFLOAT16, LOOM_MIN),
+              "bf16 min is not slow here");
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 1024, LOOM_BFLOAT16, LOOM_AVG));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 1026, LOOM_BFLOAT16, LOOM_AVG),
+              "slow reductions stop at their class's limit");
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 512, LOOM_BFLOAT16, LOOM_MAX));
+    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 514, LOOM_BFLOAT16, LOOM_MAX));
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_REDUCE_SCATTER, 8192 / 4, LOOM_BFLOAT16, LOOM_MAX),
+              "only the allreduce reduces every peer's whole vector");
+    cr_assert(loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 2048, (loom_datatype_t)99, LOOM_SUM),
+              "an invalid datatype is not slow, and reads nothing out of range");
+    cr_assert(FITS(LOOMI_COLL_REDUCE_SCATTER, 8192 / 4));
+    cr_assert(!FITS(LOOMI_COLL_REDUCE_SCATTER, 8192 / 4 + 1));
+    cr_assert(FITS(LOOMI_COLL_ALLGATHER, 4096));
+    cr_assert(!FITS(LOOMI_COLL_ALLGATHER, 4097));
+    cr_assert(!FITS(LOOMI_COLL_ALLTOALL, 4), "limit 0: never");
+    cr_assert(FITS(LOOMI_COLL_BARRIER, 0));
+    cr_assert(!FITS(LOOMI_COLL_BROADCAST, 8));
     c.algo_forced[LOOMI_COLL_ALLGATHER] = LOOMI_ALGO_RING;
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLGATHER, 8), "LOOM_ALGO bypasses the slots");
+    cr_assert(!FITS(LOOMI_COLL_ALLGATHER, 8), "LOOM_ALGO bypasses the slots");
     c.small_max = 0;
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_ALLREDUCE, 8), "no slots at all");
-    cr_assert(!loomi_small_fits(&c, LOOMI_COLL_BARRIER, 0));
+    cr_assert(!FITS(LOOMI_COLL_ALLREDUCE, 8), "no slots at all");
+    cr_assert(!FITS(LOOMI_COLL_BARRIER, 0));
 }
+#undef FITS
