@@ -513,7 +513,7 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
             if (rc.rep[q][0] == 0xff) continue;
             log_times(m, sizeof m, sizes, sfrom[q], swept >> q & 1 ? sdone[q] : sfrom[q], ts[q]);
             LOOMI_INFO(c->rank,
-                       "small allreduce, reductions over %.2g times as long as fp32 sums' in "
+                       "small allreduce, reductions over %.3g times as long as fp32 sums' in "
                        "cache (class %d; kernels timed in %.1f ms): %s; swept with %s %s: slots "
                        "up to %zu bytes (bytes:slots/engine us%s)",
                        CLASS_FROM[q], q, kernel_ms, names,

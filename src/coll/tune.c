@@ -158,9 +158,9 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
          * slower class's pick.  Those were timed with fp32 sums; their
          * own reductions add the bytes each candidate reduces at the
          * class's slowest kernel's excess (2 ranks: recursive doubling
-         * reduces the whole vector, the ring half of it; timed with bf16
-         * max at 256K, 65.2 us against the ring's 44.8, where fp32 sums
-         * took 22.8 against 38.3). */
+         * reduces the whole vector, the ring half of it: with bf16 max at
+         * 256K, 61.9 us against the ring's 44.8, where fp32 sums took
+         * 22.8 against 38.3). */
         uint8_t v[3 + LOOMI_RED_CLASSES - 1] = {0, 0, (uint8_t)nc};
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
             const double dg = q ? c->red_excess[q] * cf : 0;
