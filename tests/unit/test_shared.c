@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "sched/simulate.h"
 #include "topo/hostmap.h"
+#include "topo/select.h"
 #include "transports/sim/sim.h"
 
 /* host_of for H hosts of L ranks, blocked (0,0,1,1) or interleaved (0,1,0,1). */
@@ -840,3 +841,45 @@ Test(shared, small_calls_stop_at_their_own_limit)
     cr_assert(!FITS(LOOMI_COLL_BARRIER, 0));
 }
 #undef FITS
+
+/* The allreduce's algorithm (algo.c): each class of reductions from its
+ * own table, fp32 sums (class 0) and invalid pairs from the main one;
+ * the other collectives and the windows' table whatever the datatype;
+ * LOOM_ALGO over all of them. */
+Test(shared, slower_reductions_take_their_class_table)
+{
+    static struct loomi_selection sel;
+    memset(&sel, 0, sizeof sel);
+    const int AR = LOOMI_COLL_ALLREDUCE, RS = LOOMI_COLL_REDUCE_SCATTER;
+    cr_assert_eq(loomi_ranges_set(&sel.coll[AR], 0, 0, LOOMI_ALGO_RING), 0);
+    cr_assert_eq(loomi_ranges_set(&sel.coll[AR], 4096, 8192, LOOMI_ALGO_RECURSIVE_DOUBLING), 0);
+    for (int k = 0; k < LOOMI_RED_CLASSES; k++)
+        cr_assert_eq(loomi_ranges_set(&sel.allreduce_red[k], 0, 0, LOOMI_ALGO_RING), 0);
+    cr_assert_eq(loomi_ranges_set(&sel.allreduce_red[3], 4096, 8192, LOOMI_ALGO_TREE), 0);
+    cr_assert_eq(loomi_ranges_set(&sel.coll[RS], 0, 0, LOOMI_ALGO_HALVING_DOUBLING), 0);
+    cr_assert_eq(loomi_ranges_set(&sel.window[0], 0, 0, LOOMI_ALGO_SHARED), 0);
+    struct loom_comm c;
+    memset(&c, 0, sizeof c);
+    c.nranks = 4;
+    c.sel = &sel;
+    c.red_class[LOOM_BFLOAT16][LOOM_MAX] = 3;
+    c.red_class[LOOM_BFLOAT16][LOOM_SUM] = 2;
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_FLOAT32, LOOM_SUM),
+                 LOOMI_ALGO_RECURSIVE_DOUBLING);
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX), LOOMI_ALGO_TREE,
+                 "class 3 runs its own table's span");
+    cr_assert_eq(loomi_algo_for(&c, AR, 8192, 0, LOOM_BFLOAT16, LOOM_MAX), LOOMI_ALGO_RING);
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_SUM), LOOMI_ALGO_RING,
+                 "class 2's table has no span there");
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 1, (loom_datatype_t)42, LOOM_MAX),
+                 LOOMI_ALGO_RECURSIVE_DOUBLING, "an invalid datatype as class 0");
+    cr_assert_eq(loomi_algo_for(&c, RS, 4096, 0, LOOM_BFLOAT16, LOOM_MAX),
+                 LOOMI_ALGO_HALVING_DOUBLING, "only the allreduce has classes");
+    c.win_shared = 1;
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX), LOOMI_ALGO_SHARED,
+                 "windows keep their table");
+    c.win_shared = 0;
+    c.algo_forced[AR] = LOOMI_ALGO_HALVING_DOUBLING;
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX),
+                 LOOMI_ALGO_HALVING_DOUBLING, "LOOM_ALGO rules");
+}
