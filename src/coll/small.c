@@ -443,35 +443,11 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collectives: out of memory");
     }
     for (int k = 0; k < LOOMI_SMALL_TUNED && r == LOOM_SUCCESS; k++) {
-        int out = 0, sout = 0;
+        int out = 0;
         r = sweep(c, k, LOOM_FLOAT32, LOOM_SUM, &c->small_lim[k], sizes, 0, ns, start, a, b,
                   t[k], &done[k], &out);
-        /* The allreduce's slower classes in turn, each from an eighth of
-         * the limit of the class before it (below, one synchronisation
-         * against rounds of messages wins whatever the reduction) up to
-         * that limit at most. */
-        size_t above = c->small_lim[k];
-        for (int q = 1; k == LOOMI_COLL_ALLREDUCE && q < LOOMI_RED_CLASSES && r == LOOM_SUCCESS &&
-                        !out && !sout;
-             q++) {
-            c->small_lim_red[q] = above;
-            if (rc.rep[q][0] == 0xff) continue;
-            int top = 0;
-            while (top < ns && sizes[top] <= above) top++;
-            sfrom[q] = 0;
-            while (sfrom[q] + 1 < top && sizes[sfrom[q]] < above / 8) sfrom[q]++;
-            if (top > 0) {
-                r = sweep(c, k, (loom_datatype_t)rc.rep[q][0], (loom_op_t)rc.rep[q][1],
-                          &c->small_lim_red[q], sizes, sfrom[q], top, start, a, b, ts[q],
-                          &sdone[q], &sout);
-                if (c->small_lim_red[q] > above) c->small_lim_red[q] = above;
-                if (sout) c->small_lim_red[q] = above; /* out of time: as the class before */
-                swept |= 1 << q;
-            }
-            above = c->small_lim_red[q];
-        }
-        if (out || sout) {
-            if (out) cut = k;
+        if (out) {
+            cut = k;
             for (int q = k + 1; q < LOOMI_SMALL_TUNED; q++) {
                 c->small_lim[q] = max;
                 c->small_unmeasured |= 1u << q;
@@ -479,10 +455,40 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
             break;
         }
     }
-    /* Classes left unswept (out of time): as the sums. */
-    for (int q = 1; q < LOOMI_RED_CLASSES; q++)
-        if (!(swept >> q & 1) && c->small_lim_red[q] > c->small_lim[LOOMI_COLL_ALLREDUCE])
-            c->small_lim_red[q] = c->small_lim[LOOMI_COLL_ALLREDUCE];
+    /* The allreduce's slower classes last, so that where time is short
+     * the four collectives' own limits come first: whether any is left,
+     * rank 0's word.  Each class from an eighth of the limit of the class
+     * before it (below, one synchronisation against rounds of messages
+     * wins whatever the reduction) up to that limit at most; a class not
+     * reached keeps that limit (class 0's: the sums'). */
+    uint8_t go = 0;
+    if (r == LOOM_SUCCESS) {
+        go = cut == LOOMI_SMALL_TUNED && loomi_now_ns() - start < TUNE_BUDGET_NS;
+        r = loom_broadcast(&go, &go, 1, LOOM_UINT8, 0, c);
+        if (r == LOOM_SUCCESS && go > 1)
+            r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                           "small allreduce: rank 0 sent %u for whether to time the slower "
+                           "reductions", go);
+    }
+    size_t above = c->small_lim[LOOMI_COLL_ALLREDUCE];
+    int sout = 0;
+    for (int q = 1; q < LOOMI_RED_CLASSES && r == LOOM_SUCCESS; q++) {
+        c->small_lim_red[q] = above;
+        if (!go || sout || rc.rep[q][0] == 0xff) continue;
+        int top = 0;
+        while (top < ns && sizes[top] <= above) top++;
+        sfrom[q] = 0;
+        while (sfrom[q] + 1 < top && sizes[sfrom[q]] < above / 8) sfrom[q]++;
+        if (top > 0) {
+            r = sweep(c, LOOMI_COLL_ALLREDUCE, (loom_datatype_t)rc.rep[q][0],
+                      (loom_op_t)rc.rep[q][1], &c->small_lim_red[q], sizes, sfrom[q], top, start,
+                      a, b, ts[q], &sdone[q], &sout);
+            /* Out of time: as the class before. */
+            if (c->small_lim_red[q] > above || sout) c->small_lim_red[q] = above;
+            swept |= 1 << q;
+        }
+        above = c->small_lim_red[q];
+    }
     free(a);
     free(b);
     if (r != LOOM_SUCCESS) {
@@ -514,9 +520,10 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
             log_times(m, sizeof m, sizes, sfrom[q], swept >> q & 1 ? sdone[q] : sfrom[q], ts[q]);
             LOOMI_INFO(c->rank,
                        "small allreduce, reductions over %.3g times as long as fp32 sums' in "
-                       "cache (class %d; kernels timed in %.1f ms): %s; swept with %s %s: slots "
+                       "cache (class %d; kernels timed in %.1f ms): %s; %s %s %s: slots "
                        "up to %zu bytes (bytes:slots/engine us%s)",
                        CLASS_FROM[q], q, kernel_ms, names,
+                       swept >> q & 1 ? "swept with" : "out of time, as the class before; slowest",
                        loomi_dtype_name((loom_datatype_t)rc.rep[q][0]),
                        loomi_op_name((loom_op_t)rc.rep[q][1]), c->small_lim_red[q], m);
         }
