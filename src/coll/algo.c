@@ -181,12 +181,6 @@ loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LO
     return LOOM_SUCCESS;
 }
 
-int loomi_red_class(const struct loom_comm *comm, loom_datatype_t dtype, loom_op_t op)
-{
-    if ((unsigned)dtype >= LOOM_NUM_DATATYPES || (unsigned)op >= LOOM_NUM_OPS) return 0;
-    return comm->red_class[dtype][op];
-}
-
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
                    loom_datatype_t dtype, loom_op_t op)
 {

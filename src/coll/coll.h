@@ -276,6 +276,9 @@ int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n, loom_data
 int loomi_red_class(const struct loom_comm *comm, loom_datatype_t dtype, loom_op_t op);
 /* The pairs of class k in words ("bfloat16 sum,avg; ..."), or "none". */
 void loomi_red_class_describe(const struct loom_comm *comm, int k, char *buf, size_t len);
+/* redclass.c: rank 0 times every reduction kernel and tells the others
+ * each pair's class (collective over comm; none with LOOM_PROBE=0). */
+loom_result_t loomi_red_classes_measure(struct loom_comm *comm);
 /* Measure up to which size allreduce is faster through the slots than
  * through the engine (collective: every rank of comm calls it at init,
  * once the selection is built). */

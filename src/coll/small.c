@@ -148,169 +148,6 @@ int loomi_small_fits(const struct loom_comm *c, int coll, size_t n, loom_datatyp
  * cores: slots faster at every size, 145 ms for all four). */
 #define TUNE_BUDGET_NS 50000000u
 
-/*
- * The datatype and the op matter to the allreduce: through the slots
- * every rank reduces the whole vector of every peer, (p-1)n, where the
- * engine's algorithms reduce (p-1)n/p, so a reduction slower than the
- * fp32 sum that the sweep times moves the crossover down.  4 ranks here,
- * 16K: bf16 sums through the slots 20.8 us against halving-doubling's
- * 13.4, fp32 max 20.9 against 13.6, bf16 max 33.0 against 16.4 (at 8K
- * 17.7 against 12.4), but int32 max 13.1 against 12.6.  In cache, per
- * byte, those kernels take 2.5, 2.5, 7 and 1.8 times as long as fp32
- * sums.  So rank 0 times every kernel and puts each pair in a class by
- * that ratio, above each of CLASS_FROM; each class but the first gets
- * its own limit, swept with its slowest pair (which errs towards the
- * engine for the others in it).
- */
-static const double CLASS_FROM[LOOMI_RED_CLASSES] = {0, 1.25, 2, 4};
-#define KERNEL_BYTES ((size_t)32 << 10)
-#define KERNEL_RUNS 5
-
-/* An element of value v in dt, written at p. */
-static void put_value(unsigned char *p, loom_datatype_t dt, int v)
-{
-    switch (dt) {
-    case LOOM_INT8:
-    case LOOM_UINT8: *p = (unsigned char)v; break;
-    case LOOM_INT32:
-    case LOOM_UINT32: {
-        uint32_t x = (uint32_t)v;
-        memcpy(p, &x, sizeof x);
-        break;
-    }
-    case LOOM_INT64:
-    case LOOM_UINT64: {
-        uint64_t x = (uint64_t)v;
-        memcpy(p, &x, sizeof x);
-        break;
-    }
-    case LOOM_FLOAT16:
-    case LOOM_BFLOAT16: {
-        uint16_t x = dt == LOOM_FLOAT16 ? loomi_fp32_to_fp16((float)v) : loomi_fp32_to_bf16((float)v);
-        memcpy(p, &x, sizeof x);
-        break;
-    }
-    case LOOM_FLOAT32: {
-        float x = (float)v;
-        memcpy(p, &x, sizeof x);
-        break;
-    }
-    default: {
-        double x = (double)v;
-        memcpy(p, &x, sizeof x);
-        break;
-    }
-    }
-}
-
-/* What rank 0 measures and sends: each pair's class, and each class's
- * slowest pair (0xff 0xff: none; always so for class 0). */
-struct red_classes {
-    uint8_t cls[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
-    uint8_t rep[LOOMI_RED_CLASSES][2];
-};
-
-/* Rank 0: time every kernel in cache against fp32 sums (LOOM_AVG reduces
- * as LOOM_SUM).  Operands 2 and 1, so that no run meets subnormals,
- * infinities or NaNs. */
-static loom_result_t measure_kernels(struct red_classes *rc, double excess[LOOMI_RED_CLASSES])
-{
-    unsigned char *d = malloc(KERNEL_BYTES), *src = malloc(KERNEL_BYTES),
-                  *twos = malloc(KERNEL_BYTES);
-    if (!d || !src || !twos) {
-        free(d);
-        free(src);
-        free(twos);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, 0, "timing the reductions: out of memory");
-    }
-    double t[LOOM_NUM_DATATYPES][LOOM_NUM_OPS] = {{0}};
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++) {
-        const size_t es = loom_datatype_size((loom_datatype_t)dt), count = KERNEL_BYTES / es;
-        for (size_t i = 0; i < count; i++) {
-            put_value(src + i * es, (loom_datatype_t)dt, 1);
-            put_value(twos + i * es, (loom_datatype_t)dt, 2);
-        }
-        for (int op = 0; op < LOOM_NUM_OPS; op++) {
-            if (op == LOOM_AVG) continue;
-            uint64_t best = UINT64_MAX;
-            for (int run = 0; run <= KERNEL_RUNS; run++) {
-                memcpy(d, twos, KERNEL_BYTES);
-                const uint64_t t0 = loomi_now_ns();
-                loomi_reduce_inplace(d, src, count, (loom_datatype_t)dt, (loom_op_t)op);
-                const uint64_t ns = loomi_now_ns() - t0;
-                if (run && ns < best) best = ns; /* run 0 warms up */
-            }
-            t[dt][op] = (double)(best ? best : 1);
-        }
-        t[dt][LOOM_AVG] = t[dt][LOOM_SUM];
-    }
-    free(twos);
-    free(d);
-    free(src);
-    const double base = t[LOOM_FLOAT32][LOOM_SUM];
-    double worst[LOOMI_RED_CLASSES] = {0};
-    memset(rc->rep, 0xff, sizeof rc->rep);
-    for (int k = 0; k < LOOMI_RED_CLASSES; k++) excess[k] = 0;
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
-        for (int op = 0; op < LOOM_NUM_OPS; op++) {
-            const double ratio = t[dt][op] / base;
-            int k = 0;
-            while (k + 1 < LOOMI_RED_CLASSES && ratio > CLASS_FROM[k + 1]) k++;
-            if (dt == LOOM_FLOAT32 && op == LOOM_SUM) k = 0; /* the sweep's own */
-            rc->cls[dt][op] = (uint8_t)k;
-            if (k && ratio > worst[k]) {
-                worst[k] = ratio;
-                excess[k] = (t[dt][op] - base) / (double)KERNEL_BYTES;
-                rc->rep[k][0] = (uint8_t)dt;
-                rc->rep[k][1] = (uint8_t)op;
-            }
-        }
-    return LOOM_SUCCESS;
-}
-
-/* What came from rank 0, in range and consistent. */
-static int classes_ok(const struct red_classes *rc)
-{
-    int seen[LOOMI_RED_CLASSES] = {0};
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
-        for (int op = 0; op < LOOM_NUM_OPS; op++) {
-            if (rc->cls[dt][op] >= LOOMI_RED_CLASSES) return 0;
-            seen[rc->cls[dt][op]] = 1;
-        }
-    if (rc->cls[LOOM_FLOAT32][LOOM_SUM] != 0) return 0;
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
-        if (rc->cls[dt][LOOM_AVG] != rc->cls[dt][LOOM_SUM]) return 0;
-    for (int k = 0; k < LOOMI_RED_CLASSES; k++) {
-        const uint8_t *r = rc->rep[k];
-        if (!k || !seen[k]) {
-            if (r[0] != 0xff || r[1] != 0xff) return 0;
-        } else if (r[0] >= LOOM_NUM_DATATYPES || r[1] >= LOOM_NUM_OPS || rc->cls[r[0]][r[1]] != k) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-void loomi_red_class_describe(const struct loom_comm *c, int k, char *buf, size_t len)
-{
-    size_t u = 0;
-    int full = 0;
-    buf[0] = 0;
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES && !full; dt++)
-        for (int op = 0, first = 1; op < LOOM_NUM_OPS && !full; op++) {
-            if (c->red_class[dt][op] != k) continue;
-            int w = first ? snprintf(buf + u, len - u, "%s%s %s", u ? "; " : "",
-                                     loomi_dtype_name((loom_datatype_t)dt),
-                                     loomi_op_name((loom_op_t)op))
-                          : snprintf(buf + u, len - u, ",%s", loomi_op_name((loom_op_t)op));
-            first = 0;
-            if (w < 0 || u + (size_t)w >= len) full = 1;
-            else u += (size_t)w;
-        }
-    if (full && len > 4) memcpy(buf + (u + 4 <= len ? u : len - 4), "...", 4);
-    if (!u && !full) snprintf(buf, len, "none");
-}
-
 /* One call of the collective with `bytes` of slot: floats and sums,
  * but the allreduce in dt and op. */
 static loom_result_t tune_call(struct loom_comm *c, int coll, loom_datatype_t dt, loom_op_t op,
@@ -404,7 +241,6 @@ static void log_times(char *m, size_t len, const size_t *sizes, int from, int do
 loom_result_t loomi_small_tune(struct loom_comm *c)
 {
     const size_t max = c->small_max;
-    memset(c->red_class, 0, sizeof c->red_class);
     for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = max;
     /* Off, all below the first size, or LOOM_PROBE=0 (measure nothing). */
     if (max < TUNE_FIRST || !c->set.probe) return LOOM_SUCCESS;
@@ -416,21 +252,7 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     size_t sizes[NSIZES];
     int ns = 0;
     for (size_t s = TUNE_FIRST; s <= max && ns < NSIZES; s *= 2) sizes[ns++] = s;
-    /* The reductions' classes, rank 0's word. */
-    struct red_classes rc;
-    memset(&rc, 0, sizeof rc);
     loom_result_t r = LOOM_SUCCESS;
-    memset(c->red_excess, 0, sizeof c->red_excess);
-    if (c->rank == 0) r = measure_kernels(&rc, c->red_excess);
-    const double kernel_ms = (double)(loomi_now_ns() - start) * 1e-6;
-    if (r == LOOM_SUCCESS) r = loom_broadcast(&rc, &rc, sizeof rc, LOOM_UINT8, 0, c);
-    if (r == LOOM_SUCCESS && !classes_ok(&rc))
-        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                       "small collectives: rank 0 sent out-of-range classes of reductions");
-    if (r != LOOM_SUCCESS)
-        return loomi_fail(r, c->rank, "measuring small collectives: %s", loom_get_last_error());
-    /* The allreduces of each class consult its limit from here on. */
-    memcpy(c->red_class, rc.cls, sizeof c->red_class);
     int sfrom[LOOMI_RED_CLASSES] = {0}, sdone[LOOMI_RED_CLASSES] = {0};
     int swept = 0; /* the classes swept */
     /* The allgather's output holds a slot from every rank. */
@@ -439,7 +261,6 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     if (!a || !b) {
         free(a);
         free(b);
-        memset(c->red_class, 0, sizeof c->red_class);
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collectives: out of memory");
     }
     for (int k = 0; k < LOOMI_SMALL_TUNED && r == LOOM_SUCCESS; k++) {
@@ -474,14 +295,14 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     int sout = 0;
     for (int q = 1; q < LOOMI_RED_CLASSES && r == LOOM_SUCCESS; q++) {
         c->small_lim_red[q] = above;
-        if (!go || sout || rc.rep[q][0] == 0xff) continue;
+        if (!go || sout || c->red_rep[q][0] == 0xff) continue;
         int top = 0;
         while (top < ns && sizes[top] <= above) top++;
         sfrom[q] = 0;
         while (sfrom[q] + 1 < top && sizes[sfrom[q]] < above / 8) sfrom[q]++;
         if (top > 0) {
-            r = sweep(c, LOOMI_COLL_ALLREDUCE, (loom_datatype_t)rc.rep[q][0],
-                      (loom_op_t)rc.rep[q][1], &c->small_lim_red[q], sizes, sfrom[q], top, start,
+            r = sweep(c, LOOMI_COLL_ALLREDUCE, (loom_datatype_t)c->red_rep[q][0],
+                      (loom_op_t)c->red_rep[q][1], &c->small_lim_red[q], sizes, sfrom[q], top, start,
                       a, b, ts[q], &sdone[q], &sout);
             /* Out of time: as the class before. */
             if (c->small_lim_red[q] > above || sout) c->small_lim_red[q] = above;
@@ -494,7 +315,6 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     if (r != LOOM_SUCCESS) {
         for (int k = 0; k < LOOMI_SMALL_TUNED; k++) c->small_lim[k] = max;
         for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = max;
-        memset(c->red_class, 0, sizeof c->red_class);
         return loomi_fail(r, c->rank, "measuring small collectives: %s", loom_get_last_error());
     }
     if (c->rank == 0) {
@@ -516,16 +336,15 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
         char names[512];
         for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
             loomi_red_class_describe(c, q, names, sizeof names);
-            if (rc.rep[q][0] == 0xff) continue;
+            if (c->red_rep[q][0] == 0xff) continue;
             log_times(m, sizeof m, sizes, sfrom[q], swept >> q & 1 ? sdone[q] : sfrom[q], ts[q]);
             LOOMI_INFO(c->rank,
-                       "small allreduce, reductions over %.3g times as long as fp32 sums' in "
-                       "cache (class %d; kernels timed in %.1f ms): %s; %s %s %s: slots "
-                       "up to %zu bytes (bytes:slots/engine us%s)",
-                       CLASS_FROM[q], q, kernel_ms, names,
+                       "small allreduce, reductions of class %d (%s): %s %s %s: slots up to %zu "
+                       "bytes (bytes:slots/engine us%s)",
+                       q, names,
                        swept >> q & 1 ? "swept with" : "out of time, as the class before; slowest",
-                       loomi_dtype_name((loom_datatype_t)rc.rep[q][0]),
-                       loomi_op_name((loom_op_t)rc.rep[q][1]), c->small_lim_red[q], m);
+                       loomi_dtype_name((loom_datatype_t)c->red_rep[q][0]),
+                       loomi_op_name((loom_op_t)c->red_rep[q][1]), c->small_lim_red[q], m);
         }
     }
     return LOOM_SUCCESS;

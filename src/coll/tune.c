@@ -67,11 +67,12 @@ static int cands_ok(const uint8_t *v, size_t n)
 }
 
 /* A verdict: the index of the pick among nc (v[2]), stop 0 or 1, then
- * the pick of each slower class of reductions (v[3..]). */
+ * the pick of each slower class of reductions (v[3..]; KEEP: none). */
+#define KEEP 0xff
 static int verdict_ok(const uint8_t *v, size_t n)
 {
     for (size_t q = 3; q < n; q++)
-        if (v[q] >= v[2]) return 0;
+        if (v[q] >= v[2] && v[q] != KEEP) return 0;
     return v[0] < v[2] && v[1] <= 1;
 }
 
@@ -162,6 +163,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
          * 256K, 61.9 us against the ring's 44.8, where fp32 sums took
          * 22.8 against 38.3). */
         uint8_t v[3 + LOOMI_RED_CLASSES - 1] = {0, 0, (uint8_t)nc};
+        memset(v + 3, KEEP, LOOMI_RED_CLASSES - 1);
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
             const double dg = q ? c->red_excess[q] * cf : 0;
             double tq[LOOMI_NUM_ALGOS];
@@ -170,8 +172,15 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
                 tq[i] = (double)best[i] + red_bytes(cand[i], c->nranks, (double)s) * dg;
                 if (tq[i] < tq[win]) win = i;
             }
+            /* The class's own table's algorithm, where it was timed. */
+            int b = 0;
+            if (q) {
+                const int own = loomi_select_lookup_red(c->sel, q, s);
+                while (b < nc && cand[b] != own) b++;
+                if (b == nc) continue;
+            }
             uint8_t *pick = &v[q ? 2 + q : 0];
-            if (tq[0] > TUNE_MARGIN * tq[win]) *pick = (uint8_t)win;
+            if (tq[b] > TUNE_MARGIN * tq[win]) *pick = (uint8_t)win;
             /* The margin stands against the noise of the timing, which
              * the fp32 sums' verdict has passed; the reductions' excess
              * is the model's and shifts every candidate: the sums' pick
@@ -180,7 +189,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
              * at init, a clear win that fp16 sums' 2.7 against 1.3 us
              * more would have undone; measured in fp16, 19.7 against
              * 13.4.) */
-            else if (q && v[0] && tq[v[0]] < tq[0])
+            else if (q && v[0] && tq[v[0]] < tq[b])
                 *pick = v[0];
         }
         /* Stop where the next size, twice as long as this one, would
@@ -195,11 +204,12 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
         if (r != LOOM_SUCCESS) break;
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
             const int pick = v[q ? 2 + q : 0];
-            if (pick && c->ntuned < LOOMI_TUNED &&
+            const int was = q ? loomi_select_lookup_red(c->sel, q, s) : cand[0];
+            if (pick != KEEP && cand[pick] != was && c->ntuned < LOOMI_TUNED &&
                 loomi_ranges_set(q ? &tcls[q] : &tuned, s, 2 * s, cand[pick]) == 0) {
                 c->tuned[c->ntuned].cls = q;
                 c->tuned[c->ntuned].from = s;
-                c->tuned[c->ntuned].was = cand[0];
+                c->tuned[c->ntuned].was = was;
                 c->tuned[c->ntuned++].now = cand[pick];
             }
         }

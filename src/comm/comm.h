@@ -102,10 +102,11 @@ struct loom_comm {
      * the engine's table as the model built it (sel->allreduce_model). */
     uint8_t red_class[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
     size_t small_lim_red[LOOMI_RED_CLASSES];
-    /* Rank 0's: ns/B that each class's slowest kernel takes beyond fp32
-     * sums' in cache (what tune.c adds to the timed algorithms'
-     * reductions). */
+    /* The ns/B that each class's slowest kernel takes beyond fp32 sums'
+     * in cache (what its table's model and tune.c add to reductions),
+     * and that pair (0xff: none; small.c sweeps with it). */
     double red_excess[LOOMI_RED_CLASSES];
+    uint8_t red_rep[LOOMI_RED_CLASSES][2];
     /* On one host, the allreduce's table as timed at init (tune.c):
      * sizes timed_lo to timed_hi (0: none), and the spans where another
      * algorithm than the model's took over, from `from` to 2 * from. */

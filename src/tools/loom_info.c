@@ -314,10 +314,14 @@ static void print_red_classes(const struct loom_comm *c)
         if (!strcmp(names, "none")) continue;
         if (!any)
             printf("  allreduce of reductions slower than fp32 sums (timed at init; tables "
-                   "and slots of their own):\n");
+                   "of their own%s):\n", c->small_max ? ", and slots" : "");
         any = 1;
-        printf("    class %d, slots up to %s: %s\n", q,
-               fmt_size_short(c->small_lim_red[q], b, sizeof b), names);
+        if (c->small_max)
+            printf("    class %d, slots up to %s: %s\n", q,
+                   fmt_size_short(c->small_lim_red[q], b, sizeof b), names);
+        else
+            printf("    class %d: %s\n", q, names);
+        if (c->sel) loomi_select_print_red(stdout, c->sel, q);
     }
 }
 

@@ -227,6 +227,10 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "selection: out of memory");
     *c->links = l;
     loomi_select_build(c->sel, &j, &l);
+    /* The slower reductions' classes, and their allreduce tables. */
+    r = loomi_red_classes_measure(c);
+    if (r != LOOM_SUCCESS) return r;
+    loomi_select_build_red(c->sel, &j, &l, c->red_excess);
     /* Timing the slots and the allreduce's table share TUNE_BUDGET_NS,
      * the slots first (each stops early when it runs out). */
     const uint64_t t1 = loomi_now_ns();

@@ -648,6 +648,17 @@ int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t byte
     return lookup(&sel->coll[coll], bytes);
 }
 
+void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_shape *j,
+                            const struct loomi_links *l, const double excess[LOOMI_RED_CLASSES])
+{
+    for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
+        if (!(excess[q] > 0)) continue;
+        struct loomi_links lq = *l;
+        lq.gamma += excess[q] * 1e-9;
+        build_ranges(&sel->allreduce_red[q], LOOMI_COLL_ALLREDUCE, j, &lq);
+    }
+}
+
 int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes)
 {
     if (cls < 0 || cls >= LOOMI_RED_CLASSES) cls = 0;
@@ -702,6 +713,11 @@ static void print_ranges(FILE *f, const char *label, const struct loomi_ranges *
 void loomi_select_print(FILE *f, const struct loomi_selection *sel)
 {
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) print_ranges(f, loomi_coll_name(c), &sel->coll[c]);
+}
+
+void loomi_select_print_red(FILE *f, const struct loomi_selection *sel, int cls)
+{
+    if (cls > 0 && cls < LOOMI_RED_CLASSES) print_ranges(f, "  its table", &sel->allreduce_red[cls]);
 }
 
 void loomi_select_print_window(FILE *f, const struct loomi_selection *sel)

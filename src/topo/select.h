@@ -104,6 +104,10 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
                         const struct loomi_links *l);
 /* The table's algorithm for coll at `bytes`. */
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
+/* The allreduce's tables of the slower classes (allreduce_red), with
+ * reductions dearer by excess[q] ns/B (comm.h's red_excess). */
+void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_shape *j,
+                            const struct loomi_links *l, const double excess[LOOMI_RED_CLASSES]);
 /* The allreduce's for reductions of class cls (allreduce_red). */
 int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes);
 /* The allreduce's, buffers in windows, in place or not. */
@@ -113,6 +117,8 @@ int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, 
  * LOOMI_SELECT_MAX_RANGES ranges. */
 int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo);
 void loomi_select_print(FILE *f, const struct loomi_selection *sel);
+/* The allreduce's table for reductions of class cls. */
+void loomi_select_print_red(FILE *f, const struct loomi_selection *sel, int cls);
 /* The allreduce's window tables, out of place and in place. */
 void loomi_select_print_window(FILE *f, const struct loomi_selection *sel);
 void loomi_links_print(FILE *f, const struct loomi_links *l);

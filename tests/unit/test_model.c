@@ -989,3 +989,39 @@ Test(model, failure_message_can_quote_the_last_one)
                      "measuring small collectives: rank 1 failed: the peer aborted the "
                      "communicator");
 }
+
+/* A class of slower reductions gets the model's allreduce table with
+ * reductions dearer by its excess (select.c, redclass.c): on 4 ranks of
+ * one host with this VM's figures, bf16 max (0.16 ns/B more than fp32
+ * sums) moves recursive doubling, which reduces the whole vector twice,
+ * out of sizes where the fp32 table runs it (measured at 8K: 14.3 us
+ * against halving-doubling's 12.7); a reduction-heavier algorithm never
+ * gains; class 0 and classes without excess keep the fp32 table. */
+Test(model, slower_reductions_shift_the_allreduce_table)
+{
+    const int host_of[4] = {0, 0, 0, 0};
+    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
+    cr_assert_not_null(hm);
+    struct loomi_links l;
+    shm_links(&l, 1.24e-6, 0.098e-9, 0.068e-9, 0.068e-9);
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
+                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20};
+    static struct loomi_selection sel;
+    loomi_select_build(&sel, &j, &l);
+    const double excess[LOOMI_RED_CLASSES] = {0, 0, 0, 0.16};
+    loomi_select_build_red(&sel, &j, &l, excess);
+    const int RD = LOOMI_ALGO_RECURSIVE_DOUBLING;
+    int moved = 0;
+    for (size_t n = 1024; n <= (size_t)1 << 20; n *= 2) {
+        const int f32 = loomi_select_lookup(&sel, LOOMI_COLL_ALLREDUCE, n);
+        const int slow = loomi_select_lookup_red(&sel, 3, n);
+        cr_assert(slow != RD || f32 == RD, "%zu B: recursive doubling for bf16 max only", n);
+        moved |= f32 == RD && slow != RD;
+        cr_assert_eq(loomi_select_lookup_red(&sel, 1, n), f32, "%zu B: class 1 has no excess", n);
+        cr_assert_eq(loomi_select_lookup_red(&sel, 0, n), f32);
+    }
+    cr_assert(moved, "no size moved off recursive doubling");
+    cr_assert_neq(loomi_select_lookup_red(&sel, 3, 8192), RD, "8K: %s",
+                  loomi_algo_name(loomi_select_lookup_red(&sel, 3, 8192)));
+    free(hm);
+}
