@@ -563,15 +563,23 @@ Test(model, flat_broadcast_pays_its_copies_on_one_host)
  * about twice what the pairwise ping-pong suggests.  With the figures
  * probed on such a host, halving-doubling measured 10-30% faster from 16K
  * to 64K, and shared from 256K on (2 cores: 4 ranks; 4 cores: no wait). */
-Test(model, shared_syncs_wait_for_turns_on_the_cores)
+/* 4 ranks on one host of 2 cores, with this VM's probed figures. */
+static struct loomi_hostmap *four_ranks_here(struct loomi_links *l, struct loomi_job_shape *j)
 {
     const int host_of[4] = {0, 0, 0, 0};
     struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
     cr_assert_not_null(hm);
+    shm_links(l, 1.24e-6, 0.098e-9, 0.068e-9, 0.068e-9);
+    *j = (struct loomi_job_shape){.hosts = hm, .nranks = 4, .cores_per_host = 2,
+                                  .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)1 << 20};
+    return hm;
+}
+
+Test(model, shared_syncs_wait_for_turns_on_the_cores)
+{
     struct loomi_links l;
-    shm_links(&l, 1.24e-6, 0.098e-9, 0.068e-9, 0.068e-9);
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
-                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)1 << 20};
+    struct loomi_job_shape j;
+    struct loomi_hostmap *hm = four_ranks_here(&l, &j);
     const int AR = LOOMI_COLL_ALLREDUCE;
     for (size_t n = (size_t)16 << 10; n <= (size_t)64 << 10; n *= 2) {
         double hd = loomi_select_cost(AR, LOOMI_ALGO_HALVING_DOUBLING, n, &j, &l);
@@ -999,13 +1007,9 @@ Test(model, failure_message_can_quote_the_last_one)
  * gains; class 0 and classes without excess keep the fp32 table. */
 Test(model, slower_reductions_shift_the_allreduce_table)
 {
-    const int host_of[4] = {0, 0, 0, 0};
-    struct loomi_hostmap *hm = loomi_hostmap_build(4, host_of);
-    cr_assert_not_null(hm);
     struct loomi_links l;
-    shm_links(&l, 1.24e-6, 0.098e-9, 0.068e-9, 0.068e-9);
-    struct loomi_job_shape j = {.hosts = hm, .nranks = 4, .cores_per_host = 2,
-                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = (size_t)2 << 20};
+    struct loomi_job_shape j;
+    struct loomi_hostmap *hm = four_ranks_here(&l, &j);
     static struct loomi_selection sel;
     loomi_select_build(&sel, &j, &l);
     const double excess[LOOMI_RED_CLASSES] = {0, 0, 0, 0.16};
