@@ -253,7 +253,8 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                           c->fn);
     size_t es = loom_datatype_size(c->dtype);
     /* Small blocking calls on one host: the arenas' slots (small.c). */
-    if (!req && !group && !c->cz.codec && loomi_small_fits(comm, c->a.coll, c->a.count * es, c->dtype, c->op))
+    if (!req && !group && !c->cz.codec &&
+        loomi_small_fits(comm, c->a.coll, c->a.count * es, c->dtype, c->op))
         return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
                                 c->op, c->fn);
     int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op);

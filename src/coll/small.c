@@ -241,7 +241,6 @@ static void log_times(char *m, size_t len, const size_t *sizes, int from, int do
 loom_result_t loomi_small_tune(struct loom_comm *c)
 {
     const size_t max = c->small_max;
-    for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = max;
     /* Off, all below the first size, or LOOM_PROBE=0 (measure nothing). */
     if (max < TUNE_FIRST || !c->set.probe) return LOOM_SUCCESS;
     const uint64_t start = loomi_now_ns();

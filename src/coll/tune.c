@@ -164,6 +164,10 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
          * 22.8 against 38.3). */
         uint8_t v[3 + LOOMI_RED_CLASSES - 1] = {0, 0, (uint8_t)nc};
         memset(v + 3, KEEP, LOOMI_RED_CLASSES - 1);
+        /* Each class's own table's algorithm here (class 0: the list's first). */
+        int own[LOOMI_RED_CLASSES];
+        for (int q = 0; q < LOOMI_RED_CLASSES; q++)
+            own[q] = q ? loomi_select_lookup_red(c->sel, q, s) : cand[0];
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
             const double dg = q ? c->red_excess[q] * cf : 0;
             double tq[LOOMI_NUM_ALGOS];
@@ -172,13 +176,10 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
                 tq[i] = (double)best[i] + red_bytes(cand[i], c->nranks, (double)s) * dg;
                 if (tq[i] < tq[win]) win = i;
             }
-            /* The class's own table's algorithm, where it was timed. */
+            /* Where the class's own algorithm was timed. */
             int b = 0;
-            if (q) {
-                const int own = loomi_select_lookup_red(c->sel, q, s);
-                while (b < nc && cand[b] != own) b++;
-                if (b == nc) continue;
-            }
+            while (b < nc && cand[b] != own[q]) b++;
+            if (b == nc) continue;
             uint8_t *pick = &v[q ? 2 + q : 0];
             if (tq[b] > TUNE_MARGIN * tq[win]) *pick = (uint8_t)win;
             /* The margin stands against the noise of the timing, which
@@ -203,8 +204,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
                            loomi_coll_name(coll), v[2], nc);
         if (r != LOOM_SUCCESS) break;
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
-            const int pick = v[q ? 2 + q : 0];
-            const int was = q ? loomi_select_lookup_red(c->sel, q, s) : cand[0];
+            const int pick = v[q ? 2 + q : 0], was = own[q];
             if (pick != KEEP && cand[pick] != was && c->ntuned < LOOMI_TUNED &&
                 loomi_ranges_set(q ? &tcls[q] : &tuned, s, 2 * s, cand[pick]) == 0) {
                 c->tuned[c->ntuned].cls = q;
@@ -237,10 +237,6 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
                    "%d size(s) changed",
                    loomi_coll_name(coll), lo, c->timed_hi, log,
                    (double)(loomi_now_ns() - start) * 1e-6, c->ntuned);
-    if (c->rank == 0)
-        LOOMI_INFO(c->rank, "the slower classes' kernels cost %.4f, %.4f and %.4f ns/B more "
-                   "than fp32 sums' (times %.2g for ranks sharing cores)",
-                   c->red_excess[1], c->red_excess[2], c->red_excess[3], cf);
     return LOOM_SUCCESS;
 }
 

@@ -96,10 +96,10 @@ struct loom_comm {
     size_t small_lim[LOOMI_SMALL_TUNED];
     unsigned small_unmeasured; /* bit k: small_lim[k] is small_max, unmeasured */
     /* How much slower per byte than fp32 sums each (datatype, op)
-     * reduces (small.c, timed at init by rank 0): class 0 about as fast,
-     * classes 1-3 slower by up to 2 times, 4 times, and more.  The
+     * reduces (redclass.c, timed at init by rank 0): class 0 about as
+     * fast, classes 1-3 slower by up to 2 times, 4 times, and more.  The
      * allreduces of class k > 0 take the slots up to small_lim_red[k], and
-     * the engine's table as the model built it (sel->allreduce_model). */
+     * the engine's table sel->allreduce_red[k]. */
     uint8_t red_class[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
     size_t small_lim_red[LOOMI_RED_CLASSES];
     /* The ns/B that each class's slowest kernel takes beyond fp32 sums'

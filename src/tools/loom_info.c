@@ -303,15 +303,15 @@ static void print_tuned(const struct loom_comm *c)
     }
 }
 
-/* The classes of reductions that rank 0 timed at init (small.c), and
- * where their allreduces leave the slots. */
+/* The classes of reductions that rank 0 timed at init (redclass.c),
+ * where their allreduces leave the slots, and their tables. */
 static void print_red_classes(const struct loom_comm *c)
 {
     char b[32], names[1024];
     int any = 0;
     for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
+        if (c->red_rep[q][0] == 0xff) continue; /* an empty class */
         loomi_red_class_describe(c, q, names, sizeof names);
-        if (!strcmp(names, "none")) continue;
         if (!any)
             printf("  allreduce of reductions slower than fp32 sums (timed at init; tables "
                    "of their own%s):\n", c->small_max ? ", and slots" : "");
