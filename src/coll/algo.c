@@ -182,10 +182,12 @@ loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LO
 }
 
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
-                   loom_datatype_t dtype, loom_op_t op)
+                   loom_datatype_t dtype, loom_op_t op, size_t *chunk)
 {
+    if (chunk) *chunk = 0;
     if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
     if (!comm->sel) return loomi_algo_default(coll, comm->nranks, bytes);
+    const struct loomi_ranges *t = &comm->sel->coll[coll];
     /* Once the host's ranks share windows, an allreduce is costed as if
      * its buffers were in them: a choice that every rank makes alike
      * whatever its own buffers, so that a rank with plain ones runs the
@@ -195,11 +197,16 @@ int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inp
      * peers have just written (2 ranks, 64K: 18 us against the ring's
      * 10), but from about 1M it beats algorithms that copy RECV aside
      * first. */
-    if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared)
-        return loomi_select_lookup_window(comm->sel, bytes, inplace);
-    /* Slower reductions than the fp32 sums that tune.c timed with have
-     * tables of their own. */
-    const int cls = coll == LOOMI_COLL_ALLREDUCE ? loomi_red_class(comm, dtype, op) : 0;
-    if (cls) return loomi_select_lookup_red(comm->sel, cls, bytes);
-    return loomi_select_lookup(comm->sel, coll, bytes);
+    if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared) {
+        t = &comm->sel->window[inplace != 0];
+    } else if (coll == LOOMI_COLL_ALLREDUCE) {
+        /* Slower reductions than the fp32 sums that tune.c timed with
+         * have tables of their own. */
+        const int cls = loomi_red_class(comm, dtype, op);
+        if (cls > 0 && cls < LOOMI_RED_CLASSES) t = &comm->sel->allreduce_red[cls];
+    }
+    const struct loomi_range *e = loomi_ranges_find(t, bytes);
+    if (!e) return loomi_algo_default(coll, comm->nranks, bytes);
+    if (chunk) *chunk = e->chunk;
+    return e->algo;
 }

@@ -254,9 +254,11 @@ struct loom_comm;
  * and lists the valid ones. */
 loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LOOMI_NUM_COLLS],
                                int rank);
-/* The algorithm to run for this collective and size, in place or not. */
+/* The algorithm to run for this collective and size, in place or not;
+ * *chunk (when not NULL) gets the chunk its table names for it, 0 for
+ * LOOM_CHUNK_SIZE (always where LOOM_ALGO forces the algorithm). */
 int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
-                   loom_datatype_t dtype, loom_op_t op);
+                   loom_datatype_t dtype, loom_op_t op, size_t *chunk);
 
 /* ----------------------------------------- small collectives (small.c) */
 

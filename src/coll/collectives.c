@@ -257,8 +257,10 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
         loomi_small_fits(comm, c->a.coll, c->a.count * es, c->dtype, c->op))
         return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
                                 c->op, c->fn);
-    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op);
-    c->a.chunk_bytes = comm->set.chunk_bytes;
+    size_t chunk;
+    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op,
+                              &chunk);
+    c->a.chunk_bytes = chunk ? chunk : comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
     c->a.stream_bytes = comm->set.shm_stream;
@@ -285,8 +287,9 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                                   : get_sched(comm, c, algo, &s);
     if (r != LOOM_SUCCESS) return r;
     if (c->cz.codec) algo = LOOMI_ALGO_RING;
-    LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, %u steps%s%s", c->fn, c->a.count,
-                loomi_dtype_name(c->dtype), loomi_algo_name(algo), s.nsteps,
+    LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, chunks of %zu, %u steps%s%s", c->fn,
+                c->a.count, loomi_dtype_name(c->dtype), loomi_algo_name(algo), c->a.chunk_bytes,
+                s.nsteps,
                 c->a.inplace ? ", in place" : "", s.win_id ? ", from the window" : "");
     /* The engine saves RECV and puts it back if the operation fails, where
      * RECV holds input the operation overwrites.  In-place allgather,

@@ -85,6 +85,9 @@ static void env_init(void)
         if (s && *s && parse_var(&vars[i], s) && vars[i].deflt)
             parse_var(&vars[i], vars[i].deflt);
     }
+    /* Set, the chunk is the user's: the model picks none. */
+    const char *ch = getenv("LOOM_CHUNK_SIZE");
+    env.chunk_fixed = ch && *ch;
 }
 
 const struct loomi_env *loomi_env_get(void)
@@ -126,6 +129,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->tcp_streams = e->tcp_streams;
     out->tcp_sockbuf = e->tcp_sockbuf;
     out->chunk_bytes = e->chunk_bytes;
+    out->chunk_fixed = e->chunk_fixed;
     out->probe = e->probe;
     out->shm_bytes = e->shm_bytes;
     out->shm_cma_min = e->shm_cma_min;
@@ -160,6 +164,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
             if (cfg->chunk_bytes < 4096 || cfg->chunk_bytes > (1u << 30))
                 return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: cfg->chunk_bytes %zu is not in 4096..1G", caller, cfg->chunk_bytes);
             out->chunk_bytes = cfg->chunk_bytes;
+            out->chunk_fixed = 1;
         }
         if (HAS(socket_ifname) && cfg->socket_ifname) ifn = cfg->socket_ifname;
         if (HAS(algo) && cfg->algo) algo = cfg->algo;

@@ -66,6 +66,7 @@ struct loomi_env {
     int tcp_streams;
     size_t tcp_sockbuf;
     size_t chunk_bytes;
+    int chunk_fixed;           /* LOOM_CHUNK_SIZE was set: no chunk from the model */
     const char *socket_ifname; /* NULL: automatic */
     const char *algo;          /* NULL: automatic */
     const char *transport;     /* NULL: any */
@@ -97,6 +98,7 @@ struct loomi_settings {
     int tcp_streams;
     size_t tcp_sockbuf;
     size_t chunk_bytes;
+    int chunk_fixed; /* set by LOOM_CHUNK_SIZE or the config: the model picks none */
     char socket_ifname[64];
     char algo[256];
     char transport[64];

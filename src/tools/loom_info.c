@@ -378,7 +378,8 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
                                     .cores_per_host = me.host.ncores,
                                     .shared_bytes = (mask & 2u) ? set->shm_bytes : 0,
                                     .stream_bytes = set->shm_stream,
-                                    .chunk_bytes = set->chunk_bytes};
+                                    .chunk_bytes = set->chunk_bytes,
+                                    .chunk_fixed = set->chunk_fixed};
     struct loomi_selection sel;
     loomi_select_build(&sel, &shape, &l);
     printf("\nlinks\n");

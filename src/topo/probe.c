@@ -5,7 +5,9 @@
  * a host: shared memory, or TCP when only TCP is allowed) and rank 0 with
  * the first rank of another host (TCP).  Latency: the median of a few
  * 8-byte round trips; bandwidth: the best of a few round trips of
- * PROBE_BYTES less the latency.  Rank 0 also times a reduction and a copy,
+ * PROBE_BYTES less the latency; the price of a chunk: PROBE_BYTES sent as
+ * PROBE_PIECES messages against one (select.c weighs chunk sizes with
+ * it).  Rank 0 also times a reduction and a copy,
  * then broadcasts everything, so every rank builds the same selection
  * table.  The whole probe takes a few milliseconds on one host and a few
  * tens over a 1 Gbit/s link (PROBE_BYTES at that rate is 2 ms a way).
@@ -28,6 +30,11 @@
 #define PROBE_SMALL 32 /* 8-byte round trips (after 2 to warm up) */
 #define PROBE_BIG 5    /* PROBE_BYTES round trips (after 1) */
 #define PROBE_BYTES ((size_t)256 << 10)
+/* The chunk's price: PROBE_BYTES in PROBE_PIECES messages posted at once
+ * against one message, each answered by 8 bytes; the best of
+ * PROBE_STREAMS (fewer than PROBE_BIG: over 1 Gbit/s each takes 2 ms). */
+#define PROBE_PIECES 4
+#define PROBE_STREAMS 3
 /* The measuring after the probe (small.c, tune.c), all told: with the
  * probe's few milliseconds, under 100 ms at init. */
 #define TUNE_BUDGET_NS 85000000u
@@ -38,9 +45,42 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Round trips between rank 0 and peer; rank 0 gets alpha and beta. */
+/* PROBE_BYTES from rank 0 to `other` in `pieces` messages posted
+ * together, and 8 bytes back; the best of PROBE_STREAMS (after one). */
+static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, int pieces,
+                            double *best)
+{
+    const size_t piece = PROBE_BYTES / (size_t)pieces;
+    loom_result_t r = LOOM_SUCCESS;
+    *best = 1e9;
+    for (int i = -1; i < PROBE_STREAMS && r == LOOM_SUCCESS; i++) {
+        loom_request_t req[PROBE_PIECES];
+        int posted = 0;
+        uint64_t t0 = loomi_now_ns();
+        for (; posted < pieces && r == LOOM_SUCCESS; posted++)
+            r = c->rank == 0 ? loom_isend(buf + posted * piece, piece, LOOM_UINT8, other, c,
+                                          &req[posted])
+                             : loom_irecv(buf + posted * piece, piece, LOOM_UINT8, other, c,
+                                          &req[posted]);
+        if (r != LOOM_SUCCESS) posted--;
+        /* Every posted request is waited for, even after a failure. */
+        for (int k = 0; k < posted; k++) {
+            loom_result_t w = loom_wait(&req[k]);
+            if (r == LOOM_SUCCESS) r = w;
+        }
+        if (r == LOOM_SUCCESS)
+            r = c->rank == 0 ? loom_recv(buf, 8, LOOM_UINT8, other, c)
+                             : loom_send(buf, 8, LOOM_UINT8, other, c);
+        double dt = (double)(loomi_now_ns() - t0) * 1e-9;
+        if (i >= 0 && dt < *best) *best = dt;
+    }
+    return r;
+}
+
+/* Round trips between rank 0 and peer; rank 0 gets alpha, beta and the
+ * cost of each more piece a transfer is cut into. */
 static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf, double *alpha,
-                              double *beta)
+                              double *beta, double *chunk)
 {
     const int me = c->rank, other = me == 0 ? peer : 0;
     double t[PROBE_SMALL];
@@ -69,7 +109,12 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
         double dt = (double)(loomi_now_ns() - t0) * 1e-9;
         if (i >= 0 && dt < best) best = dt;
     }
+    double one = 0, cut = 0;
+    if (r == LOOM_SUCCESS) r = stream(c, other, buf, 1, &one);
+    if (r == LOOM_SUCCESS) r = stream(c, other, buf, PROBE_PIECES, &cut);
     if (r != LOOM_SUCCESS || me != 0) return r;
+    /* Both the best of a few: noise makes it negative at worst. */
+    *chunk = cut > one ? (cut - one) / (PROBE_PIECES - 1) : 0;
     qsort(t, PROBE_SMALL, sizeof t[0], cmp_double);
     *alpha = t[PROBE_SMALL / 2] / 2;
     /* The bandwidth from the fastest of each kind: the big round trips
@@ -91,6 +136,7 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
     j->shared_bytes = c->shared_bytes;
     j->stream_bytes = c->set.shm_stream;
     j->chunk_bytes = c->set.chunk_bytes;
+    j->chunk_fixed = c->set.chunk_fixed;
     if (c->topo) {
         int fewest = 0;
         for (int q = 0; q < c->nranks; q++) {
@@ -152,12 +198,13 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         unsigned char *buf = malloc(PROBE_BYTES);
         if (!buf) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "link probe: out of memory");
         memset(buf, 0, PROBE_BYTES);
-        double a, b;
+        double a, b, k;
         if (intra > 0 && (c->rank == 0 || c->rank == intra)) {
-            r = pingpong(c, intra, buf, &a, &b);
+            r = pingpong(c, intra, buf, &a, &b, &k);
             if (r == LOOM_SUCCESS && c->rank == 0) {
                 l.alpha[LOOMI_LINK_INTRA] = a;
                 l.beta[LOOMI_LINK_INTRA] = b;
+                l.chunk_cost[LOOMI_LINK_INTRA] = k;
                 l.source[LOOMI_LINK_INTRA] = LOOMI_SRC_MEASURED;
             }
         }
@@ -165,18 +212,19 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             const int other = c->rank == 0 ? inter : 0;
             /* Both ends see the same transports, so they agree on this. */
             const int both = loomi_route_can_switch(c->tstate, other);
-            r = pingpong(c, inter, buf, &a, &b);
+            r = pingpong(c, inter, buf, &a, &b, &k);
             if (r == LOOM_SUCCESS && c->rank == 0) {
                 l.alpha[LOOMI_LINK_INTER] = a;
                 l.beta[LOOMI_LINK_INTER] = b;
+                l.chunk_cost[LOOMI_LINK_INTER] = k;
                 l.source[LOOMI_LINK_INTER] = LOOMI_SRC_MEASURED;
             }
             if (r == LOOM_SUCCESS && both) {
                 /* That was verbs; now the same over TCP.  Each end switches
                  * after its last message of the pair completed. */
-                double ta, tb;
+                double ta, tb, tk;
                 loomi_route_switch(c->tstate, other, 0);
-                r = pingpong(c, inter, buf, &ta, &tb);
+                r = pingpong(c, inter, buf, &ta, &tb, &tk);
                 loomi_route_switch(c->tstate, other, 1);
                 if (r == LOOM_SUCCESS && c->rank == 0) {
                     const double s = (double)LOOMI_VERBS_COMPARE_BYTES;
@@ -189,6 +237,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
                     if (!l.inter_verbs) {
                         l.alpha[LOOMI_LINK_INTER] = ta;
                         l.beta[LOOMI_LINK_INTER] = tb;
+                        l.chunk_cost[LOOMI_LINK_INTER] = tk;
                     }
                 }
             }

@@ -60,10 +60,13 @@ loom_result_t loomi_links_read(const char *path, struct loomi_links *l, int rank
         else if (!strcmp(key, "beta_inter")) dst = &l->beta[link = LOOMI_LINK_INTER];
         else if (!strcmp(key, "gamma")) dst = &l->gamma;
         else if (!strcmp(key, "gamma_copy")) dst = &l->gamma_copy;
+        else if (!strcmp(key, "chunk_intra")) dst = &l->chunk_cost[LOOMI_LINK_INTRA];
+        else if (!strcmp(key, "chunk_inter")) dst = &l->chunk_cost[LOOMI_LINK_INTER];
         if (!dst) {
             r = loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank,
                            "LOOM_TUNING_FILE %s:%d: unknown key '%s' (alpha_intra, beta_intra, "
-                           "alpha_inter, beta_inter, gamma, gamma_copy)",
+                           "alpha_inter, beta_inter, gamma, gamma_copy, chunk_intra, "
+                           "chunk_inter)",
                            path, ln, key);
             break;
         }
@@ -79,7 +82,8 @@ static int fig_ok(double a, double b) { return a >= 0 && a < 1 && b >= 0 && b < 
 int loomi_links_valid(const struct loomi_links *l)
 {
     for (int k = 0; k < LOOMI_LINKS; k++)
-        if (!fig_ok(l->alpha[k], l->beta[k]) || l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
+        if (!fig_ok(l->alpha[k], l->beta[k]) || !fig_ok(l->chunk_cost[k], 0) ||
+            l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
             return 0;
     return l->gamma > 0 && l->gamma < 1 && l->gamma_copy > 0 && l->gamma_copy < 1 &&
            l->probe_ms >= 0 && l->probe_ms < 1e6 && (l->intra_shm == 0 || l->intra_shm == 1) &&
@@ -132,6 +136,20 @@ static double best_flat(int coll, int p, size_t bytes, const struct loomi_model_
 /* What a core's own caches hold (L1 and L2: 1-2 MiB on current x86
  * servers); lines written there are slow for another core to read. */
 #define PRIVATE_CACHE ((double)(1 << 20))
+
+/* Ranks of a host beyond its cores take turns on them: their own work
+ * (reductions, copies) takes cf times as long, and a message between two
+ * of them needs both running at once, which costs shared-memory
+ * transfers (done by the CPUs) another factor cf.  1: a core each. */
+static double core_factor(const struct loomi_job_shape *j)
+{
+    const struct loomi_hostmap *hm = j->hosts;
+    if (!hm || j->cores_per_host <= 0) return 1;
+    int most = 0;
+    for (int h = 0; h < hm->nhosts; h++)
+        if (loomi_host_size(hm, h) > most) most = loomi_host_size(hm, h);
+    return most > j->cores_per_host ? (double)most / j->cores_per_host : 1;
+}
 
 /* How many ranks take turns on a core: cf, or more where hosts are faked
  * on one machine and share its cores (see shared_intra()). */
@@ -333,6 +351,7 @@ static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loo
         return algo == LOOMI_ALGO_TREE || algo == LOOMI_ALGO_SCATTER_ALLGATHER
                    ? cf * 2 * gc * n
                    : 0;
+
     if (coll != LOOMI_COLL_ALLREDUCE) return 0;
     switch (algo) {
     case LOOMI_ALGO_RING:
@@ -344,29 +363,25 @@ static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loo
     }
 }
 
-double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
-                         const struct loomi_links *l)
+/* The estimate; `chunked`: messages cut into chunks cost what the
+ * probe measured a piece of a stream to cost (loomi_select_chunk()). */
+static double select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                          const struct loomi_links *l, int chunked)
 {
     const int p = j->nranks;
     const struct loomi_hostmap *hm = j->hosts;
     const int H = hm ? hm->nhosts : p;
     const int uniform = hm ? loomi_hostmap_uniform(hm) : 1;
     const int L = uniform ? p / H : 0;
-    /* Ranks of a host beyond its cores take turns on them: their own
-     * work (reductions, copies) takes cf times as long, and a message
-     * between two of them needs both running at once, which costs
-     * shared-memory transfers (done by the CPUs) another factor cf. */
-    double cf = 1;
-    if (hm && j->cores_per_host > 0) {
-        int most = 0;
-        for (int h = 0; h < H; h++)
-            if (loomi_host_size(hm, h) > most) most = loomi_host_size(hm, h);
-        if (most > j->cores_per_host) cf = (double)most / j->cores_per_host;
-    }
+    const double cf = core_factor(j);
     struct loomi_model_params in, out, flat;
     params(&in, l, LOOMI_LINK_INTRA, cf, j->chunk_bytes);
     params(&out, l, LOOMI_LINK_INTER, cf, j->chunk_bytes);
     in.beta *= cf;
+    if (chunked) {
+        in.alpha = fmax(in.alpha, l->chunk_cost[LOOMI_LINK_INTRA]);
+        out.alpha = fmax(out.alpha, l->chunk_cost[LOOMI_LINK_INTER]);
+    }
     /* A flat algorithm over several hosts runs at the pace of its slowest
      * links, which cross hosts; except the recursive ones on hosts that
      * hold consecutive ranks, 2^k of them: log2(L) of their rounds stay
@@ -562,6 +577,56 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
     return t < 0 || algo == LOOMI_ALGO_SHARED ? t : t + backup(coll, n, j, l, cf);
 }
 
+double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                         const struct loomi_links *l)
+{
+    return select_cost(coll, algo, bytes, j, l, 0);
+}
+
+/* The algorithm is chosen first, at LOOM_CHUNK_SIZE, as the tables were
+ * built and timed before chunks were weighed; then its chunk.  A smaller
+ * chunk lets a pipelined algorithm (tree, ring, recursive doubling)
+ * overlap its stages, and costs a message per chunk: where that message
+ * is dear, the estimate keeps the large ones.  The gain must clear
+ * LOOMI_CHUNK_GAIN: chunks the model finds about as good stay as they
+ * were.  The shared and hierarchical algorithms pipeline by arena rounds
+ * and pieces of their own, which the model does not tie to the chunk.
+ * Only across hosts, where a NIC moves the bytes while the cores reduce,
+ * and only where each rank has a core of its own.  Within a host the
+ * cores make the transfers, as copies, and smaller chunks never paid
+ * here: 2 ranks, the ring's bf16 max allreduce of 384K, which the
+ * model put in 64K chunks, 99-110 us against 66-67 in 2M ones (128K:
+ * 87-99); below LOOM_SHM_CMA a chunk is two copies instead of one.
+ * Where ranks take turns, the cores that move a chunk are the ones that
+ * reduce the next: 2 hosts of 2 ranks faked on this 2-core machine
+ * (TCP between them), the ring's allreduce of 1M-4M in the 128K-512K
+ * chunks that the model picked took 1.05-1.41, 2.0-5.0 and 4.8-6.0 ms,
+ * in 2M chunks 1.04-1.19, 1.8-3.6 and 4.0-5.2. */
+size_t loomi_select_chunk(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                          const struct loomi_links *l)
+{
+    if (j->chunk_fixed || !j->chunk_bytes || algo == LOOMI_ALGO_HIERARCHICAL ||
+        algo == LOOMI_ALGO_SHARED || bytes <= LOOMI_CHUNK_MIN ||
+        (j->hosts ? j->hosts->nhosts : j->nranks) < 2 || host_turns(j, core_factor(j)) > 1)
+        return 0;
+    struct loomi_job_shape jc = *j;
+    const double base = select_cost(coll, algo, bytes, &jc, l, 1);
+    if (!(base > 0)) return 0;
+    size_t best = 0;
+    double bt = base * (1 - LOOMI_CHUNK_GAIN);
+    /* Largest first: of two chunks that tie, the one with fewer steps. */
+    for (size_t c = LOOMI_CHUNK_MAX; c >= LOOMI_CHUNK_MIN; c /= 2) {
+        if (c == j->chunk_bytes) continue;
+        jc.chunk_bytes = c;
+        const double t = select_cost(coll, algo, bytes, &jc, l, 1);
+        if (t >= 0 && t < bt) {
+            best = c;
+            bt = t;
+        }
+    }
+    return best;
+}
+
 /* Across hosts, a hierarchical or shared algorithm runs its phases as
  * separate sub-schedules, with local copies between them and more steps
  * for the engine than the model counts: it is taken only where it beats
@@ -596,13 +661,15 @@ static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
     return best;
 }
 
-/* Append "from this size on, algo" unless the last range already has
- * algo (the first range starts at 0); -1 when the table is full. */
-static int push_range(struct loomi_ranges *t, size_t from, int algo)
+/* Append "from this size on, algo in chunks of `chunk`" unless the last
+ * range already says so (the first range starts at 0); -1 when the
+ * table is full. */
+static int push_range(struct loomi_ranges *t, size_t from, int algo, size_t chunk)
 {
-    if (t->n && t->r[t->n - 1].algo == algo) return 0;
+    if (t->n && t->r[t->n - 1].algo == algo && t->r[t->n - 1].chunk == chunk) return 0;
     if (t->n == LOOMI_SELECT_MAX_RANGES) return -1;
     t->r[t->n].from = t->n ? from : 0;
+    t->r[t->n].chunk = chunk;
     t->r[t->n++].algo = algo;
     return 0;
 }
@@ -618,7 +685,7 @@ static void build_ranges(struct loomi_ranges *t, int c, const struct loomi_job_s
         size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
         int a = best_algo(c, bytes, j, l);
         if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
-        if (push_range(t, bytes, a)) break;
+        if (push_range(t, bytes, a, loomi_select_chunk(c, a, bytes, j, l))) break;
     }
 }
 
@@ -636,11 +703,17 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
     }
 }
 
+const struct loomi_range *loomi_ranges_find(const struct loomi_ranges *t, size_t bytes)
+{
+    const struct loomi_range *e = NULL;
+    for (int i = 0; i < t->n && t->r[i].from <= bytes; i++) e = &t->r[i];
+    return e;
+}
+
 static int lookup(const struct loomi_ranges *t, size_t bytes)
 {
-    int a = LOOMI_ALGO_AUTO;
-    for (int i = 0; i < t->n && t->r[i].from <= bytes; i++) a = t->r[i].algo;
-    return a;
+    const struct loomi_range *e = loomi_ranges_find(t, bytes);
+    return e ? e->algo : LOOMI_ALGO_AUTO;
 }
 
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes)
@@ -679,12 +752,14 @@ int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo)
     /* The old ranges up to `from`, then `algo`, then from `to` on the
      * old ranges again. */
     for (int i = 0; i < t->n && t->r[i].from < from; i++)
-        bad |= push_range(&o, t->r[i].from, t->r[i].algo);
-    bad |= push_range(&o, from, algo);
+        bad |= push_range(&o, t->r[i].from, t->r[i].algo, t->r[i].chunk);
+    bad |= push_range(&o, from, algo, 0);
     if (to) {
-        bad |= push_range(&o, to, lookup(t, to));
+        const struct loomi_range *e = loomi_ranges_find(t, to);
+        if (e) bad |= push_range(&o, to, e->algo, e->chunk);
         for (int i = 0; i < t->n; i++)
-            if (t->r[i].from > to) bad |= push_range(&o, t->r[i].from, t->r[i].algo);
+            if (t->r[i].from > to)
+                bad |= push_range(&o, t->r[i].from, t->r[i].algo, t->r[i].chunk);
     }
     if (bad) return -1;
     *t = o;
@@ -704,9 +779,11 @@ static void print_ranges(FILE *f, const char *label, const struct loomi_ranges *
 {
     char b[32];
     fprintf(f, "  %-15s", label);
-    for (int i = 0; i < t->n; i++)
+    for (int i = 0; i < t->n; i++) {
         fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(t->r[i].algo),
                 size_str(t->r[i].from, b, sizeof b));
+        if (t->r[i].chunk) fprintf(f, " (chunks of %s)", size_str(t->r[i].chunk, b, sizeof b));
+    }
     fprintf(f, "\n");
 }
 
@@ -743,6 +820,9 @@ void loomi_links_print(FILE *f, const struct loomi_links *l)
                 l->verbs_alpha * 1e6, l->verbs_beta > 0 ? 1e-9 / l->verbs_beta : 0,
                 l->tcp_alpha * 1e6, l->tcp_beta > 0 ? 1e-9 / l->tcp_beta : 0,
                 l->inter_verbs ? "verbs" : "tcp", LOOMI_VERBS_COMPARE_BYTES >> 10);
+    fprintf(f, "  a chunk more costs %.2f us within a host, %.2f us between hosts%s\n",
+            l->chunk_cost[0] * 1e6, l->chunk_cost[1] * 1e6,
+            l->chunk_cost[0] > 0 || l->chunk_cost[1] > 0 ? "" : " (unknown: alpha stands for it)");
     fprintf(f, "  reduction gamma %.3f ns/B, copy %.3f ns/B; probing took %.1f ms\n",
             l->gamma * 1e9, l->gamma_copy * 1e9, l->probe_ms);
 }

@@ -34,6 +34,11 @@ struct loomi_links {
     int verbs_compared;        /* 1: both were measured */
     int inter_verbs;           /* 1: verbs carry the inter-host data */
     double verbs_alpha, verbs_beta, tcp_alpha, tcp_beta;
+    /* What each more message costs when a transfer is cut into several
+     * (seconds; the probe's stream of pieces against one message of the
+     * same bytes): the price of a chunk, against which the model weighs
+     * what a smaller chunk pipelines.  0: unknown, alpha stands for it. */
+    double chunk_cost[LOOMI_LINKS];
 };
 
 /* The message size at which the probe compares verbs with TCP: large
@@ -67,7 +72,8 @@ struct loomi_job_shape {
     int nics_per_host;
     size_t shared_bytes; /* arena per rank, 0 none */
     size_t stream_bytes; /* LOOM_SHM_STREAM (loomi_coll_args) */
-    size_t chunk_bytes;
+    size_t chunk_bytes;  /* LOOM_CHUNK_SIZE: the chunk where the table names none */
+    int chunk_fixed;     /* 1: LOOM_CHUNK_SIZE was set; the tables name no chunks */
     /* The allreduce's buffers: plain (0), or in loom_mem_alloc windows
      * that the host's ranks share (the shared algorithm's window form),
      * out of place (LOOMI_WINDOW_OUT) or in place (LOOMI_WINDOW_IN). */
@@ -80,14 +86,21 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
                          const struct loomi_links *l);
 
 #define LOOMI_SELECT_MAX_RANGES 32
-/* One collective's choice: algorithm r[i].algo from r[i].from bytes on. */
+/* One collective's choice: algorithm r[i].algo from r[i].from bytes on,
+ * cut into chunks of r[i].chunk bytes (0: LOOM_CHUNK_SIZE). */
+struct loomi_range {
+    size_t from; /* bytes */
+    int algo;
+    size_t chunk;
+};
 struct loomi_ranges {
     int n;
-    struct {
-        size_t from; /* bytes */
-        int algo;
-    } r[LOOMI_SELECT_MAX_RANGES];
+    struct loomi_range r[LOOMI_SELECT_MAX_RANGES];
 };
+/* The chunk sizes the model weighs besides LOOM_CHUNK_SIZE: powers of
+ * two from LOOMI_CHUNK_MIN to LOOMI_CHUNK_MAX. */
+#define LOOMI_CHUNK_MIN ((size_t)64 << 10)
+#define LOOMI_CHUNK_MAX ((size_t)16 << 20)
 struct loomi_selection {
     struct loomi_ranges coll[LOOMI_NUM_COLLS];
     /* Allreduce with its buffers in windows: [0] out of place, [1] in
@@ -104,6 +117,14 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
                         const struct loomi_links *l);
 /* The table's algorithm for coll at `bytes`. */
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
+/* The range of table t that holds `bytes` (NULL: t is empty). */
+const struct loomi_range *loomi_ranges_find(const struct loomi_ranges *t, size_t bytes);
+/* The chunk the model picks for (coll, algo) at `bytes`: a size from
+ * LOOMI_CHUNK_MIN to LOOMI_CHUNK_MAX whose estimate beats j->chunk_bytes'
+ * by LOOMI_CHUNK_GAIN, or 0 (keep j->chunk_bytes). */
+size_t loomi_select_chunk(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                          const struct loomi_links *l);
+#define LOOMI_CHUNK_GAIN 0.1
 /* The allreduce's tables of the slower classes (allreduce_red), with
  * reductions dearer by excess[q] ns/B (comm.h's red_excess). */
 void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_shape *j,
@@ -112,7 +133,8 @@ void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_
 int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes);
 /* The allreduce's, buffers in windows, in place or not. */
 int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace);
-/* `algo` for sizes from..to-1 (to 0: no end), the rest as it was;
+/* `algo` (with LOOM_CHUNK_SIZE) for sizes from..to-1 (to 0: no end),
+ * the rest as it was;
  * -1, with t unchanged, where that takes more than
  * LOOMI_SELECT_MAX_RANGES ranges. */
 int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo);

@@ -214,6 +214,38 @@ tf=$(mktemp)
 printf '# test\nalpha_intra 3e-6\nbeta_intra 1e-10\nalpha_inter 5e-5\nbeta_inter 8e-9\n' >"$tf"
 out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 check "LOOM_TUNING_FILE: figures from the file" grep -q "alpha 3.00 us.*tuning file" <<<"$out"
+# The chunks: 8 hosts of a rank on a 100 Gbit/s RDMA-like link, each
+# chunk 5 us (loom(7), Selection): the reduce's scatter-allgather in
+# smaller chunks somewhere; LOOM_CHUNK_SIZE set: none.
+printf 'alpha_inter 5e-6\nbeta_inter 0.08e-9\nchunk_inter 5e-6\n' >"$tf"
+out=$(LOOM_TUNING_FILE=$tf timeout 60 "$info" --hosts 8 --ranks 1 2>&1)
+check "LOOM_TUNING_FILE: the chunk's price from the file" \
+    grep -q "a chunk more costs 0.00 us within a host, 5.00 us between hosts" <<<"$out"
+check "... and the reduce cut into smaller chunks" \
+    grep -Eq "^  reduce .*scatter_allgather from [0-9]+[KM] \(chunks of (64|128|256|512)K\)" <<<"$out"
+out=$(LOOM_CHUNK_SIZE=2M LOOM_TUNING_FILE=$tf timeout 60 "$info" --hosts 8 --ranks 1 2>&1)
+check "LOOM_CHUNK_SIZE set: no chunks in the table" eval '! grep -q "chunks of" <<<"$out"'
+# A job of 2 hosts of a rank each (faked here: each rank has a core) runs
+# the chunks its table names, and its results are right; with
+# LOOM_CHUNK_SIZE every call runs in that.
+chunks_run() {
+    LOOM_TUNING_FILE=$tf LOOM_RANKS_PER_HOST=1 LOOM_DEBUG=trace timeout 200 "$LOOMRUN" -n 2 \
+        --timeout 180 "$hosts_wrapper" "$perf" -b 256K -e 8M -f 2 -n 2 -w 0 -c 1 "$@" 2>&1
+}
+six_right() {
+    awk '$1 ~ /^[0-9]+$/ { n++; if ($9 != 0 || $13 != 0) bad = 1 } END { exit bad || n != 6 }'
+}
+out=$(chunks_run)
+check "2 hosts x 1: results right in the model's chunks" six_right <<<"$out"
+check "... some allreduce in chunks other than 2M" \
+    grep -Eq "loom_allreduce: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
+all_2m() {
+    local calls
+    calls=$(grep "loom_allreduce: count" <<<"$out")
+    [ -n "$calls" ] && ! grep -v "chunks of 2097152," <<<"$calls" | grep -q .
+}
+out=$(LOOM_CHUNK_SIZE=2M chunks_run)
+check "... and with LOOM_CHUNK_SIZE=2M, every call in 2M chunks" all_2m
 printf 'alpha_intra fast\n' >"$tf"
 out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 rc=$?

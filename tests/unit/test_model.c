@@ -1029,3 +1029,115 @@ Test(model, slower_reductions_shift_the_allreduce_table)
                   loomi_algo_name(loomi_select_lookup_red(&sel, 3, 8192)));
     free(hm);
 }
+
+/* The picks of one collective's table over 1M..1G: how many ranges name
+ * a chunk, and the smallest named. */
+static int chunked_ranges(const struct loomi_ranges *t, size_t *smallest)
+{
+    int k = 0;
+    *smallest = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->r[i].chunk) {
+            k++;
+            if (!*smallest || t->r[i].chunk < *smallest) *smallest = t->r[i].chunk;
+        }
+    return k;
+}
+
+/* 8 hosts of one rank on a 100 Gb/s RDMA fabric (5 us, 0.08 ns/B, a
+ * chunk 5 us), each with cores to spare, as a cluster runs: reductions
+ * then cost about what the transfers do, and the model cuts pipelined
+ * algorithms into chunks where that saves LOOMI_CHUNK_GAIN of the time
+ * at LOOM_CHUNK_SIZE, each pick the best of the candidates.  (On 10 Gb/s
+ * Ethernet, the model's defaults, the transfers dwarf the reductions
+ * that a chunk would overlap: no pick clears the gain.)  Dear chunks
+ * (each message 5 ms more) make it keep fewer, never smaller ones; one
+ * host, ranks taking turns on the cores, and a LOOM_CHUNK_SIZE that the
+ * user set leave every table without chunks. */
+Test(model, chunks_are_picked_where_they_pipeline_across_hosts)
+{
+    int host_of[8];
+    for (int r = 0; r < 8; r++) host_of[r] = r;
+    struct loomi_hostmap *hm = loomi_hostmap_build(8, host_of);
+    cr_assert_not_null(hm);
+    struct loomi_links l;
+    loomi_links_defaults(&l, 1);
+    l.alpha[LOOMI_LINK_INTER] = 5e-6;
+    l.beta[LOOMI_LINK_INTER] = 0.08e-9;
+    l.chunk_cost[LOOMI_LINK_INTER] = 5e-6;
+    const size_t dflt = (size_t)2 << 20;
+    struct loomi_job_shape j = {.hosts = hm, .nranks = 8, .cores_per_host = 8,
+                                .shared_bytes = (size_t)4 << 20, .chunk_bytes = dflt};
+    static struct loomi_selection sel;
+    loomi_select_build(&sel, &j, &l);
+    int picked = 0;
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        const struct loomi_ranges *t = &sel.coll[c];
+        for (int i = 0; i < t->n; i++) {
+            const size_t ch = t->r[i].chunk;
+            if (!ch) continue;
+            picked++;
+            cr_assert(ch >= LOOMI_CHUNK_MIN && ch <= LOOMI_CHUNK_MAX && !(ch & (ch - 1)) &&
+                          ch != dflt,
+                      "%s: chunk %zu", loomi_coll_name(c), ch);
+            /* At the range's first size (and the next, when it has one):
+             * the pick's estimate is the least, and clears the gain. */
+            const size_t n = t->r[i].from;
+            cr_assert_eq(loomi_select_chunk(c, t->r[i].algo, n, &j, &l), ch);
+            struct loomi_job_shape jc = j;
+            const double base = loomi_select_cost(c, t->r[i].algo, n, &j, &l);
+            jc.chunk_bytes = ch;
+            const double got = loomi_select_cost(c, t->r[i].algo, n, &jc, &l);
+            cr_assert(got < (1 - LOOMI_CHUNK_GAIN) * base, "%s %zu B: %g s in %zu, %g s in 2M",
+                      loomi_coll_name(c), n, got, ch, base);
+            for (size_t k = LOOMI_CHUNK_MIN; k <= LOOMI_CHUNK_MAX; k *= 2) {
+                jc.chunk_bytes = k;
+                cr_assert(loomi_select_cost(c, t->r[i].algo, n, &jc, &l) >= got,
+                          "%s %zu B: %zu beats the pick %zu", loomi_coll_name(c), n, k, ch);
+            }
+        }
+    }
+    size_t small;
+    cr_assert(chunked_ranges(&sel.coll[LOOMI_COLL_REDUCE], &small) > 0 && small < dflt,
+              "the pipelined reduce takes smaller chunks than 2M somewhere");
+    cr_assert(picked > 1);
+
+    /* Each chunk costs 5 ms: none smaller than the default. */
+    l.chunk_cost[LOOMI_LINK_INTER] = 5e-3;
+    loomi_select_build(&sel, &j, &l);
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++)
+        cr_assert(!chunked_ranges(&sel.coll[c], &small) || small > dflt,
+                  "%s: chunks of %zu though each costs 5 ms", loomi_coll_name(c), small);
+    l.chunk_cost[LOOMI_LINK_INTER] = 0; /* unknown: alpha stands for it */
+
+    struct loomi_job_shape none[3] = {j, j, j};
+    none[0].chunk_fixed = 1;
+    none[1].cores_per_host = 4; /* 8 ranks... */
+    const int one_host[8] = {0};
+    struct loomi_hostmap *hm1 = loomi_hostmap_build(8, one_host);
+    cr_assert_not_null(hm1);
+    none[1].hosts = hm1; /* ...on one host of 4 cores: taking turns */
+    none[2].hosts = hm1; /* one host with a core each */
+    for (int k = 0; k < 3; k++) {
+        loomi_select_build(&sel, &none[k], &l);
+        for (int c = 0; c < LOOMI_NUM_COLLS; c++)
+            cr_assert_eq(chunked_ranges(&sel.coll[c], &small), 0, "case %d, %s: chunk %zu", k,
+                         loomi_coll_name(c), small);
+    }
+    /* Across hosts with turns on the cores: 8 hosts of 2 ranks, 1 core. */
+    int two_of[16];
+    for (int r = 0; r < 16; r++) two_of[r] = r / 2;
+    struct loomi_hostmap *hm2 = loomi_hostmap_build(16, two_of);
+    cr_assert_not_null(hm2);
+    struct loomi_job_shape jt = j;
+    jt.hosts = hm2;
+    jt.nranks = 16;
+    jt.cores_per_host = 1;
+    loomi_select_build(&sel, &jt, &l);
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++)
+        cr_assert_eq(chunked_ranges(&sel.coll[c], &small), 0, "turns, %s: chunk %zu",
+                     loomi_coll_name(c), small);
+    free(hm);
+    free(hm1);
+    free(hm2);
+}

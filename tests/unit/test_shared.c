@@ -864,22 +864,72 @@ Test(shared, slower_reductions_take_their_class_table)
     c.sel = &sel;
     c.red_class[LOOM_BFLOAT16][LOOM_MAX] = 3;
     c.red_class[LOOM_BFLOAT16][LOOM_SUM] = 2;
-    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_FLOAT32, LOOM_SUM),
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_FLOAT32, LOOM_SUM, NULL),
                  LOOMI_ALGO_RECURSIVE_DOUBLING);
-    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX), LOOMI_ALGO_TREE,
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX, NULL), LOOMI_ALGO_TREE,
                  "class 3 runs its own table's span");
-    cr_assert_eq(loomi_algo_for(&c, AR, 8192, 0, LOOM_BFLOAT16, LOOM_MAX), LOOMI_ALGO_RING);
-    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_SUM), LOOMI_ALGO_RING,
+    cr_assert_eq(loomi_algo_for(&c, AR, 8192, 0, LOOM_BFLOAT16, LOOM_MAX, NULL), LOOMI_ALGO_RING);
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_SUM, NULL), LOOMI_ALGO_RING,
                  "class 2's table has no span there");
-    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 1, (loom_datatype_t)42, LOOM_MAX),
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 1, (loom_datatype_t)42, LOOM_MAX, NULL),
                  LOOMI_ALGO_RECURSIVE_DOUBLING, "an invalid datatype as class 0");
-    cr_assert_eq(loomi_algo_for(&c, RS, 4096, 0, LOOM_BFLOAT16, LOOM_MAX),
+    cr_assert_eq(loomi_algo_for(&c, RS, 4096, 0, LOOM_BFLOAT16, LOOM_MAX, NULL),
                  LOOMI_ALGO_HALVING_DOUBLING, "only the allreduce has classes");
     c.win_shared = 1;
-    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX), LOOMI_ALGO_SHARED,
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX, NULL), LOOMI_ALGO_SHARED,
                  "windows keep their table");
     c.win_shared = 0;
     c.algo_forced[AR] = LOOMI_ALGO_HALVING_DOUBLING;
-    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX),
+    cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX, NULL),
                  LOOMI_ALGO_HALVING_DOUBLING, "LOOM_ALGO rules");
+}
+
+/* The chunk the table names comes with its algorithm (algo.c), from
+ * whichever table serves the call; LOOM_ALGO's algorithms run in
+ * LOOM_CHUNK_SIZE's chunks (0 here), which the model did not weigh. */
+Test(shared, the_tables_chunk_comes_with_its_algorithm)
+{
+    static struct loomi_selection sel;
+    memset(&sel, 0, sizeof sel);
+    const int AR = LOOMI_COLL_ALLREDUCE, RD = LOOMI_COLL_REDUCE;
+    sel.coll[RD].n = 2;
+    sel.coll[RD].r[0] = (struct loomi_range){.from = 0, .algo = LOOMI_ALGO_TREE};
+    sel.coll[RD].r[1] = (struct loomi_range){
+        .from = (size_t)1 << 20, .algo = LOOMI_ALGO_SCATTER_ALLGATHER, .chunk = (size_t)256 << 10};
+    sel.allreduce_red[2].n = 1;
+    sel.allreduce_red[2].r[0] = (struct loomi_range){.algo = LOOMI_ALGO_RING, .chunk = 65536};
+    cr_assert_eq(loomi_ranges_set(&sel.coll[AR], 0, 0, LOOMI_ALGO_RING), 0);
+    struct loom_comm c;
+    memset(&c, 0, sizeof c);
+    c.nranks = 4;
+    c.sel = &sel;
+    c.red_class[LOOM_BFLOAT16][LOOM_SUM] = 2;
+    size_t ch = 1;
+    cr_assert_eq(loomi_algo_for(&c, RD, 4096, 0, LOOM_FLOAT32, LOOM_SUM, &ch), LOOMI_ALGO_TREE);
+    cr_assert_eq(ch, 0);
+    cr_assert_eq(loomi_algo_for(&c, RD, (size_t)8 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
+                 LOOMI_ALGO_SCATTER_ALLGATHER);
+    cr_assert_eq(ch, (size_t)256 << 10);
+    cr_assert_eq(loomi_algo_for(&c, AR, (size_t)8 << 20, 0, LOOM_BFLOAT16, LOOM_SUM, &ch),
+                 LOOMI_ALGO_RING);
+    cr_assert_eq(ch, 65536, "the class's table's chunk");
+    cr_assert_eq(loomi_algo_for(&c, AR, (size_t)8 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
+                 LOOMI_ALGO_RING);
+    cr_assert_eq(ch, 0);
+    /* A tuned span (loomi_ranges_set) keeps the chunks around it. */
+    cr_assert_eq(loomi_ranges_set(&sel.coll[RD], (size_t)2 << 20, (size_t)4 << 20,
+                                  LOOMI_ALGO_TREE), 0);
+    cr_assert_eq(loomi_algo_for(&c, RD, (size_t)3 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
+                 LOOMI_ALGO_TREE);
+    cr_assert_eq(ch, 0);
+    cr_assert_eq(loomi_algo_for(&c, RD, (size_t)4 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
+                 LOOMI_ALGO_SCATTER_ALLGATHER);
+    cr_assert_eq(ch, (size_t)256 << 10, "the span after the tuned one keeps its chunk");
+    cr_assert_eq(loomi_algo_for(&c, RD, (size_t)1 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
+                 LOOMI_ALGO_SCATTER_ALLGATHER);
+    cr_assert_eq(ch, (size_t)256 << 10, "and the one before");
+    c.algo_forced[RD] = LOOMI_ALGO_SCATTER_ALLGATHER;
+    cr_assert_eq(loomi_algo_for(&c, RD, (size_t)8 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
+                 LOOMI_ALGO_SCATTER_ALLGATHER);
+    cr_assert_eq(ch, 0, "LOOM_ALGO: LOOM_CHUNK_SIZE's chunks");
 }
