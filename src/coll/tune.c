@@ -76,19 +76,6 @@ static int verdict_ok(const uint8_t *v, size_t n)
     return v[0] < v[2] && v[1] <= 1;
 }
 
-/* Bytes the allreduce's `algo` reduces on a rank (the busiest) of p, for
- * n bytes: what a slower reduction adds to its time. */
-static double red_bytes(int algo, int p, double n)
-{
-    int lg = 0;
-    while ((2 << lg) <= p) lg++;
-    switch (algo) {
-    case LOOMI_ALGO_RECURSIVE_DOUBLING: return (lg + ((1 << lg) != p)) * n;
-    case LOOMI_ALGO_TREE: return p == 2 ? n / 2 : n;
-    default: return (double)(p - 1) / p * n; /* the ring, halving-doubling, shared */
-    }
-}
-
 /* The starting size, log2 of TUNE_LOW..TUNE_TOP, or 0: not timed. */
 static int start_ok(const uint8_t *v, size_t n)
 {
@@ -173,7 +160,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
             double tq[LOOMI_NUM_ALGOS];
             int win = 0;
             for (int i = 0; i < nc; i++) {
-                tq[i] = (double)best[i] + red_bytes(cand[i], c->nranks, (double)s) * dg;
+                tq[i] = (double)best[i] + loomi_allreduce_reduced(cand[i], c->nranks, (double)s) * dg;
                 if (tq[i] < tq[win]) win = i;
             }
             /* Where the class's own algorithm was timed. */

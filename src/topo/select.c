@@ -319,7 +319,8 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
  * The least CPU time of a flat allreduce on one host, to weigh it
  * fairly against shared_intra(): ring and halving-doubling send
  * 2(p-1)/p of the vector and reduce half of what they receive,
- * recursive doubling sends and reduces the whole vector per round, and
+ * recursive doubling sends and reduces the whole vector per round (its
+ * fold-in round of ranks beyond a power of two reduces it too), and
  * reads the input twice, to send it and to reduce it, where the others
  * read it once: a third more memory traffic, which shows on vectors the
  * caches cannot keep (2 ranks, 4M-64M: 1.22-1.8 times the ring's
@@ -339,6 +340,19 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
  * tree or scatter-allgather at 32M-64M, which took 1.8 times shared's
  * time (64M: 22.1 against 12.2 ms).
  * 0 for the others: no CPU term. */
+double loomi_allreduce_reduced(int algo, int p, double n)
+{
+    int lg = 0;
+    while ((2 << lg) <= p) lg++;
+    switch (algo) {
+    /* Every round reduces the whole vector, the fold-in round of ranks
+     * beyond a power of two too. */
+    case LOOMI_ALGO_RECURSIVE_DOUBLING: return (lg + ((1 << lg) != p)) * n;
+    case LOOMI_ALGO_TREE: return p == 2 ? n / 2 : n;
+    default: return (double)(p - 1) / p * n; /* the ring, halving-doubling, shared */
+    }
+}
+
 static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loomi_links *l,
                            double cf)
 {
@@ -351,14 +365,14 @@ static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loo
         return algo == LOOMI_ALGO_TREE || algo == LOOMI_ALGO_SCATTER_ALLGATHER
                    ? cf * 2 * gc * n
                    : 0;
-
     if (coll != LOOMI_COLL_ALLREDUCE) return 0;
+    const double red = loomi_allreduce_reduced(algo, p, n) * g;
     switch (algo) {
     case LOOMI_ALGO_RING:
-    case LOOMI_ALGO_HALVING_DOUBLING: return cf * f * n * (3 * gc + g);
+    case LOOMI_ALGO_HALVING_DOUBLING: return cf * (f * n * 3 * gc + red);
     case LOOMI_ALGO_RECURSIVE_DOUBLING:
-        return cf * floor(log2((double)p)) * n * (gc + g) * 4.0 / 3;
-    case LOOMI_ALGO_TREE: return cf * (p == 2 ? f : 1.0) * n * (3 * gc + g);
+        return cf * (floor(log2((double)p)) * n * gc + red) * 4.0 / 3;
+    case LOOMI_ALGO_TREE: return cf * ((p == 2 ? f : 1.0) * n * 3 * gc + red);
     default: return 0;
     }
 }

@@ -80,6 +80,11 @@ struct loomi_job_shape {
     int window;
 };
 
+/* Bytes the allreduce's `algo` reduces on its busiest rank, for n bytes
+ * on p ranks: what a slower reduction adds to its time (tune.c), and
+ * the reductions of its CPU bound on one host. */
+double loomi_allreduce_reduced(int algo, int p, double n);
+
 /* Estimated seconds of (coll, algo) for `bytes` (model.h's meaning);
  * negative when the algorithm does not apply to this job. */
 double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,

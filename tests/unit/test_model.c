@@ -1141,3 +1141,19 @@ Test(model, chunks_are_picked_where_they_pipeline_across_hosts)
     free(hm1);
     free(hm2);
 }
+
+/* What each allreduce reduces on its busiest rank, for the slower
+ * classes' timing (tune.c) and the CPU bound on one host (select.c):
+ * recursive doubling the whole vector per round and per fold-in round. */
+Test(model, allreduce_reduced_bytes)
+{
+    const double n = 1 << 20;
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_RECURSIVE_DOUBLING, 4, n), 2 * n, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_RECURSIVE_DOUBLING, 3, n), 2 * n, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_RECURSIVE_DOUBLING, 6, n), 3 * n, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_RING, 4, n), 0.75 * n, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_HALVING_DOUBLING, 8, n), 7 * n / 8, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_SHARED, 2, n), n / 2, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_TREE, 2, n), n / 2, 1);
+    cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_TREE, 5, n), n, 1);
+}
