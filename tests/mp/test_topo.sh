@@ -237,8 +237,11 @@ six_right() {
 }
 out=$(chunks_run)
 check "2 hosts x 1: results right in the model's chunks" six_right <<<"$out"
-check "... some allreduce in chunks other than 2M" \
-    grep -Eq "loom_allreduce: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
+# (The model weighs chunks only where each rank has a core: 2 here.)
+if [ "$(nproc)" -ge 2 ]; then
+    check "... some allreduce in chunks other than 2M" \
+        grep -Eq "loom_allreduce: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
+fi
 all_2m() {
     local calls
     calls=$(grep "loom_allreduce: count" <<<"$out")
