@@ -278,8 +278,21 @@ int loomi_small_fits(const struct loom_comm *comm, int coll, size_t n, loom_data
 int loomi_red_class(const struct loom_comm *comm, loom_datatype_t dtype, loom_op_t op);
 /* The pairs of class k in words ("bfloat16 sum,avg; ..."), or "none". */
 void loomi_red_class_describe(const struct loom_comm *comm, int k, char *buf, size_t len);
+/* What rank 0 measures and sends: each class's excess (ns/B beyond fp32
+ * sums' of its slowest pair; 0 for class 0), each pair's class, and each
+ * class's slowest pair (0xff 0xff: none; always so for class 0). */
+struct loomi_red_classes {
+    double excess[LOOMI_RED_CLASSES];
+    uint8_t cls[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
+    uint8_t rep[LOOMI_RED_CLASSES][2];
+};
+/* Whether classes that came over the network are in range and
+ * consistent (1) before use. */
+int loomi_red_classes_valid(const struct loomi_red_classes *rc);
 /* redclass.c: rank 0 times every reduction kernel and tells the others
- * each pair's class (collective over comm; none with LOOM_PROBE=0). */
+ * each pair's class (collective over comm; none with LOOM_PROBE=0); a
+ * communicator whose links came from another's (shrink, grow) takes that
+ * one's classes with them, untimed. */
 loom_result_t loomi_red_classes_measure(struct loom_comm *comm);
 /* Measure up to which size allreduce is faster through the slots than
  * through the engine (collective: every rank of comm calls it at init,

@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
+#include "topo/select.h"
 
 /*
  * The datatype and the op matter to the allreduce: through the slots
@@ -72,19 +73,10 @@ static void put_value(unsigned char *p, loom_datatype_t dt, int v)
     }
 }
 
-/* What rank 0 measures and sends: each class's excess (ns/B beyond fp32
- * sums' of its slowest pair; 0 for class 0), each pair's class, and each
- * class's slowest pair (0xff 0xff: none; always so for class 0). */
-struct red_classes {
-    double excess[LOOMI_RED_CLASSES];
-    uint8_t cls[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
-    uint8_t rep[LOOMI_RED_CLASSES][2];
-};
-
 /* Rank 0: time every kernel in cache against fp32 sums (LOOM_AVG reduces
  * as LOOM_SUM).  Operands 2 and 1, so that no run meets subnormals,
  * infinities or NaNs. */
-static loom_result_t measure_kernels(struct red_classes *rc)
+static loom_result_t measure_kernels(struct loomi_red_classes *rc)
 {
     unsigned char *d = malloc(KERNEL_BYTES), *src = malloc(KERNEL_BYTES),
                   *twos = malloc(KERNEL_BYTES);
@@ -146,8 +138,7 @@ static loom_result_t measure_kernels(struct red_classes *rc)
     return LOOM_SUCCESS;
 }
 
-/* What came from rank 0, in range and consistent. */
-static int classes_ok(const struct red_classes *rc)
+int loomi_red_classes_valid(const struct loomi_red_classes *rc)
 {
     int seen[LOOMI_RED_CLASSES] = {0};
     for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
@@ -204,25 +195,38 @@ loom_result_t loomi_red_classes_measure(struct loom_comm *c)
     memset(c->red_class, 0, sizeof c->red_class);
     memset(c->red_excess, 0, sizeof c->red_excess);
     memset(c->red_rep, 0xff, sizeof c->red_rep);
-    if (!c->set.probe || c->nranks < 2) return LOOM_SUCCESS;
-    struct red_classes rc;
+    struct loomi_links *l = c->links;
+    struct loomi_red_classes rc;
     memset(&rc, 0, sizeof rc);
     const uint64_t t0 = loomi_now_ns();
-    /* Rank 0 sends something whatever happens, so that the others never
-     * wait for it in vain: without its buffers, no classes (everything
-     * as fp32 sums). */
-    if (c->rank == 0 && measure_kernels(&rc) != LOOM_SUCCESS) {
-        LOOMI_INFO(c->rank, "reductions not timed (%s): every one as fp32 sums",
-                   loom_get_last_error());
-        memset(&rc, 0, sizeof rc);
-        memset(rc.rep, 0xff, sizeof rc.rep);
+    const int inherited = l && l->red_known;
+    if (inherited) {
+        /* Every rank of a communicator made from another has that one's
+         * links, and with them its classes (joiners get both over the
+         * network, checked): the same CPUs, so nobody times them again. */
+        rc = l->red;
+    } else {
+        if (!c->set.probe || c->nranks < 2) return LOOM_SUCCESS;
+        /* Rank 0 sends something whatever happens, so that the others
+         * never wait for it in vain: without its buffers, no classes
+         * (everything as fp32 sums). */
+        if (c->rank == 0 && measure_kernels(&rc) != LOOM_SUCCESS) {
+            LOOMI_INFO(c->rank, "reductions not timed (%s): every one as fp32 sums",
+                       loom_get_last_error());
+            memset(&rc, 0, sizeof rc);
+            memset(rc.rep, 0xff, sizeof rc.rep);
+        }
+        loom_result_t r = loom_broadcast(&rc, &rc, sizeof rc, LOOM_UINT8, 0, c);
+        if (r == LOOM_SUCCESS && !loomi_red_classes_valid(&rc))
+            r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                           "rank 0 sent out-of-range classes of reductions");
+        if (r != LOOM_SUCCESS)
+            return loomi_fail(r, c->rank, "timing the reductions: %s", loom_get_last_error());
+        if (l) {
+            l->red = rc;
+            l->red_known = 1;
+        }
     }
-    loom_result_t r = loom_broadcast(&rc, &rc, sizeof rc, LOOM_UINT8, 0, c);
-    if (r == LOOM_SUCCESS && !classes_ok(&rc))
-        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
-                       "rank 0 sent out-of-range classes of reductions");
-    if (r != LOOM_SUCCESS)
-        return loomi_fail(r, c->rank, "timing the reductions: %s", loom_get_last_error());
     memcpy(c->red_class, rc.cls, sizeof c->red_class);
     memcpy(c->red_excess, rc.excess, sizeof c->red_excess);
     memcpy(c->red_rep, rc.rep, sizeof c->red_rep);
@@ -232,12 +236,17 @@ loom_result_t loomi_red_classes_measure(struct loom_comm *c)
             loomi_red_class_describe(c, q, names, sizeof names);
             LOOMI_INFO(c->rank,
                        "reductions of class %d, over %.3g times as long as fp32 sums' in cache "
-                       "(slowest %s %s, %.4f ns/B more; %.1f ms timing all): %s",
+                       "(slowest %s %s, %.4f ns/B more; %s): %s",
                        q, CLASS_FROM[q],
                        rc.rep[q][0] == 0xff ? "-" : loomi_dtype_name((loom_datatype_t)rc.rep[q][0]),
                        rc.rep[q][0] == 0xff ? "-" : loomi_op_name((loom_op_t)rc.rep[q][1]),
-                       rc.excess[q], (double)(loomi_now_ns() - t0) * 1e-6, names);
+                       rc.excess[q],
+                       inherited ? "the parent communicator's, not timed again" : "timed",
+                       names);
         }
+        if (!inherited)
+            LOOMI_INFO(c->rank, "reductions timed in %.1f ms",
+                       (double)(loomi_now_ns() - t0) * 1e-6);
     }
     return LOOM_SUCCESS;
 }

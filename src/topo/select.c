@@ -89,7 +89,9 @@ int loomi_links_valid(const struct loomi_links *l)
            l->probe_ms >= 0 && l->probe_ms < 1e6 && (l->intra_shm == 0 || l->intra_shm == 1) &&
            fig_ok(l->verbs_alpha, l->verbs_beta) && fig_ok(l->tcp_alpha, l->tcp_beta) &&
            (l->verbs_compared == 0 || l->verbs_compared == 1) &&
-           (l->inter_verbs == 0 || l->inter_verbs == 1);
+           (l->inter_verbs == 0 || l->inter_verbs == 1) &&
+           (l->red_known == 0 || l->red_known == 1) &&
+           (!l->red_known || loomi_red_classes_valid(&l->red));
 }
 
 static void params(struct loomi_model_params *m, const struct loomi_links *l, int link,

@@ -39,6 +39,10 @@ struct loomi_links {
      * same bytes): the price of a chunk, against which the model weighs
      * what a smaller chunk pipelines.  0: unknown, alpha stands for it. */
     double chunk_cost[LOOMI_LINKS];
+    /* The classes of reductions (redclass.c), once timed: a communicator
+     * made from this one inherits them with the links. */
+    int red_known;
+    struct loomi_red_classes red;
 };
 
 /* The message size at which the probe compares verbs with TCP: large

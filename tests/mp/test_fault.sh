@@ -66,11 +66,20 @@ if [ $good = 1 ]; then
 else
     bad "rank 3 killed while the others compute"
 fi
-run 4 revoke 1
+LOOM_DEBUG=info run 4 revoke 1
 if [ $good = 1 ] && within "$worst" 1000; then
     ok "loom_comm_revoke on rank 1: every rank's operation fails within $worst ms; shrink keeps all 4"
 else
     bad "loom_comm_revoke on rank 1 (slowest $worst ms)"
+fi
+# The shrunk communicator takes its parent's classes of reductions with
+# its links: rank 0 (rank 0 of both) timed the kernels once.
+log=$(cat "$tmp/out/rank.0.err" 2>/dev/null)
+timed=$(grep -c "reductions timed in" <<<"$log")
+if [ "$timed" = 1 ] && grep -q "the parent communicator's, not timed again" <<<"$log"; then
+    ok "shrink: the classes of reductions come from the parent, timed once"
+else
+    bad "shrink: reductions timed $timed times; $(grep -m1 'class 1' <<<"$log" | cut -c1-160)"
 fi
 for pair in "2 0" "0 1" "5 3"; do
     set -- $pair

@@ -1157,3 +1157,32 @@ Test(model, allreduce_reduced_bytes)
     cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_TREE, 2, n), n / 2, 1);
     cr_assert_float_eq(loomi_allreduce_reduced(LOOMI_ALGO_TREE, 5, n), n, 1);
 }
+
+/* Links that come over the network (a joiner's, from the coordinator)
+ * carry the classes of reductions once timed, checked like the rest. */
+Test(model, links_carry_checked_classes_of_reductions)
+{
+    struct loomi_links l;
+    loomi_links_defaults(&l, 1);
+    cr_assert(loomi_links_valid(&l), "no classes yet");
+    l.red_known = 1;
+    memset(l.red.rep, 0xff, sizeof l.red.rep);
+    cr_assert(loomi_links_valid(&l), "every pair as fp32 sums");
+    l.red.cls[LOOM_BFLOAT16][LOOM_MAX] = 3;
+    cr_assert(!loomi_links_valid(&l), "class 3 without its slowest pair");
+    l.red.rep[3][0] = LOOM_BFLOAT16;
+    l.red.rep[3][1] = LOOM_MAX;
+    l.red.excess[3] = 0.16;
+    cr_assert(loomi_links_valid(&l));
+    l.red.cls[LOOM_BFLOAT16][LOOM_MAX] = 4;
+    cr_assert(!loomi_links_valid(&l), "a class out of range");
+    l.red.cls[LOOM_BFLOAT16][LOOM_MAX] = 3;
+    l.red.excess[3] = NAN;
+    cr_assert(!loomi_links_valid(&l), "an excess that is not a number");
+    l.red.excess[3] = 0.16;
+    l.red_known = 2;
+    cr_assert(!loomi_links_valid(&l), "red_known is a flag");
+    l.red_known = 0;
+    l.red.cls[LOOM_FLOAT32][LOOM_SUM] = 9;
+    cr_assert(loomi_links_valid(&l), "classes not known are not read");
+}
