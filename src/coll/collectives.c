@@ -260,7 +260,8 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     size_t chunk;
     int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op,
                               &chunk);
-    c->a.chunk_bytes = chunk ? chunk : comm->set.chunk_bytes;
+    /* The model did not weigh compressed schedules: LOOM_CHUNK_SIZE for them. */
+    c->a.chunk_bytes = chunk && !c->cz.codec ? chunk : comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
     c->a.stream_bytes = comm->set.shm_stream;

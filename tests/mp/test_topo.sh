@@ -244,11 +244,13 @@ if [ "$(nproc)" -ge 2 ]; then
 fi
 all_2m() {
     local calls
-    calls=$(grep "loom_allreduce: count" <<<"$out")
+    calls=$(grep -E "loom_allreduce(_opts)?: count" <<<"$out")
     [ -n "$calls" ] && ! grep -v "chunks of 2097152," <<<"$calls" | grep -q .
 }
 out=$(LOOM_CHUNK_SIZE=2M chunks_run)
 check "... and with LOOM_CHUNK_SIZE=2M, every call in 2M chunks" all_2m
+out=$(chunks_run -Z bf16)
+check "... and compressed calls, which the model did not weigh, in LOOM_CHUNK_SIZE's" all_2m
 printf 'alpha_intra fast\n' >"$tf"
 out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 rc=$?
