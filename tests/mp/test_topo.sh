@@ -230,7 +230,7 @@ check "LOOM_CHUNK_SIZE set: no chunks in the table" eval '! grep -q "chunks of" 
 # LOOM_CHUNK_SIZE every call runs in that.
 chunks_run() {
     LOOM_TUNING_FILE=$tf LOOM_RANKS_PER_HOST=1 LOOM_DEBUG=trace timeout 200 "$LOOMRUN" -n 2 \
-        --timeout 180 "$hosts_wrapper" "$perf" -b 256K -e 8M -f 2 -n 2 -w 0 -c 1 "$@" 2>&1
+        --timeout 180 "$hosts_wrapper" "${prog_:-$perf}" -b 256K -e 8M -f 2 -n 2 -w 0 -c 1 "$@" 2>&1
 }
 six_right() {
     awk '$1 ~ /^[0-9]+$/ { n++; if ($9 != 0 || $13 != 0) bad = 1 } END { exit bad || n != 6 }'
@@ -251,6 +251,12 @@ out=$(LOOM_CHUNK_SIZE=2M chunks_run)
 check "... and with LOOM_CHUNK_SIZE=2M, every call in 2M chunks" all_2m
 out=$(chunks_run -Z bf16)
 check "... and compressed calls, which the model did not weigh, in LOOM_CHUNK_SIZE's" all_2m
+out=$(prog_=$BUILDDIR/reduce_perf chunks_run)
+check "... the reduce's results right in the model's chunks" six_right <<<"$out"
+if [ "$(nproc)" -ge 2 ]; then
+    check "... some reduce in chunks other than 2M" \
+        grep -Eq "loom_reduce: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
+fi
 printf 'alpha_intra fast\n' >"$tf"
 out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 rc=$?
