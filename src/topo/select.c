@@ -315,6 +315,19 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
     return ceil(n / R) * sync + 1.1 * work + hot;
 }
 
+double loomi_allreduce_reduced(int algo, int p, double n)
+{
+    int lg = 0;
+    while ((2 << lg) <= p) lg++;
+    switch (algo) {
+    /* Every round reduces the whole vector, the fold-in round of ranks
+     * beyond a power of two too. */
+    case LOOMI_ALGO_RECURSIVE_DOUBLING: return (lg + ((1 << lg) != p)) * n;
+    case LOOMI_ALGO_TREE: return p == 2 ? n / 2 : n;
+    default: return (double)(p - 1) / p * n; /* the ring, halving-doubling, shared */
+    }
+}
+
 /* Through shared memory every byte a rank sends is a copy by its core
  * into a FIFO, and every byte it receives a copy out, or a reduction:
  * CPU work, which the port model's pipelining lets overlap with itself.
@@ -342,19 +355,6 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
  * tree or scatter-allgather at 32M-64M, which took 1.8 times shared's
  * time (64M: 22.1 against 12.2 ms).
  * 0 for the others: no CPU term. */
-double loomi_allreduce_reduced(int algo, int p, double n)
-{
-    int lg = 0;
-    while ((2 << lg) <= p) lg++;
-    switch (algo) {
-    /* Every round reduces the whole vector, the fold-in round of ranks
-     * beyond a power of two too. */
-    case LOOMI_ALGO_RECURSIVE_DOUBLING: return (lg + ((1 << lg) != p)) * n;
-    case LOOMI_ALGO_TREE: return p == 2 ? n / 2 : n;
-    default: return (double)(p - 1) / p * n; /* the ring, halving-doubling, shared */
-    }
-}
-
 static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loomi_links *l,
                            double cf)
 {
