@@ -73,6 +73,13 @@ static void put_value(unsigned char *p, loom_datatype_t dt, int v)
     }
 }
 
+/* Every pair as fp32 sums: class 0, no excess, no slowest pairs. */
+static void no_classes(struct loomi_red_classes *rc)
+{
+    memset(rc, 0, sizeof *rc);
+    memset(rc->rep, 0xff, sizeof rc->rep);
+}
+
 /* Rank 0: time every kernel in cache against fp32 sums (LOOM_AVG reduces
  * as LOOM_SUM).  Operands 2 and 1, so that no run meets subnormals,
  * infinities or NaNs. */
@@ -119,8 +126,7 @@ static loom_result_t measure_kernels(struct loomi_red_classes *rc)
     free(src);
     const double base = t[LOOM_FLOAT32][LOOM_SUM];
     double worst[LOOMI_RED_CLASSES] = {0};
-    memset(rc->rep, 0xff, sizeof rc->rep);
-    for (int k = 0; k < LOOMI_RED_CLASSES; k++) rc->excess[k] = 0;
+    no_classes(rc);
     for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
         for (int op = 0; op < LOOM_NUM_OPS; op++) {
             const double ratio = t[dt][op] / base;
@@ -171,7 +177,7 @@ void loomi_red_class_describe(const struct loom_comm *c, int k, char *buf, size_
     buf[0] = 0;
     for (int dt = 0; dt < LOOM_NUM_DATATYPES && !full; dt++)
         for (int op = 0, first = 1; op < LOOM_NUM_OPS && !full; op++) {
-            if (c->red_class[dt][op] != k) continue;
+            if (c->red.cls[dt][op] != k) continue;
             int w = first ? snprintf(buf + u, len - u, "%s%s %s", u ? "; " : "",
                                      loomi_dtype_name((loom_datatype_t)dt),
                                      loomi_op_name((loom_op_t)op))
@@ -187,17 +193,15 @@ void loomi_red_class_describe(const struct loom_comm *c, int k, char *buf, size_
 int loomi_red_class(const struct loom_comm *comm, loom_datatype_t dtype, loom_op_t op)
 {
     if ((unsigned)dtype >= LOOM_NUM_DATATYPES || (unsigned)op >= LOOM_NUM_OPS) return 0;
-    return comm->red_class[dtype][op];
+    return comm->red.cls[dtype][op];
 }
 
 loom_result_t loomi_red_classes_measure(struct loom_comm *c)
 {
-    memset(c->red_class, 0, sizeof c->red_class);
-    memset(c->red_excess, 0, sizeof c->red_excess);
-    memset(c->red_rep, 0xff, sizeof c->red_rep);
+    no_classes(&c->red);
     struct loomi_links *l = c->links;
     struct loomi_red_classes rc;
-    memset(&rc, 0, sizeof rc);
+    no_classes(&rc);
     const uint64_t t0 = loomi_now_ns();
     const int inherited = l && l->red_known;
     if (inherited) {
@@ -213,8 +217,7 @@ loom_result_t loomi_red_classes_measure(struct loom_comm *c)
         if (c->rank == 0 && measure_kernels(&rc) != LOOM_SUCCESS) {
             LOOMI_INFO(c->rank, "reductions not timed (%s): every one as fp32 sums",
                        loom_get_last_error());
-            memset(&rc, 0, sizeof rc);
-            memset(rc.rep, 0xff, sizeof rc.rep);
+            no_classes(&rc);
         }
         loom_result_t r = loom_broadcast(&rc, &rc, sizeof rc, LOOM_UINT8, 0, c);
         if (r == LOOM_SUCCESS && !loomi_red_classes_valid(&rc))
@@ -227,9 +230,7 @@ loom_result_t loomi_red_classes_measure(struct loom_comm *c)
             l->red_known = 1;
         }
     }
-    memcpy(c->red_class, rc.cls, sizeof c->red_class);
-    memcpy(c->red_excess, rc.excess, sizeof c->red_excess);
-    memcpy(c->red_rep, rc.rep, sizeof c->red_rep);
+    c->red = rc;
     if (c->rank == 0) {
         char names[512];
         for (int q = 1; q < LOOMI_RED_CLASSES; q++) {

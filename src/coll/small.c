@@ -294,14 +294,14 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     int sout = 0;
     for (int q = 1; q < LOOMI_RED_CLASSES && r == LOOM_SUCCESS; q++) {
         c->small_lim_red[q] = above;
-        if (!go || sout || c->red_rep[q][0] == 0xff) continue;
+        if (!go || sout || c->red.rep[q][0] == 0xff) continue;
         int top = 0;
         while (top < ns && sizes[top] <= above) top++;
         sfrom[q] = 0;
         while (sfrom[q] + 1 < top && sizes[sfrom[q]] < above / 8) sfrom[q]++;
         if (top > 0) {
-            r = sweep(c, LOOMI_COLL_ALLREDUCE, (loom_datatype_t)c->red_rep[q][0],
-                      (loom_op_t)c->red_rep[q][1], &c->small_lim_red[q], sizes, sfrom[q], top, start,
+            r = sweep(c, LOOMI_COLL_ALLREDUCE, (loom_datatype_t)c->red.rep[q][0],
+                      (loom_op_t)c->red.rep[q][1], &c->small_lim_red[q], sizes, sfrom[q], top, start,
                       a, b, ts[q], &sdone[q], &sout);
             /* Out of time: as the class before. */
             if (c->small_lim_red[q] > above || sout) c->small_lim_red[q] = above;
@@ -335,15 +335,15 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
         char names[512];
         for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
             loomi_red_class_describe(c, q, names, sizeof names);
-            if (c->red_rep[q][0] == 0xff) continue;
+            if (c->red.rep[q][0] == 0xff) continue;
             log_times(m, sizeof m, sizes, sfrom[q], swept >> q & 1 ? sdone[q] : sfrom[q], ts[q]);
             LOOMI_INFO(c->rank,
                        "small allreduce, reductions of class %d (%s): %s %s %s: slots up to %zu "
                        "bytes (bytes:slots/engine us%s)",
                        q, names,
                        swept >> q & 1 ? "swept with" : "out of time, as the class before; slowest",
-                       loomi_dtype_name((loom_datatype_t)c->red_rep[q][0]),
-                       loomi_op_name((loom_op_t)c->red_rep[q][1]), c->small_lim_red[q], m);
+                       loomi_dtype_name((loom_datatype_t)c->red.rep[q][0]),
+                       loomi_op_name((loom_op_t)c->red.rep[q][1]), c->small_lim_red[q], m);
         }
     }
     return LOOM_SUCCESS;

@@ -156,7 +156,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
         for (int q = 0; q < LOOMI_RED_CLASSES; q++)
             own[q] = q ? loomi_select_lookup_red(c->sel, q, s) : cand[0];
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
-            const double dg = q ? c->red_excess[q] * cf : 0;
+            const double dg = q ? c->red.excess[q] * cf : 0;
             double tq[LOOMI_NUM_ALGOS];
             int win = 0;
             for (int i = 0; i < nc; i++) {

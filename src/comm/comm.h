@@ -97,23 +97,21 @@ struct loom_comm {
     unsigned small_unmeasured; /* bit k: small_lim[k] is small_max, unmeasured */
     /* How much slower per byte than fp32 sums each (datatype, op)
      * reduces (redclass.c, timed at init by rank 0): class 0 about as
-     * fast, classes 1-3 slower by up to 2 times, 4 times, and more.  The
-     * allreduces of class k > 0 take the slots up to small_lim_red[k], and
-     * the engine's table sel->allreduce_red[k]. */
-    uint8_t red_class[LOOM_NUM_DATATYPES][LOOM_NUM_OPS];
+     * fast, classes 1-3 slower by up to 2 times, 4 times, and more; each
+     * class's excess in ns/B beyond fp32 sums' in cache (what its table's
+     * model and tune.c add to reductions), and its slowest pair (0xff:
+     * none; small.c sweeps with it).  The allreduces of class k > 0 take
+     * the slots up to small_lim_red[k], and the engine's table
+     * sel->allreduce_red[k]. */
+    struct loomi_red_classes red;
     size_t small_lim_red[LOOMI_RED_CLASSES];
-    /* The ns/B that each class's slowest kernel takes beyond fp32 sums'
-     * in cache (what its table's model and tune.c add to reductions),
-     * and that pair (0xff: none; small.c sweeps with it). */
-    double red_excess[LOOMI_RED_CLASSES];
-    uint8_t red_rep[LOOMI_RED_CLASSES][2];
     /* On one host, the allreduce's table as timed at init (tune.c):
      * sizes timed_lo to timed_hi (0: none), and the spans where another
      * algorithm than the model's took over, from `from` to 2 * from. */
     size_t timed_lo, timed_hi;
     int ntuned;
     struct {
-        int cls; /* the class of reductions (red_class) */
+        int cls; /* the class of reductions (red.cls) */
         size_t from;
         int was, now;
     } tuned[LOOMI_TUNED];

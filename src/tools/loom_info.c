@@ -310,7 +310,7 @@ static void print_red_classes(const struct loom_comm *c)
     char b[32], names[1024];
     int any = 0;
     for (int q = 1; q < LOOMI_RED_CLASSES; q++) {
-        if (c->red_rep[q][0] == 0xff) continue; /* an empty class */
+        if (c->red.rep[q][0] == 0xff) continue; /* an empty class */
         loomi_red_class_describe(c, q, names, sizeof names);
         if (!any)
             printf("  allreduce of reductions slower than fp32 sums (timed at init; tables "

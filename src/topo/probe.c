@@ -279,7 +279,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
     /* The slower reductions' classes, and their allreduce tables. */
     r = loomi_red_classes_measure(c);
     if (r != LOOM_SUCCESS) return r;
-    loomi_select_build_red(c->sel, &j, &l, c->red_excess);
+    loomi_select_build_red(c->sel, &j, &l, c->red.excess);
     /* Timing the slots and the allreduce's table share TUNE_BUDGET_NS,
      * the slots first (each stops early when it runs out). */
     const uint64_t t1 = loomi_now_ns();

@@ -135,7 +135,7 @@ size_t loomi_select_chunk(int coll, int algo, size_t bytes, const struct loomi_j
                           const struct loomi_links *l);
 #define LOOMI_CHUNK_GAIN 0.1
 /* The allreduce's tables of the slower classes (allreduce_red), with
- * reductions dearer by excess[q] ns/B (comm.h's red_excess). */
+ * reductions dearer by excess[q] ns/B (comm.h's red.excess). */
 void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_shape *j,
                             const struct loomi_links *l, const double excess[LOOMI_RED_CLASSES]);
 /* The allreduce's for reductions of class cls (allreduce_red). */

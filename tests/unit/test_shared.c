@@ -811,8 +811,8 @@ Test(shared, small_calls_stop_at_their_own_limit)
     for (int k = 0; k < LOOMI_SMALL_TUNED; k++) c.small_lim[k] = lim[k];
     c.small_lim_red[1] = 1024;
     c.small_lim_red[3] = 512;
-    c.red_class[LOOM_BFLOAT16][LOOM_SUM] = c.red_class[LOOM_BFLOAT16][LOOM_AVG] = 1;
-    c.red_class[LOOM_BFLOAT16][LOOM_MAX] = 3;
+    c.red.cls[LOOM_BFLOAT16][LOOM_SUM] = c.red.cls[LOOM_BFLOAT16][LOOM_AVG] = 1;
+    c.red.cls[LOOM_BFLOAT16][LOOM_MAX] = 3;
     /* n: count times the element size, as collectives.c passes it. */
     cr_assert(FITS(LOOMI_COLL_ALLREDUCE, 2048));
     cr_assert(!FITS(LOOMI_COLL_ALLREDUCE, 2049));
@@ -862,8 +862,8 @@ Test(shared, slower_reductions_take_their_class_table)
     memset(&c, 0, sizeof c);
     c.nranks = 4;
     c.sel = &sel;
-    c.red_class[LOOM_BFLOAT16][LOOM_MAX] = 3;
-    c.red_class[LOOM_BFLOAT16][LOOM_SUM] = 2;
+    c.red.cls[LOOM_BFLOAT16][LOOM_MAX] = 3;
+    c.red.cls[LOOM_BFLOAT16][LOOM_SUM] = 2;
     cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_FLOAT32, LOOM_SUM, NULL),
                  LOOMI_ALGO_RECURSIVE_DOUBLING);
     cr_assert_eq(loomi_algo_for(&c, AR, 4096, 0, LOOM_BFLOAT16, LOOM_MAX, NULL), LOOMI_ALGO_TREE,
@@ -903,7 +903,7 @@ Test(shared, the_tables_chunk_comes_with_its_algorithm)
     memset(&c, 0, sizeof c);
     c.nranks = 4;
     c.sel = &sel;
-    c.red_class[LOOM_BFLOAT16][LOOM_SUM] = 2;
+    c.red.cls[LOOM_BFLOAT16][LOOM_SUM] = 2;
     size_t ch = 1;
     cr_assert_eq(loomi_algo_for(&c, RD, 4096, 0, LOOM_FLOAT32, LOOM_SUM, &ch), LOOMI_ALGO_TREE);
     cr_assert_eq(ch, 0);
