@@ -235,13 +235,16 @@ chunks_run() {
 six_right() {
     awk '$1 ~ /^[0-9]+$/ { n++; if ($9 != 0 || $13 != 0) bad = 1 } END { exit bad || n != 6 }'
 }
+# some_chunked COLL: some call of COLL in $out ran in chunks other than 2M.
+# (The model weighs chunks only where each rank has a core: 2 here.)
+some_chunked() {
+    [ "$(nproc)" -ge 2 ] || return 0
+    check "... some $1 in chunks other than 2M" \
+        grep -Eq "loom_$1: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
+}
 out=$(chunks_run)
 check "2 hosts x 1: results right in the model's chunks" six_right <<<"$out"
-# (The model weighs chunks only where each rank has a core: 2 here.)
-if [ "$(nproc)" -ge 2 ]; then
-    check "... some allreduce in chunks other than 2M" \
-        grep -Eq "loom_allreduce: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
-fi
+some_chunked allreduce
 all_2m() {
     local calls
     calls=$(grep -E "loom_allreduce(_opts)?: count" <<<"$out")
@@ -253,10 +256,7 @@ out=$(chunks_run -Z bf16)
 check "... and compressed calls, which the model did not weigh, in LOOM_CHUNK_SIZE's" all_2m
 out=$(prog_=$BUILDDIR/reduce_perf chunks_run)
 check "... the reduce's results right in the model's chunks" six_right <<<"$out"
-if [ "$(nproc)" -ge 2 ]; then
-    check "... some reduce in chunks other than 2M" \
-        grep -Eq "loom_reduce: count [0-9]+ float32, [a-z_]+, chunks of (65536|131072|262144|524288|1048576)," <<<"$out"
-fi
+some_chunked reduce
 printf 'alpha_intra fast\n' >"$tf"
 out=$(LOOM_TUNING_FILE=$tf timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$info" --job 2>&1)
 rc=$?
