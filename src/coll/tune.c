@@ -154,7 +154,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
         /* Each class's own table's algorithm here (class 0: the list's first). */
         int own[LOOMI_RED_CLASSES];
         for (int q = 0; q < LOOMI_RED_CLASSES; q++)
-            own[q] = q ? loomi_select_lookup_red(c->sel, q, s) : cand[0];
+            own[q] = q ? loomi_ranges_algo(&c->sel->allreduce_red[q], s) : cand[0];
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
             const double dg = q ? c->red.excess[q] * cf : 0;
             double tq[LOOMI_NUM_ALGOS];

@@ -726,7 +726,7 @@ const struct loomi_range *loomi_ranges_find(const struct loomi_ranges *t, size_t
     return e;
 }
 
-static int lookup(const struct loomi_ranges *t, size_t bytes)
+int loomi_ranges_algo(const struct loomi_ranges *t, size_t bytes)
 {
     const struct loomi_range *e = loomi_ranges_find(t, bytes);
     return e ? e->algo : LOOMI_ALGO_AUTO;
@@ -734,7 +734,7 @@ static int lookup(const struct loomi_ranges *t, size_t bytes)
 
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes)
 {
-    return lookup(&sel->coll[coll], bytes);
+    return loomi_ranges_algo(&sel->coll[coll], bytes);
 }
 
 void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_shape *j,
@@ -746,17 +746,6 @@ void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_
         lq.gamma += excess[q] * 1e-9;
         build_ranges(&sel->allreduce_red[q], LOOMI_COLL_ALLREDUCE, j, &lq);
     }
-}
-
-int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes)
-{
-    if (cls < 0 || cls >= LOOMI_RED_CLASSES) cls = 0;
-    return lookup(&sel->allreduce_red[cls], bytes);
-}
-
-int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace)
-{
-    return lookup(&sel->window[inplace != 0], bytes);
 }
 
 int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo)

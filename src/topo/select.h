@@ -128,6 +128,8 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
 int loomi_select_lookup(const struct loomi_selection *sel, int coll, size_t bytes);
 /* The range of table t that holds `bytes` (NULL: t is empty). */
 const struct loomi_range *loomi_ranges_find(const struct loomi_ranges *t, size_t bytes);
+/* Its algorithm (LOOMI_ALGO_AUTO: t is empty). */
+int loomi_ranges_algo(const struct loomi_ranges *t, size_t bytes);
 /* The chunk the model picks for (coll, algo) at `bytes`: a size from
  * LOOMI_CHUNK_MIN to LOOMI_CHUNK_MAX whose estimate beats j->chunk_bytes'
  * by LOOMI_CHUNK_GAIN, or 0 (keep j->chunk_bytes). */
@@ -138,10 +140,6 @@ size_t loomi_select_chunk(int coll, int algo, size_t bytes, const struct loomi_j
  * reductions dearer by excess[q] ns/B (comm.h's red.excess). */
 void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_shape *j,
                             const struct loomi_links *l, const double excess[LOOMI_RED_CLASSES]);
-/* The allreduce's for reductions of class cls (allreduce_red). */
-int loomi_select_lookup_red(const struct loomi_selection *sel, int cls, size_t bytes);
-/* The allreduce's, buffers in windows, in place or not. */
-int loomi_select_lookup_window(const struct loomi_selection *sel, size_t bytes, int inplace);
 /* `algo` (with LOOM_CHUNK_SIZE) for sizes from..to-1 (to 0: no end),
  * the rest as it was;
  * -1, with t unchanged, where that takes more than

@@ -757,14 +757,14 @@ Test(model, windows_make_the_shared_allreduce_cheaper)
     struct loomi_selection sel;
     loomi_select_build(&sel, &j, &l);
     for (size_t n = (size_t)16 << 10; n <= (size_t)64 << 20; n *= 2) {
-        cr_assert_eq(loomi_select_lookup_window(&sel, n, 0), SH, "%zu B: %s with windows", n,
-                     loomi_algo_name(loomi_select_lookup_window(&sel, n, 0)));
+        cr_assert_eq(loomi_ranges_algo(&sel.window[0], n), SH, "%zu B: %s with windows", n,
+                     loomi_algo_name(loomi_ranges_algo(&sel.window[0], n)));
         if (n <= (size_t)4 << 20)
             cr_assert_neq(loomi_select_lookup(&sel, AR, n), SH, "%zu B: shared without windows",
                           n);
     }
     /* 8 bytes: a latency, not a copy; recursive doubling's one round. */
-    cr_assert_eq(loomi_select_lookup_window(&sel, 8, 0), LOOMI_ALGO_RECURSIVE_DOUBLING);
+    cr_assert_eq(loomi_ranges_algo(&sel.window[0], 8), LOOMI_ALGO_RECURSIVE_DOUBLING);
     free(hm);
 }
 
@@ -794,13 +794,13 @@ Test(model, windows_in_place_take_shared_from_a_megabyte)
     struct loomi_selection sel;
     loomi_select_build(&sel, &j, &l);
     for (size_t n = (size_t)16 << 10; n <= (size_t)64 << 20; n *= 2) {
-        int got = loomi_select_lookup_window(&sel, n, 1);
+        int got = loomi_ranges_algo(&sel.window[1], n);
         if (n <= (size_t)512 << 10)
             cr_assert_neq(got, SH, "%zu B in place: shared", n);
         else if (n >= (size_t)2 << 20)
             cr_assert_eq(got, SH, "%zu B in place: %s", n, loomi_algo_name(got));
         /* Out of place, the window table stands. */
-        cr_assert_eq(loomi_select_lookup_window(&sel, n, 0), SH);
+        cr_assert_eq(loomi_ranges_algo(&sel.window[0], n), SH);
     }
     free(hm);
 }
@@ -1018,15 +1018,16 @@ Test(model, slower_reductions_shift_the_allreduce_table)
     int moved = 0;
     for (size_t n = 1024; n <= (size_t)1 << 20; n *= 2) {
         const int f32 = loomi_select_lookup(&sel, LOOMI_COLL_ALLREDUCE, n);
-        const int slow = loomi_select_lookup_red(&sel, 3, n);
+        const int slow = loomi_ranges_algo(&sel.allreduce_red[3], n);
         cr_assert(slow != RD || f32 == RD, "%zu B: recursive doubling for bf16 max only", n);
         moved |= f32 == RD && slow != RD;
-        cr_assert_eq(loomi_select_lookup_red(&sel, 1, n), f32, "%zu B: class 1 has no excess", n);
-        cr_assert_eq(loomi_select_lookup_red(&sel, 0, n), f32);
+        cr_assert_eq(loomi_ranges_algo(&sel.allreduce_red[1], n), f32,
+                     "%zu B: class 1 has no excess", n);
+        cr_assert_eq(loomi_ranges_algo(&sel.allreduce_red[0], n), f32);
     }
     cr_assert(moved, "no size moved off recursive doubling");
-    cr_assert_neq(loomi_select_lookup_red(&sel, 3, 8192), RD, "8K: %s",
-                  loomi_algo_name(loomi_select_lookup_red(&sel, 3, 8192)));
+    cr_assert_neq(loomi_ranges_algo(&sel.allreduce_red[3], 8192), RD, "8K: %s",
+                  loomi_algo_name(loomi_ranges_algo(&sel.allreduce_red[3], 8192)));
     free(hm);
 }
 
