@@ -97,8 +97,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
     memcpy(tcls, c->sel->allreduce_red, sizeof tcls);
     /* The slower classes' reductions run on ranks that take turns on the
      * cores as the timed ones did. */
-    const int cores = c->topo->ranks[c->rank].host.ncores;
-    const double cf = cores > 0 && c->machine_ranks > cores ? (double)c->machine_ranks / cores : 1;
+    const double cf = loomi_select_turns(&j);
     char log[640] = "";
     int used = 0;
     loom_result_t r = LOOM_SUCCESS;

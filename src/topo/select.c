@@ -162,6 +162,11 @@ static double host_turns(const struct loomi_job_shape *j, double cf)
     return cf;
 }
 
+double loomi_select_turns(const struct loomi_job_shape *j)
+{
+    return host_turns(j, core_factor(j));
+}
+
 /* Reading lines another core has just written, from its caches, up to
  * PRIVATE_CACHE bytes (the window form's "hot" term in shared_intra()). */
 static double hot_lines(const struct loomi_links *l, double bytes)

@@ -84,6 +84,10 @@ struct loomi_job_shape {
     int window;
 };
 
+/* How many ranks take turns on a core of the busiest machine (1: a core
+ * each): what their own work, a reduction or a copy, is slowed by. */
+double loomi_select_turns(const struct loomi_job_shape *j);
+
 /* Bytes the allreduce's `algo` reduces on its busiest rank, for n bytes
  * on p ranks: what a slower reduction adds to its time (tune.c), and
  * the reductions of its CPU bound on one host. */
