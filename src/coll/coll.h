@@ -96,8 +96,12 @@ struct loomi_coll_args {
     /* In place past that size, the saves (of what the operation
      * overwrites, for the restore on failure) stream too: whether they
      * should is measured on the communicator's first such calls
-     * (loomi_saves_tuner). */
+     * (a loomi_mode_tuner). */
     int stream_saves;
+    /* The staged shared allreduce copies its input into its arena with
+     * streaming stores (1) or cached ones (0): measured per size on the
+     * communicator's first calls too (see loomi_copyin_tuner). */
+    int stream_copyin;
     /* Allreduce: SEND and RECV lie in the loom_mem_alloc window win_id
      * (0: they do not), at these offsets; the window has win_bytes. */
     uint64_t win_id;
@@ -123,24 +127,45 @@ static inline int loomi_bcast_streams(size_t stream_bytes, int L, size_t bytes)
                                 : loomi_shared_streams(stream_bytes, L, 4 * bytes);
 }
 
-/* Streamed or cached saves, for in-place shared allreduces past
- * stream_bytes: the first LOOMI_SAVES_TRIALS such blocking calls of a
- * communicator alternate the two (all ranks alike: their calls come in
- * the same order), each timed; then the faster, by its best time per
- * byte, is kept, cached unless streamed beat it by 5%.  Which is faster
- * depends on the machine (2 ranks, 64 MiB in place, heap buffers:
- * streamed 26% faster on one Intel VM, cached 20% faster on one AMD VM),
- * and only a large operation's own working set shows it. */
-#define LOOMI_SAVES_TRIALS 6
-struct loomi_saves_tuner {
+/* Streamed or cached stores where only the machine can tell which is
+ * faster, and only a large operation's own working set shows it: the
+ * first LOOMI_TUNER_TRIALS such blocking calls of a communicator
+ * alternate the two (all ranks alike: their calls come in the same
+ * order), each timed; then the faster, by its best time per byte, is
+ * kept, cached unless streamed beat it by 5%.
+ * - The saves of in-place shared allreduces past stream_bytes (2 ranks,
+ *   64 MiB in place, heap buffers: streamed 26% faster on one Intel VM,
+ *   cached 20% faster on one AMD VM).
+ * - The staged shared allreduce's copy of its input into its arena,
+ *   which the host's other ranks then read (loomi_copyin_tuner). */
+#define LOOMI_TUNER_TRIALS 6
+struct loomi_mode_tuner {
     int calls;          /* trial calls timed so far */
     int decided, mode;  /* mode: 1 streamed, 0 cached */
     double best[2];     /* best ns per byte of each mode (0: none yet) */
 };
 /* The mode for the next call (the trial's, or the one decided). */
-int loomi_saves_mode(const struct loomi_saves_tuner *t);
+int loomi_tuner_mode(const struct loomi_mode_tuner *t);
 /* Record a call of `bytes` run in mode `mode` that took `ns`. */
-void loomi_saves_record(struct loomi_saves_tuner *t, int mode, size_t bytes, double ns);
+void loomi_tuner_record(struct loomi_mode_tuner *t, int mode, size_t bytes, double ns);
+
+/* The copy-in's tuners, one per power of two of the vector's bytes from
+ * LOOMI_COPYIN_MIN (the last one for every size above), in place and out
+ * of place apart: time per byte is only comparable between calls of
+ * about one size, and jobs call few sizes, over and over.  Streamed, the
+ * copy goes to memory and the peers read it from there; cached, they
+ * read it from this core's caches, which on some machines is the slower
+ * way (an AMD VM whose two cores answer each other in 400-950 ns: 4
+ * ranks, 8 MiB in place, 0.77 of the cached time; 64 MiB out of place
+ * 0.87-0.90), and on 2 ranks of the same VM no faster out of place. */
+#define LOOMI_COPYIN_MIN ((size_t)64 << 10)
+#define LOOMI_COPYIN_SIZES 24
+struct loomi_copyin_tuner {
+    struct loomi_mode_tuner t[2][LOOMI_COPYIN_SIZES]; /* [inplace][size] */
+};
+/* The tuner for a call of `bytes`, NULL below LOOMI_COPYIN_MIN. */
+struct loomi_mode_tuner *loomi_copyin_tuner_for(struct loomi_copyin_tuner *c, int inplace,
+                                                size_t bytes);
 
 typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_coll_args *a);
 

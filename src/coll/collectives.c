@@ -89,7 +89,7 @@ struct sched_key {
     loom_datatype_t dtype;
     loom_op_t op;
     size_t count, chunk, shared, stream;
-    int saves;
+    int saves, copyin;
     uint64_t win;
     size_t win_send, win_recv;
     const void *hosts; /* tests change these on a live communicator */
@@ -129,6 +129,7 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
     k.shared = c->a.shared_bytes;
     k.stream = c->a.stream_bytes;
     k.saves = c->a.stream_saves;
+    k.copyin = c->a.stream_copyin;
     k.win = c->a.win_id;
     k.win_send = c->a.win_send_off;
     k.win_recv = c->a.win_recv_off;
@@ -265,17 +266,40 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
     c->a.stream_bytes = comm->set.shm_stream;
-    /* In-place shared allreduces past LOOM_SHM_STREAM: streamed or cached
-     * saves, as the first such blocking calls measure (coll.h). */
-    int tune = 0;
-    if (algo == LOOMI_ALGO_SHARED && c->a.inplace && c->a.coll == LOOMI_COLL_ALLREDUCE &&
-        !c->cz.codec && comm->hosts) {
+    /* Shared allreduces: streamed or cached stores where the first such
+     * blocking calls measure which (coll.h): in place past LOOM_SHM_STREAM
+     * the saves, staged the copy-in.  One at a time: while the saves are
+     * on trial, the copy-in keeps what its size has (cached if nothing
+     * yet), or the two would alternate together and neither could be
+     * told from the other. */
+    struct loomi_mode_tuner *tune = NULL;
+    const char *tuned = NULL;
+    if (algo == LOOMI_ALGO_SHARED && c->a.coll == LOOMI_COLL_ALLREDUCE && !c->cz.codec &&
+        comm->hosts) {
         const struct loomi_hostmap *m = comm->hosts;
-        int L = loomi_host_size(m, m->host_of[comm->rank]);
-        if (loomi_shared_streams(c->a.stream_bytes, L, c->a.count * es)) {
+        const int L = loomi_host_size(m, m->host_of[comm->rank]);
+        const int trial = !req && !group && !comm->timing;
+        const size_t n = c->a.count * es;
+        if (c->a.inplace && loomi_shared_streams(c->a.stream_bytes, L, n)) {
             int fixed = comm->set.shm_stream_saves; /* LOOM_SHM_STREAM_SAVES */
-            c->a.stream_saves = fixed >= 0 ? fixed : loomi_saves_mode(&comm->saves);
-            tune = fixed < 0 && !req && !group && !comm->saves.decided;
+            c->a.stream_saves = fixed >= 0 ? fixed : loomi_tuner_mode(&comm->saves);
+            if (fixed < 0 && trial && !comm->saves.decided) {
+                tune = &comm->saves;
+                tuned = "saves";
+            }
+        }
+        struct loomi_mode_tuner *t = loomi_copyin_tuner_for(&comm->copyin, c->a.inplace, n);
+        int fixed = comm->set.shm_stream_copyin; /* LOOM_SHM_STREAM_COPYIN */
+        if (c->a.win_id || !t) {
+            /* The window form copies nothing in; small vectors stay cached. */
+        } else if (fixed >= 0) {
+            c->a.stream_copyin = fixed;
+        } else if (tune || !trial || t->decided) {
+            c->a.stream_copyin = t->decided ? t->mode : 0;
+        } else {
+            c->a.stream_copyin = loomi_tuner_mode(t);
+            tune = t;
+            tuned = "copy-in";
         }
     }
     struct loomi_sched s;
@@ -301,7 +325,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                                 coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
     if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
-    uint64_t t0 = tune ? loomi_now_ns() : 0;
+    const uint64_t t0 = tune ? loomi_now_ns() : 0;
     r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
     if (r != LOOM_SUCCESS) return r;
     if (req) {
@@ -310,29 +334,39 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     }
     r = loomi_op_wait(op);
     if (tune && r == LOOM_SUCCESS) {
-        struct loomi_saves_tuner *t = &comm->saves;
-        loomi_saves_record(t, c->a.stream_saves, c->a.count * es, (double)(loomi_now_ns() - t0));
-        if (t->decided)
-            LOOMI_INFO(comm->rank, "in-place shared allreduce: %s saves (best %.3f ns/B "
-                       "streamed, %.3f cached)", t->mode ? "streamed" : "cached", t->best[1],
-                       t->best[0]);
+        const int mode = tune == &comm->saves ? c->a.stream_saves : c->a.stream_copyin;
+        loomi_tuner_record(tune, mode, c->a.count * es, (double)(loomi_now_ns() - t0));
+        if (tune->decided)
+            LOOMI_INFO(comm->rank, "shared allreduce of %zu bytes%s: %s %s (best %.3f ns/B "
+                       "streamed, %.3f cached)", c->a.count * es,
+                       c->a.inplace ? ", in place" : "", tune->mode ? "streamed" : "cached",
+                       tuned, tune->best[1], tune->best[0]);
     }
     return r;
 }
 
-int loomi_saves_mode(const struct loomi_saves_tuner *t)
+int loomi_tuner_mode(const struct loomi_mode_tuner *t)
 {
     return t->decided ? t->mode : t->calls % 2;
 }
 
-void loomi_saves_record(struct loomi_saves_tuner *t, int mode, size_t bytes, double ns)
+void loomi_tuner_record(struct loomi_mode_tuner *t, int mode, size_t bytes, double ns)
 {
     if (t->decided || !bytes || ns <= 0 || mode < 0 || mode > 1) return;
     double v = ns / (double)bytes;
     if (t->best[mode] == 0 || v < t->best[mode]) t->best[mode] = v;
-    if (++t->calls < LOOMI_SAVES_TRIALS) return;
+    if (++t->calls < LOOMI_TUNER_TRIALS) return;
     t->decided = 1;
     t->mode = t->best[0] > 0 && t->best[1] > 0 && t->best[1] < 0.95 * t->best[0];
+}
+
+struct loomi_mode_tuner *loomi_copyin_tuner_for(struct loomi_copyin_tuner *c, int inplace,
+                                                size_t bytes)
+{
+    if (bytes < LOOMI_COPYIN_MIN) return NULL;
+    int k = 0;
+    for (size_t b = bytes / LOOMI_COPYIN_MIN; b > 1 && k < LOOMI_COPYIN_SIZES - 1; b /= 2) k++;
+    return &c->t[inplace != 0][k];
 }
 
 static loom_result_t need_req(const char *fn, loom_request_t *req)

@@ -32,8 +32,10 @@
  * the whole buffer up front (saves_input).
  * Below LOOM_SHM_STREAM the saves are cached stores.  Past it they
  * stream or not as a->stream_saves says, which the communicator measures
- * on its first such calls (loomi_saves_tuner in coll.h): it depends on
- * the machine.  Streamed against cached, in place: on an AMD VM, 2 ranks,
+ * on its first such calls (a loomi_mode_tuner in coll.h): it depends on
+ * the machine.  So does the copy-in (a->stream_copyin, measured per size:
+ * loomi_copyin_tuner): streamed, the peers read it from memory instead
+ * of from this core's caches, which is faster where cores are far apart.  Streamed against cached, in place: on an AMD VM, 2 ranks,
  * 64 MiB, window 10.9-13.1 ms against 7.7-7.9, staged 13.0-13.4 against
  * 10.5-10.6 (128 MiB and 4 ranks alike); on an Intel VM, 2 ranks, 64 MiB,
  * staged 17.8-18.8 against 22.3-25.6, window 14.0-16.2 against
@@ -426,7 +428,12 @@ loom_result_t loomi_gen_allreduce_shared(struct loomi_sched *s, const struct loo
                                                   &reuse, 1)
                               : loomi_sched_copy(s, mine, hoff + t0 * es, in, (b + t0) * es,
                                                  len - t0, &reuse, 1);
-        for (int c = 0; c < nc && ssave; c++) s->steps[tmp[c]].flags |= LOOMI_COPY_STREAM;
+        /* The arena's stores stream where the communicator measured that
+         * faster (a->stream_copyin); in place, the saves' as above. */
+        const uint32_t fl = (ssave ? LOOMI_COPY_STREAM : 0u) |
+                            (a->stream_copyin ? (saved ? LOOMI_COPY_STREAM_DST : LOOMI_COPY_STREAM)
+                                              : 0u);
+        for (int c = 0; c < nc; c++) s->steps[tmp[c]].flags |= fl;
         uint32_t cin = loomi_sched_join(s, tmp, (size_t)nc);
         if (cin == LOOMI_NO_DEP) cin = reuse;
         /* In place: save the rest of this round's input (my slice) before

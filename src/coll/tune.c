@@ -256,7 +256,9 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
         return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "timing the tables: out of memory");
     }
     const int forced = c->algo_forced[COLL];
+    c->timing = 1;
     r = time_sizes(c, (size_t)1 << from, budget_ns, a, b);
+    c->timing = 0;
     /* A rank's own LOOM_ALGO still rules its calls. */
     if (forced != LOOMI_ALGO_AUTO) {
         c->algo_forced[COLL] = forced;

@@ -59,7 +59,8 @@ struct loom_comm {
     int oversubscribed;        /* this machine has more ranks than cores */
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
-    struct loomi_saves_tuner saves;        /* in-place shared saves (coll.h); calling thread */
+    struct loomi_mode_tuner saves;         /* in-place shared saves (coll.h); calling thread */
+    struct loomi_copyin_tuner copyin;      /* the shared copy-in (coll.h); calling thread */
     struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
     /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32
      * SUM/AVG (NULL: none).  Set and read by the calling thread only. */
@@ -109,6 +110,9 @@ struct loom_comm {
      * sizes timed_lo to timed_hi (0: none), and the spans where another
      * algorithm than the model's took over, from `from` to 2 * from. */
     size_t timed_lo, timed_hi;
+    /* 1 while tune.c times them: its calls run no trials of the store
+     * tuners (coll.h), whose alternation would blur its comparisons. */
+    int timing;
     int ntuned;
     struct {
         int cls; /* the class of reductions (red.cls) */

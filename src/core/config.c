@@ -39,6 +39,7 @@ static const struct var vars[] = {
     {"LOOM_SHM_SMALL", K_SIZE, 0, 65536, OFF(shm_small), "64K"},
     {"LOOM_SHM_STREAM", K_SIZE, 0, 1LL << 62, OFF(shm_stream), "64M"},
     {"LOOM_SHM_STREAM_SAVES", K_INT, -1, 1, OFF(shm_stream_saves), "-1"},
+    {"LOOM_SHM_STREAM_COPYIN", K_INT, -1, 1, OFF(shm_stream_copyin), "-1"},
     {"LOOM_HEARTBEAT_MS", K_INT, 0, 600000, OFF(heartbeat_ms), "500"},
     {"LOOM_PROGRESS_THREAD", K_INT, 0, 1, OFF(progress_thread), "0"},
 };
@@ -136,6 +137,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->shm_small = e->shm_small;
     out->shm_stream = e->shm_stream;
     out->shm_stream_saves = e->shm_stream_saves;
+    out->shm_stream_copyin = e->shm_stream_copyin;
     out->heartbeat_ms = e->heartbeat_ms;
     out->progress_thread = e->progress_thread;
     const char *ifn = e->socket_ifname, *algo = e->algo, *tr = e->transport;

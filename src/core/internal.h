@@ -80,6 +80,7 @@ struct loomi_env {
     size_t shm_stream;         /* shared allreduce streams results from this many vector
                                 * bytes on the host; 0: never */
     int shm_stream_saves;      /* in place past shm_stream: -1 measure, 0 cached, 1 streamed */
+    int shm_stream_copyin;     /* shared copy-in: -1 measure per size, 0 cached, 1 streamed */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
 };
@@ -111,6 +112,7 @@ struct loomi_settings {
     size_t shm_small;
     size_t shm_stream;
     int shm_stream_saves;
+    int shm_stream_copyin;
     int heartbeat_ms;
     int progress_thread;
 };

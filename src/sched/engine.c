@@ -365,12 +365,14 @@ static void op_run_ready(struct loomi_op *op)
  * ms, in place 18.7 against 19.6, in place in windows (save64 too) 10.8
  * against 12.8. */
 __attribute__((target("avx512f"))) static void stream64(unsigned char *d, unsigned char *also,
-                                                        const unsigned char *src, size_t n)
+                                                        const unsigned char *src, size_t n,
+                                                        int also_nt)
 {
     for (size_t i = 0; i < n; i += 64) {
         __m512i a = _mm512_loadu_si512((const void *)(src + i));
         _mm512_stream_si512((void *)(d + i), a);
-        if (also) _mm512_storeu_si512((void *)(also + i), a);
+        if (also_nt) _mm512_stream_si512((void *)(also + i), a);
+        else if (also) _mm512_storeu_si512((void *)(also + i), a);
     }
 }
 
@@ -385,15 +387,17 @@ __attribute__((target("avx512f"))) static void save64(unsigned char *d, unsigned
 }
 #endif
 
-/* Stores of n bytes (a multiple of 64) to d that skip the cache, and
- * through the cache to `also` when not NULL, without the fence: callers
- * fence once after all their streamed stores.  d must be 16-aligned. */
+/* Stores of n bytes (a multiple of 64) to d that skip the cache, and to
+ * `also` when not NULL, through the cache or, with also_nt, skipping it
+ * too; without the fence: callers fence once after all their streamed
+ * stores.  d must be 16-aligned, and also with also_nt. */
 static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned char *src,
-                           size_t n)
+                           size_t n, int also_nt)
 {
 #if defined(__x86_64__)
-    if (!((uintptr_t)d & 63) && loomi_reduce_cpu_avx512()) {
-        stream64(d, also, src, n);
+    if (!((uintptr_t)d & 63) && (!also_nt || !((uintptr_t)also & 63)) &&
+        loomi_reduce_cpu_avx512()) {
+        stream64(d, also, src, n, also_nt);
         return;
     }
     for (size_t i = 0; i < n; i += 64) {
@@ -405,7 +409,12 @@ static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned
         _mm_stream_si128((__m128i *)(void *)(d + i + 16), b);
         _mm_stream_si128((__m128i *)(void *)(d + i + 32), c);
         _mm_stream_si128((__m128i *)(void *)(d + i + 48), e);
-        if (also) {
+        if (also_nt) {
+            _mm_stream_si128((__m128i *)(void *)(also + i), a);
+            _mm_stream_si128((__m128i *)(void *)(also + i + 16), b);
+            _mm_stream_si128((__m128i *)(void *)(also + i + 32), c);
+            _mm_stream_si128((__m128i *)(void *)(also + i + 48), e);
+        } else if (also) {
             _mm_storeu_si128((__m128i *)(void *)(also + i), a);
             _mm_storeu_si128((__m128i *)(void *)(also + i + 16), b);
             _mm_storeu_si128((__m128i *)(void *)(also + i + 32), c);
@@ -413,6 +422,7 @@ static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned
         }
     }
 #else
+    (void)also_nt;
     memcpy(d, src, n);
     if (also) memcpy(also, src, n);
 #endif
@@ -423,16 +433,19 @@ static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned
  * and is too big for the cache (LOOMI_COPY_STREAM): non-temporal stores
  * leave the cache to the data the operation is working on, and skip
  * reading the lines they overwrite.  `also`, when not NULL, gets the
- * same bytes through the cache in the same pass (LOOMI_COPY_ALSO: an
- * in-place input copied into an arena and saved at once, read from
- * memory once, not twice).  copy_stream_nf leaves out the fence, for
+ * same bytes in the same pass (LOOMI_COPY_ALSO: an in-place input copied
+ * into an arena and saved at once, read from memory once, not twice),
+ * through the cache, or with also_nt streamed too (where `also` lies as
+ * d does within 64-byte lines; elsewhere it goes through the cache).
+ * copy_stream_nf leaves out the fence, for
  * loops over blocks that fence once at the end (stream_fence): a fence per
  * block waits for each block's stores to reach memory before the next
  * block's loads. */
 static void copy_stream_nf(unsigned char *d, unsigned char *also, const unsigned char *src,
-                           size_t n)
+                           size_t n, int also_nt)
 {
 #if defined(__x86_64__)
+    if (!also || (((uintptr_t)also ^ (uintptr_t)d) & 63)) also_nt = 0;
     size_t head = (size_t)(-(uintptr_t)d & 63); /* lines whole: see stream64 */
     if (n < 4096 || head >= n) head = n;
     memcpy(d, src, head);
@@ -443,10 +456,11 @@ static void copy_stream_nf(unsigned char *d, unsigned char *also, const unsigned
     src += head;
     n -= head;
     const size_t body = n - n % 64;
-    stream_nofence(d, also, src, body);
+    stream_nofence(d, also, src, body, also_nt);
     memcpy(d + body, src + body, n % 64);
     if (also) memcpy(also + body, src + body, n % 64);
 #else
+    (void)also_nt;
     memcpy(d, src, n);
     if (also) memcpy(also, src, n);
 #endif
@@ -462,9 +476,9 @@ static void stream_fence(int nt)
 }
 
 static void copy_stream(unsigned char *d, unsigned char *also, const unsigned char *src,
-                        size_t n)
+                        size_t n, int also_nt)
 {
-    copy_stream_nf(d, also, src, n);
+    copy_stream_nf(d, also, src, n, also_nt);
     stream_fence(1);
 }
 
@@ -552,7 +566,7 @@ static void reduce_arenas(const struct loomi_op *op, const struct loomi_step *st
  * nt and the place allows, else an ordinary copy. */
 static void put_block(unsigned char *d, const unsigned char *src, size_t n, int nt)
 {
-    if (nt && !((uintptr_t)d & 15) && n % 64 == 0) stream_nofence(d, NULL, src, n);
+    if (nt && !((uintptr_t)d & 15) && n % 64 == 0) stream_nofence(d, NULL, src, n, 0);
     else memcpy(d, src, n);
 }
 
@@ -614,10 +628,10 @@ static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
         size_t k = st->count - o < blk ? st->count - o : blk;
         reduce_arenas(op, st, tmp, a, o, k);
         if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
-        if (save && nt) copy_stream_nf(save + o * es, NULL, d + o * es, k * es);
+        if (save && nt) copy_stream_nf(save + o * es, NULL, d + o * es, k * es, 0);
         else if (save) memcpy(save + o * es, d + o * es, k * es);
         memcpy(keep + o * es, tmp, k * es);
-        if (nt && !save) copy_stream_nf(d + o * es, NULL, tmp, k * es);
+        if (nt && !save) copy_stream_nf(d + o * es, NULL, tmp, k * es, 0);
         else memcpy(d + o * es, tmp, k * es);
     }
     stream_fence(nt);
@@ -639,7 +653,11 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
         else if ((st->flags & LOOMI_COPY_ALSO) && (st->flags & LOOMI_COPY_STREAM))
             /* the second destination is the saved input */
             copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
-                        bufp(op, st->src) + st->src_off, bytes);
+                        bufp(op, st->src) + st->src_off, bytes,
+                        (st->flags & LOOMI_COPY_STREAM_DST) != 0);
+        else if ((st->flags & LOOMI_COPY_ALSO) && (st->flags & LOOMI_COPY_STREAM_DST))
+            copy_stream(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
+                        bufp(op, st->src) + st->src_off, bytes, 0);
         else if (st->flags & LOOMI_COPY_ALSO) {
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
             memcpy(bufp(op, st->src2) + st->src2_off, bufp(op, st->src) + st->src_off, bytes);
@@ -647,7 +665,7 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
         else if ((st->flags & LOOMI_COPY_STREAM) ||
                  (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV))
             copy_stream(bufp(op, st->dst) + st->dst_off, NULL, bufp(op, st->src) + st->src_off,
-                        bytes);
+                        bytes, 0);
         else if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
             memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
         break;
@@ -673,7 +691,7 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
             /* The old block, about to be overwritten; the reduction then
              * reads it from cache. */
             if (save && (st->flags & LOOMI_RS_STREAM))
-                copy_stream_nf(save + o * es, NULL, d + o * es, k * es);
+                copy_stream_nf(save + o * es, NULL, d + o * es, k * es, 0);
             else if (save)
                 memcpy(save + o * es, d + o * es, k * es);
             reduce_arenas(op, st, d + o * es, a, o, k);

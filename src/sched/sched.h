@@ -68,6 +68,10 @@ enum loomi_step_kind {
  * LOOMI_COPY_STREAM too, the save's stores are non-temporal (a big
  * vector; a small one's save stays in cache for the next call). */
 #define LOOMI_COPY_SAVE 0x4u
+/* LOOMI_STEP_COPY flag, with LOOMI_COPY_ALSO: dst's stores are
+ * non-temporal too (an input copied into an arena that the host's other
+ * ranks read from memory: see loomi_copyin_tuner in coll.h). */
+#define LOOMI_COPY_STREAM_DST 0x8u
 /* LOOMI_STEP_REDUCE_SHARED flag: save dst's old bytes to SCRATCH at
  * dst_off, block by block before overwriting it (the saves_input
  * convention of the same offsets); non-temporal with LOOMI_RS_STREAM. */

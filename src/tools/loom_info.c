@@ -494,6 +494,10 @@ static int report(int p, int H, const struct loomi_model_params *meas)
                set.shm_stream_saves < 0 ? "-1 (measured on the first calls)"
                : set.shm_stream_saves   ? "1 (streamed)"
                                         : "0 (cached)");
+        printf("  LOOM_SHM_STREAM_COPYIN %s\n",
+               set.shm_stream_copyin < 0 ? "-1 (measured on the first calls of each size)"
+               : set.shm_stream_copyin   ? "1 (streamed)"
+                                         : "0 (cached)");
         printf("  LOOM_TOPO_FILE      %s\n", set.topo_file[0] ? set.topo_file : "(this machine)");
         printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");

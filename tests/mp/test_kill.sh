@@ -53,17 +53,21 @@ done
 # their buffers, and must put back exactly those ranges (saves_input),
 # from saves written with cached stores and with streaming ones
 # (LOOM_SHM_STREAM_SAVES; the default measures, and this non-blocking
-# call would take cached).
+# call would take cached), and with heap buffers from copies into the
+# arenas that streamed too (LOOM_SHM_STREAM_COPYIN=1: the saves are then
+# the copy's second destination, cached or streamed beside the arena).
 # With the buffers in loom_mem_alloc windows, the survivors' reductions
 # and copy-outs saved what they overwrote as they went.
 for ss in 0 1; do
-    for win in heap window; do
+    for win in heap heap+copyin window; do
         what="a 256 MiB in-place allreduce${win#heap} (streamed saves: $ss)"
         what=${what/window/ in windows}
+        what=${what/+copyin/, streamed copy-in}
         for n in 2 4; do
+            LOOM_SHM_STREAM_COPYIN=$([ $win = heap+copyin ] && echo 1 || echo 0) \
             LOOM_SHM_STREAM_SAVES=$ss kill_case "$n" 1 20000 5000 \
                 "kill rank 1 of $n late in $what" "buffers restored" \
-                $((64 << 20)) kill allreduce 25 $win
+                $((64 << 20)) kill allreduce 25 ${win%+copyin}
         done
     done
 done

@@ -92,6 +92,9 @@ Test(shared, schedules_validate)
  * (non-blocking calls, as here, take the first trial's: cached), else
  * decided streamed (1) or cached (0). */
 static int saves_mode = -1;
+/* The copy-in into the arenas (LOOM_SHM_STREAM_COPYIN): -1 as measured
+ * (non-blocking calls: cached), else streamed (1) or cached (0). */
+static int copyin_mode = -1;
 
 /* A sim world of H hosts of L ranks with LOOM_SHM_SIZE arenas. */
 static struct loomi_sim_world *open_world(int H, int L, int interleave, size_t arena,
@@ -168,7 +171,8 @@ static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op
     loom_request_t req[64];
     for (int r = 0; r < p; r++) {
         loomi_comm_force_algo(comms[r], LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_SHARED);
-        if (saves_mode >= 0) comms[r]->saves = (struct loomi_saves_tuner){1, 1, saves_mode, {0}};
+        if (saves_mode >= 0) comms[r]->saves = (struct loomi_mode_tuner){1, 1, saves_mode, {0}};
+        comms[r]->set.shm_stream_copyin = copyin_mode;
         sb[r] = malloc(n * es + 1);
         rb[r] = malloc(n * es + 1);
         for (size_t i = 0; i < n; i++) put_input(sb[r], i, r, dt);
@@ -341,35 +345,126 @@ Test(shared, streams_results_past_the_threshold)
     cr_assert_eq(bad, 0);
 }
 
-/* The tuner alternates cached and streamed saves over its trials, then
+/* The tuner alternates cached and streamed stores over its trials, then
  * keeps streamed only where its best time per byte beat cached's by 5%. */
-Test(shared, saves_tuner_keeps_the_faster)
+Test(shared, tuner_keeps_the_faster)
 {
-    struct loomi_saves_tuner t = {0};
-    for (int i = 0; i < LOOMI_SAVES_TRIALS; i++) {
-        int m = loomi_saves_mode(&t);
+    struct loomi_mode_tuner t = {0};
+    for (int i = 0; i < LOOMI_TUNER_TRIALS; i++) {
+        int m = loomi_tuner_mode(&t);
         cr_assert_eq(m, i % 2, "trial %d ran mode %d", i, m);
-        loomi_saves_record(&t, m, 1000, m ? 900.0 + i : 1000.0 + i); /* streamed 10% faster */
+        loomi_tuner_record(&t, m, 1000, m ? 900.0 + i : 1000.0 + i); /* streamed 10% faster */
     }
     cr_assert(t.decided);
-    cr_assert_eq(loomi_saves_mode(&t), 1);
-    loomi_saves_record(&t, 0, 1000, 1.0); /* decided: later calls change nothing */
-    cr_assert_eq(loomi_saves_mode(&t), 1);
+    cr_assert_eq(loomi_tuner_mode(&t), 1);
+    loomi_tuner_record(&t, 0, 1000, 1.0); /* decided: later calls change nothing */
+    cr_assert_eq(loomi_tuner_mode(&t), 1);
 
-    struct loomi_saves_tuner u = {0};
-    for (int i = 0; i < LOOMI_SAVES_TRIALS; i++) {
-        int m = loomi_saves_mode(&u);
-        loomi_saves_record(&u, m, 1000, m ? 980.0 : 1000.0); /* within 5%: cached */
+    struct loomi_mode_tuner u = {0};
+    for (int i = 0; i < LOOMI_TUNER_TRIALS; i++) {
+        int m = loomi_tuner_mode(&u);
+        loomi_tuner_record(&u, m, 1000, m ? 980.0 : 1000.0); /* within 5%: cached */
     }
     cr_assert(u.decided);
-    cr_assert_eq(loomi_saves_mode(&u), 0);
+    cr_assert_eq(loomi_tuner_mode(&u), 0);
 
-    struct loomi_saves_tuner v = {0};
-    for (int i = 0; i < LOOMI_SAVES_TRIALS; i++) {
-        int m = loomi_saves_mode(&v);
-        loomi_saves_record(&v, m, 1000, m ? 2000.0 : 1000.0);
+    struct loomi_mode_tuner v = {0};
+    for (int i = 0; i < LOOMI_TUNER_TRIALS; i++) {
+        int m = loomi_tuner_mode(&v);
+        loomi_tuner_record(&v, m, 1000, m ? 2000.0 : 1000.0);
     }
-    cr_assert_eq(loomi_saves_mode(&v), 0);
+    cr_assert_eq(loomi_tuner_mode(&v), 0);
+}
+
+/* The copy-in's tuners: one per power of two of bytes from
+ * LOOMI_COPYIN_MIN, in place and out of place apart; none below. */
+Test(shared, copyin_tuners_go_by_size)
+{
+    struct loomi_copyin_tuner c;
+    memset(&c, 0, sizeof c);
+    const size_t K = LOOMI_COPYIN_MIN;
+    cr_assert_null(loomi_copyin_tuner_for(&c, 0, K - 1));
+    cr_assert_null(loomi_copyin_tuner_for(&c, 1, 0));
+    cr_assert_eq(loomi_copyin_tuner_for(&c, 0, K), &c.t[0][0]);
+    cr_assert_eq(loomi_copyin_tuner_for(&c, 0, 2 * K - 1), &c.t[0][0]);
+    cr_assert_eq(loomi_copyin_tuner_for(&c, 0, 2 * K), &c.t[0][1]);
+    cr_assert_eq(loomi_copyin_tuner_for(&c, 1, 2 * K), &c.t[1][1]);
+    cr_assert_eq(loomi_copyin_tuner_for(&c, 0, (size_t)64 << 20), &c.t[0][10]);
+    cr_assert_eq(loomi_copyin_tuner_for(&c, 1, SIZE_MAX), &c.t[1][LOOMI_COPYIN_SIZES - 1]);
+    /* A size decided streamed leaves its neighbours on trial. */
+    struct loomi_mode_tuner *t = loomi_copyin_tuner_for(&c, 0, 3 * K);
+    for (int i = 0; i < LOOMI_TUNER_TRIALS; i++) {
+        int m = loomi_tuner_mode(t);
+        loomi_tuner_record(t, m, 3 * K, m ? 500.0 : 1000.0);
+    }
+    cr_assert(t->decided && t->mode == 1);
+    cr_assert(!c.t[0][0].decided && !c.t[0][2].decided && !c.t[1][1].decided);
+}
+
+/* Rank 0's copies into its own arena (the staged copy-in): how many
+ * stream the arena's stores, and how many stream a save, in and out of
+ * place, with stream_copyin and stream_saves as given. */
+static void count_copyin(int L, size_t count, int inplace, int ssave, int copyin, int *arena,
+                         int *saves, int *all)
+{
+    int host_of[8] = {0};
+    struct loomi_hostmap *m = loomi_hostmap_build(L, host_of);
+    cr_assert_not_null(m);
+    struct loomi_coll_args a = {.coll = LOOMI_COLL_ALLREDUCE, .count = count,
+                                .inplace = inplace, .chunk_bytes = 4096, .hosts = m,
+                                .shared_bytes = 65536, .stream_bytes = 1024,
+                                .stream_saves = ssave, .stream_copyin = copyin};
+    struct loomi_sched s;
+    cr_assert_eq(loomi_coll_build(&s, 0, L, LOOM_FLOAT32, LOOM_SUM, &a, LOOMI_ALGO_SHARED),
+                 LOOM_SUCCESS, "%s", loom_get_last_error());
+    *arena = *saves = *all = 0;
+    for (uint32_t i = 0; i < s.nsteps; i++) {
+        const struct loomi_step *st = &s.steps[i];
+        if (st->kind != LOOMI_STEP_COPY || st->dst != LOOMI_BUF_SHARED || !st->count) continue;
+        ++*all;
+        const int also = (st->flags & LOOMI_COPY_ALSO) != 0;
+        cr_assert_eq(also, inplace, "the copy-in saves (in place) or not");
+        if (also ? (st->flags & LOOMI_COPY_STREAM_DST) : (st->flags & LOOMI_COPY_STREAM))
+            ++*arena;
+        if (also && (st->flags & LOOMI_COPY_STREAM)) ++*saves;
+    }
+    loomi_sched_free(&s);
+    free(m);
+}
+
+/* The copy-in streams the arena's stores exactly when stream_copyin asks
+ * it, in place (beside streamed saves or cached ones) and out of place;
+ * the results are the same either way, through the engine. */
+Test(shared, copyin_streams_where_asked)
+{
+    const size_t n = 40000;
+    for (int ip = 0; ip < 2; ip++)
+        for (int ss = 0; ss < 2; ss++)
+            for (int ci = 0; ci < 2; ci++) {
+                int arena, saves, all;
+                count_copyin(3, n, ip, ss, ci, &arena, &saves, &all);
+                cr_assert(all > 0, "no copy-in");
+                cr_assert_eq(arena, ci ? all : 0, "in place %d, saves %d, copy-in %d: %d of %d",
+                             ip, ss, ci, arena, all);
+                cr_assert_eq(saves, ip && ss ? all : 0, "in place %d, saves %d: %d of %d saves",
+                             ip, ss, saves, all);
+            }
+    setenv("LOOM_SHM_STREAM", "1K", 1);
+    int bad = 0;
+    /* 40013: slices off 64-byte lines, so the streamed copies have heads
+     * and tails, and a save that lies unlike its arena goes cached. */
+    const size_t ns[] = {1001, 40000, 40013};
+    for (copyin_mode = 0; copyin_mode < 2; copyin_mode++)
+        for (saves_mode = 0; saves_mode < 2; saves_mode++)
+            for (int L = 2; L <= 4; L++)
+                for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+                    for (int ip = 0; ip < 2; ip++) {
+                        bad += run(1, L, 0, ns[j], ip, LOOM_SUM, LOOM_FLOAT32, 65536, 23 + j);
+                        bad += run(1, L, 0, ns[j], ip, LOOM_AVG, LOOM_FLOAT32, 65536, 29 + j);
+                    }
+    copyin_mode = saves_mode = -1;
+    unsetenv("LOOM_SHM_STREAM");
+    cr_assert_eq(bad, 0);
 }
 
 /* The window form in place: every step that writes RECV saves what it
