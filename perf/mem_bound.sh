@@ -34,7 +34,9 @@
 #
 # With heap buffers each round also runs perf/staged, the same staging
 # with nothing but its copies and its reduction (no engine, no messages:
-# spinning barriers), the ceiling of that design on this host: the last
+# spinning barriers), with the faster of its two copy-ins (cached or
+# streamed stores into the arena), the ceiling of that design on this
+# host: the last
 # columns give its busbw as a share of the memcpy bound and the
 # out-of-place allreduce's busbw as a share of it.  Of the (5L-2)/L pn
 # bytes the staging moves, only 2pn need go to memory; the rest goes
