@@ -183,10 +183,12 @@ done
 # The reductions' classes (small.c): fp32 sums are class 0, so never
 # listed; fp16 and bf16 max, some 7 times as slow here, are in one; no
 # class takes the slots further than the fp32 sums do, nor past the one
-# before it.
+# before it.  The sanitizers check every load, which slows the fp32 sums
+# most (their own kernel is the fastest): in that build bf16 max fell to
+# class 0 on a Zen 5 VM, so there the classes need not hold it.
 out=$(timeout 120 "$LOOMRUN" -n 4 --timeout 100 "$info" --job 2>&1)
 red_classes_sane() {
-    awk '
+    awk -v san="${LOOM_TEST_SANITIZERS:-no}" '
         function bytes(s) { return s ~ /K$/ ? s * 1024 : s ~ /M$/ ? s * 1048576 : s + 0 }
         $1 == "allreduce:" && $2 == "up" { sub(/,$/, "", $4); lim = bytes($4) }
         $1 == "class" && $3 == "slots" {
@@ -196,7 +198,8 @@ red_classes_sane() {
             if ($0 ~ /float32 sum/) { print "  fp32 sums in a slower class"; bad = 1 }
             if ($0 ~ /bfloat16 [a-z,]*max/) slowmax = 1
         }
-        END { if (!n || !slowmax) { print "  no classes, or bf16 max in none"; bad = 1 } exit bad }
+        END { if (san != "yes" && (!n || !slowmax)) { print "  no classes, or bf16 max in none"; bad = 1 }
+              exit bad }
     ' <<<"$1"
 }
 check "4 ranks: classes of slower reductions, each with slots up to its own limit" red_classes_sane "$out"
