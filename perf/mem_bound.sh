@@ -32,6 +32,12 @@
 # 256M arenas, one round that cannot stay in the caches, 10.0-10.5 ms.
 # The "buffers" line says which the run used.
 #
+# The last column is how long CPUs 0 and 1 take to hand a cache line
+# back and forth (membw's last line; 0: not measured): the staging's
+# peers read lines another core has just written.  On a 2-core VM whose
+# hypervisor moved its cores, the same build read 126 ns and 400-1000 ns
+# within the hour, and the shares of the bound moved with it.
+#
 # With heap buffers each round also runs perf/staged, the same staging
 # with nothing but its copies and its reduction (no engine, no messages:
 # spinning barriers), with the faster of its two copy-ins (cached or
@@ -74,7 +80,7 @@ threads=$((n < cpus ? n : cpus))
 echo "# $n ranks, $size allreduce, $rounds rounds; membw with $threads threads"
 hdr="# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
 [ "$win" = 1 ] || hdr="$hdr  staged-busbw %memcpy %staged"
-echo "$hdr"
+echo "$hdr  handoff-ns"
 res=()
 for ((i = 1; i <= rounds; i++)); do
     m=$("$BUILDDIR/perf/membw" "$size" "$threads" 5) || exit 1
@@ -82,6 +88,7 @@ for ((i = 1; i <= rounds; i++)); do
     ts=$(awk '/streaming/ {for (k = 1; k <= NF; k++) if ($k == "traffic" && $(k + 1) > t) t = $(k + 1)}
               END {if (t) print t}' <<<"$m")
     [ -n "$ts" ] || ts=$tc
+    ho=$(awk '/hand a cache line/ {for (k = 1; k <= NF; k++) if ($k == "ns") print $(k - 1)}' <<<"$m")
     out=$("$BUILDDIR/loomrun" -n "$n" --bind core "$BUILDDIR/all_reduce_perf" -b "$size" \
         -e "$size" -n 20 -w 3 -S 5 -c 1 "$@" 2>&1) || { echo "$out" | tail -5; exit 1; }
     row=$(awk '!/^#/ && NF >= 13 {print $8, $12, $9, $13; exit}' <<<"$out")
@@ -94,12 +101,13 @@ for ((i = 1; i <= rounds; i++)); do
         st=$("$BUILDDIR/perf/staged" "$n" "$size" "$arena" 10) || exit 1
         sb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$st")
     fi
-    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" 'BEGIN {
+    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" \
+        -v ho="${ho:-0}" 'BEGIN {
         bc = (p - 1) * tc / (p * p); bs = (p - 1) * ts / (p * p)
         printf "%7d %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f", i, tc, ts,
                ob, 100 * ob / bc, 100 * ob / bs, ib, 100 * ib / bc, 100 * ib / bs
         if (sb != "") printf " %13.2f %8.1f %8.1f", sb, 100 * sb / bc, 100 * ob / sb
-        printf "\n" }')
+        printf " %11.0f\n", ho }')
     echo "$line"
     res+=("$line")
 done
@@ -113,7 +121,7 @@ printf '%s\n' "${res[@]}" | awk -v win="$win" '
     END { printf "# median %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f",
           median(2), median(3), median(4), median(5), median(6), median(7), median(8), median(9)
           if (!win) printf " %13.2f %8.1f %8.1f", median(10), median(11), median(12)
-          printf "\n"
+          printf " %11.0f\n", median(NF)
           printf "# in place against the restorable bound (3pn of traffic): %.1f%% memcpy, %.1f%% streaming\n",
           1.5 * median(8), 1.5 * median(9)
           printf "# buffers: %s\n", win ? "windows" : "heap" }'

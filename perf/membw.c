@@ -14,9 +14,20 @@
  * third copies two streams at once per thread, which some memories
  * sustain faster than one.
  *
+ * With two CPUs or more, the last line gives how long CPUs 0 and 1 take
+ * to hand a cache line back and forth: what a rank waits to read what
+ * another has just written.  On one 2-core VM it read 126 ns at times and
+ * 400-1000 ns at others (the hypervisor moves its cores), and the
+ * allreduce's share of the bound moved with it.
+ *
  *   membw [SIZE [THREADS [ROUNDS]]]    defaults: 64M, the online CPUs, 10
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setaffinity_np */
+#endif
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +117,53 @@ static void *run(void *arg)
     return arg;
 }
 
+/* The hand-off: a line that CPU 0 and CPU 1 write in turn. */
+#define HANDOFFS 100000
+static _Alignas(64) atomic_int line;
+
+static int pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void *answer(void *arg)
+{
+    if (pin(1)) return NULL;
+    for (int i = 0; i < HANDOFFS; i++) {
+        while (atomic_load(&line) != 2 * i + 1) {
+        }
+        atomic_store(&line, 2 * i + 2);
+    }
+    return arg;
+}
+
+/* ns per round trip between CPUs 0 and 1; 0 where they cannot be had. */
+static double handoff_ns(void)
+{
+    pthread_t t;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || pin(0)) return 0;
+    atomic_store(&line, 0);
+    if (pthread_create(&t, NULL, answer, &line)) return 0;
+    double t0 = now();
+    for (int i = 0; i < HANDOFFS; i++) {
+        atomic_store(&line, 2 * i + 1);
+        /* bounded: the answering thread ends at once if it could not
+         * be pinned */
+        for (long spin = 0; atomic_load(&line) != 2 * i + 2; spin++)
+            if (spin > 100000000L) {
+                pthread_join(t, NULL);
+                return 0;
+            }
+    }
+    double dt = now() - t0;
+    void *r;
+    pthread_join(t, &r);
+    return r ? dt / HANDOFFS * 1e9 : 0;
+}
+
 int main(int argc, char **argv)
 {
     size = argc > 1 ? size_arg(argv[1]) : (size_t)64 << 20;
@@ -140,5 +198,7 @@ int main(int argc, char **argv)
     printf("membw: two streaming copies at once %.2f GB/s, memory traffic %.2f GB/s\n",
            streamed2 / 1e9, 2 * streamed2 / 1e9);
 #endif
+    double h = handoff_ns();
+    if (h > 0) printf("membw: CPUs 0 and 1 hand a cache line back and forth in %.0f ns\n", h);
     return 0;
 }
