@@ -273,7 +273,6 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
      * yet), or the two would alternate together and neither could be
      * told from the other. */
     struct loomi_mode_tuner *tune = NULL;
-    const char *tuned = NULL;
     if (algo == LOOMI_ALGO_SHARED && c->a.coll == LOOMI_COLL_ALLREDUCE && !c->cz.codec &&
         comm->hosts) {
         const struct loomi_hostmap *m = comm->hosts;
@@ -283,10 +282,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
         if (c->a.inplace && loomi_shared_streams(c->a.stream_bytes, L, n)) {
             int fixed = comm->set.shm_stream_saves; /* LOOM_SHM_STREAM_SAVES */
             c->a.stream_saves = fixed >= 0 ? fixed : loomi_tuner_mode(&comm->saves);
-            if (fixed < 0 && trial && !comm->saves.decided) {
-                tune = &comm->saves;
-                tuned = "saves";
-            }
+            if (fixed < 0 && trial && !comm->saves.decided) tune = &comm->saves;
         }
         struct loomi_mode_tuner *t = loomi_copyin_tuner_for(&comm->copyin, c->a.inplace, n);
         int fixed = comm->set.shm_stream_copyin; /* LOOM_SHM_STREAM_COPYIN */
@@ -299,7 +295,6 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
         } else {
             c->a.stream_copyin = loomi_tuner_mode(t);
             tune = t;
-            tuned = "copy-in";
         }
     }
     struct loomi_sched s;
@@ -334,13 +329,14 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     }
     r = loomi_op_wait(op);
     if (tune && r == LOOM_SUCCESS) {
-        const int mode = tune == &comm->saves ? c->a.stream_saves : c->a.stream_copyin;
-        loomi_tuner_record(tune, mode, c->a.count * es, (double)(loomi_now_ns() - t0));
+        const int saves = tune == &comm->saves;
+        loomi_tuner_record(tune, saves ? c->a.stream_saves : c->a.stream_copyin, c->a.count * es,
+                           (double)(loomi_now_ns() - t0));
         if (tune->decided)
             LOOMI_INFO(comm->rank, "shared allreduce of %zu bytes%s: %s %s (best %.3f ns/B "
                        "streamed, %.3f cached)", c->a.count * es,
                        c->a.inplace ? ", in place" : "", tune->mode ? "streamed" : "cached",
-                       tuned, tune->best[1], tune->best[0]);
+                       saves ? "saves" : "copy-in", tune->best[1], tune->best[0]);
     }
     return r;
 }

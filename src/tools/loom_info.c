@@ -450,6 +450,13 @@ static int report_job(int explain)
     return r != LOOM_SUCCESS;
 }
 
+/* A streamed-or-cached setting (-1: measured on the first calls, `when`). */
+static void print_stores(const char *name, int v, const char *when)
+{
+    if (v < 0) printf("  %s -1 (measured on the first calls%s)\n", name, when);
+    else printf("  %s %s\n", name, v ? "1 (streamed)" : "0 (cached)");
+}
+
 static int report(int p, int H, const struct loomi_model_params *meas)
 {
     int major, minor, patch, bad = 0;
@@ -490,14 +497,8 @@ static int report(int p, int H, const struct loomi_model_params *meas)
                set.shm_small ? fmt_size_short(set.shm_small, b, sizeof b) : "0 (never)");
         printf("  LOOM_SHM_STREAM     %s\n",
                set.shm_stream ? fmt_size_short(set.shm_stream, b, sizeof b) : "0 (never)");
-        printf("  LOOM_SHM_STREAM_SAVES %s\n",
-               set.shm_stream_saves < 0 ? "-1 (measured on the first calls)"
-               : set.shm_stream_saves   ? "1 (streamed)"
-                                        : "0 (cached)");
-        printf("  LOOM_SHM_STREAM_COPYIN %s\n",
-               set.shm_stream_copyin < 0 ? "-1 (measured on the first calls of each size)"
-               : set.shm_stream_copyin   ? "1 (streamed)"
-                                         : "0 (cached)");
+        print_stores("LOOM_SHM_STREAM_SAVES", set.shm_stream_saves, "");
+        print_stores("LOOM_SHM_STREAM_COPYIN", set.shm_stream_copyin, " of each size");
         printf("  LOOM_TOPO_FILE      %s\n", set.topo_file[0] ? set.topo_file : "(this machine)");
         printf("  LOOM_HOSTNAME       %s\n", set.hostname[0] ? set.hostname : "(hostname)");
         printf("  LOOM_TUNING_FILE    %s\n", set.tuning_file[0] ? set.tuning_file : "(none)");
