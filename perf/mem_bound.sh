@@ -42,9 +42,8 @@
 # with nothing but its copies and its reduction (no engine, no messages:
 # spinning barriers), with the faster of its two copy-ins (cached or
 # streamed stores into the arena), the ceiling of that design on this
-# host: the last
-# columns give its busbw as a share of the memcpy bound and the
-# out-of-place allreduce's busbw as a share of it.  Of the (5L-2)/L pn
+# host: the last columns give its busbw as a share of the memcpy bound
+# and the out-of-place allreduce's busbw as a share of it.  Of the (5L-2)/L pn
 # bytes the staging moves, only 2pn need go to memory; the rest goes
 # through the caches, as fast as they allow with L ranks on the CPUs.
 #

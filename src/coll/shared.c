@@ -35,7 +35,8 @@
  * on its first such calls (a loomi_mode_tuner in coll.h): it depends on
  * the machine.  So does the copy-in (a->stream_copyin, measured per size:
  * loomi_copyin_tuner): streamed, the peers read it from memory instead
- * of from this core's caches, which is faster where cores are far apart.  Streamed against cached, in place: on an AMD VM, 2 ranks,
+ * of from this core's caches, which is faster where cores are far apart.
+ * Saves streamed against cached, in place: on an AMD VM, 2 ranks,
  * 64 MiB, window 10.9-13.1 ms against 7.7-7.9, staged 13.0-13.4 against
  * 10.5-10.6 (128 MiB and 4 ranks alike); on an Intel VM, 2 ranks, 64 MiB,
  * staged 17.8-18.8 against 22.3-25.6, window 14.0-16.2 against
