@@ -117,7 +117,8 @@ static void *run(void *arg)
     return arg;
 }
 
-/* The hand-off: a line that CPU 0 and CPU 1 write in turn. */
+/* The hand-off: a line that CPU 0 and CPU 1 write in turn (-1: CPU 0
+ * gave up waiting, and the answer must stop waiting too). */
 #define HANDOFFS 100000
 static _Alignas(64) atomic_int line;
 
@@ -133,8 +134,9 @@ static void *answer(void *arg)
 {
     if (pin(1)) return NULL;
     for (int i = 0; i < HANDOFFS; i++) {
-        while (atomic_load(&line) != 2 * i + 1) {
-        }
+        int v;
+        while ((v = atomic_load(&line)) != 2 * i + 1)
+            if (v < 0) return NULL;
         atomic_store(&line, 2 * i + 2);
     }
     return arg;
@@ -151,9 +153,10 @@ static double handoff_ns(void)
     for (int i = 0; i < HANDOFFS; i++) {
         atomic_store(&line, 2 * i + 1);
         /* bounded: the answering thread ends at once if it could not
-         * be pinned */
+         * be pinned, and otherwise when told to */
         for (long spin = 0; atomic_load(&line) != 2 * i + 2; spin++)
             if (spin > 100000000L) {
+                atomic_store(&line, -1);
                 pthread_join(t, NULL);
                 return 0;
             }
