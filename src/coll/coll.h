@@ -326,7 +326,8 @@ loom_result_t loomi_small_tune(struct loom_comm *comm);
 /* tune.c: on one host, time the allreduce's table against the
  * algorithms the model puts close to it, where vectors fit the caches,
  * and take the faster where one clearly is (collective over the
- * communicator), within about budget_ns. */
+ * communicator), within about budget_ns: rank 0's, which tells the
+ * others (0: time nothing; every rank still calls it). */
 #define LOOMI_TUNED 32 /* spans taken over, at most */
 loom_result_t loomi_algo_tune(struct loom_comm *comm, uint64_t budget_ns);
 /* Run it (fn names the public call in errors). */

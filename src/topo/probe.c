@@ -285,8 +285,11 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
     const uint64_t t1 = loomi_now_ns();
     r = loomi_small_tune(c);
     const uint64_t spent = loomi_now_ns() - t1;
-    if (r == LOOM_SUCCESS && spent < TUNE_BUDGET_NS)
-        r = loomi_algo_tune(c, TUNE_BUDGET_NS - spent);
+    /* Whether time is left is rank 0's to say (loomi_algo_tune tells the
+     * others): on a loaded host the ranks' clocks disagree, and a rank
+     * that skipped the timing left the others waiting for it. */
+    if (r == LOOM_SUCCESS)
+        r = loomi_algo_tune(c, spent < TUNE_BUDGET_NS ? TUNE_BUDGET_NS - spent : 0);
     if (r != LOOM_SUCCESS) return r;
     LOOMI_INFO(c->rank, "links: intra alpha %.2f us beta %.3f ns/B, inter alpha %.2f us beta %.3f "
                "ns/B, gamma %.3f ns/B (%.1f ms)",
