@@ -243,11 +243,13 @@ loom_result_t loomi_algo_tune(struct loom_comm *c, uint64_t budget_ns)
         /* Above the sizes that take the slots instead. */
         size_t lo = TUNE_LOW;
         while (lo <= c->small_lim[COLL] && lo <= TUNE_TOP) lo *= 2;
-        if (lo <= TUNE_TOP && !budget_ns)
-            LOOMI_INFO(c->rank, "%s not timed: measuring the slots spent the time at init",
-                       loomi_coll_name(COLL));
-        else if (lo <= TUNE_TOP)
-            while ((size_t)1 << from < lo) from++;
+        if (lo <= TUNE_TOP) {
+            if (!budget_ns)
+                LOOMI_INFO(c->rank, "%s not timed: measuring the slots spent the time at init",
+                           loomi_coll_name(COLL));
+            else
+                while ((size_t)1 << from < lo) from++;
+        }
     }
     loom_result_t r = from_rank0(c, &from, 1, "starting size", start_ok);
     if (r != LOOM_SUCCESS || !from) return r;
