@@ -23,7 +23,9 @@
 #include "comm/net.h"
 
 #define BOOT_MAGIC 0x4c4d4254u /* "LMBT" */
-#define BOOT_VERSION 3u /* 2: addresses carry topology cards; 3: and control addresses */
+/* 2: addresses carry topology cards; 3: and control addresses; 4: hellos
+ * carry the settings every rank must share. */
+#define BOOT_VERSION 4u
 #define BOOT_MAX_RANKS (1 << 20)
 
 struct boot_hello {
@@ -32,13 +34,15 @@ struct boot_hello {
     int32_t nranks, rank;
     uint32_t addr_len;
     unsigned char addr[LOOMI_ADDR_BYTES];
+    struct loomi_uniform uniform;
 };
 
 struct boot_reply {
     uint32_t magic;
     int32_t code; /* loom_result_t */
     int32_t nranks;
-    char msg[160];
+    int32_t whole; /* 1: the job is refused, not only this rank */
+    char msg[320];
     /* followed, on success, by nranks * LOOMI_ADDR_BYTES */
 };
 
@@ -58,22 +62,30 @@ struct root_args {
     char name[96];
 };
 
-static void reply_error(int fd, loom_result_t code, uint64_t deadline, const char *fmt, ...)
-    LOOMI_PRINTF(4, 5);
-static void reply_error(int fd, loom_result_t code, uint64_t deadline, const char *fmt, ...)
+static void send_reply(int fd, loom_result_t code, int whole, uint64_t deadline, const char *msg)
 {
     struct boot_reply rp;
     memset(&rp, 0, sizeof rp);
     rp.magic = BOOT_MAGIC;
     rp.code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rp.msg, sizeof rp.msg, fmt, ap);
-    va_end(ap);
-    LOOMI_WARN(-1, "rendezvous root: refusing a registration: %s", rp.msg);
+    rp.whole = whole;
+    snprintf(rp.msg, sizeof rp.msg, "%s", msg);
     /* Short deadline: a refused client must not hold up the job. */
     uint64_t d = loomi_now_ms() + 1000;
     loomi_write_full(fd, &rp, sizeof rp, d < deadline ? d : deadline);
+}
+
+static void reply_error(int fd, loom_result_t code, uint64_t deadline, const char *fmt, ...)
+    LOOMI_PRINTF(4, 5);
+static void reply_error(int fd, loom_result_t code, uint64_t deadline, const char *fmt, ...)
+{
+    char msg[sizeof ((struct boot_reply *)0)->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    LOOMI_WARN(-1, "rendezvous root: refusing a registration: %s", msg);
+    send_reply(fd, code, 0, deadline, msg);
 }
 
 static void *root_main(void *arg)
@@ -132,10 +144,14 @@ static void *root_main(void *arg)
             }
             if (r < 0) continue;
             c->got += (size_t)r;
-            if (c->got < sizeof c->h) continue;
             const struct boot_hello *h = &c->h;
+            /* Another version's hello may be shorter: judge it by its
+             * first words rather than wait for bytes that never come. */
+            const int early = c->got >= 2 * sizeof(uint32_t) &&
+                              (h->magic != BOOT_MAGIC || h->version != BOOT_VERSION);
+            if (c->got < sizeof c->h && !early) continue;
             loom_result_t bad = LOOM_SUCCESS;
-            if (h->magic != BOOT_MAGIC || h->version != BOOT_VERSION) {
+            if (early) {
                 reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
                             "bootstrap protocol version %u is not %u (different Loom versions?)",
                             h->version, BOOT_VERSION);
@@ -178,8 +194,22 @@ static void *root_main(void *arg)
         }
     }
 
-    /* Everyone is here: send each the whole address table. */
+    /* Everyone is here.  Ranks whose settings differ would part ways in
+     * the first collective: refuse the job, on every rank, naming the
+     * setting, rather than let them wait out LOOM_TIMEOUT. */
     if (a->nranks <= 0 || a->nranks > BOOT_MAX_RANKS) goto out;
+    for (int j = 1; j < a->nranks; j++) {
+        char msg[sizeof ((struct boot_reply *)0)->msg], who[16];
+        snprintf(who, sizeof who, "rank %d", j);
+        if (!loomi_uniform_diff(&cl[by_rank[0]].h.uniform, "rank 0", &cl[by_rank[j]].h.uniform,
+                                who, msg, sizeof msg))
+            continue;
+        LOOMI_WARN(-1, "rendezvous root %s: refusing the job: %s", a->name, msg);
+        for (int q = 0; q < a->nranks; q++)
+            send_reply(cl[by_rank[q]].fd, LOOM_ERR_MISMATCH, 1, a->deadline_ms, msg);
+        goto out;
+    }
+    /* Send each the whole address table. */
     size_t tlen = sizeof(struct boot_reply) + (size_t)a->nranks * LOOMI_ADDR_BYTES;
     table = calloc(1, tlen);
     if (!table) goto out;
@@ -316,7 +346,8 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
 
 loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,
                                   int nranks, const void *addr, size_t addr_len,
-                                  unsigned char *all_addrs, uint64_t deadline_ms)
+                                  const struct loomi_uniform *uniform, unsigned char *all_addrs,
+                                  uint64_t deadline_ms)
 {
     struct boot_hello h;
     memset(&h, 0, sizeof h);
@@ -327,6 +358,7 @@ loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int
     h.rank = rank;
     h.addr_len = (uint32_t)addr_len;
     memcpy(h.addr, addr, addr_len);
+    h.uniform = *uniform;
     loom_result_t r = LOOM_SUCCESS;
     struct boot_reply rp;
     if (loomi_write_full(fd, &h, sizeof h, deadline_ms) ||
@@ -341,6 +373,11 @@ loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int
         r = loomi_fail(LOOM_ERR_MISMATCH, rank,
                        "rendezvous root %s:%s answered with something that is not Loom", t->host,
                        t->port);
+        goto out;
+    }
+    if (rp.code != LOOM_SUCCESS && rp.whole) {
+        r = loomi_fail(rp.code == LOOM_ERR_MISMATCH ? LOOM_ERR_MISMATCH : LOOM_ERR_REMOTE, rank,
+                       "rendezvous root %s:%s refused the job: %s", t->host, t->port, rp.msg);
         goto out;
     }
     if (rp.code != LOOM_SUCCESS) {

@@ -311,7 +311,9 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         close(bfd);
         goto fail;
     }
-    r = loomi_boot_exchange(bfd, t, rank, nranks, addr, sizeof addr, all, deadline);
+    struct loomi_uniform u;
+    loomi_uniform_fill(&u, &c->set, c->algo_forced, c->route_mask, 1);
+    r = loomi_boot_exchange(bfd, t, rank, nranks, addr, sizeof addr, &u, all, deadline);
     if (r == LOOM_SUCCESS) r = loomi_comm_finish(c, all, deadline, NULL);
     if (r != LOOM_SUCCESS) goto fail;
     free(all);

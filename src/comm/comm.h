@@ -241,6 +241,35 @@ void loomi_sched_cache_free(struct loomi_sched_cache *sc);
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
                                const char *why);
 
+/* ------------------------------------------------------------ uniform */
+
+/* The settings that choose each rank's part of a schedule or a path
+ * (LOOM_ALGO, LOOM_CHUNK_SIZE, LOOM_SHM_*, LOOM_PROBE, LOOM_TRANSPORT,
+ * LOOM_TUNING_FILE's content, and LOOM_HEARTBEAT_MS, by which a peer's
+ * silence is judged).  Ranks that differ in one would wait on each other
+ * until LOOM_TIMEOUT, or call a live peer failed: they are compared when
+ * the ranks meet (bootstrap.c, join.c) and refused with the name.
+ * Fixed-size and host-endian, like the rest of the rendezvous. */
+struct loomi_uniform {
+    uint64_t chunk_bytes; /* 0: the model chooses */
+    uint64_t shm_bytes, shm_small, shm_stream;
+    uint64_t tuning_hash;
+    int32_t tuning; /* 0: no file, 1: read, 2: could not be read */
+    int32_t probe, shm_stream_saves, shm_stream_copyin, heartbeat_ms, tcp_streams;
+    uint32_t route_mask;
+    int8_t algo[LOOMI_MAX_COLLS];
+    char transport[64]; /* as given, for the message */
+};
+
+/* with_tuning: hash LOOM_TUNING_FILE's content (a joiner takes the
+ * members' links and reads no file, so it leaves this out). */
+void loomi_uniform_fill(struct loomi_uniform *u, const struct loomi_settings *s,
+                        const int *algo_forced, unsigned route_mask, int with_tuning);
+/* 0 when a and b agree; else 1, and msg says which setting differs and
+ * its value at each side, named by who_a and who_b ("rank 0"). */
+int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
+                       const struct loomi_uniform *b, const char *who_b, char *msg, size_t n);
+
 /* ------------------------------------------------------------ bootstrap */
 
 /* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t. */
@@ -267,7 +296,8 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
  * rank's transport address (LOOMI_ADDR_BYTES each, rank order). */
 loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,
                                   int nranks, const void *addr, size_t addr_len,
-                                  unsigned char *all_addrs, uint64_t deadline_ms);
+                                  const struct loomi_uniform *uniform, unsigned char *all_addrs,
+                                  uint64_t deadline_ms);
 
 /* A joiner's target: LOOM_ROOT and LOOM_JOB_KEY (join.c). */
 loom_result_t loomi_env_join_target(struct loomi_boot_target *t);

@@ -22,7 +22,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "comm/comm.h"
 #include "loom.h"
+#include "topo/select.h"
 
 /* Bytes of the address a rank publishes for its control listener. */
 #define LOOMI_CTRL_ADDR_BYTES 64
@@ -42,6 +44,13 @@ enum {
     LOOMI_CMSG_ADDR = 18,
     LOOMI_CMSG_ALL = 19,
     LOOMI_CMSG_ACCEPT = 20, /* to a joiner: arg = new rank | new size << 32 */
+};
+
+/* LOOMI_CMSG_ACCEPT's payload: the links, measured once for the job, and
+ * the settings the joiner must share with the members. */
+struct loomi_join_accept {
+    struct loomi_links links;
+    struct loomi_uniform uniform;
 };
 
 /* A protocol message delivered to the communicator's thread. */

@@ -113,18 +113,37 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
         }
         if (type == LOOMI_CMSG_ACCEPT && e >= epoch) {
             uint64_t nr = arg & 0xffffffffu, nn = arg >> 32;
-            if (nn < 2 || nn > (1u << 20) || nr >= nn || len != sizeof links) {
+            struct loomi_join_accept acc;
+            if (nn < 2 || nn > (1u << 20) || nr >= nn || len != sizeof acc) {
                 free(data);
                 r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent a bad admission", fn);
                 break;
             }
-            memcpy(&links, data, sizeof links);
-            if (!loomi_links_valid(&links)) {
+            memcpy(&acc, data, sizeof acc);
+            links = acc.links;
+            int algo_ok = 1;
+            for (int k = 0; k < LOOMI_MAX_COLLS; k++)
+                algo_ok &= acc.uniform.algo[k] >= 0 && acc.uniform.algo[k] < LOOMI_NUM_ALGOS;
+            if (!loomi_links_valid(&links) || !algo_ok) {
                 free(data);
                 r = loomi_fail(LOOM_ERR_REMOTE, -1,
-                               "%s: the holder sent out-of-range link figures", fn);
+                               "%s: the holder sent out-of-range link figures or algorithms", fn);
                 break;
             }
+            /* The algorithms forced are the communicator's (LOOM_ALGO or
+             * loom_comm_set_algo on the members): take them.  The rest
+             * is this process's environment, and must match. */
+            struct loomi_uniform mine;
+            loomi_uniform_fill(&mine, &proto->set, proto->algo_forced, mask, 0);
+            memcpy(mine.algo, acc.uniform.algo, sizeof mine.algo);
+            char why[320];
+            if (loomi_uniform_diff(&mine, "this joiner", &acc.uniform, "the members", why,
+                                   sizeof why)) {
+                free(data);
+                r = loomi_fail(LOOM_ERR_MISMATCH, -1, "%s: refused: %s", fn, why);
+                break;
+            }
+            for (int k = 0; k < LOOMI_MAX_COLLS; k++) proto->algo_forced[k] = acc.uniform.algo[k];
             if (c) loomi_comm_discard(c);
             c = calloc(1, sizeof *c);
             if (!c) {

@@ -314,12 +314,18 @@ static int coordinate(struct shrink *s)
                 }
                 s->err = make_new(s, D, s->nj, addr, &newrank, &newn);
                 if (s->err != LOOM_SUCCESS) goto out;
-                /* Joiners learn their rank and the links (measured once). */
+                /* Joiners learn their rank, the links (measured once) and
+                 * the settings they must share (join.c checks them). */
+                struct loomi_join_accept acc;
+                memset(&acc, 0, sizeof acc);
+                acc.links = *s->old->links;
+                loomi_uniform_fill(&acc.uniform, &s->old->set, s->old->algo_forced, s->old->route_mask,
+                                   0);
                 for (int j = 0; j < s->nj; j++) {
                     jhave[j] = 0;
                     uint64_t arg = (uint64_t)(alive + j) | (uint64_t)newn << 32;
-                    loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ACCEPT, e, arg,
-                                    s->old->links, (uint32_t)sizeof *s->old->links);
+                    loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ACCEPT, e, arg, &acc,
+                                    (uint32_t)sizeof acc);
                 }
                 free(all);
                 all = malloc((size_t)newn * LOOMI_ADDR_BYTES);

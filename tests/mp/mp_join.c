@@ -11,6 +11,14 @@
  *   MODE holder: the same, but rank 0 (which holds the join service)
  *                SIGKILLs itself once the joiner waits: the others shrink
  *                and then admit the joiner through the next holder.
+ *   MODE mismatch: as grow, but the joiner runs with JOIN_SETTING (say
+ *                "LOOM_CHUNK_SIZE=1M") added to its environment: its join
+ *                must fail with LOOM_ERR_MISMATCH naming the variable, and
+ *                the members' grow must keep their communicator, which
+ *                must still work.  Members print "OK member kept size=N";
+ *                the joiner writes "OK joiner refused: MESSAGE".
+ * JOIN_ALGO, if set, is given to loom_comm_set_algo on the members only:
+ * the joiner must take it from them.
  * Members print "OK member grow_ms=G sync_ms=S size=N"; the joiner writes
  * "OK joiner join_ms=J rank=R size=N" to OUTFILE.
  */
@@ -59,6 +67,20 @@ static int after(loom_comm_t comm, size_t bytes, int newcomer, double *sync_ms)
         printf("FAIL allreduce on %d ranks: %s %g\n", n, loom_strerror(r), (double)x);
         return -1;
     }
+    /* One past the arenas' slots, by the algorithm the members chose
+     * (JOIN_ALGO): a joiner that took another would not meet them. */
+    const size_t big = 256 * 1024;
+    float *v = malloc(big * sizeof *v);
+    for (size_t i = 0; i < big; i++) v[i] = (float)(i % 7);
+    r = loom_allreduce(v, v, big, LOOM_FLOAT32, LOOM_SUM, comm);
+    size_t bad = 0;
+    for (size_t i = 0; i < big; i++) bad += v[i] != (float)(i % 7) * (float)n;
+    free(v);
+    if (r != LOOM_SUCCESS || bad) {
+        printf("FAIL 1 MiB allreduce on %d ranks: %s (%s), %zu wrong\n", n, loom_strerror(r),
+               loom_get_last_error(), bad);
+        return -1;
+    }
     return 0;
 }
 
@@ -98,6 +120,30 @@ static int joiner(const char *out, size_t bytes)
     return 0;
 }
 
+/* A joiner whose settings differ from the members'. */
+static int refused(const char *out, const char *setting)
+{
+    FILE *f = fopen(out, "w");
+    if (!f) return 2;
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(setting, "="), setting);
+    double t0 = now_ms();
+    loom_comm_t comm = NULL;
+    loom_result_t r = loom_comm_join(&comm, NULL);
+    double dt = now_ms() - t0;
+    const char *msg = loom_get_last_error();
+    if (r != LOOM_ERR_MISMATCH || !strstr(msg, name)) {
+        fprintf(f, "FAIL join with %s: %s after %.0f ms: %s\n", setting, loom_strerror(r), dt,
+                r == LOOM_SUCCESS ? "admitted" : msg);
+        if (r == LOOM_SUCCESS) loom_comm_destroy(comm);
+        fclose(f);
+        return 1;
+    }
+    fprintf(f, "OK joiner refused after %.0f ms: %s\n", dt, msg);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -106,10 +152,23 @@ int main(int argc, char **argv)
     }
     size_t bytes = (argc > 3 ? (size_t)atoi(argv[3]) : 4) << 20;
     if (!strcmp(argv[1], "joiner")) return joiner(argv[2], bytes);
+    const char *setting = getenv("JOIN_SETTING");
+    if (!strcmp(argv[1], "refused")) return refused(argv[2], setting ? setting : "");
     int holder = !strcmp(argv[1], "holder");
+    int mismatch = !strcmp(argv[1], "mismatch");
+    if (mismatch && (!setting || !strchr(setting, '='))) {
+        fprintf(stderr, "mp_join mismatch: set JOIN_SETTING=VARIABLE=VALUE\n");
+        return 2;
+    }
     loom_comm_t comm;
     if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
         fprintf(stderr, "init: %s\n", loom_get_last_error());
+        return 2;
+    }
+    /* The communicator's own algorithms, which a joiner must take. */
+    const char *algo = getenv("JOIN_ALGO");
+    if (algo && loom_comm_set_algo(comm, algo) != LOOM_SUCCESS) {
+        fprintf(stderr, "loom_comm_set_algo: %s\n", loom_get_last_error());
         return 2;
     }
     int rank, n;
@@ -121,7 +180,9 @@ int main(int argc, char **argv)
         if (child == 0) {
             char mib[16];
             snprintf(mib, sizeof mib, "%zu", bytes >> 20);
-            execl("/proc/self/exe", argv[0], "joiner", argv[2], mib, (char *)NULL);
+            if (mismatch) putenv((char *)setting);
+            execl("/proc/self/exe", argv[0], mismatch ? "refused" : "joiner", argv[2], mib,
+                  (char *)NULL);
             _exit(127);
         }
     }
@@ -179,6 +240,28 @@ int main(int argc, char **argv)
             printf("FAIL the joiner never came back to the next holder\n");
             return 1;
         }
+    }
+    if (mismatch) {
+        /* The joiner is refused: nobody to admit, the communicator stays. */
+        loom_comm_t same = comm;
+        loom_result_t r = loom_comm_grow(comm, &same);
+        float x = 1;
+        if (r == LOOM_SUCCESS && same == NULL)
+            r = loom_allreduce(&x, &x, 1, LOOM_FLOAT32, LOOM_SUM, comm);
+        if (r != LOOM_SUCCESS || same != NULL || x != (float)n) {
+            printf("FAIL grow with a refused joiner: %s (%s), newcomm %p, sum %g\n",
+                   loom_strerror(r), loom_get_last_error(), (void *)same, x);
+            return 1;
+        }
+        int st = 0;
+        if (child > 0 && (waitpid(child, &st, 0) != child || !WIFEXITED(st) ||
+                          WEXITSTATUS(st) != 0)) {
+            printf("FAIL the refused joiner exited with status %d\n", st);
+            return 1;
+        }
+        printf("OK member kept size=%d\n", n);
+        loom_comm_destroy(comm);
+        return 0;
     }
     double t0 = now_ms();
     loom_comm_t big = NULL;

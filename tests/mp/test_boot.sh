@@ -56,6 +56,32 @@ out=$(clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=1 LOOM_SIZE=3 LOOM_JOB_KEY=k L
     timeout 30 "$prog" expect 12 2000)
 check "a rank with another job size refused with LOOM_ERR_MISMATCH ($out)" [ $? -eq 0 ]
 wait
+# Settings that choose each rank's paths, set differently on one rank of
+# three: every rank is refused at the rendezvous with LOOM_ERR_MISMATCH
+# (12) naming the variable, at once, not after LOOM_TIMEOUT (20 s here:
+# before the check they waited it out in the first collective, or called
+# a live peer failed).
+tf1=$(mktemp) tf2=$(mktemp)
+printf 'alpha_intra 3e-6\nbeta_intra 1e-10\n' >"$tf1"
+printf 'alpha_intra 4e-6\nbeta_intra 1e-10\n' >"$tf2"
+one_rank() { # one_rank RANK VAR=VALUE [OTHERS=VALUE]: VAR on RANK only (OTHERS elsewhere)
+    LOOM_TIMEOUT=20000 timeout 60 "$LOOMRUN" -n 3 bash -c \
+        'if [ "$LOOM_RANK" = "$1" ]; then export "$2"; elif [ -n "$3" ]; then export "$3"; fi
+         shift 3; exec "$@"' x "$@" "$prog" expect 12 3000 2>/dev/null
+}
+for set in "1 LOOM_SHM_SMALL=0" "2 LOOM_ALGO=allreduce:ring" "0 LOOM_CHUNK_SIZE=1M" \
+    "1 LOOM_HEARTBEAT_MS=0" "2 LOOM_SHM_SIZE=8M" "1 LOOM_PROBE=0" "2 LOOM_TRANSPORT=tcp" \
+    "1 LOOM_TUNING_FILE=$tf1" "1 LOOM_TUNING_FILE=$tf2 LOOM_TUNING_FILE=$tf1"; do
+    read -r rk var others <<<"$set"
+    out=$(one_rank "$rk" "$var" "$others")
+    rc=$?
+    n=$(grep -c "^peers disagree .* after [0-9]* ms: .*${var%%=*} differs between ranks" <<<"$out")
+    check "${var%%=*} different on rank $rk of 3${others:+ (set on the others too)}: all 3 refused at once, naming it ($(head -1 <<<"$out"))" \
+        [ $rc -eq 0 -a "$n" = 3 ]
+done
+out=$(LOOM_CHUNK_SIZE=1M LOOM_TUNING_FILE=$tf1 timeout 60 "$LOOMRUN" -n 3 "$prog" env 2>&1)
+check "the same settings on every rank: the job runs" [ $? -eq 0 ]
+rm -f "$tf1" "$tf2"
 check "LOOM_SOCKET_IFNAME=lo: data over the named interface" \
     env LOOM_SOCKET_IFNAME=lo timeout 60 "$LOOMRUN" -n 3 "$prog" env
 out=$(LOOM_SOCKET_IFNAME==nosuchif0 LOOM_TIMEOUT=2000 timeout 60 "$LOOMRUN" -n 2 "$prog" env 2>&1)

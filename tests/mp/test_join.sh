@@ -34,6 +34,34 @@ for n in 2 4; do
     done
 done
 
+# The members forced their allreduce with loom_comm_set_algo; the joiner
+# set nothing: it takes theirs, and the 1 MiB allreduce on the grown
+# communicator meets.
+for a in allreduce:ring allreduce:recursive_doubling; do
+    JOIN_ALGO=$a join_run 3 grow 1
+    if [ "$members" = 3 ] && [ "${j%% *}" = OK ]; then
+        ok "members with loom_comm_set_algo $a: the joiner takes it (${j#OK joiner })"
+    else
+        bad "members with loom_comm_set_algo $a: $members of 3 members OK; joiner: ${j:-nothing}"
+        cat "$tmp"/out/rank.*.out 2>/dev/null | grep -v '^OK' | head -5
+    fi
+done
+
+# A joiner whose settings differ from the members' (LOOM_CHUNK_SIZE set
+# only for it; LOOM_HEARTBEAT_MS, which judges its silence) is refused
+# with LOOM_ERR_MISMATCH naming the variable, and the members' grow keeps
+# their communicator, which still works.
+for setting in LOOM_CHUNK_SIZE=1M LOOM_HEARTBEAT_MS=100; do
+    JOIN_SETTING=$setting join_run 3 mismatch 1
+    kept=$(cat "$tmp"/out/rank.*.out 2>/dev/null | grep -c '^OK member kept size=3')
+    if [ "$kept" = 3 ] && [ "${j%% *}" = OK ] && grep -q "${setting%%=*} differs" <<<"$j"; then
+        ok "a joiner with $setting alone: refused naming it, the 3 members keep their communicator (${j#OK joiner })"
+    else
+        bad "a joiner with $setting alone: $kept of 3 members kept theirs; joiner: ${j:-nothing}"
+        cat "$tmp"/out/rank.*.out 2>/dev/null | grep -v '^OK' | head -5
+    fi
+done
+
 # The same grow on 2 and 4 ranks with every control thread running 30 ms
 # late after each wait (stall_ctrl.c): a member that decided "nothing to
 # do" and left at once must still be heard by a joiner that was slow to
