@@ -205,7 +205,9 @@ static void *root_main(void *arg)
                                 who, msg, sizeof msg))
             continue;
         LOOMI_WARN(-1, "rendezvous root %s: refusing the job: %s", a->name, msg);
-        for (int q = 0; q < a->nranks; q++)
+        /* Rank 0 last: this thread usually lives in its process, which
+         * may exit as soon as it has its answer. */
+        for (int q = a->nranks - 1; q >= 0; q--)
             send_reply(cl[by_rank[q]].fd, LOOM_ERR_MISMATCH, 1, a->deadline_ms, msg);
         goto out;
     }
@@ -220,7 +222,7 @@ static void *root_main(void *arg)
     for (int j = 0; j < a->nranks; j++)
         memcpy(table + sizeof *rp + (size_t)j * LOOMI_ADDR_BYTES, cl[by_rank[j]].h.addr,
                LOOMI_ADDR_BYTES);
-    for (int j = 0; j < a->nranks; j++)
+    for (int j = a->nranks - 1; j >= 0; j--) /* rank 0 last, as above */
         if (loomi_write_full(cl[by_rank[j]].fd, table, tlen, a->deadline_ms))
             LOOMI_WARN(-1, "rendezvous root %s: could not answer rank %d: %s", a->name, j,
                        strerror(errno));
