@@ -223,6 +223,14 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         int cores = c->topo->ranks[rank].host.ncores;
         c->machine_ranks = loomi_topo_machine_ranks(c->topo, rank);
         c->oversubscribed = cores > 0 && c->machine_ranks > cores;
+        /* Before the probe, which then prices the path the collectives
+         * will take. */
+        if (c->oversubscribed && !c->set.shm_cma_fixed && loomi_route_has_shm(c->tstate)) {
+            loomi_route_shm_crowded(c->tstate);
+            LOOMI_INFO(rank, "%d ranks share this machine's %d cores: shared-memory messages "
+                       "that fit a FIFO go through its cells, not single-copy",
+                       c->machine_ranks, cores);
+        }
     }
     /* Every rank decides the same way (the same LOOM_TRANSPORT and
      * LOOM_SHM_SIZE everywhere), so selections agree across ranks. */

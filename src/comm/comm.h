@@ -253,6 +253,7 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
 struct loomi_uniform {
     uint64_t chunk_bytes; /* 0: the model chooses */
     uint64_t shm_bytes, shm_small, shm_stream;
+    uint64_t shm_cma; /* UINT64_MAX: unset (the default, crowded or not) */
     uint64_t tuning_hash;
     int32_t tuning; /* 0: no file, 1: read, 2: could not be read */
     int32_t probe, shm_stream_saves, shm_stream_copyin, heartbeat_ms, tcp_streams;

@@ -16,6 +16,7 @@
 
 #include "comm/route.h"
 #include "core/internal.h"
+#include "transports/shm/shm.h"
 #include "transports/verbs/verbs.h"
 
 #define SLOT 64 /* stride of the sub-addresses handed to connect_all */
@@ -345,6 +346,19 @@ int loomi_route_peer_transport(void *state, int peer, const char **name)
 int loomi_route_has_shm(void *state)
 {
     return ((struct route *)state)->ops[T_SHM] != NULL;
+}
+
+void loomi_route_shm_crowded(void *state)
+{
+    struct route *r = state;
+    if (r->ops[T_SHM]) loomi_shm_crowded(r->st[T_SHM]);
+}
+
+size_t loomi_route_shm_cells_max(void *state, int peer)
+{
+    struct route *r = state;
+    if (!r->ops[T_SHM] || peer < 0 || peer >= r->nranks || r->via[peer] != T_SHM) return 0;
+    return loomi_shm_cells_max(r->st[T_SHM], peer);
 }
 
 int loomi_route_can_switch(void *state, int peer)

@@ -31,6 +31,11 @@ const char *loomi_route_describe(void *state, char *buf, size_t n);
 /* Index of the transport carrying data to peer (0 tcp, 1 shm, 2 verbs), -1 for self. */
 int loomi_route_peer_transport(void *state, int peer, const char **name);
 int loomi_route_has_shm(void *state);
+/* Ranks of this machine outnumber its cores (loomi_shm_crowded). */
+void loomi_route_shm_crowded(void *state);
+/* The largest message to peer that goes through shared memory's cells
+ * (0: not over shared memory). */
+size_t loomi_route_shm_cells_max(void *state, int peer);
 /* Whether data to peer goes over verbs while TCP reaches it too, so
  * that either can carry it. */
 int loomi_route_can_switch(void *state, int peer);

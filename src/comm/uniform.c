@@ -36,6 +36,7 @@ void loomi_uniform_fill(struct loomi_uniform *u, const struct loomi_settings *s,
     u->shm_bytes = s->shm_bytes;
     u->shm_small = s->shm_small;
     u->shm_stream = s->shm_stream;
+    u->shm_cma = s->shm_cma_fixed ? s->shm_cma_min : UINT64_MAX;
     u->probe = s->probe;
     u->shm_stream_saves = s->shm_stream_saves;
     u->shm_stream_copyin = s->shm_stream_copyin;
@@ -64,6 +65,11 @@ static const char *size_str(uint64_t v, char *b, size_t n)
 static const char *chunk_str(uint64_t v, char *b, size_t n)
 {
     return v ? size_str(v, b, n) : "unset (the model chooses)";
+}
+
+static const char *cma_str(uint64_t v, char *b, size_t n)
+{
+    return v == UINT64_MAX ? "unset" : v ? size_str(v, b, n) : "0 (never)";
 }
 
 static const char *stores_str(int32_t v)
@@ -131,6 +137,13 @@ int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
     SIZE(shm_bytes, "LOOM_SHM_SIZE")
     SIZE(shm_small, "LOOM_SHM_SMALL")
     SIZE(shm_stream, "LOOM_SHM_STREAM")
+    if (!name && a->shm_cma != b->shm_cma) {
+        /* Which path a message takes is the sender's choice, but the
+         * probe's two ends must agree on the size that prices it. */
+        name = "LOOM_SHM_CMA";
+        va = cma_str(a->shm_cma, x, sizeof x);
+        vb = cma_str(b->shm_cma, y, sizeof y);
+    }
     STORES(shm_stream_saves, "LOOM_SHM_STREAM_SAVES")
     STORES(shm_stream_copyin, "LOOM_SHM_STREAM_COPYIN")
     NUM(probe, "LOOM_PROBE")

@@ -89,6 +89,8 @@ static void env_init(void)
     /* Set, the chunk is the user's: the model picks none. */
     const char *ch = getenv("LOOM_CHUNK_SIZE");
     env.chunk_fixed = ch && *ch;
+    const char *cma = getenv("LOOM_SHM_CMA");
+    env.shm_cma_fixed = cma && *cma;
 }
 
 const struct loomi_env *loomi_env_get(void)
@@ -134,6 +136,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->probe = e->probe;
     out->shm_bytes = e->shm_bytes;
     out->shm_cma_min = e->shm_cma_min;
+    out->shm_cma_fixed = e->shm_cma_fixed;
     out->shm_small = e->shm_small;
     out->shm_stream = e->shm_stream;
     out->shm_stream_saves = e->shm_stream_saves;

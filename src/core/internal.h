@@ -67,6 +67,7 @@ struct loomi_env {
     size_t tcp_sockbuf;
     size_t chunk_bytes;
     int chunk_fixed;           /* LOOM_CHUNK_SIZE was set: no chunk from the model */
+    int shm_cma_fixed;         /* LOOM_SHM_CMA was set: kept when ranks share cores */
     const char *socket_ifname; /* NULL: automatic */
     const char *algo;          /* NULL: automatic */
     const char *transport;     /* NULL: any */
@@ -109,6 +110,7 @@ struct loomi_settings {
     int probe;
     size_t shm_bytes;
     size_t shm_cma_min;
+    int shm_cma_fixed;
     size_t shm_small;
     size_t shm_stream;
     int shm_stream_saves;

@@ -45,12 +45,12 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* PROBE_BYTES from rank 0 to `other` in `pieces` messages posted
- * together, and 8 bytes back; the best of PROBE_STREAMS (after one). */
-static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, int pieces,
-                            double *best)
+/* `bytes` from rank 0 to `other` in `pieces` messages posted together,
+ * and 8 bytes back; the best of PROBE_STREAMS (after one). */
+static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, size_t bytes,
+                            int pieces, double *best)
 {
-    const size_t piece = PROBE_BYTES / (size_t)pieces;
+    const size_t piece = bytes / (size_t)pieces;
     loom_result_t r = LOOM_SUCCESS;
     *best = 1e9;
     for (int i = -1; i < PROBE_STREAMS && r == LOOM_SUCCESS; i++) {
@@ -77,10 +77,11 @@ static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, 
     return r;
 }
 
-/* Round trips between rank 0 and peer; rank 0 gets alpha, beta and the
- * cost of each more piece a transfer is cut into. */
-static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf, double *alpha,
-                              double *beta, double *chunk)
+/* Round trips between rank 0 and peer, of 8 bytes and of `bytes`; rank 0
+ * gets alpha, beta and the cost of each more piece a transfer is cut
+ * into. */
+static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf, size_t bytes,
+                              double *alpha, double *beta, double *chunk)
 {
     const int me = c->rank, other = me == 0 ? peer : 0;
     double t[PROBE_SMALL];
@@ -100,18 +101,18 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     for (int i = -1; i < PROBE_BIG && r == LOOM_SUCCESS; i++) {
         uint64_t t0 = loomi_now_ns();
         if (me == 0) {
-            r = loom_send(buf, PROBE_BYTES, LOOM_UINT8, other, c);
-            if (r == LOOM_SUCCESS) r = loom_recv(buf, PROBE_BYTES, LOOM_UINT8, other, c);
+            r = loom_send(buf, bytes, LOOM_UINT8, other, c);
+            if (r == LOOM_SUCCESS) r = loom_recv(buf, bytes, LOOM_UINT8, other, c);
         } else {
-            r = loom_recv(buf, PROBE_BYTES, LOOM_UINT8, other, c);
-            if (r == LOOM_SUCCESS) r = loom_send(buf, PROBE_BYTES, LOOM_UINT8, other, c);
+            r = loom_recv(buf, bytes, LOOM_UINT8, other, c);
+            if (r == LOOM_SUCCESS) r = loom_send(buf, bytes, LOOM_UINT8, other, c);
         }
         double dt = (double)(loomi_now_ns() - t0) * 1e-9;
         if (i >= 0 && dt < best) best = dt;
     }
     double one = 0, cut = 0;
-    if (r == LOOM_SUCCESS) r = stream(c, other, buf, 1, &one);
-    if (r == LOOM_SUCCESS) r = stream(c, other, buf, PROBE_PIECES, &cut);
+    if (r == LOOM_SUCCESS) r = stream(c, other, buf, bytes, 1, &one);
+    if (r == LOOM_SUCCESS) r = stream(c, other, buf, bytes, PROBE_PIECES, &cut);
     if (r != LOOM_SUCCESS || me != 0) return r;
     /* Both the best of a few: noise makes it negative at worst. */
     *chunk = cut > one ? (cut - one) / (PROBE_PIECES - 1) : 0;
@@ -122,7 +123,7 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
      * one too.  (Taking the median latency off them left nothing on a
      * loaded host, where a round trip's median is several times its
      * best, and beta came out as memory's.) */
-    double b = (best - t[0]) / 2 / (double)PROBE_BYTES;
+    double b = (best - t[0]) / 2 / (double)bytes;
     /* A bandwidth better than memory's is noise in the latency term. */
     *beta = b > 0.02e-9 ? b : 0.02e-9;
     return LOOM_SUCCESS;
@@ -195,12 +196,18 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         if (loomi_host_size(m, h0) > 1) intra = m->host_ranks[m->host_start[h0] + 1];
         for (int h = 0; h < m->nhosts && inter < 0; h++)
             if (h != h0) inter = m->host_ranks[m->host_start[h]];
-        unsigned char *buf = malloc(PROBE_BYTES);
+        unsigned char *buf = malloc(2 * PROBE_BYTES);
         if (!buf) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "link probe: out of memory");
-        memset(buf, 0, PROBE_BYTES);
+        memset(buf, 0, 2 * PROBE_BYTES);
         double a, b, k;
         if (intra > 0 && (c->rank == 0 || c->rank == intra)) {
-            r = pingpong(c, intra, buf, &a, &b, &k);
+            /* Priced at the single-copy path, which carries the large
+             * operations, when PROBE_BYTES would go through the cells
+             * only because ranks share cores (loomi_shm_crowded).  Both
+             * ends see the same geometry. */
+            size_t cm = loomi_route_shm_cells_max(c->tstate, c->rank == 0 ? intra : 0);
+            size_t bytes = cm >= PROBE_BYTES && cm < 2 * PROBE_BYTES ? 2 * PROBE_BYTES : PROBE_BYTES;
+            r = pingpong(c, intra, buf, bytes, &a, &b, &k);
             if (r == LOOM_SUCCESS && c->rank == 0) {
                 l.alpha[LOOMI_LINK_INTRA] = a;
                 l.beta[LOOMI_LINK_INTRA] = b;
@@ -212,7 +219,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             const int other = c->rank == 0 ? inter : 0;
             /* Both ends see the same transports, so they agree on this. */
             const int both = loomi_route_can_switch(c->tstate, other);
-            r = pingpong(c, inter, buf, &a, &b, &k);
+            r = pingpong(c, inter, buf, PROBE_BYTES, &a, &b, &k);
             if (r == LOOM_SUCCESS && c->rank == 0) {
                 l.alpha[LOOMI_LINK_INTER] = a;
                 l.beta[LOOMI_LINK_INTER] = b;
@@ -224,7 +231,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
                  * after its last message of the pair completed. */
                 double ta, tb, tk;
                 loomi_route_switch(c->tstate, other, 0);
-                r = pingpong(c, inter, buf, &ta, &tb, &tk);
+                r = pingpong(c, inter, buf, PROBE_BYTES, &ta, &tb, &tk);
                 loomi_route_switch(c->tstate, other, 1);
                 if (r == LOOM_SUCCESS && c->rank == 0) {
                     const double s = (double)LOOMI_VERBS_COMPARE_BYTES;

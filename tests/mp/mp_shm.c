@@ -16,6 +16,10 @@
  *  - mismatch (2 ranks): a receive of the wrong length completes with
  *    MISMATCH and peer_failed says MISMATCH (early eager message, and a
  *    single-copy message with the receive posted first);
+ *  - crowded (2 ranks, CMA from 64 KiB): a 128 KiB send is single-copy
+ *    (not complete while the receive is unposted) until loomi_shm_crowded,
+ *    then goes through the cells (complete at once); 1 MiB, more than a
+ *    FIFO, stays single-copy; the data is checked;
  *  - kill: the last rank is SIGKILLed while the others wait for its
  *    message: they see peer_failed within 2 s;
  *  - leftovers: a fake segment of a dead pid is removed by the next
@@ -449,6 +453,57 @@ static void mismatch_test(int cma)
     free(b);
 }
 
+/* Rank 0 sends `len` bytes on tag; whether the send completes before
+ * rank 1 posts its receive (which it does on rank 0's word) tells the
+ * path: the cells complete a send that fits them at once, a single copy
+ * waits for its reader. */
+static void path_probe(uint64_t tag, size_t len, int want_done)
+{
+    unsigned char *b = xmalloc(len);
+    struct req r, go;
+    char z = 0;
+    if (rank == 0) {
+        fill(b, len, 0, 1, tag);
+        post(&r, 1, 1, tag, b, len);
+        if (want_done)
+            wait_for(&r, 1, 10000, "a send through the cells");
+        else {
+            progress_for(200);
+            CHECK(!r.done, "%zu bytes on tag %llu completed before the receive was posted: not "
+                  "single-copy", len, (unsigned long long)tag);
+        }
+        post(&go, 1, 1, tag + 1, &z, 0);
+        wait_for(&go, 1, 10000, "go");
+        wait_for(&r, 1, 10000, "the send");
+        CHECK(r.st == LOOM_SUCCESS, "send of %zu bytes: status %d", len, r.st);
+    } else if (rank == 1) {
+        post(&go, 0, 0, tag + 1, &z, 0);
+        wait_for(&go, 1, 20000, "go");
+        memset(b, 0, len);
+        post(&r, 0, 0, tag, b, len);
+        wait_for(&r, 1, 10000, "the receive");
+        CHECK(r.st == LOOM_SUCCESS && !bad_bytes(b, len, 0, 1, tag),
+              "receive of %zu bytes: status %d, %zu bad bytes", len, r.st,
+              bad_bytes(b, len, 0, 1, tag));
+    }
+    free(b);
+}
+
+static void crowded_test(void)
+{
+    const size_t mid = 128u << 10, big = 1u << 20;
+    barrier();
+    CHECK(loomi_shm_cells_max(st, 1 - rank) == 64 * 1024 - 1, "cells up to %zu bytes, not 64K-1",
+          loomi_shm_cells_max(st, 1 - rank));
+    path_probe(7000, mid, 0);
+    loomi_shm_crowded(st);
+    size_t cm = loomi_shm_cells_max(st, 1 - rank);
+    CHECK(cm >= mid && cm < big, "crowded: cells up to %zu bytes, not a FIFO's", cm);
+    path_probe(7010, mid, 1);
+    path_probe(7020, big, 0);
+    barrier();
+}
+
 static void kill_test(void)
 {
     int victim = nranks - 1;
@@ -554,6 +609,8 @@ static int child(const struct jobspec *j, int r, const unsigned char *key, int u
         mismatch_test(j->name[8] == '-');
     } else if (!strcmp(j->name, "kill")) {
         kill_test();
+    } else if (!strcmp(j->name, "crowded")) {
+        crowded_test();
     }
     if (strncmp(j->name, "mismatch", 8) && strcmp(j->name, "kill"))
         CHECK(nfails == 0, "%d unexpected peer_failed calls (first: peer %d code %d)", nfails,
@@ -675,7 +732,8 @@ int main(int argc, char **argv)
     struct jobspec jobs[] = {
         {"main", n, 64 << 10, 0, 0},     {"nocma", n, 0, 0, 0},
         {"fallback", n, 64 << 10, 1, 0}, {"mismatch", 2, 64 << 10, 0, 0},
-        {"mismatch-cma", 2, 64 << 10, 0, 0}, {"kill", n, 64 << 10, 0, 1},
+        {"mismatch-cma", 2, 64 << 10, 0, 0}, {"crowded", 2, 64 << 10, 0, 0},
+        {"kill", n, 64 << 10, 0, 1},
     };
     enum { NJOBS = sizeof jobs / sizeof jobs[0] };
     unsigned char keys[NJOBS][16];

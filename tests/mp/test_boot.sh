@@ -70,7 +70,7 @@ one_rank() { # one_rank RANK VAR=VALUE [OTHERS=VALUE]: VAR on RANK only (OTHERS 
          shift 3; exec "$@"' x "$@" "$prog" expect 12 3000 2>/dev/null
 }
 for set in "1 LOOM_SHM_SMALL=0" "2 LOOM_ALGO=allreduce:ring" "0 LOOM_CHUNK_SIZE=1M" \
-    "1 LOOM_HEARTBEAT_MS=0" "2 LOOM_SHM_SIZE=8M" "1 LOOM_PROBE=0" "2 LOOM_TRANSPORT=tcp" \
+    "1 LOOM_HEARTBEAT_MS=0" "2 LOOM_SHM_SIZE=8M" "1 LOOM_PROBE=0" "2 LOOM_TRANSPORT=tcp" "2 LOOM_SHM_CMA=1M" \
     "1 LOOM_TUNING_FILE=$tf1" "1 LOOM_TUNING_FILE=$tf2 LOOM_TUNING_FILE=$tf1"; do
     read -r rk var others <<<"$set"
     out=$(one_rank "$rk" "$var" "$others")

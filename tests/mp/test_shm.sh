@@ -34,4 +34,23 @@ else
     bad "64 MiB through the cells, early: exit $rc, ${us:-no} us (limit 60000)"
     echo "$out" | tail -8
 fi
+# More ranks than cores: messages that fit a FIFO go through the cells
+# (mp_shm's "crowded" job checks the path itself); through the library,
+# the ring's allreduce stays right, and a set LOOM_SHM_CMA is kept.
+n=$(($(nproc) + 1))
+if [ "$n" -le 8 ]; then
+    for cma in "" 128K; do
+        out=$(LOOM_SHM_CMA=$cma LOOM_DEBUG=info LOOM_ALGO=allreduce:ring timeout 120 "$LOOMRUN" \
+            -n $n --timeout 110 "$BUILDDIR/all_reduce_perf" -b 256K -e 4M -f 4 -n 5 -w 1 -c 1 2>&1)
+        rc=$?
+        right=$(awk '!/^#/ && NF >= 13 && $9 == 0 && $13 == 0' <<<"$out" | wc -l)
+        said=$(grep -c "ranks share this machine's .* cores: shared-memory messages that fit a FIFO go through its cells" <<<"$out")
+        want=$n
+        [ -n "$cma" ] && want=0
+        check "$n ranks on $(nproc) CPUs, LOOM_SHM_CMA ${cma:-unset}: cells up to a FIFO on $said of $n ranks (want $want), 3 of 3 ring allreduces right ($right)" \
+            [ $rc -eq 0 -a "$right" = 3 -a "$said" = "$want" ]
+    done
+else
+    echo "skip - more ranks than cores: $(nproc) CPUs would need more than 8 ranks"
+fi
 finish

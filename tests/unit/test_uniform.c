@@ -32,7 +32,6 @@ Test(uniform, same_settings_agree)
     /* Settings that may differ between ranks are left out. */
     b.timeout_ms = 7;
     b.spin_us = 0;
-    b.shm_cma_min = 0;
     b.progress_thread = 1;
     snprintf(b.socket_ifname, sizeof b.socket_ifname, "eth9");
     /* An unfixed chunk size is the model's: its default value does not count. */
@@ -63,6 +62,23 @@ Test(uniform, each_difference_named)
     ONE(heartbeat_ms, 0, "LOOM_HEARTBEAT_MS", "500", "0");
     ONE(tcp_streams, 4, "LOOM_TCP_STREAMS", "2", "4");
     ONE(chunk_fixed, 1, "LOOM_CHUNK_SIZE", "unset (the model chooses)", "2M");
+}
+
+Test(uniform, single_copy_set_or_not)
+{
+    struct loomi_settings a = base(), b = base();
+    /* The default's value, set on one side only: not the same setting. */
+    b.shm_cma_fixed = 1;
+    char msg[320] = "";
+    cr_assert_eq(diff(&a, &b, msg, sizeof msg), 1);
+    cr_assert(strstr(msg, "LOOM_SHM_CMA differs between ranks: unset on rank 0 and 128K on rank 5"),
+              "%s", msg);
+    a.shm_cma_fixed = 1;
+    a.shm_cma_min = 0;
+    cr_assert_eq(diff(&a, &b, msg, sizeof msg), 1);
+    cr_assert(strstr(msg, "0 (never) on rank 0"), "%s", msg);
+    a.shm_cma_min = b.shm_cma_min;
+    cr_assert_eq(diff(&a, &b, msg, sizeof msg), 0, "%s", msg);
 }
 
 Test(uniform, algorithms_and_transport)

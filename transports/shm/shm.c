@@ -56,6 +56,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,7 @@ struct shm {
     uint64_t moved; /* cells and reads moved by progress (shm_moved) */
     size_t unexp_bytes;
     struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
+    int crowded;               /* loomi_shm_crowded */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -539,6 +541,24 @@ static struct peer *xfer_peer(struct shm *t, struct loomi_xfer *x, loom_result_t
     return p;
 }
 
+/* Messages up to this size go through the cells (LOOM_SHM_CMA, or a
+ * whole FIFO when the ranks share cores). */
+static size_t cells_max(const struct shm *t, const struct peer *p)
+{
+    size_t m = t->ctx.shm_cma_min ? t->ctx.shm_cma_min - 1 : SIZE_MAX;
+    size_t fifo = (size_t)p->out_ncells * p->out_cell_bytes;
+    return t->crowded && m < fifo ? fifo : m;
+}
+
+void loomi_shm_crowded(void *state) { ((struct shm *)state)->crowded = 1; }
+
+size_t loomi_shm_cells_max(void *state, int peer)
+{
+    struct shm *t = state;
+    if (peer < 0 || peer >= t->ctx.nranks || !t->peers[peer].out_cells) return 0;
+    return cells_max(t, &t->peers[peer]);
+}
+
 static loom_result_t shm_isend(void *state, struct loomi_xfer *x)
 {
     struct shm *t = state;
@@ -548,7 +568,7 @@ static loom_result_t shm_isend(void *state, struct loomi_xfer *x)
     if (x->len > MAX_MSG)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, t->ctx.rank, "shm: message of %zu bytes",
                           x->len);
-    if (t->ctx.shm_cma_min && x->len >= t->ctx.shm_cma_min && !p->no_cma)
+    if (t->ctx.shm_cma_min && x->len > cells_max(t, p) && !p->no_cma)
         x->t_posted = (size_t)(p->next_id++ << 2) | M_RTS;
     p->npending++;
     int idle = p->sq.head == NULL;
