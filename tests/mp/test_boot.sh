@@ -47,6 +47,31 @@ check "mismatched job key refused with LOOM_ERR_MISMATCH ($out)" [ $? -eq 0 ]
 wait $!; rc=$?
 check "the lone rank 0 times out with LOOM_ERR_TIMEOUT ($(cat "${TMPDIR:-/tmp}/loom-boot-$$.0"))" [ $rc -eq 0 ]
 rm -f "${TMPDIR:-/tmp}/loom-boot-$$.0"
+# A hello of another protocol version, shorter than this one's: refused
+# at once, judged by its first words, not waited for until the deadline.
+p4=$(free_port)
+clean_env LOOM_ROOT=127.0.0.1:$p4 LOOM_RANK=0 LOOM_SIZE=2 LOOM_JOB_KEY=k LOOM_TIMEOUT=3000 \
+    timeout 30 "$prog" expect 8 6000 >/dev/null &
+sleep 0.3
+out=$(timeout 10 python3 - "$p4" <<'PY'
+import socket, struct, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+t0 = time.time()
+s.sendall(struct.pack("<II", 0x4c4d4254, 3) + bytes(40))  # magic "LMBT", version 3
+got = b""
+while len(got) < 16 + 320:
+    k = s.recv(4096)
+    if not k:
+        break
+    got += k
+magic, code = struct.unpack("<Ii", got[:8])
+msg = got[16:].split(b"\0")[0].decode()
+print("%d %.0f ms: %s" % (code, (time.time() - t0) * 1e3, msg))
+PY
+)
+wait
+check "a hello of protocol version 3 refused at once with LOOM_ERR_MISMATCH ($out)" \
+    bash -c "[[ '$out' =~ ^12\ ([0-9]+)\ ms:\ .*version\ 3\ is\ not ]] && [ \${BASH_REMATCH[1]} -lt 1000 ]"
 # Different job sizes on one root.
 p3=$(free_port)
 clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=0 LOOM_SIZE=2 LOOM_JOB_KEY=k LOOM_TIMEOUT=2000 \
