@@ -130,9 +130,12 @@ int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
             return 1;
         }
     if (!name && a->route_mask != b->route_mask) {
+        /* Bounded: a block from the network need not end in a NUL. */
         name = "LOOM_TRANSPORT";
-        va = a->transport[0] ? a->transport : "unset (every transport)";
-        vb = b->transport[0] ? b->transport : "unset (every transport)";
+        snprintf(x, sizeof x, "%.*s", (int)sizeof a->transport, a->transport);
+        snprintf(y, sizeof y, "%.*s", (int)sizeof b->transport, b->transport);
+        va = x[0] ? x : "unset (every transport)";
+        vb = y[0] ? y : "unset (every transport)";
     }
     SIZE(shm_bytes, "LOOM_SHM_SIZE")
     SIZE(shm_small, "LOOM_SHM_SMALL")

@@ -202,9 +202,10 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         double a, b, k;
         if (intra > 0 && (c->rank == 0 || c->rank == intra)) {
             /* Priced at the single-copy path, which carries the large
-             * operations, when PROBE_BYTES would go through the cells
-             * only because ranks share cores (loomi_shm_crowded).  Both
-             * ends see the same geometry. */
+             * operations, where PROBE_BYTES goes through the cells but
+             * twice that is copied once (ranks sharing cores:
+             * loomi_shm_crowded; or LOOM_SHM_CMA above PROBE_BYTES).
+             * Both ends see the same geometry and LOOM_SHM_CMA. */
             size_t cm = loomi_route_shm_cells_max(c->tstate, c->rank == 0 ? intra : 0);
             size_t bytes = cm >= PROBE_BYTES && cm < 2 * PROBE_BYTES ? 2 * PROBE_BYTES : PROBE_BYTES;
             r = pingpong(c, intra, buf, bytes, &a, &b, &k);

@@ -103,6 +103,22 @@ Test(uniform, algorithms_and_transport)
               "%s", msg);
 }
 
+Test(uniform, transport_from_the_network_unterminated)
+{
+    /* A block off the network whose transport fills its field without a
+     * NUL: the message holds the field's bytes and no more. */
+    struct loomi_settings s = base();
+    int f[LOOMI_MAX_COLLS] = {0};
+    struct loomi_uniform ua, ub;
+    loomi_uniform_fill(&ua, &s, f, 3, 0);
+    loomi_uniform_fill(&ub, &s, f, 1, 0);
+    memset(ub.transport, 'x', sizeof ub.transport);
+    char msg[320] = "", want[sizeof ub.transport + 32];
+    cr_assert_eq(loomi_uniform_diff(&ua, "rank 0", &ub, "rank 1", msg, sizeof msg), 1);
+    snprintf(want, sizeof want, "and %.*s on rank 1", (int)sizeof ub.transport, ub.transport);
+    cr_assert(strstr(msg, want), "%s", msg);
+}
+
 Test(uniform, tuning_file_by_content)
 {
     char p1[] = "/tmp/loom-uniform-XXXXXX", p2[] = "/tmp/loom-uniform-XXXXXX";

@@ -568,7 +568,7 @@ static loom_result_t shm_isend(void *state, struct loomi_xfer *x)
     if (x->len > MAX_MSG)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, t->ctx.rank, "shm: message of %zu bytes",
                           x->len);
-    if (t->ctx.shm_cma_min && x->len > cells_max(t, p) && !p->no_cma)
+    if (x->len > cells_max(t, p) && !p->no_cma) /* SIZE_MAX when shm_cma_min is 0 */
         x->t_posted = (size_t)(p->next_id++ << 2) | M_RTS;
     p->npending++;
     int idle = p->sq.head == NULL;
