@@ -868,6 +868,67 @@ Test(model, hosts_faked_on_one_machine_share_its_cores)
     }
 }
 
+/* The alltoall on 2 hosts x 2 ranks faked on one 2-core machine, with
+ * figures its probe gave in jobs where select_check.sh measured (per
+ * peer): hierarchical faster up to 32K (46-49 against pairwise's 59-63
+ * us for 8 bytes; 78-85 against 81-90 at 32K), pairwise from 128K
+ * (201-241 against 289-325 us), bruck never (57-61 us for 8 bytes).
+ * There the runs' copies take turns with the other host's ranks and no
+ * longer hide behind the rail, and bruck's crossing rounds pay the
+ * turns; on two machines of 2 cores neither applies. */
+Test(model, alltoall_on_hosts_faked_on_one_machine)
+{
+    const double figs[][4] = {/* shm alpha, beta; tcp alpha, beta */
+                              {14.51e-6, 0.090e-9, 17.60e-6, 0.312e-9},
+                              {10.88e-6, 0.088e-9, 18.06e-6, 0.326e-9},
+                              {13.14e-6, 0.066e-9, 17.47e-6, 0.316e-9},
+                              {9.21e-6, 0.114e-9, 24.91e-6, 0.253e-9},
+                              {7.66e-6, 0.088e-9, 18.36e-6, 0.428e-9}};
+    const int A2A = LOOMI_COLL_ALLTOALL;
+    for (size_t f = 0; f < sizeof figs / sizeof figs[0]; f++) {
+        struct loomi_links l;
+        struct loomi_job_shape j;
+        struct loomi_hostmap *hm = probed_two_by_two(figs[f], 0.023e-9, &l, &j);
+        struct loomi_selection sel;
+        j.machine_ranks = 4;
+        loomi_select_build(&sel, &j, &l);
+        const struct {
+            size_t bytes;
+            int algo;
+        } want[] = {{8, LOOMI_ALGO_HIERARCHICAL},
+                    {2048, LOOMI_ALGO_HIERARCHICAL},
+                    {(size_t)32 << 10, LOOMI_ALGO_HIERARCHICAL},
+                    {(size_t)128 << 10, LOOMI_ALGO_PAIRWISE},
+                    {(size_t)1 << 20, LOOMI_ALGO_PAIRWISE}};
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            int got = loomi_select_lookup(&sel, A2A, want[k].bytes);
+            cr_expect_eq(got, want[k].algo, "figures %zu: %zu B a peer: %s, want %s", f,
+                         want[k].bytes, loomi_algo_name(got), loomi_algo_name(want[k].algo));
+        }
+        /* Bruck's two rounds: the first half crossing, the second all:
+         * one latency and two. */
+        const double ao = figs[f][2];
+        double br = loomi_select_cost(A2A, LOOMI_ALGO_BRUCK, 8, &j, &l);
+        cr_expect(br > 2.95 * ao && br < 3.2 * ao, "figures %zu: bruck %g s, want about 3 x %g",
+                  f, br, ao);
+        /* The hierarchical one: the runs' bytes at twice the shm beta,
+         * the own run's after the rail's. */
+        const size_t big = (size_t)1 << 20;
+        double h4 = loomi_select_cost(A2A, LOOMI_ALGO_HIERARCHICAL, big, &j, &l);
+        /* Two machines of 2 cores: one latency a round, and the own run
+         * behind the rail. */
+        j.machine_ranks = 2;
+        double br2 = loomi_select_cost(A2A, LOOMI_ALGO_BRUCK, 8, &j, &l);
+        cr_expect(br2 > 1.95 * ao && br2 < 2.2 * ao, "figures %zu: bruck %g s on two machines",
+                  f, br2);
+        double h2 = loomi_select_cost(A2A, LOOMI_ALGO_HIERARCHICAL, big, &j, &l);
+        /* At least the two runs' 1M a peer at the shm beta once more. */
+        cr_expect(h4 - h2 > 1.8 * figs[f][1] * (double)big, "figures %zu: %g s against %g", f,
+                  h4, h2);
+        free(hm);
+    }
+}
+
 /* 2 hosts x 2 over veth on this 2-core VM, with the figures its probe
  * gives (the inter-host beta varies from job to job, 0.14-0.28 ns/B),
  * against what select_check.sh measured there:
