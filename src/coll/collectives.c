@@ -307,6 +307,8 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                                   : get_sched(comm, c, algo, &s);
     if (r != LOOM_SUCCESS) return r;
     if (c->cz.codec) algo = LOOMI_ALGO_RING;
+    s.coll1 = c->a.coll + 1;
+    s.algo = algo;
     LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, chunks of %zu, %u steps%s%s", c->fn,
                 c->a.count, loomi_dtype_name(c->dtype), loomi_algo_name(algo), c->a.chunk_bytes,
                 s.nsteps,

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #endif
 
+#include "coll/coll.h"
 #include "comm/comm.h"
 #include "compress/compress.h"
 #include "topo/hostmap.h"
@@ -1057,15 +1058,18 @@ static void check_deadline(struct loom_comm *c)
     const struct loomi_op *op = c->active;
     int suspect = silent_peer(c);
     const struct loomi_op *head = c->shq_head;
-    char held[96] = "";
+    char held[96] = "", what[64] = "";
+    if (op->s.coll1 > 0 && op->s.coll1 <= LOOMI_NUM_COLLS)
+        snprintf(what, sizeof what, " (%s, %s)", loomi_coll_name(op->s.coll1 - 1),
+                 loomi_algo_name(op->s.algo));
     if (op->held && head)
         snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
                  "to release the shared arenas)",
                  (unsigned long long)head->seq, head->ndone, head->s.nsteps);
     loomi_comm_fail(c, LOOM_ERR_TIMEOUT, suspect,
                     "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
-                    "waiting on rank %d; operation %llu had %u of %u steps done%s",
-                    c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq,
+                    "waiting on rank %d; operation %llu%s had %u of %u steps done%s",
+                    c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq, what,
                     op->ndone, op->s.nsteps, held);
     loomi_engine_fail_all(c);
 }

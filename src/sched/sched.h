@@ -146,6 +146,10 @@ struct loomi_sched {
      * engine makes no copy up front, and on failure restores only the
      * ranges of RECV that steps already started had written. */
     int saves_input;
+    /* The collective (plus one; 0: none, as for point-to-point) and the
+     * algorithm that built it, for the messages of a failure: ranks that
+     * forced different algorithms stall on each other. */
+    int coll1, algo;
     /* Owned by a cache, lent to an operation: loomi_sched_free leaves the
      * arrays alone, and loomi_sched_finish has already run. */
     int borrowed;

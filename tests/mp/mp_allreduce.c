@@ -9,6 +9,12 @@
  * argument leaves the buffers untouched.  Exit 0 only when all match.
  *
  * usage: mp_allreduce [quick]
+ *        mp_allreduce forced SPEC0 SPEC COUNT
+ *
+ * The second form forces loom_comm_set_algo(SPEC0) on rank 0 and SPEC on
+ * the others, runs one allreduce of COUNT floats, and prints its result
+ * on every rank: ranks that disagree must fail, not hang or corrupt.
+ * Exit 0 when the call failed.
  */
 #include <math.h>
 #include <stdio.h>
@@ -154,6 +160,25 @@ static void run_case(size_t count, loom_datatype_t t, loom_op_t op, loom_comm_t 
     free(recv);
 }
 
+/* Ranks that forced different algorithms: rank 0 SPEC0, the others SPEC. */
+static int forced(loom_comm_t comm, const char *spec0, const char *spec, size_t count)
+{
+    const char *mine = rank == 0 ? spec0 : spec;
+    loom_result_t r = loom_comm_set_algo(comm, mine);
+    if (r != LOOM_SUCCESS) {
+        fprintf(stderr, "rank %d: set_algo %s: %s\n", rank, mine, loom_get_last_error());
+        return 2;
+    }
+    float *x = malloc(count * sizeof *x);
+    for (size_t i = 0; i < count; i++) x[i] = (float)rank;
+    r = loom_allreduce(x, x, count, LOOM_FLOAT32, LOOM_SUM, comm);
+    printf("rank %d (%s): %s: %s\n", rank, mine, loom_strerror(r),
+           r == LOOM_SUCCESS ? "" : loom_get_last_error());
+    free(x);
+    loom_comm_destroy(comm);
+    return r == LOOM_SUCCESS;
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
@@ -165,6 +190,8 @@ int main(int argc, char **argv)
     }
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &nranks);
+    if (argc == 5 && !strcmp(argv[1], "forced"))
+        return forced(comm, argv[2], argv[3], strtoul(argv[4], NULL, 10));
     size_t big = quick ? 100003 : 1048583; /* about a million, odd */
     size_t counts[] = {0, 1, 7, (size_t)nranks - 1, (size_t)nranks + 1, 4099, big};
     int ncounts = (int)(sizeof counts / sizeof counts[0]);

@@ -29,4 +29,23 @@ check "allreduce on 3 ranks, shared, streamed results" [ $? -eq 0 ]
 [ $? -eq 0 ] || echo "$out" | tail -20
 out=$(LOOM_TCP_STREAMS=1 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
 check "allreduce on 4 ranks, 1 stream" [ $? -eq 0 ]
+# Ranks that forced different algorithms with loom_comm_set_algo fail,
+# and say so: messages of another size are refused at once with a hint
+# at the call, and a schedule that waits for messages that never come
+# times out naming its collective and algorithm.  (LOOM_TIMEOUT 2 s;
+# a hang would meet the launcher's 60.)
+out=$(timeout 90 "$LOOMRUN" -n 2 --timeout 60 "$prog" forced allreduce:ring \
+    allreduce:recursive_doubling 1024 2>&1)
+check "set_algo differing (ring, recursive doubling): both ranks fail" \
+    [ "$(grep -c '^rank [01] (allreduce:[a-z_]*): peers disagree' <<<"$out")" = 2 ]
+check "... the one refusing the message names loom_comm_set_algo" \
+    grep -q 'where this rank expects .*loom_comm_set_algo' <<<"$out"
+[ $? -eq 0 ] || echo "$out" | tail -5
+out=$(LOOM_TIMEOUT=2000 timeout 90 "$LOOMRUN" -n 2 --timeout 60 "$prog" forced allreduce:ring \
+    allreduce:halving_doubling 1024 2>&1)
+check "set_algo differing (ring, halving-doubling): both ranks fail" \
+    [ "$(grep -c '^rank [01] (allreduce:[a-z_]*): timed out' <<<"$out")" = 2 ]
+check "... a timed-out rank names the operation's algorithm" \
+    grep -qE '^rank 0 \(allreduce:ring\).*operation [0-9]+ \(allreduce, ring\) had|^rank 1 \(allreduce:halving_doubling\).*operation [0-9]+ \(allreduce, halving_doubling\) had' <<<"$out"
+[ $? -eq 0 ] || echo "$out" | tail -5
 finish

@@ -536,7 +536,7 @@ static int handle_header(struct tcp *t, struct stream *s)
             peer_error(t, p, LOOM_ERR_MISMATCH,
                        "rank %d sent a message of %llu bytes where this rank expects %zu: do all "
                        "ranks call the same collectives in the same order with the same count "
-                       "and datatype?",
+                       "and datatype (and the same loom_comm_set_algo)?",
                        p->rank, (unsigned long long)h->total, want);
             return -1;
         }
@@ -648,7 +648,7 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
             peer_error(t, p, LOOM_ERR_MISMATCH,
                        "rank %d sent a message of %zu bytes where this rank expects %zu: do all "
                        "ranks call the same collectives in the same order with the same count "
-                       "and datatype?",
+                       "and datatype (and the same loom_comm_set_algo)?",
                        p->rank, u->total, x->len);
             return LOOM_SUCCESS; /* x was completed with the error */
         }

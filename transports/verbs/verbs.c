@@ -1001,7 +1001,8 @@ static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
 {
     peer_error(t, p, LOOM_ERR_MISMATCH,
                "rank %d sent a message of %zu bytes where this rank expects %zu: do all ranks "
-               "call the same collectives in the same order with the same count and datatype?",
+               "call the same collectives in the same order with the same count and datatype "
+               "(and the same loom_comm_set_algo)?",
                p->rank, sent, want);
 }
 
