@@ -9,19 +9,22 @@
 # 60 (after 10), larger ones 20 (after 5): three ranges, one job each; each time is the median of 10 batches (-S 10), so that one
 # descheduled batch on a shared host does not decide a row.  PERF FLAGS
 # can override.
-# The "auto ran" column says what the automatic choice ran at that size,
-# read from the selection table that `loom-info --job` prints in a job
-# started the same way ("slots": the shared arenas' small-message path,
-# which no forced algorithm takes).  Rows where auto is more than 10%
-# slower than the best are marked "!"; where auto ran the best forced
-# algorithm itself (marked "=") both times measure one schedule, and
-# their gap is the host's noise, not the choice: those rows count as met.
-# Where auto is more than 10% slower but ran another forced algorithm
-# whose own median is within 10% of the best, the choice was good and
-# auto's time is a second, noisier sample of it: marked "~", met.  (Both
-# rely on the "auto ran" column, which is one job's table: on several
-# hosts the probe's figures, and with them a crossover, can differ from
-# job to job, and on one host so can the allreduce's sizes timed at init.)
+# The "auto ran" column says what the automatic choice ran at that size
+# ("slots": the shared arenas' small-message path, which no forced
+# algorithm takes), read from the table each job's rank 0 logs at init
+# (LOOM_DEBUG=info, which the jobs get unless LOOM_DEBUG is set): on
+# several hosts the probe's figures, and with them a crossover, can
+# differ from job to job, and on one host so can the sizes timed at
+# init.  Where the jobs chose differently it lists each choice
+# ("hierar/pairwi").  Without those lines (replays, another log level) it
+# falls back on the table that `loom-info --job` prints in a job started
+# the same way.  Rows where auto is more than 10% slower than the best
+# are marked "!"; where auto ran the best forced algorithm itself in
+# every job (marked "=") both times measure one schedule, and their gap
+# is the host's noise, not the choice: those rows count as met.  Where
+# auto is more than 10% slower but every algorithm it ran has its own
+# median within 10% of the best, the choice was good and auto's time is
+# a second, noisier sample: marked "~", met.
 # With -s, each algorithm runs in a job of its own instead (the order
 # still rotates from one repeat to the next): over TCP, one algorithm's
 # traffic can leave the sockets in a state that slows the next one's
@@ -125,7 +128,8 @@ for coll in $colls; do
             [ "$e" -le "$(to_bytes $maxb)" ] || e=$(to_bytes $maxb)
             [ "$b" -le "$e" ] || continue
             for list in "${lists[@]}"; do
-                env -u LOOM_ALGO $launch "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
+                env -u LOOM_ALGO LOOM_DEBUG="${LOOM_DEBUG:-info}" $launch \
+                    "$BUILDDIR/${coll}_perf" -b "$b" -e "$e" -f "$factor" \
                     "${it[@]}" -A "$list" "${flags[@]}" >"$tmp/run" 2>&1 ||
                     { echo "$coll job $k ($1-$2, $list) failed:"; tail -5 "$tmp/run"; status=1; }
                 cat "$tmp/run" >>"$tmp/$coll.$k"
@@ -136,19 +140,23 @@ for coll in $colls; do
     echo "# $coll: median out-of-place time (us) $how; auto/best > 1.10 marked !,"
     echo "# auto running the best forced algorithm itself marked =, one within 10% of the best ~"
     awk -v algos="$algos" -v reps="$reps" -v dir="$tmp" -v coll="$coll" -v picks="$picks" \
-        -v slots="$slots" -v p="$nranks" '
+        -v slots="$slots" -v p="$nranks" -v lc="$lc" '
     function median(a, n,   i, j, t) {
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
-    function ran(sz,   key, inb, i, a) { # what auto ran for a perf size
+    function tob(v,   u, x) { # 64K -> 65536
+        u = substr(v, length(v)); x = v + 0
+        return u == "K" ? x * 1024 : u == "M" ? x * 1048576 : u == "G" ? x * 1073741824 : x
+    }
+    function pick(sz, Q, nq, lim,   key, inb, i, a) { # what a table ran for a perf size
         # The table is keyed by the count in bytes (per rank, except the
         # allreduce and the broadcast); the slots by the bytes a rank puts
         # in (small.c).
         key = coll == "all_reduce" || coll == "broadcast" ? sz : sz / p
         inb = coll == "all_gather" ? sz / p : sz
-        if (inb <= slots) return "slots"
-        for (i = 1; i < np; i += 2) if (P[i + 1] <= key) a = P[i]
+        if (inb <= lim) return "slots"
+        for (i = 1; i < nq; i += 2) if (Q[i + 1] <= key) a = Q[i]
         return a
     }
     BEGIN {
@@ -157,13 +165,34 @@ for coll in $colls; do
         for (i = 1; i <= na; i++) known[A[i]] = 1
         for (k = 0; k < reps; k++) {
             f = dir "/" coll "." k
+            nj = 0 # the table of the job whose rows follow (its rank 0 logs it at init)
             while ((getline line < f) > 0) {
+                if (line ~ /rank 0\] INFO [0-9.]+ selection: /) {
+                    sub(/.* selection: /, "", line)
+                    if (index(line, lc " ") == 1) {
+                        sub(/^[^ ]+ /, "", line); gsub(/ \(chunks of [^)]*\)/, "", line)
+                        gsub(/,/, "", line); gsub(/ from /, " ", line)
+                        nj = split(line, J, " ")
+                        for (i = 2; i <= nj; i += 2) J[i] = tob(J[i])
+                        jslots = 0
+                    } else if (line ~ /^slots /) {
+                        sub(/^[^)]*\) /, "", line); gsub(/,/, "", line)
+                        m = split(line, W, " ")
+                        for (i = 1; i < m; i += 2) if (W[i] == lc) jslots = W[i + 1] + 0
+                    }
+                    continue
+                }
                 if (line ~ /^#/ || line !~ /^ *[0-9]/) continue
                 nf = split(line, F, " ")
                 a = F[14]
                 if (nf != 14 || !(a in known)) continue
                 sz = F[1]; sizes[sz] = 1; n[a, sz]++; T[a, sz, n[a, sz]] = F[6]
                 if (F[9] != 0 || F[13] != 0) wrong[a] = 1
+                if (a != "auto") continue
+                # What auto ran in this job: its own table, or without one
+                # (a replay, a log level below info) the table of loom-info.
+                g = nj ? pick(sz, J, nj, jslots) : pick(sz, P, np, slots)
+                if (!((sz, g) in got1)) { got1[sz, g] = 1; ng[sz]++; G[sz, ng[sz]] = g }
             }
         }
         printf "%12s", "size"
@@ -181,12 +210,21 @@ for coll in $colls; do
                 if (A[i] != "auto" && (best < 0 || med[A[i]] < best)) { best = med[A[i]]; ba = A[i] }
             }
             ratio = best > 0 && ("auto" in med) ? med["auto"] / best : 0
-            got = ran(sz)
-            # Past 10%, a choice whose own forced time is within it is
-            # met: the time of auto is a second sample of that schedule.
-            if (got == ba) mark = " ="
+            # Every choice auto made at this size, one per job where the
+            # jobs differ ("hierar/pairwi").  Past 10%, choices whose own
+            # forced times are all within it are met: the time of auto is
+            # a second sample of those schedules.
+            same = 1; near = 1; got = ""
+            for (i = 1; i <= ng[sz]; i++) {
+                g = G[sz, i]
+                if (g != ba) same = 0
+                if (!(g in med) || g == "auto" || med[g] / best > 1.10) near = 0
+                got = got (i > 1 ? "/" : "") (ng[sz] > 1 ? substr(g, 1, 6) : g)
+            }
+            if (!ng[sz]) { same = 0; near = 0 }
+            if (same) mark = " ="
             else if (ratio <= 1.10) mark = ""
-            else mark = (got in med) && got != "auto" && med[got] / best <= 1.10 ? " ~" : " !"
+            else mark = near ? " ~" : " !"
             if (mark == " !") bad = 1
             printf " %14s %14s %7.2f%s\n", substr(got, 1, 14), ba, ratio, mark
             delete med

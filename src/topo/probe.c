@@ -309,5 +309,23 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
                    "beta %.3f ns/B: data over %s",
                    l.verbs_alpha * 1e6, l.verbs_beta * 1e9, l.tcp_alpha * 1e6, l.tcp_beta * 1e9,
                    l.inter_verbs ? "verbs" : "tcp");
+    if (c->rank == 0) {
+        /* The table as the communicator will run it, timed sizes and all:
+         * it can differ from job to job with the probe's figures, and
+         * perf/select_check.sh reads each job's own. */
+        char line[LOOMI_SELECT_MAX_RANGES * 64];
+        for (int k = 0; k < LOOMI_NUM_COLLS; k++) {
+            loomi_ranges_format(line, sizeof line, &c->sel->coll[k]);
+            LOOMI_INFO(c->rank, "selection: %s %s", loomi_coll_name(k), line);
+        }
+        if (c->small_max) {
+            /* The bytes a rank puts in a slot (small.c), per collective. */
+            int used = 0;
+            for (int k = 0; k < LOOMI_SMALL_TUNED && used < (int)sizeof line; k++)
+                used += snprintf(line + used, sizeof line - (size_t)used, "%s%s %zu",
+                                 k ? ", " : "", loomi_coll_name(k), c->small_lim[k]);
+            LOOMI_INFO(c->rank, "selection: slots (blocking calls, bytes put in) %s", line);
+        }
+    }
     return LOOM_SUCCESS;
 }

@@ -819,16 +819,27 @@ static const char *size_str(size_t b, char *buf, size_t n)
     return buf;
 }
 
+void loomi_ranges_format(char *buf, size_t n, const struct loomi_ranges *t)
+{
+    char b[32], b2[32];
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < t->n && used < n; i++) {
+        b2[0] = 0;
+        if (t->r[i].chunk)
+            snprintf(b2, sizeof b2, " (chunks of %s)", size_str(t->r[i].chunk, b, sizeof b));
+        int w = snprintf(buf + used, n - used, "%s%s from %s%s", i ? ", " : "",
+                         loomi_algo_name(t->r[i].algo), size_str(t->r[i].from, b, sizeof b), b2);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
 static void print_ranges(FILE *f, const char *label, const struct loomi_ranges *t)
 {
-    char b[32];
-    fprintf(f, "  %-15s", label);
-    for (int i = 0; i < t->n; i++) {
-        fprintf(f, "%s%s from %s", i ? ", " : "", loomi_algo_name(t->r[i].algo),
-                size_str(t->r[i].from, b, sizeof b));
-        if (t->r[i].chunk) fprintf(f, " (chunks of %s)", size_str(t->r[i].chunk, b, sizeof b));
-    }
-    fprintf(f, "\n");
+    char line[LOOMI_SELECT_MAX_RANGES * 64];
+    loomi_ranges_format(line, sizeof line, t);
+    fprintf(f, "  %-15s%s\n", label, line);
 }
 
 void loomi_select_print(FILE *f, const struct loomi_selection *sel)

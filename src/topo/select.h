@@ -149,6 +149,8 @@ void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_
  * -1, with t unchanged, where that takes more than
  * LOOMI_SELECT_MAX_RANGES ranges. */
 int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo);
+/* "ring from 0, shared from 256K (chunks of 1M)" into buf, cut at n. */
+void loomi_ranges_format(char *buf, size_t n, const struct loomi_ranges *t);
 void loomi_select_print(FILE *f, const struct loomi_selection *sel);
 /* The allreduce's table for reductions of class cls. */
 void loomi_select_print_red(FILE *f, const struct loomi_selection *sel, int cls);

@@ -205,6 +205,50 @@ check "select_check -p: marks = ~ ! and none, exit status 1" \
     bash -c '[ "$2" = 1 ] && awk "\$1 ~ /^[0-9]+\$/ { m = \$NF ~ /^[=~!]\$/ ? \$NF : \"-\"; s = s \$1 m \" \" }
               END { exit s != \"1024= 2048~ 4096! 8192- \" }" <<<"$1"' _ "$sc" "$rc"
 
+# Rank 0 logs the table its communicator runs at init (LOOM_DEBUG=info),
+# a line per collective, as select_check reads it; the others do not.
+out=$(LOOM_DEBUG=info timeout 60 "$LOOMRUN" -n 2 "$BUILDDIR/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 \
+    -c 0 2>&1)
+check "rank 0 logs its selection table, a line per collective" \
+    bash -c '[ "$(grep -cE "rank 0\] INFO [0-9.]+ selection: (allreduce|reduce_scatter|allgather|alltoall|alltoallv|broadcast|reduce|gather|scatter|barrier) [a-z_]+ from 0" <<<"$1")" = 10 ] &&
+             ! grep -q "rank 1\] INFO [0-9.]* selection:" <<<"$1"' _ "$out"
+
+# "auto ran" from each job's own table, as its rank 0 logs it at init
+# (LOOM_DEBUG=info), not from the loom-info job's ("ring from 0" here):
+# up to the slots' limit that the job logged, the slots; at 1K one job
+# ran shared and the other ring, shared 20% slower than the best, so
+# auto's 15% is a miss; from 2K both ran shared, the best.
+rp=$(mktemp -d)
+printf '%s\n' "topology: 2 ranks on 1 host" "selection (algorithm from size on; LOOM_ALGO overrides)" \
+    "  allreduce      ring from 0" >"$rp/info"
+echo "ring shared auto" >"$rp/all_reduce.algos"
+tables=("shared from 0" "ring from 0, shared from 2K (chunks of 1M)")
+for k in 0 1; do
+    {
+        echo "loom[h:1 rank 1] INFO 1.0 selection: allreduce ring from 0"
+        echo "loom[h:1 rank 0] INFO 1.0 selection: allgather ring from 0"
+        echo "loom[h:1 rank 0] INFO 1.0 selection: allreduce ${tables[$k]}"
+        echo "loom[h:1 rank 0] INFO 1.0 selection: slots (blocking calls, bytes put in)" \
+            "allreduce 512, reduce_scatter 0"
+        for r in "512 10 11 10.2" "1024 10 12 11.5" "4096 10 9 9.5" "8192 10 9 9.2"; do
+            set -- $r
+            for a in "ring $2" "shared $3" "auto $4"; do
+                set -- $r $a
+                printf '%s %s float sum -1 %s 1 1 0 %s 1 1 0 %s\n' "$1" $(($1 / 4)) "$6" "$6" "$5"
+            done
+        done
+    } >"$rp/all_reduce.$k"
+done
+sc=$(BUILDDIR=$BUILDDIR bash "$SRCDIR/perf/select_check.sh" -c all_reduce -r 2 -p "$rp" 2>&1)
+rc=$?
+rm -rf "$rp"
+check "select_check -p: auto ran what each job's logged table says" \
+    bash -c '[ "$2" = 1 ] && awk "\$1 ~ /^[0-9]+\$/ { m = \$NF ~ /^[=~!]\$/ ? \$NF : \"-\"
+                                      s = s \$1 \":\" \$(NF - (m == \"-\" ? 2 : 3)) m \" \" }
+              END { exit s != \"512:slots- 1024:shared/ring! 4096:shared= 8192:shared= \" }" <<<"$1"' \
+    _ "$sc" "$rc"
+[ $? -eq 0 ] || echo "$sc" | tail -7
+
 # "auto ran" says slots up to the collective's own limit, measured at
 # init, not the slot size (2 ranks: allgather's 2K a rank is 4K in all).
 rp=$(mktemp -d)
