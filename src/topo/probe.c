@@ -309,7 +309,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
                    "beta %.3f ns/B: data over %s",
                    l.verbs_alpha * 1e6, l.verbs_beta * 1e9, l.tcp_alpha * 1e6, l.tcp_beta * 1e9,
                    l.inter_verbs ? "verbs" : "tcp");
-    if (c->rank == 0) {
+    if (c->rank == 0 && loomi_log_level() >= LOOMI_LOG_INFO) {
         /* The table as the communicator will run it, timed sizes and all:
          * it can differ from job to job with the probe's figures, and
          * perf/select_check.sh reads each job's own. */
