@@ -22,6 +22,12 @@
 #include "loom.h"
 
 /* Capabilities. */
+/* What a transport adds when a message's size is not the one its
+ * receive expects: the usual causes, on the sender's side. */
+#define LOOMI_MISMATCH_HINT                                                        \
+    "do all ranks call the same collectives in the same order with the same "     \
+    "count and datatype (and the same loom_comm_set_algo)?"
+
 #define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
 #define LOOMI_TCAP_WRITE_IMM 0x2u  /* iwrite: one-sided write + signal */
 #define LOOMI_TCAP_MEM_REG 0x4u    /* mem_register does real work */

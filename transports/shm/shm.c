@@ -625,9 +625,8 @@ static void rx_data(struct shm *t, struct peer *p, const char *src, size_t len)
 static void mismatch(struct shm *t, struct peer *p, uint64_t total, size_t want)
 {
     peer_error(t, p, LOOM_ERR_MISMATCH,
-               "rank %d sent a message of %llu bytes where this rank expects %zu: do all "
-               "ranks call the same collectives in the same order with the same count and "
-               "datatype (and the same loom_comm_set_algo)?",
+               "rank %d sent a message of %llu bytes where this rank expects %zu: "
+               LOOMI_MISMATCH_HINT,
                p->rank, (unsigned long long)total, want);
 }
 

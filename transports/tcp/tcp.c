@@ -534,9 +534,8 @@ static int handle_header(struct tcp *t, struct stream *s)
         if (s->rx->len != h->total) {
             size_t want = s->rx->len;
             peer_error(t, p, LOOM_ERR_MISMATCH,
-                       "rank %d sent a message of %llu bytes where this rank expects %zu: do all "
-                       "ranks call the same collectives in the same order with the same count "
-                       "and datatype (and the same loom_comm_set_algo)?",
+                       "rank %d sent a message of %llu bytes where this rank expects %zu: "
+                       LOOMI_MISMATCH_HINT,
                        p->rank, (unsigned long long)h->total, want);
             return -1;
         }
@@ -646,9 +645,8 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
     if (u) {
         if (u->total != x->len) {
             peer_error(t, p, LOOM_ERR_MISMATCH,
-                       "rank %d sent a message of %zu bytes where this rank expects %zu: do all "
-                       "ranks call the same collectives in the same order with the same count "
-                       "and datatype (and the same loom_comm_set_algo)?",
+                       "rank %d sent a message of %zu bytes where this rank expects %zu: "
+                       LOOMI_MISMATCH_HINT,
                        p->rank, u->total, x->len);
             return LOOM_SUCCESS; /* x was completed with the error */
         }

@@ -1000,9 +1000,8 @@ static int rr_has_tag(struct peer *p, uint64_t tag)
 static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
 {
     peer_error(t, p, LOOM_ERR_MISMATCH,
-               "rank %d sent a message of %zu bytes where this rank expects %zu: do all ranks "
-               "call the same collectives in the same order with the same count and datatype "
-               "(and the same loom_comm_set_algo)?",
+               "rank %d sent a message of %zu bytes where this rank expects %zu: "
+               LOOMI_MISMATCH_HINT,
                p->rank, sent, want);
 }
 
