@@ -28,6 +28,39 @@
     "do all ranks call the same collectives in the same order with the same "     \
     "count and datatype (and the same loom_comm_set_algo)?"
 
+/* The engine's tags.  Point-to-point: bit 63 set, the per-peer message
+ * number below.  Collectives: bit 63 clear; bits 55-62 name the schedule
+ * (collective and algorithm: the engine's signature), bits 32-54 the
+ * operation's number (the same on all ranks; 23 bits are plenty, as only
+ * the operations in flight need telling apart), bits 0-31 the message
+ * within it.  Tags carry the signature so that ranks running different
+ * schedules for one operation never match each other's messages, even
+ * where sizes and order happen to agree; a transport that holds a message
+ * of one operation and a receive of the same operation whose signatures
+ * differ reports LOOM_ERR_MISMATCH with loomi_tag_conflict_why's text
+ * instead of waiting for LOOM_TIMEOUT. */
+#define LOOMI_TAG_P2P (UINT64_C(1) << 63)
+#define LOOMI_TAG_SEQ_BITS 23
+#define LOOMI_TAG_SIG_SHIFT (32 + LOOMI_TAG_SEQ_BITS)
+
+static inline uint64_t loomi_tag_coll(uint64_t seq, unsigned sig, uint32_t msg)
+{
+    return (uint64_t)(sig & 0xffu) << LOOMI_TAG_SIG_SHIFT |
+           (seq & ((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) - 1)) << 32 | msg;
+}
+
+/* Two collective tags of one operation with different schedules. */
+static inline int loomi_tag_conflict(uint64_t a, uint64_t b)
+{
+    const uint64_t d = a ^ b;
+    return !((a | b) & LOOMI_TAG_P2P) && !(d >> 32 & ((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) - 1)) &&
+           (d >> LOOMI_TAG_SIG_SHIFT) != 0;
+}
+
+/* The error text for a conflict (engine.c): the peer's schedule (tag
+ * `theirs`) against this rank's (`mine`), and the usual causes. */
+void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, char *buf, size_t n);
+
 #define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
 #define LOOMI_TCAP_WRITE_IMM 0x2u  /* iwrite: one-sided write + signal */
 #define LOOMI_TCAP_MEM_REG 0x4u    /* mem_register does real work */

@@ -32,9 +32,33 @@
 #include "reduce/reduce.h"
 #include "sched/sched.h"
 
-/* Point-to-point tags live apart from collective ones, whose top bits are
- * the collective's sequence number. */
-#define LOOMI_P2P_TAG (UINT64_C(1) << 63)
+/* A schedule's signature in its tags (transport.h): collective and
+ * algorithm, 4 bits each. */
+_Static_assert(LOOMI_NUM_COLLS < 16 && LOOMI_NUM_ALGOS <= 16, "signature: 4 bits each");
+static unsigned sched_sig(const struct loomi_sched *s)
+{
+    return (unsigned)(s->coll1 & 15) << 4 | (unsigned)(s->algo & 15);
+}
+
+static void sig_what(unsigned sig, char *buf, size_t n)
+{
+    const int coll1 = (int)(sig >> 4), algo = (int)(sig & 15);
+    if (coll1 > 0 && coll1 <= LOOMI_NUM_COLLS)
+        snprintf(buf, n, "(%s, %s)", loomi_coll_name(coll1 - 1), loomi_algo_name(algo));
+    else
+        snprintf(buf, n, "(internal %u)", sig);
+}
+
+void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, char *buf, size_t n)
+{
+    char a[48], b[48];
+    sig_what((unsigned)(theirs >> LOOMI_TAG_SIG_SHIFT) & 0xffu, a, sizeof a);
+    sig_what((unsigned)(mine >> LOOMI_TAG_SIG_SHIFT) & 0xffu, b, sizeof b);
+    snprintf(buf, n,
+             "ran operation %llu as %s where this rank runs %s: do all ranks call the same "
+             "collectives in the same order with the same loom_comm_set_algo?",
+             (unsigned long long)(mine >> 32 & ((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) - 1)), a, b);
+}
 
 struct loomi_op {
     struct loom_comm *comm;
@@ -294,7 +318,7 @@ static void op_run_ready(struct loomi_op *op)
             struct loomi_xfer *x = &op->xfers[i];
             memset(x, 0, sizeof *x);
             x->peer = st->peer;
-            x->tag = s->p2p ? LOOMI_P2P_TAG | st->tag : (op->seq << 32) | st->tag;
+            x->tag = s->p2p ? LOOMI_TAG_P2P | st->tag : loomi_tag_coll(op->seq, sched_sig(s), st->tag);
             x->len = bytes;
             x->complete = xfer_complete;
             x->owner = op;

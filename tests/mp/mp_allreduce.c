@@ -9,17 +9,20 @@
  * argument leaves the buffers untouched.  Exit 0 only when all match.
  *
  * usage: mp_allreduce [quick]
- *        mp_allreduce forced SPEC0 SPEC COUNT
+ *        mp_allreduce forced SPEC0 SPEC COUNT [COUNT0]
  *
  * The second form forces loom_comm_set_algo(SPEC0) on rank 0 and SPEC on
- * the others, runs one allreduce of COUNT floats, and prints its result
- * on every rank: ranks that disagree must fail, not hang or corrupt.
- * Exit 0 when the call failed.
+ * the others, runs one allreduce of COUNT floats (COUNT0 on rank 0 if
+ * given), and prints its result on every rank: ranks that disagree must
+ * fail, not hang or corrupt.  Exit 0 when the call failed.  SPEC "skip":
+ * those ranks make no call and leave after 4 s (the others must time
+ * out).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loom.h"
 #include "reduce/reduce.h"
@@ -160,10 +163,17 @@ static void run_case(size_t count, loom_datatype_t t, loom_op_t op, loom_comm_t 
     free(recv);
 }
 
-/* Ranks that forced different algorithms: rank 0 SPEC0, the others SPEC. */
+/* Ranks that forced different algorithms: rank 0 SPEC0, the others SPEC.
+ * SPEC "skip": those ranks make no call, and leave after 4 s. */
 static int forced(loom_comm_t comm, const char *spec0, const char *spec, size_t count)
 {
     const char *mine = rank == 0 ? spec0 : spec;
+    if (!strcmp(mine, "skip")) {
+        sleep(4);
+        printf("rank %d (skip): no call\n", rank);
+        loom_comm_destroy(comm);
+        return 0;
+    }
     loom_result_t r = loom_comm_set_algo(comm, mine);
     if (r != LOOM_SUCCESS) {
         fprintf(stderr, "rank %d: set_algo %s: %s\n", rank, mine, loom_get_last_error());
@@ -190,8 +200,9 @@ int main(int argc, char **argv)
     }
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &nranks);
-    if (argc == 5 && !strcmp(argv[1], "forced"))
-        return forced(comm, argv[2], argv[3], strtoul(argv[4], NULL, 10));
+    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "forced"))
+        return forced(comm, argv[2], argv[3],
+                      strtoul(argv[argc == 6 && rank == 0 ? 5 : 4], NULL, 10));
     size_t big = quick ? 100003 : 1048583; /* about a million, odd */
     size_t counts[] = {0, 1, 7, (size_t)nranks - 1, (size_t)nranks + 1, 4099, big};
     int ncounts = (int)(sizeof counts / sizeof counts[0]);

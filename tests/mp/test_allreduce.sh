@@ -29,23 +29,46 @@ check "allreduce on 3 ranks, shared, streamed results" [ $? -eq 0 ]
 [ $? -eq 0 ] || echo "$out" | tail -20
 out=$(LOOM_TCP_STREAMS=1 timeout 300 "$LOOMRUN" -n 4 --timeout 280 "$prog" quick 2>&1)
 check "allreduce on 4 ranks, 1 stream" [ $? -eq 0 ]
-# Ranks that forced different algorithms with loom_comm_set_algo fail,
-# and say so: messages of another size are refused at once with a hint
-# at the call, and a schedule that waits for messages that never come
-# times out naming its collective and algorithm.  (LOOM_TIMEOUT 2 s;
-# a hang would meet the launcher's 60.)
-out=$(timeout 90 "$LOOMRUN" -n 2 --timeout 60 "$prog" forced allreduce:ring \
-    allreduce:recursive_doubling 1024 2>&1)
-check "set_algo differing (ring, recursive doubling): both ranks fail" \
-    [ "$(grep -c '^rank [01] (allreduce:[a-z_]*): peers disagree' <<<"$out")" = 2 ]
-check "... the one refusing the message names loom_comm_set_algo" \
-    grep -q 'where this rank expects .*loom_comm_set_algo' <<<"$out"
+# Ranks that forced different algorithms with loom_comm_set_algo fail at
+# once, and say so: messages of the same operation from another schedule
+# (its collective and algorithm ride in the tags) are refused naming
+# both, over shared memory and TCP, with messages early or late, and the
+# rank that refuses tells the other.  LOOM_TIMEOUT is 30 s and each case
+# must end within 15, so a timeout fails them (before the tags carried
+# the schedule, ring against halving-doubling timed out, and ring
+# against recursive doubling failed on the sizes alone).
+for tr in shm tcp; do
+    for count in 1024 1048576; do
+        # Recursive doubling sends messages of another size than the
+        # ring's; halving-doubling's on 2 ranks have the ring's sizes.
+        other=halving_doubling
+        [ $count = 1024 ] && other=recursive_doubling
+        t0=$(date +%s)
+        out=$(LOOM_TRANSPORT=$tr LOOM_TIMEOUT=30000 timeout 90 "$LOOMRUN" -n 2 --timeout 60 \
+            "$prog" forced allreduce:ring allreduce:$other $count 2>&1)
+        secs=$(($(date +%s) - t0))
+        check "set_algo differing (ring, $other), $tr, $count floats: both fail in ${secs}s" \
+            [ "$(grep -c '^rank [01] (allreduce:[a-z_]*): peers disagree' <<<"$out")" = 2 -a \
+            "$secs" -lt 15 ]
+        check "... naming both schedules" \
+            grep -qE "as \(allreduce, (ring|$other)\) where this rank runs \(allreduce, (ring|$other)\): .*loom_comm_set_algo" <<<"$out"
+        [ $? -eq 0 ] || echo "$out" | tail -5
+    done
+done
+# One algorithm, different counts: the messages' sizes differ, and the
+# rank refusing one asks about the count and datatype.
+out=$(LOOM_TIMEOUT=30000 timeout 90 "$LOOMRUN" -n 2 --timeout 60 "$prog" forced allreduce:ring \
+    allreduce:ring 1024 2048 2>&1)
+check "counts differing (2048, 1024): both ranks fail" \
+    [ "$(grep -c '^rank [01] (allreduce:ring): peers disagree' <<<"$out")" = 2 ]
+check "... the one refusing the message names the count" \
+    grep -q 'where this rank expects .*same order with the same count and datatype' <<<"$out"
 [ $? -eq 0 ] || echo "$out" | tail -5
+# A rank that never calls: the other times out (LOOM_TIMEOUT 2 s) naming
+# the operation's collective and algorithm.
 out=$(LOOM_TIMEOUT=2000 timeout 90 "$LOOMRUN" -n 2 --timeout 60 "$prog" forced allreduce:ring \
-    allreduce:halving_doubling 1024 2>&1)
-check "set_algo differing (ring, halving-doubling): both ranks fail" \
-    [ "$(grep -c '^rank [01] (allreduce:[a-z_]*): timed out' <<<"$out")" = 2 ]
-check "... a timed-out rank names the operation's algorithm" \
-    grep -qE '^rank 0 \(allreduce:ring\).*operation [0-9]+ \(allreduce, ring\) had|^rank 1 \(allreduce:halving_doubling\).*operation [0-9]+ \(allreduce, halving_doubling\) had' <<<"$out"
+    skip 1024 2>&1)
+check "a rank that skips the call: the other times out naming (allreduce, ring)" \
+    grep -qE '^rank 0 \(allreduce:ring\): timed out.*operation [0-9]+ \(allreduce, ring\) had' <<<"$out"
 [ $? -eq 0 ] || echo "$out" | tail -5
 finish

@@ -93,6 +93,18 @@ if [ -z "${LOOM_VM_QUICK:-}" ]; then
         if [ $rc -eq 0 ]; then ok "mp_p2p on $n ranks over verbs: $(echo "$out" | grep 'rank 0 of')"
         else bad "mp_p2p on $n ranks over verbs (exit $rc)"; echo "$out" | tail -10; fi
     done
+    # Ranks that forced different algorithms: the schedules in the tags
+    # are compared, eager and rendezvous, and both ranks fail at once
+    # (LOOM_TIMEOUT 30 s, so a timeout fails the check).
+    for count in 1024 1048576; do
+        t0=$(date +%s)
+        LOOM_TIMEOUT=30000 run 2 mp_allreduce forced allreduce:ring allreduce:halving_doubling $count
+        secs=$(($(date +%s) - t0))
+        if [ "$(echo "$out" | grep -c '^rank [01] (allreduce:[a-z_]*): peers disagree')" = 2 ] &&
+            echo "$out" | grep -q 'where this rank runs (allreduce, ' && [ $secs -lt 30 ]; then
+            ok "set_algo differing over verbs, $count floats: both ranks fail in ${secs}s, naming the schedules"
+        else bad "set_algo differing over verbs, $count floats (${secs}s)"; echo "$out" | tail -6; fi
+    done
     # Registrations end with loom_mem_deregister (and Loom's own when
     # idle): new memory at an old address is never written through a
     # stale registration.

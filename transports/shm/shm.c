@@ -288,6 +288,24 @@ static struct loomi_xfer *take_recv(struct peer *p, uint64_t tag)
     return NULL;
 }
 
+/* A posted receive, or a held early message, of the operation that tag
+ * belongs to but of another schedule (transport.h): its tag, or 0. */
+static uint64_t recv_conflict(const struct peer *p, uint64_t tag)
+{
+    for (int b = 0; b < NBUCKETS; b++)
+        for (const struct loomi_xfer *x = p->recvs[b].head; x; x = x->t_next)
+            if (loomi_tag_conflict(x->tag, tag)) return x->tag;
+    return 0;
+}
+
+static uint64_t unexp_conflict(const struct peer *p, uint64_t tag)
+{
+    for (int b = 0; b < NBUCKETS; b++)
+        for (const struct unexp *u = p->unexp[b].head; u; u = u->next)
+            if (loomi_tag_conflict(u->tag, tag)) return u->tag;
+    return 0;
+}
+
 static struct unexp *take_unexp(struct peer *p, uint64_t tag)
 {
     struct uq *q = &p->unexp[bucket(tag)];
@@ -408,7 +426,7 @@ static void peer_error(struct shm *t, struct peer *p, loom_result_t code, const 
     LOOMI_PRINTF(4, 5);
 static void peer_error(struct shm *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
-    char why[200];
+    char why[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
@@ -633,6 +651,13 @@ static void mismatch(struct shm *t, struct peer *p, uint64_t total, size_t want)
 /* A message nobody waits for yet: keep it (descriptor, or a buffer). */
 static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint64_t total, int rts)
 {
+    uint64_t mine = recv_conflict(p, tag);
+    if (mine) {
+        char why[256];
+        loomi_tag_conflict_why(tag, mine, why, sizeof why);
+        peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+        return NULL;
+    }
     if (!rts && t->unexp_bytes + total > UNEXP_LIMIT) {
         peer_error(t, p, LOOM_ERR_REMOTE, "more than %llu bytes arrived for receives not posted",
                    (unsigned long long)UNEXP_LIMIT);
@@ -840,6 +865,12 @@ static loom_result_t shm_irecv(void *state, struct loomi_xfer *x)
     struct unexp *u = take_unexp(p, x->tag);
     if (!u) {
         xq_push(&p->recvs[bucket(x->tag)], x);
+        uint64_t theirs = unexp_conflict(p, x->tag);
+        if (theirs) { /* x fails with the peer's other transfers */
+            char why[256];
+            loomi_tag_conflict_why(theirs, x->tag, why, sizeof why);
+            peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+        }
         return LOOM_SUCCESS;
     }
     if (u->total != x->len) {

@@ -183,6 +183,24 @@ static struct loomi_xfer *find_recv(struct peer *p, uint64_t tag)
     return NULL;
 }
 
+/* A posted receive, or a held early message, of the operation that tag
+ * belongs to but of another schedule (transport.h): its tag, or 0. */
+static uint64_t recv_conflict(const struct peer *p, uint64_t tag)
+{
+    for (int b = 0; b < NBUCKETS; b++)
+        for (const struct loomi_xfer *x = p->recvs[b]; x; x = x->t_next)
+            if (loomi_tag_conflict(x->tag, tag)) return x->tag;
+    return 0;
+}
+
+static uint64_t unexp_conflict(const struct peer *p, uint64_t tag)
+{
+    for (int b = 0; b < NBUCKETS; b++)
+        for (const struct unexp *u = p->unexp[b]; u; u = u->next)
+            if (loomi_tag_conflict(u->tag, tag)) return u->tag;
+    return 0;
+}
+
 static struct unexp *find_unexp(struct peer *p, uint64_t tag, struct unexp ***link)
 {
     struct unexp **l = &p->unexp[bucket(tag)];
@@ -257,6 +275,7 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
 static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
     LOOMI_PRINTF(4, 5);
 static void stream_read(struct tcp *t, struct stream *s);
+static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux);
 
 /* A connection to p broke.  A peer that aborts writes its notice on the
  * control stream before it closes, so read that first: the notice names
@@ -273,12 +292,15 @@ static void connection_lost(struct tcp *t, struct stream *s, const char *what, i
 }
 static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
-    char why[200];
+    char why[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     LOOMI_WARN(t->ctx.rank, "tcp: peer rank %d: %s", p->rank, why);
+    /* A peer that disagrees is alive: tell it why before the close, or
+     * it would see only the connection go. */
+    if (code == LOOM_ERR_MISMATCH) send_control(t, p, T_ABORT, (uint64_t)code, t->ctx.rank);
     peer_down(t, p, p->rank, code, why, 1);
 }
 
@@ -541,6 +563,13 @@ static int handle_header(struct tcp *t, struct stream *s)
         }
         s->rdst = (char *)s->rx->buf + h->offset;
     } else {
+        uint64_t mine = recv_conflict(p, h->tag);
+        if (mine) {
+            char why[256];
+            loomi_tag_conflict_why(h->tag, mine, why, sizeof why);
+            peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+            return -1;
+        }
         if (t->unexp_bytes + h->total > UNEXP_LIMIT) {
             peer_error(t, p, LOOM_ERR_REMOTE,
                        "more than %llu bytes arrived for receives not posted",
@@ -653,6 +682,14 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
         u->waiter = x;
         if (u->got < u->total && u->npc <= UNEXP_PIECES) unexp_go_direct(t, p, u, x);
         unexp_done(t, p, u, 0);
+        return LOOM_SUCCESS;
+    }
+    uint64_t theirs = unexp_conflict(p, x->tag);
+    if (theirs) {
+        char why[256];
+        loomi_tag_conflict_why(theirs, x->tag, why, sizeof why);
+        xlist_add(&p->recvs[bucket(x->tag)], x); /* failed with the peer's transfers */
+        peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
         return LOOM_SUCCESS;
     }
     xlist_add(&p->recvs[bucket(x->tag)], x);

@@ -799,17 +799,21 @@ static void peer_down(struct verbs *t, struct peer *p, int failed, loom_result_t
     if (notify && t->ctx.peer_failed) t->ctx.peer_failed(t->ctx.owner, p->rank, failed, code, why);
 }
 
+static void send_ctl(struct peer *p, int type, int code, int failed, uint64_t deadline_ms);
 static void peer_error(struct verbs *t, struct peer *p, loom_result_t code, const char *fmt, ...)
     LOOMI_PRINTF(4, 5);
 static void peer_error(struct verbs *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
     if (p->failed) return;
-    char why[200];
+    char why[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     LOOMI_WARN(t->ctx.rank, "verbs: peer rank %d: %s", p->rank, why);
+    /* A peer that disagrees is alive: tell it why before the close, or
+     * it would see only its queue pair fail. */
+    if (code == LOOM_ERR_MISMATCH && p->fd >= 0) send_ctl(p, C_ABORT, (int)code, t->ctx.rank, 0);
     peer_down(t, p, p->rank, code, why, !t->destroying);
 }
 
@@ -997,6 +1001,41 @@ static int rr_has_tag(struct peer *p, uint64_t tag)
     return 0;
 }
 
+/* Tags of the operation that tag belongs to but of another schedule
+ * (transport.h), or 0: among the posted receives, eager and rendezvous;
+ * the early eager messages; and a queue of sends or clear-to-sends. */
+static uint64_t recv_conflict(const struct peer *p, uint64_t tag)
+{
+    for (const struct loomi_xfer *x = p->recv_head; x; x = x->t_next)
+        if (loomi_tag_conflict(x->tag, tag)) return x->tag;
+    for (int i = 0; i < RR_MAX; i++)
+        if (p->rr[i].used && !p->rr[i].dead && p->rr[i].x &&
+            loomi_tag_conflict(p->rr[i].x->tag, tag))
+            return p->rr[i].x->tag;
+    return 0;
+}
+
+static uint64_t unexp_conflict(const struct peer *p, uint64_t tag)
+{
+    for (const struct unexp *u = p->ux_head; u; u = u->next)
+        if (loomi_tag_conflict(u->tag, tag)) return u->tag;
+    return 0;
+}
+
+static uint64_t q_conflict(const struct opq *q, uint64_t tag)
+{
+    for (const struct op *c = q->head; c; c = c->next)
+        if (loomi_tag_conflict(c->tag, tag)) return c->tag;
+    return 0;
+}
+
+static void conflict(struct verbs *t, struct peer *p, uint64_t theirs, uint64_t mine)
+{
+    char why[256];
+    loomi_tag_conflict_why(theirs, mine, why, sizeof why);
+    peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
+
 static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
 {
     peer_error(t, p, LOOM_ERR_MISMATCH,
@@ -1022,6 +1061,11 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
     }
     if (rr_has_tag(p, h->tag)) {
         mismatch(t, p, h->len, EAGER_MAX + 1);
+        return;
+    }
+    uint64_t mine = recv_conflict(p, h->tag);
+    if (mine) {
+        conflict(t, p, h->tag, mine);
         return;
     }
     if (t->unexp_bytes + h->len > UNEXP_LIMIT) {
@@ -1052,6 +1096,11 @@ static void on_cts(struct verbs *t, struct peer *p, const struct vhdr *h)
 {
     struct op *o = q_find_tag(&p->wait_cts, h->tag);
     if (!o) {
+        uint64_t mine = q_conflict(&p->wait_cts, h->tag);
+        if (mine) {
+            conflict(t, p, h->tag, mine);
+            return;
+        }
         if (p->nucts >= UCTS_LIMIT) {
             peer_error(t, p, LOOM_ERR_REMOTE, "too many clear-to-send messages for no send");
             return;
@@ -1443,6 +1492,13 @@ static loom_result_t verbs_isend(void *state, struct loomi_xfer *x)
             q_push(&p->fifo, o);
         } else {
             q_push(&p->wait_cts, o);
+            uint64_t theirs = q_conflict(&p->ucts, x->tag);
+            if (theirs) { /* x fails with the peer's other transfers */
+                p->nposted++;
+                t->nposted++;
+                conflict(t, p, theirs, x->tag);
+                return LOOM_SUCCESS;
+            }
         }
     }
     p->nposted++;
@@ -1480,6 +1536,14 @@ static loom_result_t verbs_irecv(void *state, struct loomi_xfer *x)
         p->nposted--;
         t->nposted--;
         complete_once(x, LOOM_SUCCESS);
+        return LOOM_SUCCESS;
+    }
+    uint64_t theirs = unexp_conflict(p, x->tag);
+    if (theirs) {
+        p->nposted--;
+        t->nposted--;
+        conflict(t, p, theirs, x->tag);
+        complete_once(x, LOOM_ERR_MISMATCH);
         return LOOM_SUCCESS;
     }
     if (x->len <= EAGER_MAX) {
