@@ -33,6 +33,11 @@
 #define TUNE_MARGIN 1.15
 #define TUNE_BATCHES 3
 #define TUNE_BATCH 3
+/* Sizes timed at most (TUNE_LOW to TUNE_TOP) */
+#define TUNE_SIZES 8
+/* The message algorithms' time over the model's beyond which fit_beta()
+ * raises the probe's beta: past the timing's noise. */
+#define TUNE_FIT 1.05
 
 /* Only the allreduce.  Not the broadcast: its calls overlap back to
  * back, and short batches of them timed otherwise than the perf binary's
@@ -84,6 +89,41 @@ static int start_ok(const uint8_t *v, size_t n)
            (v[0] <= 40 && (size_t)1 << v[0] >= TUNE_LOW && (size_t)1 << v[0] <= TUNE_TOP);
 }
 
+/* A raised beta as it came: 0 (none) or a figure in range. */
+static int beta_ok(const uint8_t *v, size_t n)
+{
+    double b;
+    memcpy(&b, v, n < sizeof b ? n : sizeof b);
+    return b == 0 || (b > 0 && b < 1e-6);
+}
+
+/* The probe's intra-host beta, against the allreduce's messages as the
+ * timing met them at size s: the probe times one pair's round trips
+ * while the host's other ranks wait, and where ranks take turns on
+ * cores that pair can run as it never does in a collective.  On this
+ * 2-core VM, in the spells when the hypervisor puts its two CPUs close
+ * (a cache line handed back and forth in 110-130 ns instead of 450-550),
+ * the probe's beta halves (0.039-0.048 ns/B against 0.085-0.10), but
+ * halving-doubling's 512K allreduce on 4 ranks takes 172 us against
+ * 176-206: a third of the jobs then chose it over shared (105 us) at
+ * 512K-768K and 2M-4M, and the ring at 12M.  So beta is fitted to the
+ * fastest message algorithm timed (not shared, which sends no data in
+ * messages) where it ran slower than the model by more than TUNE_FIT
+ * (loomi_select_fit_beta).  Returns the new beta, or 0. */
+static double fit_beta(const struct loom_comm *c, const struct loomi_job_shape *j, size_t s,
+                       const uint8_t *cand, const uint64_t *best, int nc)
+{
+    const struct loomi_links *l = c->links;
+    if (!l->intra_shm || l->source[LOOMI_LINK_INTRA] != LOOMI_SRC_MEASURED) return 0;
+    int m = -1;
+    for (int i = 0; i < nc; i++)
+        if (cand[i] != LOOMI_ALGO_SHARED && cand[i] != LOOMI_ALGO_HIERARCHICAL &&
+            best[i] != UINT64_MAX && (m < 0 || best[i] < best[m]))
+            m = i;
+    if (m < 0) return 0;
+    return loomi_select_fit_beta(COLL, cand[m], s, j, l, (double)best[m] * 1e-9, TUNE_FIT);
+}
+
 /* Time the allreduce from lo up, until TUNE_TOP or until rank 0 says
  * budget_ns is spent.  Every list and verdict is rank 0's, so every rank
  * makes the same calls whatever its own table, links or environment. */
@@ -93,8 +133,15 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
     const int coll = COLL;
     struct loomi_job_shape j;
     loomi_comm_shape(c, &j);
-    struct loomi_ranges tuned = c->sel->coll[coll], tcls[LOOMI_RED_CLASSES];
-    memcpy(tcls, c->sel->allreduce_red, sizeof tcls);
+    /* Each timed size's verdict, per class of reductions, applied once
+     * the loop is done (over tables rebuilt if the links were raised). */
+    size_t tsz[TUNE_SIZES];
+    int tpick[TUNE_SIZES][LOOMI_RED_CLASSES], nts = 0;
+    /* The largest size's times, rank 0's, for fit_beta(). */
+    size_t fit_s = 0;
+    int fit_nc = 0;
+    uint8_t fit_cand[LOOMI_NUM_ALGOS];
+    uint64_t fit_best[LOOMI_NUM_ALGOS];
     /* The slower classes' reductions run on ranks that take turns on the
      * cores as the timed ones did. */
     const double cf = loomi_select_turns(&j);
@@ -104,7 +151,7 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
     const uint64_t start = loomi_now_ns();
     uint64_t last = start;
     size_t s;
-    for (s = lo; s <= TUNE_TOP && r == LOOM_SUCCESS; s *= 2) {
+    for (s = lo; s <= TUNE_TOP && nts < TUNE_SIZES && r == LOOM_SUCCESS; s *= 2) {
         /* The candidates, the table's first. */
         uint8_t cv[1 + LOOMI_NUM_ALGOS] = {0};
         if (c->rank == 0) {
@@ -189,16 +236,16 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 timed %u candidates, not %d",
                            loomi_coll_name(coll), v[2], nc);
         if (r != LOOM_SUCCESS) break;
+        tsz[nts] = s;
         for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
-            const int pick = v[q ? 2 + q : 0], was = own[q];
-            if (pick != KEEP && cand[pick] != was && c->ntuned < LOOMI_TUNED &&
-                loomi_ranges_set(q ? &tcls[q] : &tuned, s, 2 * s, cand[pick]) == 0) {
-                c->tuned[c->ntuned].cls = q;
-                c->tuned[c->ntuned].from = s;
-                c->tuned[c->ntuned].was = was;
-                c->tuned[c->ntuned++].now = cand[pick];
-            }
+            const int pick = v[q ? 2 + q : 0];
+            tpick[nts][q] = pick != KEEP ? cand[pick] : -1; /* -1: the table's */
         }
+        nts++;
+        fit_s = s;
+        fit_nc = nc;
+        memcpy(fit_cand, cand, (size_t)nc);
+        memcpy(fit_best, best, (size_t)nc * sizeof best[0]);
         for (int i = 0; i < nc && used < (int)sizeof log - 64; i++) {
             if (!i) used += snprintf(log + used, sizeof log - (size_t)used, " %zu", s);
             used += snprintf(log + used, sizeof log - (size_t)used, "%c%s:%.1f", i ? '/' : ':',
@@ -210,12 +257,46 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
         }
     }
     c->algo_forced[coll] = LOOMI_ALGO_AUTO;
+    /* The links, checked against the largest size's times: rank 0's word
+     * (0: as they are). */
+    double nb = 0;
+    if (r == LOOM_SUCCESS && c->rank == 0 && fit_s)
+        nb = fit_beta(c, &j, fit_s, fit_cand, fit_best, fit_nc);
+    uint8_t nbv[sizeof nb];
+    memcpy(nbv, &nb, sizeof nb);
+    if (r == LOOM_SUCCESS) r = from_rank0(c, nbv, sizeof nbv, "raised beta", beta_ok);
     if (r != LOOM_SUCCESS) {
         c->ntuned = 0;
         return r;
     }
-    c->sel->coll[coll] = tuned;
-    memcpy(c->sel->allreduce_red, tcls, sizeof tcls);
+    memcpy(&nb, nbv, sizeof nb);
+    if (nb > 0) {
+        if (c->rank == 0)
+            LOOMI_INFO(c->rank,
+                       "links: within a host beta %.3f ns/B, raised from the probe's %.3f: the "
+                       "allreduce's messages timed slower at %zu bytes than the probe's figures "
+                       "predict",
+                       nb * 1e9, c->links->beta[LOOMI_LINK_INTRA] * 1e9, fit_s);
+        c->links->beta[LOOMI_LINK_INTRA] = nb;
+        c->links->source[LOOMI_LINK_INTRA] = LOOMI_SRC_TIMED;
+        loomi_select_build(c->sel, &j, c->links);
+        loomi_select_build_red(c->sel, &j, c->links, c->red.excess);
+    }
+    /* The verdicts over the model's tables; where they differ from the
+     * model's choice, the record that loom-info prints. */
+    for (int k = 0; k < nts; k++)
+        for (int q = 0; q < LOOMI_RED_CLASSES; q++) {
+            struct loomi_ranges *t = q ? &c->sel->allreduce_red[q] : &c->sel->coll[coll];
+            const int was = loomi_ranges_algo(t, tsz[k]), now = tpick[k][q];
+            if (now < 0 || now == was || loomi_ranges_set(t, tsz[k], 2 * tsz[k], now) != 0)
+                continue;
+            if (c->ntuned < LOOMI_TUNED) {
+                c->tuned[c->ntuned].cls = q;
+                c->tuned[c->ntuned].from = tsz[k];
+                c->tuned[c->ntuned].was = was;
+                c->tuned[c->ntuned++].now = now;
+            }
+        }
     c->timed_lo = lo;
     c->timed_hi = s / 2;
     if (c->rank == 0)

@@ -299,10 +299,11 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
     if (r == LOOM_SUCCESS)
         r = loomi_algo_tune(c, spent < TUNE_BUDGET_NS ? TUNE_BUDGET_NS - spent : 0);
     if (r != LOOM_SUCCESS) return r;
+    /* c->links: the timing may have raised the intra-host beta (tune.c). */
     LOOMI_INFO(c->rank, "links: intra alpha %.2f us beta %.3f ns/B, inter alpha %.2f us beta %.3f "
                "ns/B, gamma %.3f ns/B (%.1f ms)",
-               l.alpha[0] * 1e6, l.beta[0] * 1e9, l.alpha[1] * 1e6, l.beta[1] * 1e9,
-               l.gamma * 1e9, l.probe_ms);
+               c->links->alpha[0] * 1e6, c->links->beta[0] * 1e9, c->links->alpha[1] * 1e6,
+               c->links->beta[1] * 1e9, c->links->gamma * 1e9, c->links->probe_ms);
     if (l.verbs_compared)
         LOOMI_INFO(c->rank,
                    "links: between hosts verbs alpha %.2f us beta %.3f ns/B, tcp alpha %.2f us "

@@ -83,7 +83,7 @@ int loomi_links_valid(const struct loomi_links *l)
 {
     for (int k = 0; k < LOOMI_LINKS; k++)
         if (!fig_ok(l->alpha[k], l->beta[k]) || !fig_ok(l->chunk_cost[k], 0) ||
-            l->source[k] < 0 || l->source[k] > LOOMI_SRC_FILE)
+            l->source[k] < 0 || l->source[k] > LOOMI_SRC_TIMED)
             return 0;
     return l->gamma > 0 && l->gamma < 1 && l->gamma_copy > 0 && l->gamma_copy < 1 &&
            l->probe_ms >= 0 && l->probe_ms < 1e6 && (l->intra_shm == 0 || l->intra_shm == 1) &&
@@ -758,6 +758,25 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
     }
 }
 
+double loomi_select_fit_beta(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                             const struct loomi_links *l, double took, double margin)
+{
+    struct loomi_links x = *l;
+    const double b0 = l->beta[LOOMI_LINK_INTRA];
+    const double model = loomi_select_cost(coll, algo, bytes, j, &x);
+    if (!(b0 > 0) || !(model > 0) || took <= margin * model) return 0;
+    /* The estimate grows with beta: bisect, up to 8 times the probe's. */
+    double lo = b0, hi = 8 * b0;
+    x.beta[LOOMI_LINK_INTRA] = hi;
+    if (loomi_select_cost(coll, algo, bytes, j, &x) < took) return hi;
+    for (int it = 0; it < 30; it++) {
+        x.beta[LOOMI_LINK_INTRA] = (lo + hi) / 2;
+        if (loomi_select_cost(coll, algo, bytes, j, &x) < took) lo = x.beta[LOOMI_LINK_INTRA];
+        else hi = x.beta[LOOMI_LINK_INTRA];
+    }
+    return hi;
+}
+
 const struct loomi_range *loomi_ranges_find(const struct loomi_ranges *t, size_t bytes)
 {
     const struct loomi_range *e = NULL;
@@ -860,7 +879,8 @@ void loomi_select_print_window(FILE *f, const struct loomi_selection *sel)
 
 void loomi_links_print(FILE *f, const struct loomi_links *l)
 {
-    static const char *const src[] = {"default", "measured", "tuning file"};
+    static const char *const src[] = {"default", "measured", "tuning file",
+                                      "measured, raised to the allreduce timed at init"};
     fprintf(f, "  within a host (%s): alpha %.2f us, beta %.3f ns/B (%.2f GB/s) [%s]\n",
             l->intra_shm ? "shm" : "tcp", l->alpha[0] * 1e6, l->beta[0] * 1e9,
             l->beta[0] > 0 ? 1e-9 / l->beta[0] : 0, src[l->source[0]]);

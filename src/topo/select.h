@@ -20,7 +20,9 @@
 #include "topo/hostmap.h"
 
 enum { LOOMI_LINK_INTRA = 0, LOOMI_LINK_INTER = 1, LOOMI_LINKS = 2 };
-enum { LOOMI_SRC_DEFAULT = 0, LOOMI_SRC_MEASURED = 1, LOOMI_SRC_FILE = 2 };
+/* LOOMI_SRC_TIMED: the probe's figure, raised to what the allreduce's
+ * timing at init measured (tune.c). */
+enum { LOOMI_SRC_DEFAULT = 0, LOOMI_SRC_MEASURED = 1, LOOMI_SRC_FILE = 2, LOOMI_SRC_TIMED = 3 };
 
 struct loomi_links {
     double alpha[LOOMI_LINKS]; /* seconds per message */
@@ -93,6 +95,13 @@ double loomi_select_turns(const struct loomi_job_shape *j);
  * the reductions of its CPU bound on one host. */
 double loomi_allreduce_reduced(int algo, int p, double n);
 
+/* The intra-host beta at which the estimate of `algo` at `bytes` on one
+ * host equals `took` (seconds), where `took` exceeds the estimate with
+ * l's beta by more than `margin` times; else 0.  Never lower than l's:
+ * the model's other terms were calibrated against the probe as it
+ * measures in the common case (tune.c says when it does not). */
+double loomi_select_fit_beta(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                             const struct loomi_links *l, double took, double margin);
 /* Estimated seconds of (coll, algo) for `bytes` (model.h's meaning);
  * negative when the algorithm does not apply to this job. */
 double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
