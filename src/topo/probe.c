@@ -3,8 +3,8 @@
  *
  * One pair per link class: rank 0 with the next rank of its host (within
  * a host: shared memory, or TCP when only TCP is allowed) and rank 0 with
- * the first rank of another host (TCP).  Latency: the median of a few
- * 8-byte round trips; bandwidth: the best of a few round trips of
+ * the first rank of another host (TCP).  Latency: the first quartile of
+ * a few 8-byte round trips; bandwidth: the best of a few round trips of
  * PROBE_BYTES less the latency; the price of a chunk: PROBE_BYTES sent as
  * PROBE_PIECES messages against one (select.c weighs chunk sizes with
  * it).  Rank 0 also times a reduction and a copy,
@@ -117,7 +117,14 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     /* Both the best of a few: noise makes it negative at worst. */
     *chunk = cut > one ? (cut - one) / (PROBE_PIECES - 1) : 0;
     qsort(t, PROBE_SMALL, sizeof t[0], cmp_double);
-    *alpha = t[PROBE_SMALL / 2] / 2;
+    /* The first quartile, not the median: where ranks outnumber cores a
+     * third or more of the round trips wait for a rank outside the pair
+     * to give up its core (4 ranks on 2 cores here: 12.6-13 us against
+     * 36), and the median moved between the two from job to job (alpha
+     * 6.3-12 us), and with it every crossover to shared that its
+     * synchronisations price: the reduce-scatter's at 64K a rank went to
+     * halving-doubling, 1.3 times shared's time, in one job of three. */
+    *alpha = t[PROBE_SMALL / 4] / 2;
     /* The bandwidth from the fastest of each kind: the big round trips
      * are the best of a few, so the latency they include is the best
      * one too.  (Taking the median latency off them left nothing on a
