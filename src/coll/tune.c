@@ -89,12 +89,6 @@ static int start_ok(const uint8_t *v, size_t n)
            (v[0] <= 40 && (size_t)1 << v[0] >= TUNE_LOW && (size_t)1 << v[0] <= TUNE_TOP);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* A raised beta as it came: 0 (none) or a figure in range. */
 static int beta_ok(const uint8_t *v, size_t n)
 {
@@ -137,7 +131,7 @@ static double fit_beta(const struct loom_comm *c, const struct loomi_job_shape *
         f[n++] = b > b0 ? b : b0;
     }
     if (!n) return 0;
-    qsort(f, (size_t)n, sizeof f[0], cmp_double);
+    qsort(f, (size_t)n, sizeof f[0], loomi_cmp_double);
     const double m = f[(n - 1) / 2];
     return m > b0 ? m : 0;
 }

@@ -132,6 +132,9 @@ static inline uint64_t loomi_now_ms(void) { return loomi_now_ns() / 1000000u; }
 /* Milliseconds left until deadline_ms (0 when passed), clamped to INT_MAX. */
 int loomi_ms_left(uint64_t deadline_ms);
 
+/* qsort comparison of doubles, ascending (timings' quantiles). */
+int loomi_cmp_double(const void *a, const void *b);
+
 /* XXH64 of len bytes (hash.c). */
 uint64_t loomi_hash64(const void *data, size_t len, uint64_t seed);
 

@@ -1,4 +1,4 @@
-/* util.c - clocks and small parsers. */
+/* util.c - clocks, small parsers and a comparison. */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -12,6 +12,12 @@ uint64_t loomi_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int loomi_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 int loomi_ms_left(uint64_t deadline_ms)

@@ -874,12 +874,6 @@ out:
 
 static double now_s(void) { return (double)loomi_now_ns() * 1e-9; }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 loom_result_t loomi_model_measure_cpu(size_t bytes, double *gamma, double *gamma_copy)
 {
     size_t n = bytes / sizeof(float);
@@ -1013,7 +1007,7 @@ loom_result_t loomi_model_measure_net(size_t bytes, double *alpha, double *beta)
         if (full_io(cfd, buf, 8, 1) || full_io(cfd, buf, 8, 0)) goto ioerr;
         if (i >= WARM) rtt[i - WARM] = now_s() - t0;
     }
-    qsort(rtt, SMALL, sizeof *rtt, cmp_double);
+    qsort(rtt, SMALL, sizeof *rtt, loomi_cmp_double);
     double a = rtt[SMALL / 2] / 2, best = 1e30;
     for (int i = 0; i < BIG + 1; i++) {
         double t0 = now_s();

@@ -39,12 +39,6 @@
  * probe's few milliseconds, under 100 ms at init. */
 #define TUNE_BUDGET_NS 85000000u
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* `bytes` from rank 0 to `other` in `pieces` messages posted together,
  * and 8 bytes back; the best of PROBE_STREAMS (after one). */
 static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, size_t bytes,
@@ -116,7 +110,7 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     if (r != LOOM_SUCCESS || me != 0) return r;
     /* Both the best of a few: noise makes it negative at worst. */
     *chunk = cut > one ? (cut - one) / (PROBE_PIECES - 1) : 0;
-    qsort(t, PROBE_SMALL, sizeof t[0], cmp_double);
+    qsort(t, PROBE_SMALL, sizeof t[0], loomi_cmp_double);
     /* The first quartile, not the median: where ranks outnumber cores a
      * third or more of the round trips wait for a rank outside the pair
      * to give up its core (4 ranks on 2 cores here: 12.6-13 us against
