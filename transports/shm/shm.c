@@ -209,6 +209,7 @@ struct peer {
     /* Receiving. */
     struct xq recvs[NBUCKETS];
     struct uq unexp[NBUCKETS];
+    int nunexp; /* messages held in unexp[]: a receive posted scans them only then */
     int rx_on; /* a multi-cell message is arriving */
     struct loomi_xfer *rx_x;
     struct unexp *rx_u; /* neither: discard */
@@ -316,6 +317,7 @@ static struct unexp *take_unexp(struct peer *p, uint64_t tag)
             else q->head = u->next;
             if (q->tail == u) q->tail = prev;
             u->next = NULL;
+            p->nunexp--;
             return u;
         }
     return NULL;
@@ -337,6 +339,7 @@ static void unexp_remove(struct shm *t, struct peer *p, struct unexp *u)
             if (prev) prev->next = u->next;
             else q->head = u->next;
             if (q->tail == u) q->tail = prev;
+            p->nunexp--;
             break;
         }
     unexp_free(t, u);
@@ -397,6 +400,7 @@ static void peer_down(struct shm *t, struct peer *p, int failed, loom_result_t c
         }
         p->unexp[b].head = p->unexp[b].tail = NULL;
     }
+    p->nunexp = 0;
     free(p->ctl);
     p->ctl = NULL;
     p->nctl = p->capctl = 0;
@@ -437,6 +441,14 @@ static void peer_error(struct shm *t, struct peer *p, loom_result_t code, const 
 }
 
 #define PROTO(t, p, ...) peer_error(t, p, LOOM_ERR_MISMATCH, "protocol error: " __VA_ARGS__)
+
+/* Fail p for a message of another schedule (transport.h). */
+static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint64_t mine)
+{
+    char why[256];
+    loomi_tag_conflict_why(theirs, mine, why, sizeof why);
+    peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
 
 /* ------------------------------------------------------------- sending */
 
@@ -653,9 +665,7 @@ static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint
 {
     uint64_t mine = recv_conflict(p, tag);
     if (mine) {
-        char why[256];
-        loomi_tag_conflict_why(tag, mine, why, sizeof why);
-        peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+        conflict(t, p, tag, mine);
         return NULL;
     }
     if (!rts && t->unexp_bytes + total > UNEXP_LIMIT) {
@@ -680,6 +690,7 @@ static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint
     if (q->tail) q->tail->next = u;
     else q->head = u;
     q->tail = u;
+    p->nunexp++;
     LOOMI_TRACE(t->ctx.rank, "shm: early message from rank %d, tag %llx, %llu bytes%s", p->rank,
                 (unsigned long long)tag, (unsigned long long)total, rts ? " (descriptor)" : "");
     return u;
@@ -865,12 +876,8 @@ static loom_result_t shm_irecv(void *state, struct loomi_xfer *x)
     struct unexp *u = take_unexp(p, x->tag);
     if (!u) {
         xq_push(&p->recvs[bucket(x->tag)], x);
-        uint64_t theirs = unexp_conflict(p, x->tag);
-        if (theirs) { /* x fails with the peer's other transfers */
-            char why[256];
-            loomi_tag_conflict_why(theirs, x->tag, why, sizeof why);
-            peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
-        }
+        uint64_t theirs = p->nunexp ? unexp_conflict(p, x->tag) : 0;
+        if (theirs) conflict(t, p, theirs, x->tag); /* x fails with the peer's other transfers */
         return LOOM_SUCCESS;
     }
     if (u->total != x->len) {

@@ -107,6 +107,7 @@ struct peer {
     struct stream *s;
     struct loomi_xfer *recvs[NBUCKETS]; /* posted, by tag */
     struct unexp *unexp[NBUCKETS];
+    int nunexp;  /* messages held in unexp[]: a receive posted scans them only then */
     int nposted; /* sends and receives in flight */
 };
 
@@ -267,6 +268,7 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
         }
         p->unexp[b] = NULL;
     }
+    p->nunexp = 0;
     p->nposted = 0;
     if (notify && t->ctx.peer_failed)
         t->ctx.peer_failed(t->ctx.owner, p->rank, failed, code, why);
@@ -276,6 +278,14 @@ static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const 
     LOOMI_PRINTF(4, 5);
 static void stream_read(struct tcp *t, struct stream *s);
 static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux);
+
+/* Fail p for a message of another schedule (transport.h). */
+static void conflict(struct tcp *t, struct peer *p, uint64_t theirs, uint64_t mine)
+{
+    char why[256];
+    loomi_tag_conflict_why(theirs, mine, why, sizeof why);
+    peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
 
 /* A connection to p broke.  A peer that aborts writes its notice on the
  * control stream before it closes, so read that first: the notice names
@@ -464,6 +474,7 @@ static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t le
     struct unexp **link = NULL;
     find_unexp(p, u->tag, &link);
     *link = u->next;
+    p->nunexp--;
     struct loomi_xfer *x = u->waiter;
     if (u->buf) {
         if (x) memcpy(x->buf, u->buf, u->total);
@@ -565,9 +576,7 @@ static int handle_header(struct tcp *t, struct stream *s)
     } else {
         uint64_t mine = recv_conflict(p, h->tag);
         if (mine) {
-            char why[256];
-            loomi_tag_conflict_why(h->tag, mine, why, sizeof why);
-            peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+            conflict(t, p, h->tag, mine);
             return -1;
         }
         if (t->unexp_bytes + h->total > UNEXP_LIMIT) {
@@ -590,6 +599,7 @@ static int handle_header(struct tcp *t, struct stream *s)
         struct unexp **head = &p->unexp[bucket(h->tag)];
         u->next = *head;
         *head = u;
+        p->nunexp++;
         t->unexp_bytes += u->total;
         s->ru = u;
         s->rdst = u->buf + h->offset;
@@ -684,15 +694,12 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
         unexp_done(t, p, u, 0);
         return LOOM_SUCCESS;
     }
-    uint64_t theirs = unexp_conflict(p, x->tag);
-    if (theirs) {
-        char why[256];
-        loomi_tag_conflict_why(theirs, x->tag, why, sizeof why);
-        xlist_add(&p->recvs[bucket(x->tag)], x); /* failed with the peer's transfers */
-        peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+    xlist_add(&p->recvs[bucket(x->tag)], x);
+    uint64_t theirs = p->nunexp ? unexp_conflict(p, x->tag) : 0;
+    if (theirs) { /* x fails with the peer's other transfers */
+        conflict(t, p, theirs, x->tag);
         return LOOM_SUCCESS;
     }
-    xlist_add(&p->recvs[bucket(x->tag)], x);
     /* Zero-length messages travel too (a header alone), so even an empty
      * receive completes only when its message arrives. */
     return LOOM_SUCCESS;
