@@ -124,9 +124,8 @@ static double fit_beta(const struct loom_comm *c, const struct loomi_job_shape *
     double f[LOOMI_NUM_ALGOS];
     int n = 0;
     for (int i = 0; i < nc; i++) {
-        if (cand[i] == LOOMI_ALGO_SHARED || cand[i] == LOOMI_ALGO_HIERARCHICAL ||
-            best[i] == UINT64_MAX)
-            continue;
+        /* (Hierarchical is never a candidate: the timing runs on one host.) */
+        if (cand[i] == LOOMI_ALGO_SHARED || best[i] == UINT64_MAX) continue;
         double b = loomi_select_fit_beta(COLL, cand[i], s, j, l, (double)best[i] * 1e-9, TUNE_FIT);
         f[n++] = b > b0 ? b : b0;
     }
