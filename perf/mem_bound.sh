@@ -38,6 +38,21 @@
 # hypervisor moved its cores, the same build read 126 ns and 400-1000 ns
 # within the hour, and the shares of the bound moved with it.
 #
+# Heap buffers cannot reach that bound through shared memory wherever
+# the arenas' traffic goes to memory.  A rank reaches another's heap only
+# through memory both map, so per element, beyond the p reads of the
+# inputs and the p writes of the results: combining p values held by p
+# processes takes at least p-1 reads of values another process wrote, so
+# p-1 writes of them; and all ranks but the one that finished the sum
+# read it from where that one wrote it, p-1 reads and a write.  In all at
+# least (5p-2)n bytes against 2pn, so busbw <= 2p/(5p-2) of the memcpy
+# bound: 44% on 4 ranks, 50% on 2 (the "staging cap" line).  Caches that
+# hold the arenas lift it: with the cores close, perf/staged reached
+# 70.5% of a memcpy bound that was then lower (43 GB/s of traffic
+# against 73).  The kernel's single copy (process_vm_readv) needs no
+# arena, but membw's line for it gives its rate: on the VM these figures
+# come from, 8-11 GB/s for one reader, against 17-19 for memcpy.
+#
 # With heap buffers each round also runs perf/staged, the same staging
 # with nothing but its copies and its reduction (no engine, no messages:
 # spinning barriers), with the faster of its two copy-ins (cached or
@@ -110,7 +125,7 @@ for ((i = 1; i <= rounds; i++)); do
     echo "$line"
     res+=("$line")
 done
-printf '%s\n' "${res[@]}" | awk -v win="$win" '
+printf '%s\n' "${res[@]}" | awk -v win="$win" -v p="$n" '
     function median(c,   i, j, t, m) {
         m = 0; for (i = 1; i <= NR; i++) v[++m] = col[i, c]
         for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -123,4 +138,7 @@ printf '%s\n' "${res[@]}" | awk -v win="$win" '
           printf " %11.0f\n", median(NF)
           printf "# in place against the restorable bound (3pn of traffic): %.1f%% memcpy, %.1f%% streaming\n",
           1.5 * median(8), 1.5 * median(9)
-          printf "# buffers: %s\n", win ? "windows" : "heap" }'
+          printf "# buffers: %s\n", win ? "windows" : "heap"
+          if (!win) { cap = 200 * p / (5 * p - 2)
+              printf "# staging cap (heap, arenas in memory): %.1f%% of the memcpy bound; out of place reached %.1f%% of it\n",
+              cap, 100 * median(5) / cap } }'

@@ -280,6 +280,8 @@ check "mem_bound (heap): the medians include the staged ceiling, the share of it
     bash -c 'awk -v cpus="$(nproc)" "/^# median/ { ok = NF == 14 && \$11 > 0 && \$13 > 0 &&
                                                     (\$14 > 0 || cpus < 2) } END { exit !ok }" <<<"$1"' \
     _ "$mb"
+check "mem_bound (heap): the staging cap on 2 ranks is 2p/(5p-2) = 50% of the memcpy bound" \
+    grep -q "^# staging cap (heap, arenas in memory): 50.0% of the memcpy bound" <<<"$mb"
 out=$("$BUILDDIR/perf/staged" 1 2>&1)
 check "staged with 1 rank exits 2 with its usage" \
     bash -c '[ "$1" = 2 ] && grep -q "usage: staged" <<<"$2"' _ "$?" "$out"
