@@ -135,6 +135,10 @@ int loomi_ms_left(uint64_t deadline_ms);
 /* qsort comparison of doubles, ascending (timings' quantiles). */
 int loomi_cmp_double(const void *a, const void *b);
 
+/* len bytes, on huge pages where the kernel gives them (util.c); free()
+ * releases them. */
+void *loomi_big_alloc(size_t len);
+
 /* XXH64 of len bytes (hash.c). */
 uint64_t loomi_hash64(const void *data, size_t len, uint64_t seed);
 

@@ -1,8 +1,9 @@
-/* util.c - clocks, small parsers and a comparison. */
+/* util.c - clocks, small parsers, a comparison and big buffers. */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "internal.h"
@@ -18,6 +19,27 @@ int loomi_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Big buffers get transparent huge pages where the kernel gives them on
+ * request: the in-place shared allreduce streams its saves through all of
+ * SCRATCH, and with 4K pages the TLB misses cost (2 ranks, 64 MiB in
+ * place, alternating builds: 16.1 against 17.4 ms, 4 ranks 37.1 against
+ * 40.7); and a fresh buffer faults in a page at a time, which on a VM can
+ * cost more than the work (init's 8 MiB for the reduction's rate: 22 of
+ * 24 ms, against 1 ms with huge pages, on a 2-core PVM guest). */
+#define BIG_PAGE ((size_t)2 << 20)
+void *loomi_big_alloc(size_t len)
+{
+#ifdef MADV_HUGEPAGE
+    if (len >= 2 * BIG_PAGE) {
+        void *p;
+        if (posix_memalign(&p, BIG_PAGE, len)) return NULL;
+        (void)madvise(p, len, MADV_HUGEPAGE); /* advice: fine if refused */
+        return p;
+    }
+#endif
+    return malloc(len);
 }
 
 int loomi_ms_left(uint64_t deadline_ms)

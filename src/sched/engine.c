@@ -841,25 +841,6 @@ static loom_result_t map_shared(struct loomi_op *op)
     return LOOM_SUCCESS;
 }
 
-/* Memory for SCRATCH or a backup.  Big ones get transparent huge pages
- * where the kernel gives them on request: the in-place shared allreduce
- * streams its saves through all of SCRATCH, and with 4K pages the TLB
- * misses cost (2 ranks, 64 MiB in place, alternating builds: 16.1 against
- * 17.4 ms, 4 ranks 37.1 against 40.7). */
-#define BIG_PAGE ((size_t)2 << 20)
-static void *big_alloc(size_t len)
-{
-#ifdef MADV_HUGEPAGE
-    if (len >= 2 * BIG_PAGE) {
-        void *p;
-        if (posix_memalign(&p, BIG_PAGE, len)) return NULL;
-        (void)madvise(p, len, MADV_HUGEPAGE); /* advice: fine if refused */
-        return p;
-    }
-#endif
-    return malloc(len);
-}
-
 /* Buffers reused across operations: most jobs run one collective at a
  * time, and fresh large allocations would page-fault on every call. */
 static void *comm_buffer(void **cache, size_t *cache_len, int *busy, size_t len,
@@ -868,7 +849,7 @@ static void *comm_buffer(void **cache, size_t *cache_len, int *busy, size_t len,
     *own = 0;
     if (!*busy) {
         if (*cache_len < len) {
-            void *p = big_alloc(len);
+            void *p = loomi_big_alloc(len);
             if (!p) return NULL;
             free(*cache);
             *cache = p;
@@ -878,7 +859,7 @@ static void *comm_buffer(void **cache, size_t *cache_len, int *busy, size_t len,
         return *cache;
     }
     *own = 1;
-    return big_alloc(len);
+    return loomi_big_alloc(len);
 }
 
 static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,

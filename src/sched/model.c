@@ -879,12 +879,10 @@ loom_result_t loomi_model_measure_cpu(size_t bytes, double *gamma, double *gamma
     size_t n = bytes / sizeof(float);
     if (n < 1024)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "model: measure over at least 4 KiB");
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    if (!a || !b) {
-        free(a);
-        free(b);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "model: out of memory");
-    }
+    /* One buffer for both, on huge pages where possible: faulting 8 MiB
+     * in a 4K page at a time was most of the probe's time on a VM. */
+    float *a = loomi_big_alloc(2 * n * sizeof *a), *b = a + n;
+    if (!a) return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "model: out of memory");
     for (size_t i = 0; i < n; i++) {
         a[i] = (float)(i & 1023);
         b[i] = 1.0f;
@@ -905,7 +903,6 @@ loom_result_t loomi_model_measure_cpu(size_t bytes, double *gamma, double *gamma
     volatile float sink = a[n / 2] + b[n / 3];
     (void)sink;
     free(a);
-    free(b);
     if (gamma) *gamma = best_r / (double)(n * sizeof(float));
     if (gamma_copy) *gamma_copy = best_c / (double)(n * sizeof(float));
     return LOOM_SUCCESS;

@@ -9,8 +9,9 @@
  * PROBE_PIECES messages against one (select.c weighs chunk sizes with
  * it).  Rank 0 also times a reduction and a copy,
  * then broadcasts everything, so every rank builds the same selection
- * table.  The whole probe takes a few milliseconds on one host and a few
- * tens over a 1 Gbit/s link (PROBE_BYTES at that rate is 2 ms a way).
+ * table.  The whole probe takes about 10 ms on one host (4 ranks on a
+ * 2-core VM, 2 of them the timing of the reduction) and a few tens over
+ * a 1 Gbit/s link (PROBE_BYTES at that rate is 2 ms a way).
  *
  * Where RDMA verbs and TCP both reach the other hosts, the inter-host
  * pair is measured over each, and the one faster at
@@ -36,7 +37,7 @@
 #define PROBE_PIECES 4
 #define PROBE_STREAMS 3
 /* The measuring after the probe (small.c, tune.c), all told: with the
- * probe's few milliseconds, under 100 ms at init. */
+ * probe's 10 ms or so on one host, under 100 ms at init. */
 #define TUNE_BUDGET_NS 85000000u
 
 /* `bytes` from rank 0 to `other` in `pieces` messages posted together,

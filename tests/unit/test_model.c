@@ -15,9 +15,11 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "coll/coll.h"
 #include "core/internal.h"
@@ -340,6 +342,24 @@ Test(model, measures_this_host, .timeout = 60)
     cr_assert(b > 0 && b < 1e-6, "beta %g s/B", b);
     cr_assert_eq(loomi_model_measure_cpu(16, &g, &gc), LOOM_ERR_INVALID_ARGUMENT);
     cr_assert_eq(loomi_model_measure_net(16, &a, &b), LOOM_ERR_INVALID_ARGUMENT);
+}
+
+/* Init's timing of the reduction, and SCRATCH, take big buffers on huge
+ * pages where the kernel has them: 2 MiB-aligned (the advice covers whole
+ * huge pages), usable, and released by free(). */
+Test(model, big_buffers_sit_on_huge_page_boundaries)
+{
+    const size_t big = (size_t)4 << 20;
+    unsigned char *p = loomi_big_alloc(big), *q = loomi_big_alloc(100);
+    cr_assert(p && q);
+#ifdef MADV_HUGEPAGE
+    cr_assert_eq((uintptr_t)p % ((size_t)2 << 20), 0, "%p", (void *)p);
+#endif
+    for (size_t i = 0; i < big; i += 4096) p[i] = (unsigned char)(i >> 12);
+    memset(q, 7, 100);
+    for (size_t i = 0; i < big; i += 4096) cr_assert_eq(p[i], (unsigned char)(i >> 12));
+    free(p);
+    free(q);
 }
 
 /* ------------------------------------------- selection across hosts */
