@@ -50,8 +50,12 @@
 # hold the arenas lift it: with the cores close, perf/staged reached
 # 70.5% of a memcpy bound that was then lower (43 GB/s of traffic
 # against 73).  The kernel's single copy (process_vm_readv) needs no
-# arena, but membw's line for it gives its rate: on the VM these figures
-# come from, 8-11 GB/s for one reader, against 17-19 for memcpy.
+# arena: a rank reads its peers' slices of their inputs and adds them,
+# then reads their slices of the result, (3-1/p)n bytes a rank, up to 73%
+# of the bound on 4 ranks and 80% on 2 if the kernel copied at memcpy's
+# pace.  membw's line for it gives its rate (on the VM these figures come
+# from, 8-11 GB/s for one reader, against 17-19 for memcpy), and
+# perf/kcopy that design's ceiling (the "kcopy" columns).
 #
 # With heap buffers each round also runs perf/staged, the same staging
 # with nothing but its copies and its reduction (no engine, no messages:
@@ -61,6 +65,8 @@
 # and the out-of-place allreduce's busbw as a share of it.  Of the (5L-2)/L pn
 # bytes the staging moves, only 2pn need go to memory; the rest goes
 # through the caches, as fast as they allow with L ranks on the CPUs.
+# Then perf/kcopy, the kernel's single copy with nothing else, and its
+# busbw as a share of the memcpy bound.
 #
 #   perf/mem_bound.sh [-n RANKS] [-b SIZE] [-r ROUNDS] [-- PERF FLAGS]
 #
@@ -93,7 +99,7 @@ cpus=$(nproc)
 threads=$((n < cpus ? n : cpus))
 echo "# $n ranks, $size allreduce, $rounds rounds; membw with $threads threads"
 hdr="# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
-[ "$win" = 1 ] || hdr="$hdr  staged-busbw %memcpy %staged"
+[ "$win" = 1 ] || hdr="$hdr  staged-busbw %memcpy %staged  kcopy-busbw %memcpy"
 echo "$hdr  handoff-ns"
 res=()
 for ((i = 1; i <= rounds; i++)); do
@@ -110,17 +116,20 @@ for ((i = 1; i <= rounds; i++)); do
     if [ -z "${ob:-}" ] || [ "$ow" != 0 ] || [ "$iw" != 0 ]; then
         echo "no result, or wrong values:"; echo "$out" | tail -5; exit 1
     fi
-    sb=
+    sb= kb=
     if [ "$win" = 0 ]; then
         st=$("$BUILDDIR/perf/staged" "$n" "$size" "$arena" 10) || exit 1
         sb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$st")
+        kc=$("$BUILDDIR/perf/kcopy" "$n" "$size" 5) || exit 1
+        kb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$kc")
     fi
-    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" \
+    line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" -v kb="$kb" \
         -v ho="${ho:-0}" 'BEGIN {
         bc = (p - 1) * tc / (p * p); bs = (p - 1) * ts / (p * p)
         printf "%7d %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f", i, tc, ts,
                ob, 100 * ob / bc, 100 * ob / bs, ib, 100 * ib / bc, 100 * ib / bs
-        if (sb != "") printf " %13.2f %8.1f %8.1f", sb, 100 * sb / bc, 100 * ob / sb
+        if (sb != "") printf " %13.2f %8.1f %8.1f %12.2f %8.1f", sb, 100 * sb / bc, 100 * ob / sb,
+                             kb, 100 * kb / bc
         printf " %11.0f\n", ho }')
     echo "$line"
     res+=("$line")
@@ -134,7 +143,8 @@ printf '%s\n' "${res[@]}" | awk -v win="$win" -v p="$n" '
     { for (c = 2; c <= NF; c++) col[NR, c] = $c }
     END { printf "# median %9.2f %9.2f %11.2f %8.1f %7.1f %10.2f %8.1f %7.1f",
           median(2), median(3), median(4), median(5), median(6), median(7), median(8), median(9)
-          if (!win) printf " %13.2f %8.1f %8.1f", median(10), median(11), median(12)
+          if (!win) printf " %13.2f %8.1f %8.1f %12.2f %8.1f", median(10), median(11), median(12),
+                           median(13), median(14)
           printf " %11.0f\n", median(NF)
           printf "# in place against the restorable bound (3pn of traffic): %.1f%% memcpy, %.1f%% streaming\n",
           1.5 * median(8), 1.5 * median(9)

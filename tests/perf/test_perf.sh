@@ -272,18 +272,22 @@ check "select_check -p: auto ran the slots up to the allgather's own limit" \
               END { exit !(a == \"slots\" && b == \"ring\") }" <<<"$1"' _ "$sc"
 
 # perf/mem_bound.sh with heap buffers: each round also times perf/staged
-# (the staging's ceiling), which checks its own sums; the medians carry
-# its busbw and the allreduce's share of it, and last the time CPUs 0 and
-# 1 take to hand a line back and forth (0 with one CPU).
+# (the staging's ceiling) and perf/kcopy (the kernel's single copy's),
+# which check their own sums; the medians carry their busbw and the
+# allreduce's share of staged's, and last the time CPUs 0 and 1 take to
+# hand a line back and forth (0 with one CPU).
 mb=$(BUILDDIR=$BUILDDIR timeout 120 bash "$SRCDIR/perf/mem_bound.sh" -n 2 -b 1M -r 1 2>&1)
-check "mem_bound (heap): the medians include the staged ceiling, the share of it and the hand-off" \
-    bash -c 'awk -v cpus="$(nproc)" "/^# median/ { ok = NF == 14 && \$11 > 0 && \$13 > 0 &&
-                                                    (\$14 > 0 || cpus < 2) } END { exit !ok }" <<<"$1"' \
+check "mem_bound (heap): the medians include the staged and kcopy ceilings, the share of staged's and the hand-off" \
+    bash -c 'awk -v cpus="$(nproc)" "/^# median/ { ok = NF == 16 && \$11 > 0 && \$13 > 0 && \$14 > 0 &&
+                                                    (\$16 > 0 || cpus < 2) } END { exit !ok }" <<<"$1"' \
     _ "$mb"
 check "mem_bound (heap): the staging cap on 2 ranks is 2p/(5p-2) = 50% of the memcpy bound" \
     grep -q "^# staging cap (heap, arenas in memory): 50.0% of the memcpy bound" <<<"$mb"
 out=$("$BUILDDIR/perf/staged" 1 2>&1)
 check "staged with 1 rank exits 2 with its usage" \
     bash -c '[ "$1" = 2 ] && grep -q "usage: staged" <<<"$2"' _ "$?" "$out"
+out=$("$BUILDDIR/perf/kcopy" 1 2>&1)
+check "kcopy with 1 rank exits 2 with its usage" \
+    bash -c '[ "$1" = 2 ] && grep -q "usage: kcopy" <<<"$2"' _ "$?" "$out"
 
 finish
