@@ -23,9 +23,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,21 +31,16 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "procs.h"
 #include "size_arg.h"
 
-#define MAX_RANKS 64
-#define DEADLINE_S 60.0 /* a barrier that waits longer: a process died */
 #define PIECE ((size_t)128 << 10)
 
 struct ctl {
-    atomic_int count;
-    atomic_int gen;
-    pid_t pid[MAX_RANKS];
-    float *in[MAX_RANKS], *out[MAX_RANKS]; /* addresses in each process */
+    struct procs_sync sync;
+    pid_t pid[PROCS_MAX];
+    float *in[PROCS_MAX], *out[PROCS_MAX]; /* addresses in each process */
     double best;                           /* rank 0's */
     int bad;
 };
@@ -56,29 +48,9 @@ struct ctl {
 static struct ctl *ctl;
 static int nranks;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void barrier(void)
 {
-    const int g = atomic_load(&ctl->gen);
-    if (atomic_fetch_add(&ctl->count, 1) == nranks - 1) {
-        atomic_store(&ctl->count, 0);
-        atomic_fetch_add(&ctl->gen, 1);
-        return;
-    }
-    const double until = now() + DEADLINE_S;
-    while (atomic_load(&ctl->gen) == g) {
-        sched_yield();
-        if (now() > until) {
-            fprintf(stderr, "kcopy: a barrier waited %.0f s; giving up\n", DEADLINE_S);
-            _exit(1);
-        }
-    }
+    procs_barrier(&ctl->sync, nranks, "kcopy");
 }
 
 /* len bytes at `from` in process q into `to`; exits on failure. */
@@ -93,26 +65,13 @@ static void read_peer(int q, void *to, const void *from, size_t len)
     }
 }
 
-/* Slice q of n floats: cut on 16-float (64-byte) bounds. */
-static void slice(size_t n, int q, size_t *start, size_t *len)
-{
-    size_t lines = n / 16, per = lines / (size_t)nranks, extra = lines % (size_t)nranks;
-    size_t uq = (size_t)q;
-    *start = 16 * (uq * per + (uq < extra ? uq : extra));
-    *len = 16 * (per + (uq < extra));
-}
-
 static int rank_main(int r, size_t n, int rounds)
 {
 #ifdef PR_SET_PTRACER
     /* Where Yama lets only ancestors read a process, let the siblings. */
     (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 #endif
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((int)(r % (cpus > 0 ? cpus : 1)), &set);
-    sched_setaffinity(0, sizeof set, &set); /* best effort, as loomrun's */
+    procs_bind(r);
     float *in = aligned_alloc(64, n * sizeof *in), *out = aligned_alloc(64, n * sizeof *out);
     float *tmp = aligned_alloc(64, PIECE);
     if (!in || !out || !tmp) {
@@ -126,13 +85,13 @@ static int rank_main(int r, size_t n, int rounds)
     ctl->in[r] = in;
     ctl->out[r] = out;
     size_t my0, myn;
-    slice(n, r, &my0, &myn);
+    procs_slice(n, nranks, r, &my0, &myn);
     const size_t blk = PIECE / sizeof(float);
     double best = 1e30;
     barrier();
     for (int it = -1; it < rounds; it++) { /* one untimed */
         barrier();
-        const double t0 = now();
+        const double t0 = procs_now();
         for (size_t b = 0; b < myn; b += blk) {
             const size_t k = myn - b < blk ? myn - b : blk;
             float *o = out + my0 + b;
@@ -148,23 +107,17 @@ static int rank_main(int r, size_t n, int rounds)
         for (int s = 1; s < nranks; s++) {
             const int q = (r + s) % nranks;
             size_t q0, qn;
-            slice(n, q, &q0, &qn);
+            procs_slice(n, nranks, q, &q0, &qn);
             for (size_t b = 0; b < qn; b += (size_t)16 * blk) {
                 const size_t k = qn - b < 16 * blk ? qn - b : 16 * blk;
                 read_peer(q, out + q0 + b, ctl->out[q] + q0 + b, k * sizeof(float));
             }
         }
         barrier();
-        const double t = now() - t0;
+        const double t = procs_now() - t0;
         if (it >= 0 && t < best) best = t;
     }
-    const float want = (float)nranks * (float)(nranks + 1) / 2;
-    for (size_t i = 0; i < n; i++)
-        if (out[i] != want) {
-            fprintf(stderr, "kcopy: rank %d: element %zu is %g, not %g\n", r, i, out[i], want);
-            ctl->bad = 1;
-            break;
-        }
+    if (!procs_sum_ok(out, n, r, nranks, "kcopy")) ctl->bad = 1;
     if (r == 0) ctl->best = best;
     /* The peers may still be reading this rank's output. */
     barrier();
@@ -174,13 +127,24 @@ static int rank_main(int r, size_t n, int rounds)
     return 0;
 }
 
+struct job {
+    size_t n;
+    int rounds;
+};
+
+static int run_rank(int r, void *arg)
+{
+    const struct job *j = arg;
+    return rank_main(r, j->n, j->rounds);
+}
+
 int main(int argc, char **argv)
 {
     nranks = argc > 1 ? atoi(argv[1]) : 4;
     size_t bytes = argc > 2 ? size_arg(argv[2]) : (size_t)64 << 20;
     int rounds = argc > 3 ? atoi(argv[3]) : 10;
-    if (nranks < 2 || nranks > MAX_RANKS || rounds < 1) {
-        fprintf(stderr, "usage: kcopy [RANKS (2-%d) [SIZE [ROUNDS]]]\n", MAX_RANKS);
+    if (nranks < 2 || nranks > PROCS_MAX || rounds < 1) {
+        fprintf(stderr, "usage: kcopy [RANKS (2-%d) [SIZE [ROUNDS]]]\n", PROCS_MAX);
         return 2;
     }
     bytes = bytes / 64 * 64; /* whole 64-byte lines */
@@ -194,27 +158,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kcopy: mmap: %s\n", strerror(errno));
         return 1;
     }
-    pid_t pid[MAX_RANKS];
-    for (int r = 0; r < nranks; r++) {
-        pid[r] = fork();
-        if (pid[r] < 0) {
-            fprintf(stderr, "kcopy: fork: %s\n", strerror(errno));
-            for (int q = 0; q < r; q++) kill(pid[q], SIGKILL);
-            return 1;
-        }
-        if (!pid[r]) _exit(rank_main(r, n, rounds));
-    }
-    /* Whichever ends first: one that failed would leave the others
-     * waiting for it until their deadline. */
-    int failed = 0;
-    for (int left = nranks; left > 0; left--) {
-        int st;
-        if (waitpid(-1, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-            if (!failed)
-                for (int q = 0; q < nranks; q++) kill(pid[q], SIGKILL);
-            failed = 1;
-        }
-    }
+    struct job job = {n, rounds};
+    const int failed = procs_run(nranks, run_rank, &job, "kcopy");
     if (failed || ctl->bad) return 1;
     printf("kcopy: %d ranks, %zu bytes: %.3f ms, busbw %.2f GB/s\n", nranks, bytes,
            ctl->best * 1e3, 2.0 * (nranks - 1) / nranks * (double)bytes / ctl->best / 1e9);

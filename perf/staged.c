@@ -28,30 +28,22 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "procs.h"
 #include "size_arg.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#define MAX_RANKS 64
-#define DEADLINE_S 60.0 /* a barrier that waits longer: a process died */
 
 struct ctl {
-    atomic_int count;
-    atomic_int gen;
+    struct procs_sync sync;
     double best[2]; /* rank 0's: copy-in cached, streamed */
     int bad;
 };
@@ -59,29 +51,9 @@ struct ctl {
 static struct ctl *ctl;
 static int nranks;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void barrier(void)
 {
-    const int g = atomic_load(&ctl->gen);
-    if (atomic_fetch_add(&ctl->count, 1) == nranks - 1) {
-        atomic_store(&ctl->count, 0);
-        atomic_fetch_add(&ctl->gen, 1);
-        return;
-    }
-    const double until = now() + DEADLINE_S;
-    while (atomic_load(&ctl->gen) == g) {
-        sched_yield();
-        if (now() > until) {
-            fprintf(stderr, "staged: a barrier waited %.0f s; giving up\n", DEADLINE_S);
-            _exit(1);
-        }
-    }
+    procs_barrier(&ctl->sync, nranks, "staged");
 }
 
 /* d = s (n floats, a multiple of 16, both 64-byte aligned), streaming;
@@ -143,24 +115,11 @@ static void reduce(float *out, float *keep, const float *in, const float *const 
 #endif
 }
 
-/* Slice q of a round of len floats: cut on 16-float (64-byte) bounds. */
-static void slice(size_t len, int q, size_t *start, size_t *n)
-{
-    size_t lines = len / 16, per = lines / (size_t)nranks, extra = lines % (size_t)nranks;
-    size_t uq = (size_t)q;
-    *start = 16 * (uq * per + (uq < extra ? uq : extra));
-    *n = 16 * (per + (uq < extra));
-}
-
 static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
 {
-    float *base[MAX_RANKS]; /* each process's arena */
+    float *base[PROCS_MAX]; /* each process's arena */
     for (int q = 0; q < nranks; q++) base[q] = arenas + (size_t)q * (arena / sizeof(float));
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((int)(r % (cpus > 0 ? cpus : 1)), &set);
-    sched_setaffinity(0, sizeof set, &set); /* best effort, as loomrun's */
+    procs_bind(r);
     const size_t R = arena / 2 / sizeof(float); /* floats per round */
     float *in = aligned_alloc(64, n * sizeof *in), *out = aligned_alloc(64, n * sizeof *out);
     if (!in || !out) {
@@ -170,17 +129,17 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
     for (size_t i = 0; i < n; i++) in[i] = (float)(r + 1);
     memset(out, 0, n * sizeof *out);
     float *mine = base[r];
-    const float *peer[MAX_RANKS];
+    const float *peer[PROCS_MAX];
     double best[2] = {1e30, 1e30}; /* copy-in cached, streamed */
     barrier();
     for (int it = -2; it < 2 * rounds; it++) { /* one untimed of each */
         const int nt = (it + 2) % 2;
         barrier();
-        const double t0 = now();
+        const double t0 = procs_now();
         for (size_t b = 0, k = 0; b < n; b += R, k++) {
             const size_t len = n - b < R ? n - b : R, half = (k % 2) * R;
             size_t my0, myn;
-            slice(len, r, &my0, &myn);
+            procs_slice(len, nranks, r, &my0, &myn);
             if (nt) {
                 copy_stream(mine + half, in + b, my0);
                 copy_stream(mine + half + my0 + myn, in + b + my0 + myn, len - my0 - myn);
@@ -200,7 +159,7 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
             barrier();
             for (int q = 0; q < nranks; q++) {
                 size_t q0, qn;
-                slice(len, q, &q0, &qn);
+                procs_slice(len, nranks, q, &q0, &qn);
                 if (q != r) copy_stream(out + b + q0, base[q] + half + q0, qn);
             }
         }
@@ -208,16 +167,10 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
         _mm_sfence();
 #endif
         barrier();
-        const double t = now() - t0;
+        const double t = procs_now() - t0;
         if (it >= 0 && t < best[nt]) best[nt] = t;
     }
-    const float want = (float)nranks * (float)(nranks + 1) / 2;
-    for (size_t i = 0; i < n; i++)
-        if (out[i] != want) {
-            fprintf(stderr, "staged: rank %d: element %zu is %g, not %g\n", r, i, out[i], want);
-            ctl->bad = 1;
-            break;
-        }
+    if (!procs_sum_ok(out, n, r, nranks, "staged")) ctl->bad = 1;
     if (r == 0) {
         ctl->best[0] = best[0];
         ctl->best[1] = best[1];
@@ -227,14 +180,26 @@ static int rank_main(int r, size_t n, size_t arena, int rounds, float *arenas)
     return 0;
 }
 
+struct job {
+    size_t n, arena;
+    int rounds;
+    float *arenas;
+};
+
+static int run_rank(int r, void *arg)
+{
+    const struct job *j = arg;
+    return rank_main(r, j->n, j->arena, j->rounds, j->arenas);
+}
+
 int main(int argc, char **argv)
 {
     nranks = argc > 1 ? atoi(argv[1]) : 4;
     size_t bytes = argc > 2 ? size_arg(argv[2]) : (size_t)64 << 20;
     size_t arena = argc > 3 ? size_arg(argv[3]) : (size_t)4 << 20;
     int rounds = argc > 4 ? atoi(argv[4]) : 10;
-    if (nranks < 2 || nranks > MAX_RANKS || rounds < 1) {
-        fprintf(stderr, "usage: staged [RANKS (2-%d) [SIZE [ARENA [ROUNDS]]]]\n", MAX_RANKS);
+    if (nranks < 2 || nranks > PROCS_MAX || rounds < 1) {
+        fprintf(stderr, "usage: staged [RANKS (2-%d) [SIZE [ARENA [ROUNDS]]]]\n", PROCS_MAX);
         return 2;
     }
     /* Whole 64-byte lines per round. */
@@ -255,27 +220,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "staged: mmap: %s\n", strerror(errno));
         return 1;
     }
-    pid_t pid[MAX_RANKS];
-    for (int r = 0; r < nranks; r++) {
-        pid[r] = fork();
-        if (pid[r] < 0) {
-            fprintf(stderr, "staged: fork: %s\n", strerror(errno));
-            for (int q = 0; q < r; q++) kill(pid[q], SIGKILL);
-            return 1;
-        }
-        if (!pid[r]) _exit(rank_main(r, n, arena, rounds, arenas));
-    }
-    /* Whichever ends first: one that failed would leave the others
-     * waiting for it until their deadline. */
-    int failed = 0;
-    for (int left = nranks; left > 0; left--) {
-        int st;
-        if (waitpid(-1, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-            if (!failed)
-                for (int q = 0; q < nranks; q++) kill(pid[q], SIGKILL);
-            failed = 1;
-        }
-    }
+    struct job job = {n, arena, rounds, arenas};
+    const int failed = procs_run(nranks, run_rank, &job, "staged");
     if (failed || ctl->bad) return 1;
     const int f = ctl->best[1] < ctl->best[0];
     printf("staged: %d ranks, %zu bytes, arenas of %zu: %.3f ms, busbw %.2f GB/s "
