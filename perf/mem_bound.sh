@@ -101,6 +101,8 @@ echo "# $n ranks, $size allreduce, $rounds rounds; membw with $threads threads"
 hdr="# round  memcpy-T  stream-T   oop-busbw  %memcpy %stream   ip-busbw  %memcpy %stream"
 [ "$win" = 1 ] || hdr="$hdr  staged-busbw %memcpy %staged  kcopy-busbw %memcpy"
 echo "$hdr  handoff-ns"
+# The figure after "busbw" in the line staged or kcopy printed.
+busbw_of() { awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$1"; }
 res=()
 for ((i = 1; i <= rounds; i++)); do
     m=$("$BUILDDIR/perf/membw" "$size" "$threads" 5) || exit 1
@@ -119,9 +121,9 @@ for ((i = 1; i <= rounds; i++)); do
     sb= kb=
     if [ "$win" = 0 ]; then
         st=$("$BUILDDIR/perf/staged" "$n" "$size" "$arena" 10) || exit 1
-        sb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$st")
+        sb=$(busbw_of "$st")
         kc=$("$BUILDDIR/perf/kcopy" "$n" "$size" 5) || exit 1
-        kb=$(awk '{for (k = 1; k <= NF; k++) if ($k == "busbw") print $(k + 1)}' <<<"$kc")
+        kb=$(busbw_of "$kc")
     fi
     line=$(awk -v p="$n" -v tc="$tc" -v ts="$ts" -v ob="$ob" -v ib="$ib" -v i="$i" -v sb="$sb" -v kb="$kb" \
         -v ho="${ho:-0}" 'BEGIN {

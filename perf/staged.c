@@ -41,7 +41,6 @@
 #include <immintrin.h>
 #endif
 
-
 struct ctl {
     struct procs_sync sync;
     double best[2]; /* rank 0's: copy-in cached, streamed */
