@@ -1626,7 +1626,10 @@ static void shm_abort_all(void *state, int failed, loom_result_t code)
         struct peer *p = &t->peers[q];
         if (p->connected && !p->failed) peer_down(t, p, failed, code, "communicator aborted", 0);
     }
-    detach_peers(t);
+    /* The peers' mappings stay until shm_destroy: operations that were
+     * running may still hold pointers into their arenas (the engine's
+     * shared steps, the slots), and they unwind after this returns.
+     * Only destroy, which comes when no operation is left, unmaps. */
     unlink_own(t);
 }
 
