@@ -84,6 +84,7 @@ struct loomi_env {
     int shm_stream_copyin;     /* shared copy-in: -1 measure per size, 0 cached, 1 streamed */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
+    const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -117,6 +118,7 @@ struct loomi_settings {
     int shm_stream_copyin;
     int heartbeat_ms;
     int progress_thread;
+    int quorum_any; /* LOOM_QUORUM=any: any survivors may go on, not only a majority */
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,
