@@ -427,6 +427,11 @@ static void comm_free(struct loom_comm *c, int polite)
     free(c->backup);
     free(c->p2p_seq);
     free(c->agreed_failed);
+    while (c->agree_stash) {
+        struct loomi_cmsg *m = c->agree_stash;
+        c->agree_stash = m->next;
+        free(m);
+    }
     free(c->small_map);
     free(c->hosts);
     free(c->links);

@@ -17,6 +17,7 @@ struct loomi_topo_job;
 struct loomi_links;
 struct loomi_selection;
 struct loomi_ctrl;
+struct loomi_cmsg;
 struct loomi_topo_rank;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
@@ -135,6 +136,7 @@ struct loom_comm {
     uint32_t shrink_epoch;              /* membership rounds run (shrink.c) */
     unsigned char *agreed_failed;       /* [nranks] left out of the last shrink or grow */
     uint64_t agree_seq;                 /* loom_comm_agree calls (agree.c) */
+    struct loomi_cmsg *agree_stash;     /* messages of the next agreement, come early */
     struct sockaddr_storage rdv_addr;   /* the job's rendezvous address (joiners come there) */
     unsigned rdv_len;                   /* 0: unknown */
 

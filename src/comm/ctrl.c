@@ -277,6 +277,17 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
 
 /* ----------------------------------------------------------- receiving */
 
+/* Send q the decision of agreement id, if this rank has it (under mu). */
+static int answer_agreed(struct loomi_ctrl *c, int q, uint64_t id)
+{
+    for (int k = 0; k < AGREED_KEEP; k++)
+        if (c->agreed[k].msg && c->agreed[k].id == id) {
+            queue_msg(c, q, LOOMI_CMSG_AGREED, 0, id, c->agreed[k].msg, c->agreed[k].len);
+            return 1;
+        }
+    return 0;
+}
+
 /* Act on one complete message from peer q (under mu).  Returns -1 when
  * the peer broke the protocol. */
 static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err, size_t errn)
@@ -344,13 +355,14 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
         }
         return 0;
     case T_AGREE_QUERY:
-        for (int k = 0; k < AGREED_KEEP; k++)
-            if (c->agreed[k].msg && c->agreed[k].id == arg) {
-                queue_msg(c, q, LOOMI_CMSG_AGREED, epoch, arg, c->agreed[k].msg,
-                          c->agreed[k].len);
-                break;
-            }
+        answer_agreed(c, q, arg);
         return 0;
+    case LOOMI_CMSG_AGREE:
+        /* A proposal for an agreement this rank decided already (the
+         * sender took it for the coordinator after the one before
+         * failed): the decision answers it, whatever this rank does now. */
+        if (answer_agreed(c, q, arg)) return 0;
+        break;
     default:
         break;
     }
@@ -988,6 +1000,15 @@ void loomi_ctrl_agreed_put(struct loomi_ctrl *c, uint64_t id, const void *msg, u
 loom_result_t loomi_ctrl_agreed_ask(struct loomi_ctrl *c, int to, uint32_t epoch, uint64_t id)
 {
     return loomi_ctrl_send(c, to, T_AGREE_QUERY, epoch, id, NULL, 0);
+}
+
+void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id)
+{
+    if (to < 0 || to >= c->n) return;
+    pthread_mutex_lock(&c->mu);
+    int sent = answer_agreed(c, to, id);
+    pthread_mutex_unlock(&c->mu);
+    if (sent) wake(c);
 }
 
 /* ------------------------------------------------------------- joiners */

@@ -140,6 +140,10 @@ int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum);
 void loomi_ctrl_agreed_put(struct loomi_ctrl *c, uint64_t id, const void *msg, uint32_t len);
 /* Ask rank `to` for decision `id` (no answer when it has none). */
 loom_result_t loomi_ctrl_agreed_ask(struct loomi_ctrl *c, int to, uint32_t epoch, uint64_t id);
+/* Send rank `to` decision `id` if this rank has it (the control thread
+ * does so itself for proposals that come after the decision; this is for
+ * those that were already in the mailbox). */
+void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id);
 
 /* A joiner's side of the wire: the 32-byte header of a message (its
  * first message is LOOMI_CTRL_T_JOIN with the 16-byte job key), and the
