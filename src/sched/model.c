@@ -121,7 +121,8 @@ static double tree_allreduce(const struct loomi_model_params *m, int p, double n
     const double C = chunks(m, n / 2, RING_MAXC);
     const double a = msg(m, n / 2 / C), g = n / 2 / C * m->gamma;
     if (p == 2) return 2 * a + g + (C - 1) * fmax(2 * a, g);
-    return (4 * d - 1) * a + d * g + (C - 1) * fmax(4 * a, 2 * g);
+    const int load = p == 3 ? 3 : 4; /* 3: both roots have two leaves */
+    return (4 * d - 1) * a + d * g + (C - 1) * fmax(load * a, 2 * g);
 }
 
 /* Messages until the last of a binomial subtree of n ranks has the
