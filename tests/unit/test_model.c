@@ -173,11 +173,11 @@ struct tol {
 
 /* Ratios sim/closed form allowed beyond the default [0.9, 1.1]. */
 static const struct tol tols[] = {
-    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, 0.8, 1.35,
-     "the form takes the double tree's depth as floor(log2 p) full levels; at small or "
-     "uneven p the in-order trees are shallower or lopsided; at many chunks a rank's four "
-     "messages per pair of chunks go to and come from four peers, which the simulated "
-     "ports match greedily (oldest first), about a fifth slower than the form's packing"},
+    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, 0.95, 1.3,
+     "the form follows the first chunk through one tree, where the two trees' messages "
+     "also meet on the same ports; at many chunks a rank's four messages per pair of "
+     "chunks go to and come from four peers, which the simulated ports match greedily "
+     "(oldest first), about a fifth slower than the form's packing"},
     {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RECURSIVE_DOUBLING, 0.9, 1.3,
      "with p not a power of two, fold-in traffic competes for the ports of the core "
      "ranks' first exchanges; the form has no port contention"},
