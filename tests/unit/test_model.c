@@ -1377,3 +1377,38 @@ Test(model, links_carry_checked_classes_of_reductions)
     l.red.cls[LOOM_FLOAT32][LOOM_SUM] = 9;
     cr_assert(loomi_links_valid(&l), "classes not known are not read");
 }
+
+/* A table switches algorithm only where the new one is cheaper, not where
+ * two estimates tie to the last bits: on 2 ranks the ring and
+ * halving-doubling reduce-scatter are the same single exchange, and the
+ * table once flipped between them (ring from 0, halving_doubling from 12,
+ * ring from 24, ...) as rounding favoured one or the other. */
+Test(model, tables_do_not_switch_on_ties)
+{
+    for (int p = 2; p <= 4; p += 2) {
+        const int host_of[4] = {0, 0, 0, 0};
+        struct loomi_hostmap *hm = loomi_hostmap_build(p, host_of);
+        cr_assert_not_null(hm);
+        struct loomi_links l;
+        loomi_links_defaults(&l, 1);
+        struct loomi_job_shape j = {.hosts = hm, .nranks = p, .cores_per_host = 2,
+                                    .shared_bytes = (size_t)4 << 20,
+                                    .chunk_bytes = (size_t)2 << 20,
+                                    .stream_bytes = (size_t)64 << 20};
+        struct loomi_selection sel;
+        loomi_select_build(&sel, &j, &l);
+        for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+            const struct loomi_ranges *t = &sel.coll[c];
+            for (int k = 1; k < t->n; k++) {
+                const size_t at = t->r[k].from;
+                double was = loomi_select_cost(c, t->r[k - 1].algo, at, &j, &l);
+                double now = loomi_select_cost(c, t->r[k].algo, at, &j, &l);
+                cr_expect(now < was * (1 - 1e-9),
+                          "%d ranks, %s: %s from %zu B on, at %.17g s against %s's %.17g s",
+                          p, loomi_coll_name(c), loomi_algo_name(t->r[k].algo), at, now,
+                          loomi_algo_name(t->r[k - 1].algo), was);
+            }
+        }
+        free(hm);
+    }
+}
