@@ -507,7 +507,7 @@ static int report(int p, int H, const struct loomi_model_params *meas)
     printf("  LOOM_DEBUG          %s\n", user_debug ? user_debug : "(warn)");
     if (r == LOOM_SUCCESS) bad |= report_topology(&set, p, H, meas);
 
-    printf("\ncollectives and their algorithms (the names LOOM_ALGO takes)\n");
+    printf("\ncollectives and algorithms (the names LOOM_ALGO takes)\n");
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
         printf("  %s\n    algorithms  ", loomi_coll_name(c));
         unsigned mask = loomi_coll_algos(c);
