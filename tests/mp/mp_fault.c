@@ -227,6 +227,22 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    /* The other survivors destroy the old communicator (a goodbye on its
+     * control plane) before the new rank 0 asks again: the agreed set
+     * stays what it was, the survivors are not listed. */
+    if (nrank != 0) loom_comm_destroy(comm);
+    loom_barrier(nc);
+    if (nrank == 0) {
+        usleep(100000); /* the goodbyes are in */
+        int again[64], na = 0;
+        loom_comm_get_failed(comm, again, 64, &na);
+        if (na != nf || memcmp(again, failed, sizeof *failed * (size_t)nf)) {
+            printf("FAIL loom_comm_get_failed after the survivors destroyed the old "
+                   "communicator: %d ranks, first %d (was %d)\n",
+                   na, na ? again[0] : -1, nf);
+            return 1;
+        }
+    }
     char list[256] = "";
     for (int k = 0; k < nf; k++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", k ? "," : "", failed[k]);
@@ -237,7 +253,7 @@ int main(int argc, char **argv)
     loom_barrier(nc);
     if (stop && nrank == 0 && vpid > 0) kill(vpid, SIGCONT);
     loom_comm_destroy(nc);
-    loom_comm_destroy(comm);
+    if (nrank == 0) loom_comm_destroy(comm);
     free(buf);
     return 0;
 }
