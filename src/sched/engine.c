@@ -1418,8 +1418,8 @@ static void progress_start(struct loom_comm *c)
     return;
 fail:
     c->set.progress_thread = 0;
-    LOOMI_WARN(c->rank, "progress thread not started (%s%s%s): operations progress inside "
-               "Loom calls only", why, err ? ": " : "", err ? strerror(err) : "");
+    LOOMI_NOTICE(c->rank, "progress thread not started (%s%s%s): operations progress inside "
+                 "Loom calls only", why, err ? ": " : "", err ? strerror(err) : "");
 }
 
 void loomi_progress_stop(struct loom_comm *c)
