@@ -743,7 +743,23 @@ static struct {
     int forced_status;  /* 127/125 for start-up failures, 0 none */
     bool timed_out;
     int sigints;
+    /* The first failure was an exit status: said only after REPORT_WAIT,
+     * since a rank killed by a signal, whose death the others reacted
+     * to, can end a little after them (report_at 0: nothing held). */
+    int64_t report_at;
+    char report[192];
 } job;
+
+/* How long an error exit waits to be named as the job's first failure. */
+#define REPORT_WAIT_NS (50 * 1000000LL)
+
+static void report_held(void)
+{
+    if (!job.report_at)
+        return;
+    fputs(job.report, stderr);
+    job.report_at = 0;
+}
 
 static bool group_exists(pid_t pgid)
 {
@@ -836,6 +852,15 @@ static void on_exit_status(int i, int st)
     }
     if (job.first_status < 0)
         job.first_status = code;
+    /* A rank killed by a signal right after another's error exit, which
+     * is held still: that exit was the reaction, this the failure. */
+    if (job.report_at && WIFSIGNALED(st) && now_ns() < job.report_at) {
+        job.report_at = 0;
+        job.first_status = code;
+        fprintf(stderr, "loomrun: rank %d (pid %d) %s; stopping the other ranks\n", i,
+                (int)r->pid, what);
+        return;
+    }
     /* Ranks that die because we are stopping the job are not news. */
     if (job.state != J_RUNNING)
         return;
@@ -843,8 +868,14 @@ static void on_exit_status(int i, int st)
         fprintf(stderr, "loomrun: rank %d (pid %d) %s\n", i, (int)r->pid,
                 what);
     } else {
-        fprintf(stderr, "loomrun: rank %d (pid %d) %s%s\n", i, (int)r->pid,
-                what, job.live > 0 ? "; stopping the other ranks" : "");
+        if (WIFEXITED(st)) {
+            snprintf(job.report, sizeof job.report, "loomrun: rank %d (pid %d) %s%s\n", i,
+                     (int)r->pid, what, job.live > 0 ? "; stopping the other ranks" : "");
+            job.report_at = now_ns() + REPORT_WAIT_NS;
+        } else {
+            fprintf(stderr, "loomrun: rank %d (pid %d) %s%s\n", i, (int)r->pid,
+                    what, job.live > 0 ? "; stopping the other ranks" : "");
+        }
         /* The others are likely to see the failure too: let them say so
          * and exit by themselves first, their output read meanwhile. */
         job.state = J_FAILING;
@@ -856,19 +887,34 @@ static void on_exit_status(int i, int st)
 
 static void reap(void)
 {
+    /* Every rank that has ended, then acted on: a rank killed by a signal
+     * first.  When one rank dies and another exits on the error it caused
+     * before loomrun looks, both are there at once, in no useful order,
+     * and the death is what to report. */
+    int *who = xmalloc(sizeof *who * (size_t)(nstarted + 1));
+    int *sts = xmalloc(sizeof *sts * (size_t)(nstarted + 1));
+    int n = 0;
     for (;;) {
         int st, i;
         pid_t pid = waitpid(-1, &st, WNOHANG);
         if (pid < 0 && errno == EINTR)
             continue;
         if (pid <= 0)
-            return;
+            break;
         for (i = 0; i < nstarted; i++)
             if (ranks[i].pid == pid && ranks[i].state == R_LIVE)
                 break;
-        if (i < nstarted)
-            on_exit_status(i, st);
+        if (i < nstarted && n < nstarted) {
+            who[n] = i;
+            sts[n++] = st;
+        }
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < n; k++)
+            if ((WIFSIGNALED(sts[k]) != 0) == (pass == 0))
+                on_exit_status(who[k], sts[k]);
+    free(who);
+    free(sts);
 }
 
 static void handle_signals(int sfd)
@@ -924,6 +970,8 @@ static void main_loop(int sfd)
 
         reap();
         now = now_ns();
+        if (job.report_at && (now >= job.report_at || job.live == 0))
+            report_held();
         if (job.state == J_RUNNING && job.deadline && now >= job.deadline) {
             job.timed_out = true;
             fprintf(stderr, "loomrun: timed out after %g seconds; stopping "
@@ -958,6 +1006,8 @@ static void main_loop(int sfd)
             timeout = ms_until(job.give_up_at, now);
         if (job.live == 0) /* only lingering groups: no SIGCHLD for them */
             timeout = min_timeout(timeout, GROUP_POLL_MS);
+        if (job.report_at)
+            timeout = min_timeout(timeout, ms_until(job.report_at, now));
 
         pfd[n].fd = sfd;
         pfd[n].events = POLLIN;
