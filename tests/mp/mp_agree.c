@@ -18,9 +18,9 @@
  *           fail with LOOM_ERR_MISMATCH ("OK ops ...").
  *   stop    rank VICTIM stops itself (SIGSTOP) before agreement 3; the
  *           others agree without it ("OK stop ..." with the value), then
- *           rank 0 sends it SIGCONT: its own agreement must fail with
- *           LOOM_ERR_REVOKED, and its loom_comm_get_error say REVOKED
- *           naming it ("OK excluded ...").
+ *           rank 0 sends it SIGCONT: its loom_comm_grow and its own
+ *           agreement must fail with LOOM_ERR_REVOKED, and its
+ *           loom_comm_get_error say REVOKED naming it ("OK excluded ...").
  *   steps   the retry pattern of loom_comm_agree(3): checked allreduces;
  *           rank VICTIM dies around step ITER/2's allreduce (a thread
  *           kills it 0-3 ms into the step); after each step the
@@ -241,14 +241,21 @@ int main(int argc, char **argv)
                 fclose(f);
             }
             raise(SIGSTOP);
-            /* Continued after the others went on without this rank. */
-            v = 5;
-            r = loom_comm_agree(comm, &v, LOOM_MIN);
+            /* Continued after the others went on without this rank: a
+             * grow (which revokes nothing itself) is refused, and the
+             * communicator then says why. */
+            loom_comm_t nc = NULL;
+            loom_result_t g = loom_comm_grow(comm, &nc);
             int fr = -2;
             loom_result_t ge = loom_comm_get_error(comm, &fr);
-            int ok = r == LOOM_ERR_REVOKED && ge == LOOM_ERR_REVOKED && fr == rank;
-            printf("%s excluded: agree %s (%s); get_error %s rank %d\n", ok ? "OK" : "FAIL",
-                   loom_strerror(r), loom_get_last_error(), loom_strerror(ge), fr);
+            int ok = g == LOOM_ERR_REVOKED && !nc && ge == LOOM_ERR_REVOKED && fr == rank;
+            printf("%s excluded: grow %s (%s); get_error %s rank %d\n", ok ? "" : "FAIL",
+                   loom_strerror(g), loom_get_last_error(), loom_strerror(ge), fr);
+            v = 5;
+            r = loom_comm_agree(comm, &v, LOOM_MIN);
+            ok = ok && r == LOOM_ERR_REVOKED;
+            printf("%s excluded: agree %s (%s)\n", ok ? "OK" : "FAIL", loom_strerror(r),
+                   loom_get_last_error());
             return !ok;
         }
         /* Without the victim: its silence is found by heartbeats. */

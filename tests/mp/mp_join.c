@@ -18,7 +18,8 @@
  *                must still work.  Members print "OK member kept size=N";
  *                the joiner writes "OK joiner refused: MESSAGE".
  *   MODE dies:   as grow, but the last member dies (SIGKILL from a thread,
- *                0-250 ms after it enters loom_comm_grow, which takes about as long): the joiner must
+ *                0-250 ms after it enters loom_comm_grow, which takes about
+ *                as long, or when the grow returns): the joiner must
  *                still be admitted, and everyone settles (checked
  *                allreduce, loom_comm_agree, shrink until it works) on
  *                n ranks: the n - 1 members and the newcomer.  Prints
@@ -317,6 +318,7 @@ int main(int argc, char **argv)
     loom_comm_t big = NULL;
     loom_result_t r = loom_comm_grow(comm, &big);
     double grow = now_ms() - t0;
+    if (dies && rank == n - 1) raise(SIGKILL); /* by now at the latest */
     if (dies) {
         if (r != LOOM_SUCCESS || !big) {
             printf("FAIL grow while a member died: %s: %s\n", loom_strerror(r),
