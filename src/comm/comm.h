@@ -37,6 +37,10 @@ struct loomi_progress {
 
 struct loom_comm {
     uint32_t magic;
+    /* What the application holds (core/handle.c); NULL until the
+     * communicator is published, and again after it is withdrawn.  Calls
+     * into the public API on this communicator's behalf pass it. */
+    loom_comm_t handle;
     int rank, nranks;
     int algo_forced[LOOMI_MAX_COLLS]; /* from LOOM_ALGO */
     struct loomi_settings set;
@@ -200,9 +204,22 @@ static inline void loomi_comm_unlock(const struct loom_comm *c)
     pthread_mutex_unlock(&pt->mu);
 }
 
-/* Check that comm is a live communicator that can run operations
- * (LOOM_ERR_INVALID_ARGUMENT for NULL/garbage, LOOM_ERR_REVOKED when broken). */
-loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn);
+/* The communicator handle h names, or NULL when it names none (no
+ * message). */
+struct loom_comm *loomi_comm_get(loom_comm_t h);
+/* The communicator h names, broken or not, in *out; else
+ * LOOM_ERR_INVALID_ARGUMENT with a message naming fn and why (NULL,
+ * destroyed, never a communicator). */
+loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* Same, and the communicator can run operations (LOOM_ERR_REVOKED when
+ * broken). */
+loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* Make c live: give it its handle and magic (LOOM_ERR_NO_MEMORY when no
+ * handle is left).  Withdraw: its handle names nothing from now on
+ * (nothing when it has none).  Every communicator that was published is
+ * withdrawn before it is freed. */
+loom_result_t loomi_comm_publish(struct loom_comm *c);
+void loomi_comm_withdraw(struct loom_comm *c);
 
 /* Mark the communicator failed (first caller wins), fail its operations
  * and tell the peers.  Safe to call more than once. */

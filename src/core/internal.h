@@ -123,6 +123,28 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
                                      const loom_config_t *cfg,
                                      const char *caller);
 
+/* --------------------------------------------------------- handles */
+
+/* What the application holds for a communicator or a request is a slot
+ * of a table and the slot's generation, not an address (handle.c): a
+ * handle stays refused after its object is gone, whatever address a new
+ * object gets.  Thread-safe; lookups take no lock. */
+enum loomi_handle_kind { LOOMI_HANDLE_COMM = 0, LOOMI_HANDLE_REQUEST = 1 };
+enum loomi_handle_state {
+    LOOMI_HANDLE_LIVE,  /* names an object */
+    LOOMI_HANDLE_NULL,  /* 0 */
+    LOOMI_HANDLE_GONE,  /* named one that was released since */
+    LOOMI_HANDLE_NEVER  /* was never a handle of this kind */
+};
+/* A new handle for obj (which may be NULL: reserved, set later); 0 when
+ * the table is full or out of memory. */
+uintptr_t loomi_handle_new(enum loomi_handle_kind kind, void *obj);
+void loomi_handle_set(enum loomi_handle_kind kind, uintptr_t h, void *obj);
+/* The object h names, or NULL (then *why, when given, says why). */
+void *loomi_handle_get(enum loomi_handle_kind kind, uintptr_t h, enum loomi_handle_state *why);
+/* Release h: from now on it names nothing (a second drop does nothing). */
+void loomi_handle_drop(enum loomi_handle_kind kind, uintptr_t h);
+
 /* ------------------------------------------------------------ time */
 
 /* Monotonic clock in nanoseconds / milliseconds. */
