@@ -62,6 +62,7 @@ void loomi_clear_error(void);
  * given to init overrides them per communicator. */
 struct loomi_env {
     int timeout_ms;
+    int timeout_src;           /* LOOM_TIMEOUT: 0 unset, 1 with a unit, 2 a bare number */
     int spin_us;
     int tcp_streams;
     size_t tcp_sockbuf;
@@ -92,10 +93,17 @@ const struct loomi_env *loomi_env_get(void);
 
 /* Parse "123", "4K", "2M", "1G" (powers of 1024).  Returns 0 on success. */
 int loomi_parse_size(const char *s, size_t *out);
+/* Parse a duration into a whole number of units of unit_us microseconds
+ * (1000: milliseconds): a bare number is in those units; else a decimal
+ * number ("1.5") and a unit, us, ms, s or m.  Returns 0 on success, -1
+ * for garbage, a negative value, overflow or a value that is not a whole
+ * number of units. */
+int loomi_parse_duration(const char *s, long long unit_us, long long *out);
 
 /* Per-communicator settings: environment merged with a loom_config_t. */
 struct loomi_settings {
     int timeout_ms;
+    int timeout_src; /* 0 default, LOOM_TIMEOUT with a unit 1 or bare 2, 3 cfg->timeout_ms */
     int spin_us;
     int tcp_streams;
     size_t tcp_sockbuf;
@@ -122,6 +130,10 @@ struct loomi_settings {
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,
                                      const loom_config_t *cfg,
                                      const char *caller);
+/* The deadline as messages name it: "LOOM_TIMEOUT=60000 ms", and for a
+ * deadline under a second a word on it ("LOOM_TIMEOUT=20 ms (did you
+ * mean 20s? ...)"). */
+void loomi_timeout_str(const struct loomi_settings *s, char *buf, size_t n);
 
 /* --------------------------------------------------------- handles */
 

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -523,3 +524,72 @@ Test(api, stale_request_refused)
     EXPECT_ERR(loom_wait(&copy), LOOM_ERR_INVALID_ARGUMENT, "not a live request");
 }
 
+/* Durations: a bare number in the variable's unit (as before), or a
+ * number with a unit; anything else refused. */
+Test(api_init, durations_parse)
+{
+    long long v;
+    struct { const char *s; long long unit_us, want; } ok[] = {
+        {"60000", 1000, 60000}, {"20s", 1000, 20000}, {"500ms", 1000, 500}, {"2m", 1000, 120000},
+        {"1.5s", 1000, 1500},   {"0.25s", 1000, 250}, {"3000us", 1000, 3},  {"0", 1000, 0},
+        {"200", 1, 200},        {"1ms", 1, 1000},     {"0.5ms", 1, 500},    {"2s", 1, 2000000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        cr_assert_eq(loomi_parse_duration(ok[i].s, ok[i].unit_us, &v), 0, "'%s' refused", ok[i].s);
+        cr_assert_eq(v, ok[i].want, "'%s' gave %lld, not %lld", ok[i].s, v, ok[i].want);
+    }
+    const char *bad[] = {"", "s", "20x", "20sec", "20 s", "-5", "1.5", "1.5.5s", ".5s", "0.5us",
+                         "1500us", "20S", "99999999999999999999", "9999999999999999m"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_neq(loomi_parse_duration(bad[i], 1000, &v), 0, "'%s' accepted (%lld)", bad[i], v);
+}
+
+static int timeout_of(const char *value, char *msg, size_t n)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    setenv("LOOM_TIMEOUT", value, 1);
+    loom_unique_id_t id;
+    loom_comm_t c = NULL;
+    msg[0] = '\0';
+    if (loom_get_unique_id(&id) != LOOM_SUCCESS ||
+        loom_comm_init_rank(&c, 1, &id, 0, NULL) != LOOM_SUCCESS) {
+        snprintf(msg, n, "%s", loom_get_last_error());
+        return -1;
+    }
+    int t = loomi_comm_get(c)->set.timeout_ms;
+    loom_comm_destroy(c);
+    return t;
+}
+
+/* Each test runs in a process of its own: the environment is read once. */
+Test(api_init, timeout_with_unit)
+{
+    char m[512];
+    cr_assert_eq(timeout_of("20s", m, sizeof m), 20000, "%s", m);
+}
+
+Test(api_init, timeout_bare_is_ms)
+{
+    char m[512];
+    cr_assert_eq(timeout_of("60000", m, sizeof m), 60000, "%s", m);
+}
+
+Test(api_init, timeout_garbage_named)
+{
+    char m[512];
+    cr_assert_eq(timeout_of("20x", m, sizeof m), -1);
+    cr_assert(strstr(m, "LOOM_TIMEOUT=20x is invalid"), "message: %s", m);
+}
+Test(api_init, timeout_str_under_a_second)
+{
+    struct loomi_settings s = {.timeout_ms = 20, .timeout_src = 2};
+    char b[160];
+    loomi_timeout_str(&s, b, sizeof b);
+    cr_assert(strstr(b, "LOOM_TIMEOUT=20 ms (did you mean 20s?"), "%s", b);
+    s.timeout_src = 1;
+    loomi_timeout_str(&s, b, sizeof b);
+    cr_assert(strstr(b, "under a second"), "%s", b);
+    s.timeout_ms = 60000;
+    loomi_timeout_str(&s, b, sizeof b);
+    cr_assert_str_eq(b, "LOOM_TIMEOUT=60000 ms");
+}
