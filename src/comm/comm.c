@@ -318,14 +318,18 @@ void loomi_comm_discard(struct loom_comm *c)
  * and the control address, and from every rank's card build the job's
  * picture before connecting, so that each peer is reached by the right
  * transport. */
-loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *t, int rank,
-                                int nranks, const loom_config_t *cfg, const char *caller,
+loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *target,
+                                int rank, int nranks, const loom_config_t *cfg, const char *caller,
                                 bool run_root)
 {
     struct loom_comm *c;
     unsigned char *all = NULL;
     loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
     if (r != LOOM_SUCCESS) return r;
+    /* The messages of the bootstrap name the deadline as it was set. */
+    struct loomi_boot_target tt = *target;
+    const struct loomi_boot_target *t = &tt;
+    loomi_timeout_str(&c->set, tt.tmo, sizeof tt.tmo);
     memcpy(c->job_key, t->job_key, 16);
     r = loomi_route_parse(c->set.transport, &c->route_mask, rank);
     if (r != LOOM_SUCCESS) {
@@ -340,9 +344,10 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
 
     if (run_root) {
         char port[16];
-        snprintf(port, sizeof port, "%s", t->port);
-        r = loomi_root_start(t->host, port, sizeof port, t->job_key, nranks, c->set.timeout_ms, 1,
-                             NULL);
+        snprintf(port, sizeof port, "%.15s", t->port);
+        /* It outlives this rank's own deadline, to answer its question
+         * then (which ranks never came) and tell the others. */
+        r = loomi_root_start(t, port, sizeof port, nranks, deadline + 1000, 1, NULL);
         if (r != LOOM_SUCCESS) goto fail;
     }
     int bfd = -1;
@@ -378,6 +383,10 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
     return LOOM_SUCCESS;
 fail:
     free(all);
+    /* A deadline under a second is worth a word, wherever it passed. */
+    if (r == LOOM_ERR_TIMEOUT && c->set.timeout_ms < 1000 &&
+        !strstr(loom_get_last_error(), tt.tmo))
+        r = loomi_fail(r, rank, "%s (%s)", loom_get_last_error(), tt.tmo);
     loomi_comm_discard(c);
     return r;
 }
@@ -413,8 +422,13 @@ loom_result_t loom_get_unique_id(loom_unique_id_t *id)
     }
     snprintf(u.host, sizeof u.host, "%s", h);
     char port[16] = "0";
-    loom_result_t r = loomi_root_start(u.host, port, sizeof port, u.job_key, 0, e->timeout_ms, 1,
-                                       NULL);
+    struct loomi_boot_target t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.host, sizeof t.host, "%s", u.host);
+    memcpy(t.job_key, u.job_key, 16);
+    t.keyed = 1;
+    loom_result_t r = loomi_root_start(&t, port, sizeof port, 0,
+                                       loomi_now_ms() + (uint64_t)e->timeout_ms + 1000, 1, NULL);
     if (r != LOOM_SUCCESS) return r;
     snprintf(u.port, sizeof u.port, "%.7s", port);
     memcpy(id->internal, &u, sizeof u);
@@ -445,6 +459,7 @@ loom_result_t loom_comm_init_rank(loom_comm_t *comm, int nranks, const loom_uniq
     snprintf(t.host, sizeof t.host, "%s", u.host);
     snprintf(t.port, sizeof t.port, "%s", u.port);
     memcpy(t.job_key, u.job_key, 16);
+    t.keyed = 1;
     *comm = NULL;
     return loomi_comm_create(comm, &t, rank, nranks, cfg, fn, false);
 }

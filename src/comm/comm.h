@@ -290,20 +290,30 @@ int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
 
 /* ------------------------------------------------------------ bootstrap */
 
-/* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t. */
+/* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t;
+ * and for messages, how the deadline is set (loomi_timeout_str; "" when
+ * unknown) and where the key came from. */
 struct loomi_boot_target {
     char host[256];
     char port[16];
     unsigned char job_key[16];
+    char tmo[128];
+    /* 0: derived from the root address alone (no LOOM_JOB_KEY, no job
+     * id): two jobs started by hand on one address hold the same key. */
+    int keyed;
 };
 
 /* Start the rendezvous service for a job of nranks (or any size if
  * nranks == 0: fixed by the first rank that arrives) on host:port
  * ("0" = ephemeral); the chosen port is written back.  Runs in a thread
- * of its own and ends when every rank has its reply or at the deadline. */
-loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
-                               const unsigned char job_key[16], int nranks,
-                               int timeout_ms, int detached, pthread_t *thread);
+ * of its own and ends when every rank has its reply, or at deadline_ms,
+ * when it tells every rank registered which ranks never came.  A host
+ * that is not an address of this machine fails at once
+ * (LOOM_ERR_INVALID_ARGUMENT), and so does an address in use (the root
+ * of another job there is told, so that the jobs do not merge). */
+loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, size_t portlen,
+                               int nranks, uint64_t deadline_ms, int detached,
+                               pthread_t *thread);
 
 /* Connect to the root before deadline_ms; `local` receives the address
  * this process used to reach it (the interface to use for data when none
