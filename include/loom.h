@@ -111,7 +111,11 @@ loom_result_t loom_config_init(loom_config_t *cfg);
 
 /* ------------------------------------------------------- communicators */
 
-typedef struct loom_comm *loom_comm_t;
+/* A handle, not an address: once the communicator is destroyed (or
+ * aborted) every call given the handle fails with
+ * LOOM_ERR_INVALID_ARGUMENT, even where a later communicator was made
+ * in the same memory.  NULL is never a communicator. */
+typedef struct loom_comm_handle *loom_comm_t;
 
 /* Opaque identity of a job, created by one process and passed to all
  * others out of band (as NCCL's ncclUniqueId).  It holds the rendezvous
@@ -257,6 +261,9 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
 
 /* ------------------------------------------------------------ requests */
 
+/* A handle as well: a request already completed (waited or tested
+ * done, or released by loom_comm_abort) is refused with
+ * LOOM_ERR_INVALID_ARGUMENT, never taken for a later request. */
 typedef struct loom_request *loom_request_t;
 #define LOOM_REQUEST_NULL ((loom_request_t)0)
 

@@ -6,6 +6,7 @@
  * Every check happens before anything is touched, so a call rejected for
  * its arguments leaves every buffer as it was.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,14 +33,17 @@ static loom_result_t bad(const struct call *c, const char *fmt, const char *what
     return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->comm->rank, fmt, c->fn, what);
 }
 
-/* Checks every call shares: the communicator, the type, the op (for
- * reductions), the root, and that nranks * count elements fit. */
-static loom_result_t check_common(struct call *c, loom_comm_t comm, int reduces, int rooted,
-                                  size_t count, size_t blocks)
+/* Checks every call shares: the communicator (which h names: set in
+ * c->comm), the type, the op (for reductions), the root, and that
+ * blocks + per_rank * nranks blocks of count elements fit. */
+static loom_result_t check_common(struct call *c, loom_comm_t h, int reduces, int rooted,
+                                  size_t count, size_t blocks, size_t per_rank)
 {
-    loom_result_t r = loomi_comm_check(comm, c->fn);
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_check(h, c->fn, &comm);
     if (r != LOOM_SUCCESS) return r;
     c->comm = comm;
+    blocks += per_rank * (size_t)comm->nranks;
     size_t es = loom_datatype_size(c->dtype);
     if (!es)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
@@ -218,9 +222,10 @@ static loom_result_t check_opts(struct call *c, const loom_coll_options_t *o)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_set_codec(loom_comm_t comm, const loom_codec_t *codec)
+loom_result_t loom_comm_set_codec(loom_comm_t h, const loom_codec_t *codec)
 {
-    loom_result_t r = loomi_comm_check(comm, "loom_comm_set_codec");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_check(h, "loom_comm_set_codec", &comm);
     if (r != LOOM_SUCCESS) return r;
     if (codec && !codec_ok(codec))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
@@ -229,9 +234,10 @@ loom_result_t loom_comm_set_codec(loom_comm_t comm, const loom_codec_t *codec)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_set_algo(loom_comm_t comm, const char *spec)
+loom_result_t loom_comm_set_algo(loom_comm_t h, const char *spec)
 {
-    loom_result_t r = loomi_comm_check(comm, "loom_comm_set_algo");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_check(h, "loom_comm_set_algo", &comm);
     if (r != LOOM_SUCCESS) return r;
     /* Parsed aside, so that a bad spec leaves the setting as it was. */
     int forced[LOOMI_MAX_COLLS];
@@ -323,10 +329,21 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
     const uint64_t t0 = tune ? loomi_now_ns() : 0;
+    uintptr_t rh = 0;
+    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
+        loomi_sched_free(&s);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
+                          "%s: no request handle left (too many requests not yet waited for)",
+                          c->fn);
+    }
     r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
-    if (r != LOOM_SUCCESS) return r;
+    if (r != LOOM_SUCCESS) {
+        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
+        return r;
+    }
     if (req) {
-        *req = (loom_request_t)op;
+        loomi_op_set_request(op, rh);
+        *req = (loom_request_t)rh;
         return LOOM_SUCCESS;
     }
     r = loomi_op_wait(op);
@@ -408,11 +425,11 @@ static void find_window(struct call *c, size_t n)
 /* ------------------------------------------------------------ allreduce */
 
 static loom_result_t allreduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
-                               loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
+                               loom_datatype_t dtype, loom_op_t op, loom_comm_t h,
                                const loom_coll_options_t *opts, loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0);
-    loom_result_t r = check_common(&c, comm, 1, 0, count, 2);
+    loom_result_t r = check_common(&c, h, 1, 0, count, 2, 0);
     if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
     if (r != LOOM_SUCCESS) return r;
     size_t n = count * loom_datatype_size(dtype);
@@ -457,14 +474,15 @@ loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
 
 static loom_result_t reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
                                     size_t recvcount, loom_datatype_t dtype, loom_op_t op,
-                                    loom_comm_t comm, const loom_coll_options_t *opts,
+                                    loom_comm_t h, const loom_coll_options_t *opts,
                                     loom_request_t *req)
 {
     struct call c =
         call_init(fn, LOOMI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
-    loom_result_t r = check_common(&c, comm, 1, 0, recvcount, (size_t)comm->nranks + 1);
+    loom_result_t r = check_common(&c, h, 1, 0, recvcount, 1, 1);
     if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = recvcount * loom_datatype_size(dtype);
     c.a.inplace = sendbuf && (const char *)sendbuf + (size_t)comm->rank * n == recvbuf;
     if ((r = check_bufs(&c, n * (size_t)comm->nranks, n, c.a.inplace)) != LOOM_SUCCESS) return r;
@@ -509,14 +527,15 @@ loom_result_t loom_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t re
 /* ------------------------------------------------------------ allgather */
 
 static loom_result_t allgather(const char *fn, const void *sendbuf, void *recvbuf,
-                               size_t sendcount, loom_datatype_t dtype, loom_comm_t comm,
+                               size_t sendcount, loom_datatype_t dtype, loom_comm_t h,
                                const loom_coll_options_t *opts, loom_request_t *req)
 {
     struct call c =
         call_init(fn, LOOMI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, 0);
-    loom_result_t r = check_common(&c, comm, 0, 0, sendcount, (size_t)comm->nranks + 1);
+    loom_result_t r = check_common(&c, h, 0, 0, sendcount, 1, 1);
     if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = sendcount * loom_datatype_size(dtype);
     c.a.inplace = recvbuf && (const char *)recvbuf + (size_t)comm->rank * n == sendbuf;
     if ((r = check_bufs(&c, n, n * (size_t)comm->nranks, c.a.inplace)) != LOOM_SUCCESS) return r;
@@ -556,11 +575,12 @@ loom_result_t loom_iallgather(const void *sendbuf, void *recvbuf, size_t sendcou
 /* ------------------------------------------------------------- alltoall */
 
 static loom_result_t alltoall(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
-                              loom_datatype_t dtype, loom_comm_t comm, loom_request_t *req)
+                              loom_datatype_t dtype, loom_comm_t h, loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, LOOM_SUM, 0);
-    loom_result_t r = check_common(&c, comm, 0, 0, count, 2 * (size_t)comm->nranks);
+    loom_result_t r = check_common(&c, h, 0, 0, count, 0, 2);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = count * loom_datatype_size(dtype) * (size_t)comm->nranks;
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
@@ -585,12 +605,13 @@ loom_result_t loom_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
 
 static loom_result_t alltoallv(const char *fn, const void *sendbuf, const size_t *sendcounts,
                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                               const size_t *rdispls, loom_datatype_t dtype, loom_comm_t comm,
+                               const size_t *rdispls, loom_datatype_t dtype, loom_comm_t h,
                                loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, LOOM_SUM, 0);
-    loom_result_t r = check_common(&c, comm, 0, 0, 0, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, 0, 0, 0);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     if (!sendcounts) return bad(&c, "%s: %s is NULL", "sendcounts");
     if (!sdispls) return bad(&c, "%s: %s is NULL", "sdispls");
     if (!recvcounts) return bad(&c, "%s: %s is NULL", "recvcounts");
@@ -639,13 +660,14 @@ loom_result_t loom_ialltoallv(const void *sendbuf, const size_t *sendcounts, con
 /* ------------------------------------------------------------ broadcast */
 
 static loom_result_t broadcast(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
-                               loom_datatype_t dtype, int root, loom_comm_t comm,
+                               loom_datatype_t dtype, int root, loom_comm_t h,
                                loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM,
                               root);
-    loom_result_t r = check_common(&c, comm, 0, 1, count, 2);
+    loom_result_t r = check_common(&c, h, 0, 1, count, 2, 0);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = count * loom_datatype_size(dtype);
     int is_root = comm->rank == root;
     c.a.inplace = is_root && sendbuf == recvbuf;
@@ -672,12 +694,13 @@ loom_result_t loom_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
 /* --------------------------------------------------------------- reduce */
 
 static loom_result_t reduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
-                            loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t comm,
+                            loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t h,
                             loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
-    loom_result_t r = check_common(&c, comm, 1, 1, count, 2);
+    loom_result_t r = check_common(&c, h, 1, 1, count, 2, 0);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = count * loom_datatype_size(dtype);
     int is_root = comm->rank == root;
     c.a.inplace = is_root && sendbuf == recvbuf;
@@ -704,13 +727,14 @@ loom_result_t loom_ireduce(const void *sendbuf, void *recvbuf, size_t count,
 /* --------------------------------------------------------------- gather */
 
 static loom_result_t gather(const char *fn, const void *sendbuf, void *recvbuf, size_t sendcount,
-                            loom_datatype_t dtype, int root, loom_comm_t comm,
+                            loom_datatype_t dtype, int root, loom_comm_t h,
                             loom_request_t *req)
 {
     struct call c =
         call_init(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root);
-    loom_result_t r = check_common(&c, comm, 0, 1, sendcount, (size_t)comm->nranks + 1);
+    loom_result_t r = check_common(&c, h, 0, 1, sendcount, 1, 1);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = sendcount * loom_datatype_size(dtype);
     int is_root = comm->rank == root;
     c.a.inplace = is_root && recvbuf && (const char *)recvbuf + (size_t)root * n == sendbuf;
@@ -738,13 +762,14 @@ loom_result_t loom_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
 /* -------------------------------------------------------------- scatter */
 
 static loom_result_t scatter(const char *fn, const void *sendbuf, void *recvbuf, size_t recvcount,
-                             loom_datatype_t dtype, int root, loom_comm_t comm,
+                             loom_datatype_t dtype, int root, loom_comm_t h,
                              loom_request_t *req)
 {
     struct call c =
         call_init(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root);
-    loom_result_t r = check_common(&c, comm, 0, 1, recvcount, (size_t)comm->nranks + 1);
+    loom_result_t r = check_common(&c, h, 0, 1, recvcount, 1, 1);
     if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
     size_t n = recvcount * loom_datatype_size(dtype);
     int is_root = comm->rank == root;
     c.a.inplace = is_root && sendbuf && (const char *)sendbuf + (size_t)root * n == recvbuf;
@@ -772,10 +797,10 @@ loom_result_t loom_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount
 
 /* -------------------------------------------------------------- barrier */
 
-static loom_result_t barrier(const char *fn, loom_comm_t comm, loom_request_t *req)
+static loom_result_t barrier(const char *fn, loom_comm_t h, loom_request_t *req)
 {
     struct call c = call_init(fn, LOOMI_COLL_BARRIER, NULL, NULL, 0, LOOM_UINT8, LOOM_SUM, 0);
-    loom_result_t r = check_common(&c, comm, 0, 0, 0, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, 0, 0, 0);
     if (r != LOOM_SUCCESS) return r;
     return launch(&c, req);
 }
@@ -791,12 +816,29 @@ loom_result_t loom_ibarrier(loom_comm_t comm, loom_request_t *req)
 
 /* ------------------------------------------------------------- requests */
 
-/* Requests are operations; the cast keeps the public type opaque. */
+/* The operation request req names, or LOOM_ERR_INVALID_ARGUMENT naming
+ * fn and why. */
+static loom_result_t request_op(const char *fn, const char *what, loom_request_t req,
+                                struct loomi_op **op)
+{
+    enum loomi_handle_state why;
+    *op = loomi_request_op(req, &why);
+    if (*op) return LOOM_SUCCESS;
+    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                      why == LOOMI_HANDLE_GONE
+                          ? "%s: %s is not a live request (completed already: a request is "
+                            "waited for, or tested done, once; or released by loom_comm_abort)"
+                          : "%s: %s is not a request (never returned by a Loom call)",
+                      fn, what);
+}
+
 loom_result_t loom_wait(loom_request_t *req)
 {
     if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_wait: req is NULL");
     if (*req == LOOM_REQUEST_NULL) return LOOM_SUCCESS;
-    struct loomi_op *o = (struct loomi_op *)*req;
+    struct loomi_op *o;
+    loom_result_t r = request_op("loom_wait", "*req", *req, &o);
+    if (r != LOOM_SUCCESS) return r;
     *req = LOOM_REQUEST_NULL;
     return loomi_op_wait(o);
 }
@@ -809,7 +851,10 @@ loom_result_t loom_test(loom_request_t *req, int *done)
         *done = 1;
         return LOOM_SUCCESS;
     }
-    loom_result_t r = loomi_op_test((struct loomi_op *)*req, done);
+    struct loomi_op *o;
+    loom_result_t r = request_op("loom_test", "*req", *req, &o);
+    if (r != LOOM_SUCCESS) return r;
+    r = loomi_op_test(o, done);
     if (*done) *req = LOOM_REQUEST_NULL;
     return r;
 }
@@ -819,6 +864,15 @@ static loom_result_t check_reqs(const char *fn, loom_request_t *reqs, int n)
     if (n < 0) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: n %d is negative", fn, n);
     if (n > 0 && !reqs)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: reqs is NULL with n %d", fn, n);
+    /* Every entry before anything waits: a stale one is refused, not
+     * taken for whatever operation now lives at its old address. */
+    for (int i = 0; i < n; i++) {
+        struct loomi_op *o;
+        char what[32];
+        snprintf(what, sizeof what, "reqs[%d]", i);
+        if (reqs[i] != LOOM_REQUEST_NULL && request_op(fn, what, reqs[i], &o) != LOOM_SUCCESS)
+            return LOOM_ERR_INVALID_ARGUMENT;
+    }
     return LOOM_SUCCESS;
 }
 

@@ -17,6 +17,7 @@
 #include "core/internal.h"
 
 struct queued {
+    loom_comm_t h; /* looked up again at the end: it may be gone by then */
     struct loom_comm *comm;
     struct loomi_sched s;
     const void *sendbuf;
@@ -48,6 +49,7 @@ loom_result_t loomi_group_queue(struct loom_comm *comm, struct loomi_sched *s,
         grp.cap = cap;
     }
     struct queued *e = &grp.q[grp.n++];
+    e->h = comm->handle;
     e->comm = comm;
     e->s = *s;
     memset(s, 0, sizeof *s);
@@ -145,9 +147,10 @@ loom_result_t loom_group_end(void)
         }
         /* A communicator broken by an earlier call of this group fails
          * the rest at once. */
-        loom_result_t r = loomi_comm_check(q[i].comm, "loom_group_end");
+        struct loom_comm *qc;
+        loom_result_t r = loomi_comm_check(q[i].h, "loom_group_end", &qc);
         if (r == LOOM_SUCCESS)
-            r = loomi_op_start(q[i].comm, &q[i].s, q[i].sendbuf, q[i].recvbuf, q[i].inplace,
+            r = loomi_op_start(qc, &q[i].s, q[i].sendbuf, q[i].recvbuf, q[i].inplace,
                                &ops[started]);
         else
             loomi_sched_free(&q[i].s);
@@ -155,7 +158,7 @@ loom_result_t loom_group_end(void)
             first = r;
             continue;
         }
-        comms[started++] = q[i].comm;
+        comms[started++] = qc;
     }
     free(q);
     free(order);
@@ -169,9 +172,10 @@ loom_result_t loom_group_end(void)
 /* ------------------------------------------------------- point to point */
 
 static loom_result_t p2p(const char *fn, int is_send, const void *sbuf, void *rbuf, size_t count,
-                         loom_datatype_t dtype, int peer, loom_comm_t comm, loom_request_t *req)
+                         loom_datatype_t dtype, int peer, loom_comm_t h, loom_request_t *req)
 {
-    loom_result_t r = loomi_comm_check(comm, fn);
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_check(h, fn, &comm);
     if (r != LOOM_SUCCESS) return r;
     size_t es = loom_datatype_size(dtype);
     if (!es)
@@ -216,10 +220,21 @@ static loom_result_t p2p(const char *fn, int is_send, const void *sbuf, void *rb
     }
     if (loomi_group_active()) return loomi_group_queue(comm, &s, sbuf, rbuf, 0);
     struct loomi_op *op;
+    uintptr_t rh = 0;
+    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
+        loomi_sched_free(&s);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
+                          "%s: no request handle left (too many requests not yet waited for)",
+                          fn);
+    }
     r = loomi_op_start(comm, &s, sbuf, rbuf, 0, &op);
-    if (r != LOOM_SUCCESS) return r;
+    if (r != LOOM_SUCCESS) {
+        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
+        return r;
+    }
     if (req) {
-        *req = (loom_request_t)op;
+        loomi_op_set_request(op, rh);
+        *req = (loom_request_t)rh;
         return LOOM_SUCCESS;
     }
     return loomi_op_wait(op);

@@ -157,11 +157,11 @@ static loom_result_t tune_call(struct loom_comm *c, int coll, loom_datatype_t dt
     const size_t per = count / (size_t)c->nranks; /* a block: reduce-scatter, alltoall */
     switch (coll) {
     case LOOMI_COLL_ALLREDUCE:
-        return loom_allreduce(a, a, bytes / loom_datatype_size(dt), dt, op, c);
-    case LOOMI_COLL_ALLGATHER: return loom_allgather(a, b, count, LOOM_FLOAT32, c);
+        return loom_allreduce(a, a, bytes / loom_datatype_size(dt), dt, op, c->handle);
+    case LOOMI_COLL_ALLGATHER: return loom_allgather(a, b, count, LOOM_FLOAT32, c->handle);
     case LOOMI_COLL_REDUCE_SCATTER:
-        return loom_reduce_scatter(a, b, per, LOOM_FLOAT32, LOOM_SUM, c);
-    default: return loom_alltoall(a, b, per, LOOM_FLOAT32, c);
+        return loom_reduce_scatter(a, b, per, LOOM_FLOAT32, LOOM_SUM, c->handle);
+    default: return loom_alltoall(a, b, per, LOOM_FLOAT32, c->handle);
     }
 }
 
@@ -202,7 +202,7 @@ static loom_result_t sweep(struct loom_comm *c, int k, loom_datatype_t dt, loom_
         uint8_t stop = 0;
         if (tz[1] > tz[0]) stop = 1;
         else if (z + 1 < ns && loomi_now_ns() - start > TUNE_BUDGET_NS) stop = 2;
-        if (r == LOOM_SUCCESS) r = loom_broadcast(&stop, &stop, 1, LOOM_UINT8, 0, c);
+        if (r == LOOM_SUCCESS) r = loom_broadcast(&stop, &stop, 1, LOOM_UINT8, 0, c->handle);
         if (r != LOOM_SUCCESS) break;
         if (stop > 2) {
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
@@ -284,7 +284,7 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     uint8_t go = 0;
     if (r == LOOM_SUCCESS) {
         go = cut == LOOMI_SMALL_TUNED && loomi_now_ns() - start < TUNE_BUDGET_NS;
-        r = loom_broadcast(&go, &go, 1, LOOM_UINT8, 0, c);
+        r = loom_broadcast(&go, &go, 1, LOOM_UINT8, 0, c->handle);
         if (r == LOOM_SUCCESS && go > 1)
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
                            "small allreduce: rank 0 sent %u for whether to time the slower "

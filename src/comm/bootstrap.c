@@ -6,11 +6,19 @@
  * called loom_get_unique_id).  It checks each registration - protocol
  * version, job key, job size, rank range, duplicates - and answers a bad
  * one at once with the reason, so a mismatched job fails with a message
- * instead of hanging.  Everything it reads is length-checked first.
+ * instead of hanging.  A registration that shows two jobs sharing the
+ * root (a rank registered twice, another size, a second rank 0 that found
+ * the address taken) refuses the whole job, on every rank, rather than
+ * let parts of two jobs merge into one.  A rank whose deadline passes
+ * asks the root what holds the job up, and every rank is told which
+ * ranks never registered.  Everything it reads is length-checked first.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
@@ -23,15 +31,23 @@
 #include "comm/net.h"
 
 #define BOOT_MAGIC 0x4c4d4254u /* "LMBT" */
+#define BOOT_QUERY 0x4c4d4251u /* "LMBQ": a registered rank's deadline passed */
 /* 2: addresses carry topology cards; 3: and control addresses; 4: hellos
- * carry the settings every rank must share. */
-#define BOOT_VERSION 4u
+ * carry the settings every rank must share; 5: and flags, the pid and the
+ * host (for messages), and a registered rank may ask what holds the job
+ * up. */
+#define BOOT_VERSION 5u
 #define BOOT_MAX_RANKS (1 << 20)
+/* Not a registration: a rank 0 found this root's address in use. */
+#define BOOT_F_CONFLICT 1u
 
 struct boot_hello {
     uint32_t magic, version;
     unsigned char job_key[16];
     int32_t nranks, rank;
+    uint32_t flags;
+    int32_t pid;
+    char host[64];
     uint32_t addr_len;
     unsigned char addr[LOOMI_ADDR_BYTES];
     struct loomi_uniform uniform;
@@ -46,20 +62,36 @@ struct boot_reply {
     /* followed, on success, by nranks * LOOMI_ADDR_BYTES */
 };
 
+static void fill_who(struct boot_hello *h)
+{
+    h->pid = (int32_t)getpid();
+    if (gethostname(h->host, sizeof h->host) != 0) snprintf(h->host, sizeof h->host, "?");
+    h->host[sizeof h->host - 1] = '\0';
+}
+
 /* ---------------------------------------------------------------- root */
 
 struct root_client {
     int fd;
     size_t got;
     struct boot_hello h;
+    int rank;     /* registered as this rank; -1: not (yet) */
+    size_t qgot;  /* bytes of a query read */
+    uint32_t q;
 };
 
 struct root_args {
     int lfd;
     unsigned char key[16];
-    int nranks; /* 0: set by the first registration */
+    int keyed;
+    int nranks;        /* 0: set by the first registration */
+    int size_from_env; /* nranks came from rank 0's own environment */
     uint64_t deadline_ms;
     char name[96];
+    /* Once the job is refused: why, and with which code; every rank
+     * registered has been told, and every one that comes is. */
+    loom_result_t refused;
+    char why[sizeof ((struct boot_reply *)0)->msg];
 };
 
 static void send_reply(int fd, loom_result_t code, int whole, uint64_t deadline, const char *msg)
@@ -88,6 +120,151 @@ static void reply_error(int fd, loom_result_t code, uint64_t deadline, const cha
     send_reply(fd, code, 0, deadline, msg);
 }
 
+/* "1, 3-5, 9" for the ranks q < n with by_rank[q] < 0 (want 0) or >= 0
+ * (want 1); at most about 120 characters, then "and N more". */
+static int rank_list(char *buf, size_t len, const int *by_rank, int n, int want)
+{
+    size_t o = 0;
+    int count = 0, shown = 0;
+    buf[0] = '\0';
+    for (int q = 0; q < n; q++) {
+        if ((by_rank[q] >= 0) != want) continue;
+        int e = q;
+        while (e + 1 < n && (by_rank[e + 1] >= 0) == want) e++;
+        count += e - q + 1;
+        if (o < 120 && o < len) {
+            int k = e == q ? snprintf(buf + o, len - o, "%s%d", o ? ", " : "", q)
+                           : snprintf(buf + o, len - o, "%s%d-%d", o ? ", " : "", q, e);
+            if (k > 0) o += (size_t)k;
+            shown += e - q + 1;
+        }
+        q = e;
+    }
+    if (count > shown && o < len) snprintf(buf + o, len - o, " and %d more", count - shown);
+    return count;
+}
+
+/* What holds the job up, for a message: "2 of 4 ranks had registered;
+ * never registered: ranks 1, 3". */
+static void missing(const struct root_args *a, const int *by_rank, int registered, char *buf,
+                    size_t len)
+{
+    if (!a->nranks || !by_rank) {
+        snprintf(buf, len, "no rank registered");
+        return;
+    }
+    char list[160];
+    rank_list(list, sizeof list, by_rank, a->nranks, 0);
+    snprintf(buf, len, "%d of %d ranks had registered; never registered: %s%s", registered,
+             a->nranks, strchr(list, ',') || strchr(list, '-') ? "ranks " : "rank ", list);
+}
+
+/* Refuse the whole job: the process on fd `first` (not registered; -1:
+ * none) and every rank registered are told (rank 0 last: this thread
+ * usually lives in its process, which may exit as soon as it has its
+ * answer), and so is every rank that comes later. */
+static void refuse_job(struct root_args *a, struct root_client *cl, const int *by_rank, int first,
+                       loom_result_t code, const char *fmt, ...) LOOMI_PRINTF(6, 7);
+static void refuse_job(struct root_args *a, struct root_client *cl, const int *by_rank, int first,
+                       loom_result_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->why, sizeof a->why, fmt, ap);
+    va_end(ap);
+    a->refused = code;
+    LOOMI_WARN(-1, "rendezvous root %s: refusing the job: %s", a->name, a->why);
+    if (first >= 0) send_reply(first, code, 1, a->deadline_ms, a->why);
+    for (int q = a->nranks - 1; by_rank && q >= 0; q--) {
+        struct root_client *c = by_rank[q] >= 0 ? &cl[by_rank[q]] : NULL;
+        if (!c || c->fd < 0) continue;
+        send_reply(c->fd, code, 1, a->deadline_ms, a->why);
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+/* A new hello, complete (or of another version): judge it.  Returns 1
+ * when it registered. */
+static int judge(struct root_args *a, struct root_client *cl, int i, int **by_rankp,
+                 int *registered, int early)
+{
+    struct root_client *c = &cl[i];
+    const struct boot_hello *h = &c->h;
+    char who[128];
+    snprintf(who, sizeof who, "pid %d on %.64s", (int)h->pid, h->host);
+    const char *apart = a->keyed ? "" : ", or a LOOM_JOB_KEY of its own";
+    if (early) {
+        reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
+                    "bootstrap protocol version %u is not %u (different Loom versions?)",
+                    h->version, BOOT_VERSION);
+        return 0;
+    }
+    if (memcmp(h->job_key, a->key, 16) != 0) {
+        reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
+                    "rank %d (%s) carries another job's key: another job's root listens at "
+                    "%s (two jobs on one root address?)",
+                    (int)h->rank, who, a->name);
+        return 0;
+    }
+    if (a->refused) {
+        send_reply(c->fd, a->refused, 1, a->deadline_ms, a->why);
+        return 0;
+    }
+    if (h->flags & BOOT_F_CONFLICT) {
+        refuse_job(a, cl, *by_rankp, c->fd, LOOM_ERR_MISMATCH,
+                   "a second rank 0 (%s) found this job's root address %s in use: two jobs "
+                   "on one root address; give each its own port%s",
+                   who, a->name, apart);
+        return 0;
+    }
+    if (h->nranks < 1 || h->nranks > BOOT_MAX_RANKS || h->addr_len > LOOMI_ADDR_BYTES) {
+        reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
+                    "rank %d (%s) says the job has %d ranks, which is not in 1..%d",
+                    (int)h->rank, who, (int)h->nranks, BOOT_MAX_RANKS);
+        return 0;
+    }
+    if (a->nranks && h->nranks != a->nranks) {
+        refuse_job(a, cl, *by_rankp, c->fd, LOOM_ERR_MISMATCH,
+                   "rank %d (%s) says the job has %d ranks, the job has %d (as %s): "
+                   "LOOM_SIZE (or the launcher's size) differs, or two jobs share the root "
+                   "address",
+                   (int)h->rank, who, (int)h->nranks, a->nranks,
+                   a->size_from_env ? "rank 0 says" : "the first rank to register said");
+        return 0;
+    }
+    if (h->rank < 0 || h->rank >= h->nranks) {
+        reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
+                    "rank %d (%s) is out of range for %d ranks", (int)h->rank, who,
+                    (int)h->nranks);
+        return 0;
+    }
+    if (!a->nranks) a->nranks = h->nranks;
+    if (!*by_rankp) {
+        *by_rankp = malloc((size_t)a->nranks * sizeof **by_rankp);
+        if (!*by_rankp) {
+            reply_error(c->fd, LOOM_ERR_NO_MEMORY, a->deadline_ms, "the root is out of memory");
+            return 0;
+        }
+        for (int j = 0; j < a->nranks; j++) (*by_rankp)[j] = -1;
+    }
+    int *by_rank = *by_rankp;
+    if (by_rank[h->rank] >= 0) {
+        const struct boot_hello *o = &cl[by_rank[h->rank]].h;
+        refuse_job(a, cl, by_rank, c->fd, LOOM_ERR_MISMATCH,
+                   "rank %d registered twice, by pid %d on %.64s and by %s: two jobs on one "
+                   "root address? Give each its own port%s",
+                   (int)h->rank, (int)o->pid, o->host, who, apart);
+        return 0;
+    }
+    by_rank[h->rank] = i;
+    c->rank = h->rank;
+    ++*registered;
+    LOOMI_TRACE(-1, "rendezvous root %s: rank %d registered (%s), %d of %d", a->name,
+                (int)h->rank, who, *registered, a->nranks);
+    return 1;
+}
+
 static void *root_main(void *arg)
 {
     struct root_args *a = arg;
@@ -99,11 +276,14 @@ static void *root_main(void *arg)
     struct pollfd *pf = NULL;
     if (!cl) goto out;
 
-    while (a->nranks == 0 || registered < a->nranks) {
+    while (a->refused || a->nranks == 0 || registered < a->nranks) {
         int left = loomi_ms_left(a->deadline_ms);
         if (left == 0) {
-            LOOMI_WARN(-1, "rendezvous root %s: deadline passed with %d of %d ranks registered",
-                       a->name, registered, a->nranks);
+            if (!a->refused) {
+                char m[200];
+                missing(a, by_rank, registered, m, sizeof m);
+                refuse_job(a, cl, by_rank, -1, LOOM_ERR_TIMEOUT, "at the root's deadline, %s", m);
+            }
             goto out;
         }
         free(pf);
@@ -112,7 +292,7 @@ static void *root_main(void *arg)
         pf[0].fd = a->lfd;
         pf[0].events = POLLIN;
         for (int i = 0; i < n; i++) {
-            pf[i + 1].fd = cl[i].got < sizeof cl[i].h ? cl[i].fd : -1;
+            pf[i + 1].fd = cl[i].fd;
             pf[i + 1].events = POLLIN;
         }
         int k = poll(pf, (nfds_t)n + 1, left);
@@ -129,13 +309,36 @@ static void *root_main(void *arg)
                     cap *= 2;
                 }
                 memset(&cl[n], 0, sizeof cl[n]);
+                cl[n].rank = -1;
                 cl[n++].fd = fd;
             }
         }
         for (int i = 0; i < polled; i++) {
             struct root_client *c = &cl[i];
-            if (c->fd < 0 || c->got >= sizeof c->h || !(pf[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+            if (c->fd < 0 || !(pf[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            if (c->rank >= 0) {
+                /* A registered rank: it asks at its deadline what holds
+                 * the job up, or it went away. */
+                ssize_t r = recv(c->fd, (char *)&c->q + c->qgot, sizeof c->q - c->qgot,
+                                 MSG_DONTWAIT);
+                if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+                if (r > 0) c->qgot += (size_t)r;
+                if (r > 0 && c->qgot < sizeof c->q) continue;
+                if (r > 0 && c->q == BOOT_QUERY) {
+                    char m[200];
+                    missing(a, by_rank, registered, m, sizeof m);
+                    refuse_job(a, cl, by_rank, -1, LOOM_ERR_TIMEOUT,
+                               "when rank %d's deadline passed, %s", c->rank, m);
+                    continue;
+                }
+                LOOMI_INFO(-1, "rendezvous root %s: rank %d (pid %d on %.64s) left before the "
+                           "job was complete", a->name, c->rank, (int)c->h.pid, c->h.host);
+                by_rank[c->rank] = -1;
+                registered--;
+                close(c->fd);
+                c->fd = -1;
                 continue;
+            }
             ssize_t r = recv(c->fd, (char *)&c->h + c->got, sizeof c->h - c->got, MSG_DONTWAIT);
             if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
                 close(c->fd);
@@ -150,44 +353,8 @@ static void *root_main(void *arg)
             const int early = c->got >= 2 * sizeof(uint32_t) &&
                               (h->magic != BOOT_MAGIC || h->version != BOOT_VERSION);
             if (c->got < sizeof c->h && !early) continue;
-            loom_result_t bad = LOOM_SUCCESS;
-            if (early) {
-                reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
-                            "bootstrap protocol version %u is not %u (different Loom versions?)",
-                            h->version, BOOT_VERSION);
-                bad = LOOM_ERR_MISMATCH;
-            } else if (memcmp(h->job_key, a->key, 16) != 0) {
-                reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
-                            "rank %d carries another job's key (two jobs on one root address?)",
-                            (int)h->rank);
-                bad = LOOM_ERR_MISMATCH;
-            } else if (h->nranks < 1 || h->nranks > BOOT_MAX_RANKS ||
-                       (a->nranks && h->nranks != a->nranks)) {
-                reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
-                            "rank %d says the job has %d ranks, the job has %d", (int)h->rank,
-                            (int)h->nranks, a->nranks);
-                bad = LOOM_ERR_MISMATCH;
-            } else if (h->rank < 0 || h->rank >= h->nranks || h->addr_len > LOOMI_ADDR_BYTES) {
-                reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
-                            "rank %d is out of range for %d ranks", (int)h->rank, (int)h->nranks);
-                bad = LOOM_ERR_MISMATCH;
-            } else {
-                if (!a->nranks) a->nranks = h->nranks;
-                if (!by_rank) {
-                    by_rank = malloc((size_t)a->nranks * sizeof *by_rank);
-                    if (!by_rank) goto out;
-                    for (int j = 0; j < a->nranks; j++) by_rank[j] = -1;
-                }
-                if (by_rank[h->rank] >= 0) {
-                    reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
-                                "rank %d registered twice", (int)h->rank);
-                    bad = LOOM_ERR_MISMATCH;
-                } else {
-                    by_rank[h->rank] = i;
-                    registered++;
-                }
-            }
-            if (bad != LOOM_SUCCESS) {
+            c->h.host[sizeof c->h.host - 1] = '\0';
+            if (!judge(a, cl, i, &by_rank, &registered, early)) {
                 close(c->fd);
                 c->fd = -1;
             }
@@ -205,8 +372,7 @@ static void *root_main(void *arg)
                                 who, msg, sizeof msg))
             continue;
         LOOMI_WARN(-1, "rendezvous root %s: refusing the job: %s", a->name, msg);
-        /* Rank 0 last: this thread usually lives in its process, which
-         * may exit as soon as it has its answer. */
+        /* Rank 0 last, as in refuse_job. */
         for (int q = a->nranks - 1; q >= 0; q--)
             send_reply(cl[by_rank[q]].fd, LOOM_ERR_MISMATCH, 1, a->deadline_ms, msg);
         goto out;
@@ -239,10 +405,65 @@ out:
     return NULL;
 }
 
-loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
-                               const unsigned char job_key[16], int nranks, int timeout_ms,
-                               int detached, pthread_t *thread)
+/* This host's addresses, for a message: "127.0.0.1, 192.0.2.2". */
+static void host_addresses(char *buf, size_t len)
 {
+    struct ifaddrs *ifs;
+    size_t o = 0;
+    buf[0] = '\0';
+    if (getifaddrs(&ifs) != 0) return;
+    for (struct ifaddrs *i = ifs; i && o + 48 < len; i = i->ifa_next) {
+        if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+        char ip[INET6_ADDRSTRLEN];
+        if (i->ifa_addr->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, sizeof ip);
+        else if (i->ifa_addr->sa_family == AF_INET6 &&
+                 !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, ip, sizeof ip);
+        else
+            continue;
+        int k = snprintf(buf + o, len - o, "%s%s", o ? ", " : "", ip);
+        if (k > 0) o += (size_t)k;
+    }
+    freeifaddrs(ifs);
+}
+
+/* The address of this job's root is taken: tell whoever listens there
+ * (a root of another job with the same key refuses its job, rather than
+ * take this job's ranks for its own), and say what it answered. */
+static void tell_root_in_use(const struct loomi_boot_target *t, const struct sockaddr *sa,
+                             socklen_t len, int nranks, char *said, size_t saidlen)
+{
+    char msg[200];
+    uint64_t d = loomi_now_ms() + 1000;
+    snprintf(said, saidlen, "what listens there did not answer as a rendezvous root (a "
+                            "running job's join service, another program, or another Loom "
+                            "version)");
+    int fd = loomi_connect_retry(sa, len, d, msg, sizeof msg);
+    if (fd < 0) return;
+    struct boot_hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = BOOT_MAGIC;
+    h.version = BOOT_VERSION;
+    memcpy(h.job_key, t->job_key, 16);
+    h.nranks = nranks;
+    h.rank = 0;
+    h.flags = BOOT_F_CONFLICT;
+    fill_who(&h);
+    struct boot_reply rp;
+    if (loomi_write_full(fd, &h, sizeof h, d) == 0 && loomi_read_full(fd, &rp, sizeof rp, d) == 0 &&
+        rp.magic == BOOT_MAGIC) {
+        rp.msg[sizeof rp.msg - 1] = '\0';
+        snprintf(said, saidlen, "the root there answered: %s", rp.msg);
+    }
+    close(fd);
+}
+
+loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, size_t portlen,
+                               int nranks, uint64_t deadline_ms, int detached,
+                               pthread_t *thread)
+{
+    const char *host = t->host;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -252,37 +473,61 @@ loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
     if (rc != 0)
         return loomi_fail(LOOM_ERR_CONNECT, -1, "rendezvous root: cannot resolve %s:%s: %s",
                           host, port, gai_strerror(rc));
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        freeaddrinfo(res);
-        return loomi_fail(LOOM_ERR_SYSTEM, -1, "rendezvous root: socket: %s", strerror(errno));
+    /* Each address the name has, until one binds. */
+    int fd = -1, err = 0, in_use = 0;
+    struct addrinfo *used = NULL;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        int s = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && listen(s, 4096) == 0) {
+            fd = s;
+            used = ai;
+            break;
+        }
+        if (errno == EADDRINUSE && !in_use) {
+            in_use = 1;
+            used = ai;
+        }
+        if (!err || errno != EADDRNOTAVAIL) err = errno;
+        close(s);
     }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int b = bind(fd, res->ai_addr, res->ai_addrlen);
-    if (b != 0 && errno == EADDRNOTAVAIL) {
-        /* The name is this host's but not one of its addresses (NAT, an
-         * alias): listen on all addresses with the same port instead. */
-        struct sockaddr_storage any;
-        memset(&any, 0, sizeof any);
-        any.ss_family = (sa_family_t)res->ai_family;
-        if (res->ai_family == AF_INET)
-            ((struct sockaddr_in *)&any)->sin_port = ((struct sockaddr_in *)res->ai_addr)->sin_port;
-        else
-            ((struct sockaddr_in6 *)&any)->sin6_port =
-                ((struct sockaddr_in6 *)res->ai_addr)->sin6_port;
-        b = bind(fd, (struct sockaddr *)&any, res->ai_addrlen);
-    }
-    struct sockaddr_storage bound;
-    socklen_t bl = sizeof bound;
-    if (b != 0 || listen(fd, 4096) != 0 || getsockname(fd, (struct sockaddr *)&bound, &bl) != 0) {
-        int e = errno;
-        close(fd);
+    if (fd < 0 && in_use) {
+        /* Fail at once, and tell whoever holds the address. */
+        char said[400];
+        tell_root_in_use(t, used->ai_addr, used->ai_addrlen, nranks, said, sizeof said);
         freeaddrinfo(res);
-        return loomi_fail(LOOM_ERR_SYSTEM, -1,
-                          "rendezvous root: cannot listen on %s:%s: %s", host, port, strerror(e));
+        return loomi_fail(LOOM_ERR_SYSTEM, 0,
+                          "rendezvous root: cannot listen on %s:%s: address in use "
+                          "(EADDRINUSE): is another job's root there? %s",
+                          host, port, said);
     }
     freeaddrinfo(res);
+    if (fd < 0 && err == EADDRNOTAVAIL) {
+        char name[64] = "?", addrs[256];
+        gethostname(name, sizeof name);
+        name[sizeof name - 1] = '\0';
+        host_addresses(addrs, sizeof addrs);
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, 0,
+                          "rendezvous root: rank 0 serves the rendezvous at %s:%s, but %s is not "
+                          "an address of this host (%s, whose addresses are %s): the root "
+                          "address (LOOM_ROOT, or MASTER_ADDR) must be rank 0's host",
+                          host, port, host, name, addrs);
+    }
+    if (fd < 0)
+        return loomi_fail(LOOM_ERR_SYSTEM, -1, "rendezvous root: cannot listen on %s:%s: %s (%s)",
+                          host, port, strerror(err), loomi_errno_name(err));
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof bound;
+    if (getsockname(fd, (struct sockaddr *)&bound, &bl) != 0) {
+        int e = errno;
+        close(fd);
+        return loomi_fail(LOOM_ERR_SYSTEM, -1, "rendezvous root: getsockname: %s", strerror(e));
+    }
     uint16_t p = bound.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&bound)->sin_port)
                                             : ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
     snprintf(port, portlen, "%u", p);
@@ -293,17 +538,17 @@ loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
         return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "rendezvous root: out of memory");
     }
     a->lfd = fd;
-    memcpy(a->key, job_key, 16);
+    memcpy(a->key, t->job_key, 16);
+    a->keyed = t->keyed;
     a->nranks = nranks;
-    /* A little longer than the ranks' own deadline, so that a rank whose
-     * job never completes hears "timed out" from itself, not a reset. */
-    a->deadline_ms = loomi_now_ms() + (uint64_t)timeout_ms + 1000;
-    snprintf(a->name, sizeof a->name, "%s:%s", host, port);
+    a->size_from_env = nranks > 0;
+    a->deadline_ms = deadline_ms;
+    snprintf(a->name, sizeof a->name, "%.72s:%.15s", host, port);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     if (detached) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    rc = pthread_create(&t, &attr, root_main, a);
+    pthread_t th;
+    rc = pthread_create(&th, &attr, root_main, a);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         close(fd);
@@ -311,7 +556,7 @@ loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
         return loomi_fail(LOOM_ERR_SYSTEM, -1, "rendezvous root: pthread_create: %s",
                           strerror(rc));
     }
-    if (thread) *thread = t;
+    if (thread) *thread = th;
     LOOMI_INFO(-1, "rendezvous root listening on %s:%s", host, port);
     return LOOM_SUCCESS;
 }
@@ -329,14 +574,16 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
     if (rc != 0)
         return loomi_fail(LOOM_ERR_CONNECT, rank, "cannot resolve rendezvous root %s:%s: %s",
                           t->host, t->port, gai_strerror(rc));
-    char msg[256] = "";
+    char msg[320] = "";
     int fd = -1;
+    const char *tmo = t->tmo[0] ? t->tmo : "the deadline";
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
-        fd = loomi_connect_retry(ai->ai_addr, ai->ai_addrlen, deadline_ms, msg, sizeof msg);
+        fd = loomi_connect_retry_log(ai->ai_addr, ai->ai_addrlen, deadline_ms, rank,
+                                     "rendezvous root", tmo, msg, sizeof msg);
     freeaddrinfo(res);
     if (fd < 0)
-        return loomi_fail(LOOM_ERR_CONNECT, rank,
-                          "rendezvous root %s:%s unreachable: %s", t->host, t->port, msg);
+        return loomi_fail(LOOM_ERR_CONNECT, rank, "rendezvous root %s:%s unreachable within %s: %s",
+                          t->host, t->port, tmo, msg);
     if (local) {
         socklen_t l = *local_len;
         getsockname(fd, local, &l);
@@ -344,6 +591,33 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
     }
     *fdp = fd;
     return LOOM_SUCCESS;
+}
+
+/* Read n bytes into buf, *got of them already there, until deadline_ms:
+ * 0, or -1 (errno set; ETIMEDOUT at the deadline, *got what came). */
+static int read_more(int fd, void *buf, size_t n, size_t *got, uint64_t deadline_ms)
+{
+    while (*got < n) {
+        ssize_t r = recv(fd, (char *)buf + *got, n - *got, MSG_DONTWAIT);
+        if (r > 0) {
+            *got += (size_t)r;
+            continue;
+        }
+        if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        int left = loomi_ms_left(deadline_ms);
+        if (left == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, left) < 0 && errno != EINTR) return -1;
+    }
+    return 0;
 }
 
 loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,
@@ -358,23 +632,56 @@ loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int
     memcpy(h.job_key, t->job_key, 16);
     h.nranks = nranks;
     h.rank = rank;
+    fill_who(&h);
     h.addr_len = (uint32_t)addr_len;
     memcpy(h.addr, addr, addr_len);
     h.uniform = *uniform;
+    const char *tmo = t->tmo[0] ? t->tmo : "the deadline";
     loom_result_t r = LOOM_SUCCESS;
     struct boot_reply rp;
-    if (loomi_write_full(fd, &h, sizeof h, deadline_ms) ||
-        loomi_read_full(fd, &rp, sizeof rp, deadline_ms)) {
+    size_t got = 0;
+    if (loomi_write_full(fd, &h, sizeof h, deadline_ms)) {
         r = loomi_fail(errno == ETIMEDOUT ? LOOM_ERR_TIMEOUT : LOOM_ERR_CONNECT, rank,
-                       "rendezvous with root %s:%s failed: %s (did all %d ranks start?)", t->host,
-                       t->port, errno == ETIMEDOUT ? "deadline passed" : strerror(errno), nranks);
+                       "rendezvous with root %s:%s failed: could not register within %s: %s",
+                       t->host, t->port, tmo,
+                       errno == ETIMEDOUT ? "deadline passed" : strerror(errno));
         goto out;
+    }
+    if (read_more(fd, &rp, sizeof rp, &got, deadline_ms)) {
+        int e = errno;
+        if (e != ETIMEDOUT) {
+            r = loomi_fail(LOOM_ERR_CONNECT, rank,
+                           "rendezvous with root %s:%s failed: %s (%s) while waiting for the "
+                           "other ranks: the root's process ended?",
+                           t->host, t->port, strerror(e), loomi_errno_name(e));
+            goto out;
+        }
+        /* This rank's deadline passed: ask the root what holds the job
+         * up.  It tells every rank registered, and answers at once. */
+        uint32_t q = BOOT_QUERY;
+        uint64_t grace = loomi_now_ms() + 1000;
+        deadline_ms = grace;
+        if (loomi_write_full(fd, &q, sizeof q, grace) ||
+            read_more(fd, &rp, sizeof rp, &got, grace)) {
+            r = loomi_fail(LOOM_ERR_TIMEOUT, rank,
+                           "rendezvous with root %s:%s: the job was not complete within %s, "
+                           "and the root did not say which ranks are missing (did all %d "
+                           "ranks start?)",
+                           t->host, t->port, tmo, nranks);
+            goto out;
+        }
     }
     rp.msg[sizeof rp.msg - 1] = '\0';
     if (rp.magic != BOOT_MAGIC) {
         r = loomi_fail(LOOM_ERR_MISMATCH, rank,
                        "rendezvous root %s:%s answered with something that is not Loom", t->host,
                        t->port);
+        goto out;
+    }
+    if (rp.code == LOOM_ERR_TIMEOUT) {
+        r = loomi_fail(LOOM_ERR_TIMEOUT, rank,
+                       "rendezvous root %s:%s: the job did not start within %s: %s", t->host,
+                       t->port, tmo, rp.msg);
         goto out;
     }
     if (rp.code != LOOM_SUCCESS && rp.whole) {

@@ -27,29 +27,69 @@ struct uid_layout {
 };
 _Static_assert(sizeof(struct uid_layout) == LOOM_UNIQUE_ID_BYTES, "unique id layout");
 
-/* comm is a communicator that exists (broken or not). */
-static loom_result_t comm_live(const struct loom_comm *comm, const char *fn)
+struct loom_comm *loomi_comm_get(loom_comm_t h)
 {
-    if (!comm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: comm is NULL", fn);
-    if (comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "%s: comm is not a live communicator (destroyed or never created)", fn);
-    return LOOM_SUCCESS;
+    struct loom_comm *c = loomi_handle_get(LOOMI_HANDLE_COMM, (uintptr_t)h, NULL);
+    return c && c->magic == LOOMI_COMM_MAGIC ? c : NULL;
 }
 
-loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
+loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **out)
 {
-    loom_result_t r = comm_live(comm, fn);
+    enum loomi_handle_state why;
+    struct loom_comm *c = loomi_handle_get(LOOMI_HANDLE_COMM, (uintptr_t)h, &why);
+    *out = NULL;
+    if (c && c->magic == LOOMI_COMM_MAGIC) {
+        *out = c;
+        return LOOM_SUCCESS;
+    }
+    if (why == LOOMI_HANDLE_NULL)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: comm is NULL", fn);
+    if (why == LOOMI_HANDLE_GONE)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: comm is not a live communicator (destroyed or aborted; its "
+                          "handle stays invalid, whatever was created since)",
+                          fn);
+    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                      "%s: comm is not a live communicator (never created: not a value that "
+                      "loom_comm_init_* gave)",
+                      fn);
+}
+
+loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out)
+{
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, fn, &comm);
+    *out = comm;
     if (r != LOOM_SUCCESS) return r;
     /* The communicator's owner is the caller: it may bring it up to date. */
     loomi_comm_lock(comm);
-    if (comm->error == LOOM_SUCCESS) loomi_comm_sync((struct loom_comm *)comm);
+    if (comm->error == LOOM_SUCCESS) loomi_comm_sync(comm);
     if (comm->error != LOOM_SUCCESS)
         r = loomi_fail(LOOM_ERR_REVOKED, comm->rank,
                        "%s: the communicator is broken since an earlier failure: %s", fn,
                        comm->errmsg);
     loomi_comm_unlock(comm);
     return r;
+}
+
+loom_result_t loomi_comm_publish(struct loom_comm *c)
+{
+    if (!c->handle) {
+        uintptr_t h = loomi_handle_new(LOOMI_HANDLE_COMM, c);
+        if (!h)
+            return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank,
+                              "communicator: no handle left (too many live communicators)");
+        c->handle = (loom_comm_t)h;
+    }
+    c->magic = LOOMI_COMM_MAGIC;
+    return LOOM_SUCCESS;
+}
+
+void loomi_comm_withdraw(struct loom_comm *c)
+{
+    c->magic = 0;
+    if (c->handle) loomi_handle_drop(LOOMI_HANDLE_COMM, (uintptr_t)c->handle);
+    c->handle = NULL;
 }
 
 loom_result_t loomi_comm_sync(struct loom_comm *c)
@@ -248,16 +288,19 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         c->small_unmeasured = 0;
         c->shared_bytes -= c->small_region;
     }
-    c->magic = LOOMI_COMM_MAGIC;
+    /* Live from here: tuning calls the public collectives on it. */
+    r = loomi_comm_publish(c);
+    if (r != LOOM_SUCCESS) return r;
     /* Measure the links and choose algorithms: collective over the new
      * communicator, so every rank gets here or fails by the deadline. */
     r = loomi_comm_tune(c, links);
-    if (r != LOOM_SUCCESS) c->magic = 0;
+    if (r != LOOM_SUCCESS) loomi_comm_withdraw(c);
     return r;
 }
 
 void loomi_comm_discard(struct loom_comm *c)
 {
+    loomi_comm_withdraw(c);
     loomi_progress_stop(c);
     loomi_ctrl_destroy(c->ctrl, 0);
     if (c->tstate) c->tops->destroy(c->tstate);
@@ -275,14 +318,18 @@ void loomi_comm_discard(struct loom_comm *c)
  * and the control address, and from every rank's card build the job's
  * picture before connecting, so that each peer is reached by the right
  * transport. */
-loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *t, int rank,
-                                int nranks, const loom_config_t *cfg, const char *caller,
+loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target *target,
+                                int rank, int nranks, const loom_config_t *cfg, const char *caller,
                                 bool run_root)
 {
     struct loom_comm *c;
     unsigned char *all = NULL;
     loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
     if (r != LOOM_SUCCESS) return r;
+    /* The messages of the bootstrap name the deadline as it was set. */
+    struct loomi_boot_target tt = *target;
+    const struct loomi_boot_target *t = &tt;
+    loomi_timeout_str(&c->set, tt.tmo, sizeof tt.tmo);
     memcpy(c->job_key, t->job_key, 16);
     r = loomi_route_parse(c->set.transport, &c->route_mask, rank);
     if (r != LOOM_SUCCESS) {
@@ -297,9 +344,10 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
 
     if (run_root) {
         char port[16];
-        snprintf(port, sizeof port, "%s", t->port);
-        r = loomi_root_start(t->host, port, sizeof port, t->job_key, nranks, c->set.timeout_ms, 1,
-                             NULL);
+        snprintf(port, sizeof port, "%.15s", t->port);
+        /* It outlives this rank's own deadline, to answer its question
+         * then (which ranks never came) and tell the others. */
+        r = loomi_root_start(t, port, sizeof port, nranks, deadline + 1000, 1, NULL);
         if (r != LOOM_SUCCESS) goto fail;
     }
     int bfd = -1;
@@ -331,10 +379,14 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
                rank, nranks, me.host.name, c->hosts->nhosts,
                loomi_route_describe(c->tstate, how, sizeof how), c->set.tcp_streams,
                c->set.chunk_bytes, c->set.heartbeat_ms);
-    *out = c;
+    *out = c->handle;
     return LOOM_SUCCESS;
 fail:
     free(all);
+    /* A deadline under a second is worth a word, wherever it passed. */
+    if (r == LOOM_ERR_TIMEOUT && c->set.timeout_ms < 1000 &&
+        !strstr(loom_get_last_error(), tt.tmo))
+        r = loomi_fail(r, rank, "%s (%s)", loom_get_last_error(), tt.tmo);
     loomi_comm_discard(c);
     return r;
 }
@@ -370,8 +422,13 @@ loom_result_t loom_get_unique_id(loom_unique_id_t *id)
     }
     snprintf(u.host, sizeof u.host, "%s", h);
     char port[16] = "0";
-    loom_result_t r = loomi_root_start(u.host, port, sizeof port, u.job_key, 0, e->timeout_ms, 1,
-                                       NULL);
+    struct loomi_boot_target t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.host, sizeof t.host, "%s", u.host);
+    memcpy(t.job_key, u.job_key, 16);
+    t.keyed = 1;
+    loom_result_t r = loomi_root_start(&t, port, sizeof port, 0,
+                                       loomi_now_ms() + (uint64_t)e->timeout_ms + 1000, 1, NULL);
     if (r != LOOM_SUCCESS) return r;
     snprintf(u.port, sizeof u.port, "%.7s", port);
     memcpy(id->internal, &u, sizeof u);
@@ -402,6 +459,7 @@ loom_result_t loom_comm_init_rank(loom_comm_t *comm, int nranks, const loom_uniq
     snprintf(t.host, sizeof t.host, "%s", u.host);
     snprintf(t.port, sizeof t.port, "%s", u.port);
     memcpy(t.job_key, u.job_key, 16);
+    t.keyed = 1;
     *comm = NULL;
     return loomi_comm_create(comm, &t, rank, nranks, cfg, fn, false);
 }
@@ -420,6 +478,7 @@ loom_result_t loom_comm_init_env(loom_comm_t *comm, const loom_config_t *cfg)
 
 static void comm_free(struct loom_comm *c, int polite)
 {
+    loomi_comm_withdraw(c);
     loomi_progress_stop(c);
     loomi_ctrl_destroy(c->ctrl, polite);
     c->ctrl = NULL;
@@ -444,13 +503,13 @@ static void comm_free(struct loom_comm *c, int polite)
         loomi_topo_job_free(c->topo);
         free(c->topo);
     }
-    c->magic = 0;
     free(c);
 }
 
-loom_result_t loom_comm_destroy(loom_comm_t comm)
+loom_result_t loom_comm_destroy(loom_comm_t h)
 {
-    loom_result_t r = comm_live(comm, "loom_comm_destroy");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_destroy", &comm);
     if (r != LOOM_SUCCESS) return r;
     if (comm->nlive)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
@@ -465,9 +524,10 @@ loom_result_t loom_comm_destroy(loom_comm_t comm)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_abort(loom_comm_t comm)
+loom_result_t loom_comm_abort(loom_comm_t h)
 {
-    loom_result_t r = comm_live(comm, "loom_comm_abort");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_abort", &comm);
     if (r != LOOM_SUCCESS) return r;
     loomi_progress_stop(comm);
     loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
@@ -481,27 +541,30 @@ loom_result_t loom_comm_abort(loom_comm_t comm)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_rank(loom_comm_t comm, int *rank)
+loom_result_t loom_comm_rank(loom_comm_t h, int *rank)
 {
-    loom_result_t r = comm_live(comm, "loom_comm_rank");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_rank", &comm);
     if (r != LOOM_SUCCESS) return r;
     if (!rank) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_rank: rank is NULL");
     *rank = comm->rank;
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_size(loom_comm_t comm, int *size)
+loom_result_t loom_comm_size(loom_comm_t h, int *size)
 {
-    loom_result_t r = comm_live(comm, "loom_comm_size");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_size", &comm);
     if (r != LOOM_SUCCESS) return r;
     if (!size) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_size: size is NULL");
     *size = comm->nranks;
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank)
+loom_result_t loom_comm_get_error(loom_comm_t h, int *failed_rank)
 {
-    loom_result_t r = comm_live(comm, "loom_comm_get_error");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_get_error", &comm);
     if (r != LOOM_SUCCESS) return r;
     loomi_comm_lock(comm);
     if (failed_rank) *failed_rank = comm->error != LOOM_SUCCESS ? comm->failed_rank : -1;
@@ -510,9 +573,10 @@ loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank)
     return r;
 }
 
-loom_result_t loom_comm_revoke(loom_comm_t comm)
+loom_result_t loom_comm_revoke(loom_comm_t h)
 {
-    loom_result_t r = comm_live(comm, "loom_comm_revoke");
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_revoke", &comm);
     if (r != LOOM_SUCCESS) return r;
     if (loomi_comm_sync(comm) == LOOM_SUCCESS) {
         loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_revoke on rank %d",
@@ -522,10 +586,11 @@ loom_result_t loom_comm_revoke(loom_comm_t comm)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, int *count)
+loom_result_t loom_comm_get_failed(loom_comm_t h, int *ranks, int capacity, int *count)
 {
     const char *fn = "loom_comm_get_failed";
-    loom_result_t r = comm_live(comm, fn);
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, fn, &comm);
     if (r != LOOM_SUCCESS) return r;
     if (!count) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: count is NULL", fn);
     if (capacity < 0)

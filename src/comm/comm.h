@@ -38,6 +38,10 @@ struct loomi_progress {
 
 struct loom_comm {
     uint32_t magic;
+    /* What the application holds (core/handle.c); NULL until the
+     * communicator is published, and again after it is withdrawn.  Calls
+     * into the public API on this communicator's behalf pass it. */
+    loom_comm_t handle;
     int rank, nranks;
     int algo_forced[LOOMI_MAX_COLLS]; /* from LOOM_ALGO */
     struct loomi_settings set;
@@ -204,9 +208,22 @@ static inline void loomi_comm_unlock(const struct loom_comm *c)
     pthread_mutex_unlock(&pt->mu);
 }
 
-/* Check that comm is a live communicator that can run operations
- * (LOOM_ERR_INVALID_ARGUMENT for NULL/garbage, LOOM_ERR_REVOKED when broken). */
-loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn);
+/* The communicator handle h names, or NULL when it names none (no
+ * message). */
+struct loom_comm *loomi_comm_get(loom_comm_t h);
+/* The communicator h names, broken or not, in *out; else
+ * LOOM_ERR_INVALID_ARGUMENT with a message naming fn and why (NULL,
+ * destroyed, never a communicator). */
+loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* Same, and the communicator can run operations (LOOM_ERR_REVOKED when
+ * broken). */
+loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* Make c live: give it its handle and magic (LOOM_ERR_NO_MEMORY when no
+ * handle is left).  Withdraw: its handle names nothing from now on
+ * (nothing when it has none).  Every communicator that was published is
+ * withdrawn before it is freed. */
+loom_result_t loomi_comm_publish(struct loom_comm *c);
+void loomi_comm_withdraw(struct loom_comm *c);
 
 /* Mark the communicator failed (first caller wins), fail its operations
  * and tell the peers.  Safe to call more than once. */
@@ -279,20 +296,30 @@ int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
 
 /* ------------------------------------------------------------ bootstrap */
 
-/* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t. */
+/* 16-byte job key + rendezvous address, as carried in a loom_unique_id_t;
+ * and for messages, how the deadline is set (loomi_timeout_str; "" when
+ * unknown) and where the key came from. */
 struct loomi_boot_target {
     char host[256];
     char port[16];
     unsigned char job_key[16];
+    char tmo[128];
+    /* 0: derived from the root address alone (no LOOM_JOB_KEY, no job
+     * id): two jobs started by hand on one address hold the same key. */
+    int keyed;
 };
 
 /* Start the rendezvous service for a job of nranks (or any size if
  * nranks == 0: fixed by the first rank that arrives) on host:port
  * ("0" = ephemeral); the chosen port is written back.  Runs in a thread
- * of its own and ends when every rank has its reply or at the deadline. */
-loom_result_t loomi_root_start(const char *host, char *port, size_t portlen,
-                               const unsigned char job_key[16], int nranks,
-                               int timeout_ms, int detached, pthread_t *thread);
+ * of its own and ends when every rank has its reply, or at deadline_ms,
+ * when it tells every rank registered which ranks never came.  A host
+ * that is not an address of this machine fails at once
+ * (LOOM_ERR_INVALID_ARGUMENT), and so does an address in use (the root
+ * of another job there is told, so that the jobs do not merge). */
+loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, size_t portlen,
+                               int nranks, uint64_t deadline_ms, int detached,
+                               pthread_t *thread);
 
 /* Connect to the root before deadline_ms; `local` receives the address
  * this process used to reach it (the interface to use for data when none

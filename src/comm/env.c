@@ -183,13 +183,19 @@ loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nran
                               rn, sn);
     }
     const char *key = env("LOOM_JOB_KEY");
+    t->keyed = 1;
     if (key) set_key(t, key);
     else if (jobid) set_key(t, jobid);
     else {
-        /* Without a job id, ranks of one job share at least the root. */
+        /* Without a job id, ranks of one job share at least the root.
+         * Not the size: a rank with another size is then refused naming
+         * both sizes, not as another job's.  Two jobs started by hand on
+         * one root hold the same key: the root tells them apart by what
+         * it sees (bootstrap.c). */
         char buf[300];
-        snprintf(buf, sizeof buf, "root-%s:%s-%d", t->host, t->port, *nranks);
+        snprintf(buf, sizeof buf, "root-%s:%s", t->host, t->port);
         set_key(t, buf);
+        t->keyed = 0;
     }
     return LOOM_SUCCESS;
 }
@@ -206,6 +212,7 @@ loom_result_t loomi_env_join_target(struct loomi_boot_target *t)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "loom_comm_join: LOOM_ROOT=%s is not host:port", root);
     set_key(t, key);
+    t->keyed = 1;
     return LOOM_SUCCESS;
 }
 

@@ -201,7 +201,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             LOOMI_INFO(newrank, "%s: admitted as rank %d of %d after %llu ms", fn, newrank, newn,
                        (unsigned long long)(loomi_now_ms() - t0));
             free(proto);
-            *comm = c;
+            *comm = c->handle;
             return LOOM_SUCCESS;
         }
         free(data); /* stale or unknown: ignore */

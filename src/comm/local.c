@@ -44,21 +44,28 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
         free(c);
         return r;
     }
-    c->magic = LOOMI_COMM_MAGIC;
+    r = loomi_comm_publish(c);
+    if (r != LOOM_SUCCESS) {
+        tops->destroy(c->tstate);
+        free(c);
+        return r;
+    }
     LOOMI_INFO(rank, "local communicator ready: rank %d of %d, transport %s, chunk %zu", rank,
                nranks, tops->name, c->set.chunk_bytes);
-    *out = c;
+    *out = c->handle;
     return LOOM_SUCCESS;
 }
 
-void loomi_comm_force_algo(loom_comm_t c, int coll, int algo)
+void loomi_comm_force_algo(loom_comm_t h, int coll, int algo)
 {
+    struct loom_comm *c = loomi_comm_get(h);
     if (c && coll >= 0 && coll < LOOMI_NUM_COLLS && algo >= 0 && algo < LOOMI_NUM_ALGOS)
         c->algo_forced[coll] = algo;
 }
 
-void loomi_comm_set_chunk_bytes(loom_comm_t c, size_t bytes)
+void loomi_comm_set_chunk_bytes(loom_comm_t h, size_t bytes)
 {
+    struct loom_comm *c = loomi_comm_get(h);
     if (c && bytes && c->set.chunk_bytes != bytes) {
         c->set.chunk_bytes = bytes;
         loomi_sched_cache_free(c->sched_cache);
@@ -66,8 +73,9 @@ void loomi_comm_set_chunk_bytes(loom_comm_t c, size_t bytes)
     }
 }
 
-loom_result_t loomi_comm_set_hosts(loom_comm_t c, const int *host_of)
+loom_result_t loomi_comm_set_hosts(loom_comm_t h, const int *host_of)
 {
+    struct loom_comm *c = loomi_comm_get(h);
     if (!c || !host_of) return LOOM_ERR_INVALID_ARGUMENT;
     struct loomi_hostmap *m = loomi_hostmap_build(c->nranks, host_of);
     if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "loomi_comm_set_hosts: out of memory");

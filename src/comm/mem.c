@@ -20,11 +20,12 @@ struct loom_mem {
     struct loomi_mr mr;
 };
 
-loom_result_t loom_mem_register(loom_comm_t comm, void *buf, size_t bytes, loom_mem_t *handle)
+loom_result_t loom_mem_register(loom_comm_t h, void *buf, size_t bytes, loom_mem_t *handle)
 {
     const char *fn = "loom_mem_register";
     if (handle) *handle = NULL;
-    loom_result_t r = loomi_comm_check(comm, fn);
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_check(h, fn, &comm);
     if (r != LOOM_SUCCESS) return r;
     if (!handle) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: handle is NULL", fn);
     if (!buf) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: buf is NULL", fn);
@@ -52,14 +53,13 @@ loom_result_t loom_mem_register(loom_comm_t comm, void *buf, size_t bytes, loom_
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_mem_deregister(loom_comm_t comm, loom_mem_t handle)
+loom_result_t loom_mem_deregister(loom_comm_t h, loom_mem_t handle)
 {
     const char *fn = "loom_mem_deregister";
     /* A broken communicator still releases its registrations. */
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
-                          fn);
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, fn, &comm);
+    if (r != LOOM_SUCCESS) return r;
     if (!handle) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: handle is NULL", fn);
     /* Find it by address before touching it: a handle deregistered
      * already, or another communicator's, is refused, not dereferenced. */

@@ -142,9 +142,11 @@ int loomi_pick_address(const char *spec, struct sockaddr_storage *ss, socklen_t 
 
 static int wait_fd(int fd, short ev, uint64_t deadline_ms)
 {
-    for (;;) {
+    for (int first = 1;; first = 0) {
         int left = loomi_ms_left(deadline_ms);
-        if (left == 0) {
+        /* One look even at the deadline: a connection on this host is
+         * often made by the time connect() returns. */
+        if (left == 0 && !first) {
             errno = ETIMEDOUT;
             return -1;
         }
@@ -155,19 +157,69 @@ static int wait_fd(int fd, short ev, uint64_t deadline_ms)
     }
 }
 
+const char *loomi_errno_name(int e)
+{
+    switch (e) {
+    case ECONNREFUSED: return "ECONNREFUSED";
+    case ETIMEDOUT: return "ETIMEDOUT";
+    case ENETUNREACH: return "ENETUNREACH";
+    case EHOSTUNREACH: return "EHOSTUNREACH";
+    case ECONNRESET: return "ECONNRESET";
+    case ECONNABORTED: return "ECONNABORTED";
+    case EAGAIN: return "EAGAIN";
+    case EADDRINUSE: return "EADDRINUSE";
+    case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    case ENETDOWN: return "ENETDOWN";
+    case EHOSTDOWN: return "EHOSTDOWN";
+    case EPIPE: return "EPIPE";
+    case EAFNOSUPPORT: return "EAFNOSUPPORT";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    default: return "errno";
+    }
+}
+
+/* What an error of connect() means for whoever waits on it. */
+static const char *connect_hint(int e)
+{
+    switch (e) {
+    case ECONNREFUSED: return "nothing listens there (not started yet, exited, or another address)";
+    case ETIMEDOUT: return "no answer: the host is down, or a firewall drops the packets";
+    case ENETUNREACH:
+    case EHOSTUNREACH: return "no route to that host from here";
+    case ECONNRESET: return "the listener closed the connection";
+    default: return "";
+    }
+}
+
 int loomi_connect_retry(const struct sockaddr *sa, socklen_t len, uint64_t deadline_ms,
                         char *msg, size_t msglen)
 {
+    return loomi_connect_retry_log(sa, len, deadline_ms, -2, NULL, NULL, msg, msglen);
+}
+
+int loomi_connect_retry_log(const struct sockaddr *sa, socklen_t len, uint64_t deadline_ms,
+                            int rank, const char *what, const char *tmo, char *msg,
+                            size_t msglen)
+{
     char addr[80];
     loomi_sockaddr_str(sa, addr, sizeof addr);
-    int backoff = 5, last = 0;
+    const uint64_t t0 = loomi_now_ms();
+    uint64_t next_log = 0;
+    /* last: the last error a connection attempt ended with; the attempt
+     * the deadline cut short counts only when no other ended. */
+    int backoff = 5, last = 0, attempts = 0, logged = 0;
     for (;;) {
         int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) {
-            snprintf(msg, msglen, "socket() for %s: %s", addr, strerror(errno));
+            snprintf(msg, msglen, "socket() for %s: %s (%s)", addr, strerror(errno),
+                     loomi_errno_name(errno));
             return -1;
         }
-        int rc = connect(fd, sa, len);
+        attempts++;
+        int rc = connect(fd, sa, len), cut = 0;
         if (rc != 0 && errno == EINPROGRESS) {
             if (wait_fd(fd, POLLOUT, deadline_ms) == 0) {
                 int err = 0;
@@ -177,15 +229,20 @@ int loomi_connect_retry(const struct sockaddr *sa, socklen_t len, uint64_t deadl
                 errno = err;
             } else {
                 rc = -1;
+                cut = errno == ETIMEDOUT;
             }
         }
         if (rc == 0) {
             int fl = fcntl(fd, F_GETFL);
             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            if (logged)
+                LOOMI_INFO(rank, "%s %s: connected after %d attempts (%llu ms)", what, addr,
+                           attempts, (unsigned long long)(loomi_now_ms() - t0));
             return fd;
         }
-        last = errno;
+        int e = errno;
         close(fd);
+        if (!cut || !last) last = e;
         /* Refused or unreachable now may work later: the root may still
          * be starting.  Anything else, and the deadline, end it. */
         if (last != ECONNREFUSED && last != ENETUNREACH && last != EHOSTUNREACH &&
@@ -193,14 +250,28 @@ int loomi_connect_retry(const struct sockaddr *sa, socklen_t len, uint64_t deadl
             break;
         int left = loomi_ms_left(deadline_ms);
         if (left == 0) break;
+        /* Say what is going on: at once, then every few seconds. */
+        uint64_t now = loomi_now_ms();
+        if (what && now >= next_log) {
+            LOOMI_INFO(rank, "%s %s: %s (%s) on attempt %d; %s, for %d.%d s more (%s)", what,
+                       addr, strerror(last), loomi_errno_name(last), attempts,
+                       logged ? "still retrying" : "retrying", left / 1000, left % 1000 / 100,
+                       tmo && *tmo ? tmo : "until the deadline");
+            logged = 1;
+            next_log = now + (attempts < 3 ? 1000 : 5000);
+        }
         usleep((useconds_t)LOOMI_MIN(backoff, left) * 1000u);
         if (backoff < 200) backoff *= 2;
     }
+    const char *hint = connect_hint(last);
     if (loomi_ms_left(deadline_ms) == 0)
-        snprintf(msg, msglen, "could not connect to %s before the deadline (last error: %s)",
-                 addr, strerror(last));
+        snprintf(msg, msglen, "could not connect to %s in %llu ms (%d attempt%s): %s (%s)%s%s",
+                 addr, (unsigned long long)(loomi_now_ms() - t0), attempts,
+                 attempts == 1 ? "" : "s", strerror(last), loomi_errno_name(last),
+                 *hint ? ": " : "", hint);
     else
-        snprintf(msg, msglen, "could not connect to %s: %s", addr, strerror(last));
+        snprintf(msg, msglen, "could not connect to %s: %s (%s)%s%s", addr, strerror(last),
+                 loomi_errno_name(last), *hint ? ": " : "", hint);
     return -1;
 }
 

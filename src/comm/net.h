@@ -37,6 +37,15 @@ int loomi_pick_address(const char *spec, struct sockaddr_storage *ss, socklen_t 
  * msg describing what was tried. */
 int loomi_connect_retry(const struct sockaddr *sa, socklen_t len, uint64_t deadline_ms,
                         char *msg, size_t msglen);
+/* Same, and while it retries it logs at level info, as rank `rank`, what
+ * it connects to (`what`, e.g. "rendezvous root"), the error each time
+ * and how long it goes on (until tmo, the deadline as messages name it). */
+int loomi_connect_retry_log(const struct sockaddr *sa, socklen_t len, uint64_t deadline_ms,
+                            int rank, const char *what, const char *tmo, char *msg,
+                            size_t msglen);
+/* "ECONNREFUSED" for ECONNREFUSED, and so on for the errors of sockets;
+ * "errno" for others. */
+const char *loomi_errno_name(int e);
 
 /* Write / read exactly n bytes on a blocking or non-blocking fd, waiting
  * with poll until deadline_ms.  Return 0, or -1 (errno set; ETIMEDOUT on

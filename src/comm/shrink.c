@@ -481,14 +481,13 @@ out:
     return st;
 }
 
-static loom_result_t reconfigure(loom_comm_t comm, loom_comm_t *newcomm, int grow,
+static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
                                  const char *fn)
 {
     if (!newcomm) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: newcomm is NULL", fn);
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
-                          fn);
+    struct loom_comm *comm;
+    loom_result_t lr = loomi_comm_live(h, fn, &comm);
+    if (lr != LOOM_SUCCESS) return lr;
     if (!comm->ctrl || !comm->topo)
         return loomi_fail(LOOM_ERR_UNSUPPORTED, comm->rank,
                           "%s: this communicator has no control plane (a local one)", fn);
@@ -591,7 +590,7 @@ static loom_result_t reconfigure(loom_comm_t comm, loom_comm_t *newcomm, int gro
                "(epoch %u, coordinator %d, %llu ms)",
                fn, comm->rank, s.nc->rank, s.nc->nranks, s.epoch, coord,
                (unsigned long long)(loomi_now_ms() - t0));
-    *newcomm = s.nc;
+    *newcomm = s.nc->handle;
     return LOOM_SUCCESS;
 }
 
@@ -605,14 +604,13 @@ loom_result_t loom_comm_grow(loom_comm_t comm, loom_comm_t *newcomm)
     return reconfigure(comm, newcomm, 1, "loom_comm_grow");
 }
 
-loom_result_t loom_comm_pending_joins(loom_comm_t comm, int *count)
+loom_result_t loom_comm_pending_joins(loom_comm_t h, int *count)
 {
     const char *fn = "loom_comm_pending_joins";
     if (!count) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: count is NULL", fn);
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
-                          fn);
+    struct loom_comm *comm;
+    loom_result_t lr = loomi_comm_live(h, fn, &comm);
+    if (lr != LOOM_SUCCESS) return lr;
     *count = comm->ctrl ? loomi_ctrl_pending(comm->ctrl) : 0;
     return LOOM_SUCCESS;
 }

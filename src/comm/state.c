@@ -37,9 +37,10 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
                               uint64_t *revision)
 {
     const char *fn = "loom_state_sync";
-    loom_result_t r = loomi_comm_check(comm, fn);
+    struct loom_comm *c;
+    loom_result_t r = loomi_comm_check(comm, fn, &c);
     if (r != LOOM_SUCCESS) return r;
-    const int me = comm->rank, n = comm->nranks;
+    const int me = c->rank, n = c->nranks;
     if (!revision) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, me, "%s: revision is NULL", fn);
     if (ntensors < 0 || ntensors > (1 << 24))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, me, "%s: ntensors %d is not in 0..%d", fn,

@@ -159,14 +159,14 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
 {
     const char *fn = "loom_mem_alloc";
     if (ptr) *ptr = NULL;
-    loom_result_t r = loomi_comm_check(comm, fn);
+    struct loom_comm *c;
+    loom_result_t r = loomi_comm_check(comm, fn, &c);
     if (r != LOOM_SUCCESS) return r;
-    if (!ptr) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: ptr is NULL", fn);
-    if (bytes == 0) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: bytes is 0", fn);
+    if (!ptr) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->rank, "%s: ptr is NULL", fn);
+    if (bytes == 0) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->rank, "%s: bytes is 0", fn);
     if (bytes > ((size_t)1 << 46))
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->rank,
                           "%s: bytes %zu is more than 64 TiB", fn, bytes);
-    struct loom_comm *c = comm;
     const struct loomi_hostmap *m = c->hosts;
     /* Shared where the host's ranks share arenas (the shm transport is
      * up); otherwise a window of one, which works as plain memory. */
@@ -258,13 +258,12 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loom_mem_free(loom_comm_t comm, void *ptr)
+loom_result_t loom_mem_free(loom_comm_t h, void *ptr)
 {
     const char *fn = "loom_mem_free";
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
-                          fn);
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, fn, &comm);
+    if (r != LOOM_SUCCESS) return r;
     if (!ptr) return LOOM_SUCCESS;
     struct loomi_win **l = &comm->wins;
     while (*l && (*l)->base != (unsigned char *)ptr) l = &(*l)->next;

@@ -10,7 +10,9 @@
 
 #include "internal.h"
 
-enum kind { K_INT, K_SIZE, K_STR };
+/* K_MS, K_US: durations, a plain number in the unit (milliseconds,
+ * microseconds) or one with a unit of its own (loomi_parse_duration). */
+enum kind { K_INT, K_SIZE, K_STR, K_MS, K_US };
 
 struct var {
     const char *name;
@@ -22,9 +24,9 @@ struct var {
 
 #define OFF(m) offsetof(struct loomi_env, m)
 static const struct var vars[] = {
-    {"LOOM_TIMEOUT", K_INT, 1, 86400000, OFF(timeout_ms), "60000"},
+    {"LOOM_TIMEOUT", K_MS, 1, 86400000, OFF(timeout_ms), "60000"},
     {"LOOM_TCP_STREAMS", K_INT, 1, 16, OFF(tcp_streams), "2"},
-    {"LOOM_SPIN_US", K_INT, 0, 1000000, OFF(spin_us), "200"},
+    {"LOOM_SPIN_US", K_US, 0, 1000000, OFF(spin_us), "200"},
     {"LOOM_TCP_SOCKBUF", K_SIZE, 0, 1LL << 30, OFF(tcp_sockbuf), "0"}, /* 0: kernel autotuning */
     {"LOOM_CHUNK_SIZE", K_SIZE, 4096, 1LL << 30, OFF(chunk_bytes), "2M"},
     {"LOOM_SOCKET_IFNAME", K_STR, 0, 0, OFF(socket_ifname), NULL},
@@ -40,7 +42,7 @@ static const struct var vars[] = {
     {"LOOM_SHM_STREAM", K_SIZE, 0, 1LL << 62, OFF(shm_stream), "64M"},
     {"LOOM_SHM_STREAM_SAVES", K_INT, -1, 1, OFF(shm_stream_saves), "-1"},
     {"LOOM_SHM_STREAM_COPYIN", K_INT, -1, 1, OFF(shm_stream_copyin), "-1"},
-    {"LOOM_HEARTBEAT_MS", K_INT, 0, 600000, OFF(heartbeat_ms), "500"},
+    {"LOOM_HEARTBEAT_MS", K_MS, 0, 600000, OFF(heartbeat_ms), "500"},
     {"LOOM_PROGRESS_THREAD", K_INT, 0, 1, OFF(progress_thread), "0"},
     {"LOOM_QUORUM", K_STR, 0, 0, OFF(quorum), NULL},
 };
@@ -57,25 +59,37 @@ static int parse_var(const struct var *v, const char *s)
         return 0;
     }
     long long val;
+    const char *unit = v->kind == K_MS ? "ms" : v->kind == K_US ? "us" : "";
     if (v->kind == K_INT) {
         char *end;
         errno = 0;
         val = strtoll(s, &end, 10);
         if (errno || end == s || *end) goto bad;
+    } else if (v->kind == K_MS || v->kind == K_US) {
+        if (loomi_parse_duration(s, v->kind == K_MS ? 1000 : 1, &val)) goto bad;
     } else {
         size_t z;
         if (loomi_parse_size(s, &z)) goto bad;
         val = (long long)z;
     }
     if (val < v->min || val > v->max) goto bad;
-    if (v->kind == K_INT) *(int *)p = (int)val;
-    else *(size_t *)p = (size_t)val;
+    if (v->kind == K_SIZE) *(size_t *)p = (size_t)val;
+    else *(int *)p = (int)val;
     return 0;
 bad:
-    snprintf(env_error, sizeof env_error,
-             "environment variable %s=%s is invalid (expected %s from %lld to %lld)",
-             v->name, s, v->kind == K_INT ? "an integer" : "a size such as 512K",
-             v->min, v->max);
+    if (*unit)
+        snprintf(env_error, sizeof env_error,
+                 "environment variable %s=%s is invalid (expected a duration from %lld to %lld "
+                 "%s: a whole number of %s, or a number with a unit: us, ms, s or m, as in "
+                 "%s, 1.5s or 2m)",
+                 v->name, s, v->min, v->max, unit,
+                 v->kind == K_MS ? "milliseconds" : "microseconds",
+                 v->kind == K_MS ? "500ms" : "50us");
+    else
+        snprintf(env_error, sizeof env_error,
+                 "environment variable %s=%s is invalid (expected %s from %lld to %lld)",
+                 v->name, s, v->kind == K_INT ? "an integer" : "a size such as 512K",
+                 v->min, v->max);
     return -1;
 }
 
@@ -92,6 +106,10 @@ static void env_init(void)
     env.chunk_fixed = ch && *ch;
     const char *cma = getenv("LOOM_SHM_CMA");
     env.shm_cma_fixed = cma && *cma;
+    /* A bare number of LOOM_TIMEOUT is milliseconds, which a user may
+     * have meant as seconds: the messages of deadlines say so. */
+    const char *t = getenv("LOOM_TIMEOUT");
+    env.timeout_src = !t || !*t ? 0 : strspn(t, "0123456789") == strlen(t) ? 2 : 1;
 }
 
 const struct loomi_env *loomi_env_get(void)
@@ -129,6 +147,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     if (!e) return LOOM_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
     out->timeout_ms = e->timeout_ms;
+    out->timeout_src = e->timeout_src;
     out->spin_us = e->spin_us;
     out->tcp_streams = e->tcp_streams;
     out->tcp_sockbuf = e->tcp_sockbuf;
@@ -165,6 +184,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
             if (cfg->timeout_ms < 0)
                 return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: cfg->timeout_ms %d is negative", caller, cfg->timeout_ms);
             out->timeout_ms = cfg->timeout_ms;
+            out->timeout_src = 3;
         }
         if (HAS(tcp_streams) && cfg->tcp_streams) {
             if (cfg->tcp_streams < 1 || cfg->tcp_streams > 16)
@@ -195,4 +215,19 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     if (copy_str(out->transport, sizeof out->transport, tr))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: transport string '%s' is too long", caller, tr);
     return LOOM_SUCCESS;
+}
+
+void loomi_timeout_str(const struct loomi_settings *s, char *buf, size_t n)
+{
+    const int ms = s->timeout_ms;
+    if (s->timeout_src == 3)
+        snprintf(buf, n, "cfg->timeout_ms=%d ms%s", ms,
+                 ms < 1000 ? " (a deadline under a second)" : "");
+    else if (ms >= 1000 || s->timeout_src == 0)
+        snprintf(buf, n, "LOOM_TIMEOUT=%d ms", ms);
+    else if (s->timeout_src == 2)
+        snprintf(buf, n, "LOOM_TIMEOUT=%d ms (did you mean %ds? a bare number is milliseconds)",
+                 ms, ms);
+    else
+        snprintf(buf, n, "LOOM_TIMEOUT=%d ms (a deadline under a second)", ms);
 }

@@ -74,6 +74,7 @@ void loomi_clear_error(void);
  * given to init overrides them per communicator. */
 struct loomi_env {
     int timeout_ms;
+    int timeout_src;           /* LOOM_TIMEOUT: 0 unset, 1 with a unit, 2 a bare number */
     int spin_us;
     int tcp_streams;
     size_t tcp_sockbuf;
@@ -105,10 +106,17 @@ const struct loomi_env *loomi_env_get(void);
 
 /* Parse "123", "4K", "2M", "1G" (powers of 1024).  Returns 0 on success. */
 int loomi_parse_size(const char *s, size_t *out);
+/* Parse a duration into a whole number of units of unit_us microseconds
+ * (1000: milliseconds): a bare number is in those units; else a decimal
+ * number ("1.5") and a unit, us, ms, s or m.  Returns 0 on success, -1
+ * for garbage, a negative value, overflow or a value that is not a whole
+ * number of units. */
+int loomi_parse_duration(const char *s, long long unit_us, long long *out);
 
 /* Per-communicator settings: environment merged with a loom_config_t. */
 struct loomi_settings {
     int timeout_ms;
+    int timeout_src; /* 0 default, LOOM_TIMEOUT with a unit 1 or bare 2, 3 cfg->timeout_ms */
     int spin_us;
     int tcp_streams;
     size_t tcp_sockbuf;
@@ -136,6 +144,32 @@ struct loomi_settings {
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,
                                      const loom_config_t *cfg,
                                      const char *caller);
+/* The deadline as messages name it: "LOOM_TIMEOUT=60000 ms", and for a
+ * deadline under a second a word on it ("LOOM_TIMEOUT=20 ms (did you
+ * mean 20s? ...)"). */
+void loomi_timeout_str(const struct loomi_settings *s, char *buf, size_t n);
+
+/* --------------------------------------------------------- handles */
+
+/* What the application holds for a communicator or a request is a slot
+ * of a table and the slot's generation, not an address (handle.c): a
+ * handle stays refused after its object is gone, whatever address a new
+ * object gets.  Thread-safe; lookups take no lock. */
+enum loomi_handle_kind { LOOMI_HANDLE_COMM = 0, LOOMI_HANDLE_REQUEST = 1 };
+enum loomi_handle_state {
+    LOOMI_HANDLE_LIVE,  /* names an object */
+    LOOMI_HANDLE_NULL,  /* 0 */
+    LOOMI_HANDLE_GONE,  /* named one that was released since */
+    LOOMI_HANDLE_NEVER  /* was never a handle of this kind */
+};
+/* A new handle for obj (which may be NULL: reserved, set later); 0 when
+ * the table is full or out of memory. */
+uintptr_t loomi_handle_new(enum loomi_handle_kind kind, void *obj);
+void loomi_handle_set(enum loomi_handle_kind kind, uintptr_t h, void *obj);
+/* The object h names, or NULL (then *why, when given, says why). */
+void *loomi_handle_get(enum loomi_handle_kind kind, uintptr_t h, enum loomi_handle_state *why);
+/* Release h: from now on it names nothing (a second drop does nothing). */
+void loomi_handle_drop(enum loomi_handle_kind kind, uintptr_t h);
 
 /* ------------------------------------------------------------ time */
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -70,5 +71,47 @@ int loomi_parse_size(const char *s, size_t *out)
     v <<= shift;
     if (v > SIZE_MAX) return -1;
     *out = (size_t)v;
+    return 0;
+}
+
+int loomi_parse_duration(const char *s, long long unit_us, long long *out)
+{
+    if (!s || !isdigit((unsigned char)*s) || unit_us <= 0) return -1;
+    /* Whole part, then up to 9 decimals, in integers: no rounding. */
+    unsigned long long whole = 0, frac = 0, scale = 1;
+    const char *p = s;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (whole > (ULLONG_MAX - 9) / 10) return -1;
+        whole = whole * 10 + (unsigned)(*p - '0');
+    }
+    if (*p == '.') {
+        p++;
+        if (!isdigit((unsigned char)*p)) return -1;
+        for (; isdigit((unsigned char)*p); p++) {
+            if (scale >= 1000000000ull) return -1;
+            frac = frac * 10 + (unsigned)(*p - '0');
+            scale *= 10;
+        }
+    }
+    unsigned long long mult; /* microseconds per unit given */
+    if (!*p) mult = (unsigned long long)unit_us;
+    else if (!strcmp(p, "us")) mult = 1;
+    else if (!strcmp(p, "ms")) mult = 1000;
+    else if (!strcmp(p, "s")) mult = 1000000;
+    else if (!strcmp(p, "m")) mult = 60000000;
+    else return -1;
+    if (!*p && scale > 1) return -1; /* "1.5" without a unit: not whole */
+    if (whole > ULLONG_MAX / mult) return -1;
+    unsigned long long us = whole * mult;
+    if (frac) {
+        /* frac / scale of mult: exact, or not a whole microsecond. */
+        if (frac > ULLONG_MAX / mult || (frac * mult) % scale) return -1;
+        if (us > ULLONG_MAX - frac * mult / scale) return -1;
+        us += frac * mult / scale;
+    }
+    if (us % (unsigned long long)unit_us) return -1;
+    us /= (unsigned long long)unit_us;
+    if (us > LLONG_MAX) return -1;
+    *out = (long long)us;
     return 0;
 }

@@ -89,6 +89,7 @@ struct loomi_op {
     int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
     struct loomi_op *next, *prev;           /* comm->active: still running */
     struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
+    uintptr_t req; /* the request handle it was given as (0: none) */
 };
 
 /* A buffer id's address: the operation's own buffers or a shared arena. */
@@ -792,6 +793,8 @@ static void op_finish(struct loomi_op *op)
 static void op_free(struct loomi_op *op)
 {
     struct loom_comm *c = op->comm;
+    if (op->req) loomi_handle_drop(LOOMI_HANDLE_REQUEST, op->req);
+    op->req = 0;
     if (op->live_prev) op->live_prev->live_next = op->live_next;
     else if (c->live == op) c->live = op->live_next;
     if (op->live_next) op->live_next->live_prev = op->live_prev;
@@ -1193,6 +1196,17 @@ loom_result_t loomi_op_test(struct loomi_op *op, int *done)
 }
 
 
+void loomi_op_set_request(struct loomi_op *op, uintptr_t h)
+{
+    op->req = h;
+    loomi_handle_set(LOOMI_HANDLE_REQUEST, h, op);
+}
+
+struct loomi_op *loomi_request_op(loom_request_t req, enum loomi_handle_state *why)
+{
+    return loomi_handle_get(LOOMI_HANDLE_REQUEST, (uintptr_t)req, why);
+}
+
 /* ------------------------------------------------------- wait for any */
 
 static int any_finished(struct loomi_op *const *ops, int n)
@@ -1252,7 +1266,7 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
     struct loom_comm *one = NULL;
     int single = 1;
     for (int i = 0; i < n; i++) {
-        ops[i] = (struct loomi_op *)reqs[i];
+        ops[i] = loomi_request_op(reqs[i], NULL);
         if (!ops[i]) continue;
         if (!one) one = ops[i]->comm;
         else if (ops[i]->comm != one) single = 0;

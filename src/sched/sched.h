@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "loom.h"
+#include "core/internal.h"
 
 enum loomi_step_kind {
     LOOMI_STEP_SEND,   /* send buf[src]+src_off, count elements, to peer */
@@ -254,9 +255,17 @@ loom_result_t loomi_op_wait(struct loomi_op *op);
 loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
 /* Wait until one of reqs[0..n) (NULL entries skipped; at least one is
- * not) completes, across communicators: frees it, sets reqs[i] to
- * LOOM_REQUEST_NULL and *index to i, and returns its result. */
+ * not; all live requests) completes, across communicators: frees it, sets
+ * reqs[i] to LOOM_REQUEST_NULL and *index to i, and returns its result. */
 loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index);
+
+/* Requests are handles (core/handle.c) of operations: op becomes the
+ * object of handle h, reserved with loomi_handle_new(LOOMI_HANDLE_REQUEST,
+ * NULL) before it started; h is dropped when op is freed (waited, tested
+ * done, or released by loom_comm_abort).  loomi_request_op: the
+ * operation a request names, or NULL (*why says why). */
+void loomi_op_set_request(struct loomi_op *op, uintptr_t h);
+struct loomi_op *loomi_request_op(loom_request_t req, enum loomi_handle_state *why);
 
 /* Stop and join comm's progress thread, if any (before its transport
  * goes); afterwards the communicator takes no lock. */

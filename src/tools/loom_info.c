@@ -393,9 +393,10 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
 /* As one rank of a real job: what its communicator found and chose. */
 static int report_job(int explain)
 {
-    loom_comm_t comm;
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
+    loom_comm_t h;
+    loom_result_t r = loom_comm_init_env(&h, NULL);
     if (r != LOOM_SUCCESS) fatal("--job: %s", loom_get_last_error());
+    struct loom_comm *comm = loomi_comm_get(h);
     if (comm->rank == 0) {
         char how[128];
         printf("job of %d rank(s) on %d host(s); rank 0's transports: %s\n\n", comm->nranks,
@@ -438,8 +439,8 @@ static int report_job(int explain)
         }
         fflush(stdout);
     }
-    r = loom_barrier(comm);
-    loom_comm_destroy(comm);
+    r = loom_barrier(h);
+    loom_comm_destroy(h);
     return r != LOOM_SUCCESS;
 }
 

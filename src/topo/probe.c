@@ -56,10 +56,10 @@ static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, 
         int posted = 0;
         uint64_t t0 = loomi_now_ns();
         for (; posted < pieces && r == LOOM_SUCCESS; posted++)
-            r = c->rank == 0 ? loom_isend(buf + posted * piece, piece, LOOM_UINT8, other, c,
-                                          &req[posted])
-                             : loom_irecv(buf + posted * piece, piece, LOOM_UINT8, other, c,
-                                          &req[posted]);
+            r = c->rank == 0 ? loom_isend(buf + posted * piece, piece, LOOM_UINT8, other,
+                                          c->handle, &req[posted])
+                             : loom_irecv(buf + posted * piece, piece, LOOM_UINT8, other,
+                                          c->handle, &req[posted]);
         if (r != LOOM_SUCCESS) posted--;
         /* Every posted request is waited for, even after a failure. */
         for (int k = 0; k < posted; k++) {
@@ -67,8 +67,8 @@ static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, 
             if (r == LOOM_SUCCESS) r = w;
         }
         if (r == LOOM_SUCCESS)
-            r = c->rank == 0 ? loom_recv(buf, 8, LOOM_UINT8, other, c)
-                             : loom_send(buf, 8, LOOM_UINT8, other, c);
+            r = c->rank == 0 ? loom_recv(buf, 8, LOOM_UINT8, other, c->handle)
+                             : loom_send(buf, 8, LOOM_UINT8, other, c->handle);
         double dt = (double)(loomi_now_ns() - t0) * 1e-9;
         if (i >= 0 && dt < *best) *best = dt;
     }
@@ -87,11 +87,11 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     for (int i = -2; i < PROBE_SMALL && r == LOOM_SUCCESS; i++) {
         uint64_t t0 = loomi_now_ns();
         if (me == 0) {
-            r = loom_send(buf, 8, LOOM_UINT8, other, c);
-            if (r == LOOM_SUCCESS) r = loom_recv(buf, 8, LOOM_UINT8, other, c);
+            r = loom_send(buf, 8, LOOM_UINT8, other, c->handle);
+            if (r == LOOM_SUCCESS) r = loom_recv(buf, 8, LOOM_UINT8, other, c->handle);
         } else {
-            r = loom_recv(buf, 8, LOOM_UINT8, other, c);
-            if (r == LOOM_SUCCESS) r = loom_send(buf, 8, LOOM_UINT8, other, c);
+            r = loom_recv(buf, 8, LOOM_UINT8, other, c->handle);
+            if (r == LOOM_SUCCESS) r = loom_send(buf, 8, LOOM_UINT8, other, c->handle);
         }
         if (i >= 0) t[i] = (double)(loomi_now_ns() - t0) * 1e-9;
     }
@@ -99,11 +99,11 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     for (int i = -1; i < PROBE_BIG && r == LOOM_SUCCESS; i++) {
         uint64_t t0 = loomi_now_ns();
         if (me == 0) {
-            r = loom_send(buf, bytes, LOOM_UINT8, other, c);
-            if (r == LOOM_SUCCESS) r = loom_recv(buf, bytes, LOOM_UINT8, other, c);
+            r = loom_send(buf, bytes, LOOM_UINT8, other, c->handle);
+            if (r == LOOM_SUCCESS) r = loom_recv(buf, bytes, LOOM_UINT8, other, c->handle);
         } else {
-            r = loom_recv(buf, bytes, LOOM_UINT8, other, c);
-            if (r == LOOM_SUCCESS) r = loom_send(buf, bytes, LOOM_UINT8, other, c);
+            r = loom_recv(buf, bytes, LOOM_UINT8, other, c->handle);
+            if (r == LOOM_SUCCESS) r = loom_send(buf, bytes, LOOM_UINT8, other, c->handle);
         }
         double dt = (double)(loomi_now_ns() - t0) * 1e-9;
         if (i >= 0 && dt < best) best = dt;
@@ -268,7 +268,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         /* Rank 0's figures, as they are: every rank runs the same build. */
         struct loomi_links msg = l;
         if (r == LOOM_SUCCESS)
-            r = loom_broadcast(&msg, &msg, sizeof msg, LOOM_UINT8, 0, c);
+            r = loom_broadcast(&msg, &msg, sizeof msg, LOOM_UINT8, 0, c->handle);
         if (r != LOOM_SUCCESS)
             return loomi_fail(r, c->rank, "measuring the links: %s", loom_get_last_error());
         /* Range-check what came over the network before using it. */

@@ -2,9 +2,11 @@
  * mp_boot.c - bootstrap checks.
  *
  *   mp_boot env             init from the environment, check a small allreduce
- *   mp_boot expect CODE MS  init from the environment must fail with CODE
+ *   mp_boot expect CODE MS [WORD...]
+ *                           init from the environment must fail with CODE
  *                           (a loom_result_t number) within MS milliseconds,
- *                           with a message naming LOOM_ROOT's address
+ *                           with a message naming LOOM_ROOT's address (for
+ *                           LOOM_ERR_CONNECT) and every WORD
  *   mp_boot uid N           get a unique id, fork N ranks that join with
  *                           loom_comm_init_rank and check an allreduce
  */
@@ -65,6 +67,11 @@ int main(int argc, char **argv)
         if (r != want || took > limit) return 1;
         /* The message names the address tried (host:port of LOOM_ROOT). */
         if (want == LOOM_ERR_CONNECT && root && !strstr(msg, root)) return 1;
+        for (int i = 4; i < argc; i++)
+            if (!strstr(msg, argv[i])) {
+                printf("the message does not say '%s'\n", argv[i]);
+                return 1;
+            }
         return 0;
     }
     if (argc >= 3 && !strcmp(argv[1], "uid")) {
@@ -114,6 +121,6 @@ int main(int argc, char **argv)
         }
         return bad;
     }
-    fprintf(stderr, "usage: mp_boot env | expect CODE MS | uid N\n");
+    fprintf(stderr, "usage: mp_boot env | expect CODE MS [WORD...] | uid N\n");
     return 2;
 }

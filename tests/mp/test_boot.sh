@@ -31,10 +31,57 @@ fi
 check "unique id passed to 4 forked ranks (loom_comm_init_rank)" timeout 60 "$prog" uid 4
 check "loomrun environment, 5 ranks" timeout 60 "$LOOMRUN" -n 5 "$prog" env
 
-# An unreachable root: LOOM_ERR_CONNECT (13) within the deadline, naming it.
+# after_ms OUTPUT: the N of mp_boot expect's "... after N ms: ...".
+after_ms() { sed -n 's/^.* after \([0-9]*\) ms: .*/\1/p' <<<"$1" | head -1; }
+# A root nobody listens on: LOOM_ERR_CONNECT (13) at the deadline, naming
+# the address and the real error (it said "Connection timed out": the
+# deadline's own ETIMEDOUT replaced ECONNREFUSED), the retries logged at
+# info with how long they go on.
 dead=$(free_port)
-out=$(clean_env LOOM_ROOT=127.0.0.1:$dead LOOM_RANK=1 LOOM_SIZE=2 LOOM_TIMEOUT=1500 timeout 30 "$prog" expect 13 4000)
-check "unreachable root: error naming 127.0.0.1:$dead within the timeout ($out)" [ $? -eq 0 ]
+log=$(mktemp)
+out=$(clean_env LOOM_DEBUG=info LOOM_ROOT=127.0.0.1:$dead LOOM_RANK=1 LOOM_SIZE=2 LOOM_TIMEOUT=1500 \
+    timeout 30 "$prog" expect 13 2500 "Connection refused (ECONNREFUSED)" "LOOM_TIMEOUT=1500 ms" 2>"$log")
+rc=$? ms=$(after_ms "$out")
+check "root nobody listens on: LOOM_ERR_CONNECT naming 127.0.0.1:$dead and ECONNREFUSED at the deadline ($out)" \
+    [ $rc -eq 0 -a "${ms:-0}" -ge 1400 ]
+check "the retries are logged at info, with the error and how long they go on ($(grep -m1 retrying "$log"))" \
+    grep -q "INFO .*rendezvous root 127.0.0.1:$dead: Connection refused (ECONNREFUSED) on attempt 1; retrying, for 1\.[0-9] s more (LOOM_TIMEOUT=1500 ms)" "$log"
+rm -f "$log"
+# Rank 0 given a root address that is not this host's: it fails at once
+# naming it (it listened on every address and waited instead).
+# 203.0.113.0/24 is for documentation: no host has it.
+out=$(clean_env LOOM_ROOT=203.0.113.77:$dead LOOM_RANK=0 LOOM_SIZE=2 LOOM_TIMEOUT=20000 \
+    timeout 30 "$prog" expect 4 1000 "203.0.113.77:$dead" "is not an address of this host")
+check "rank 0 with a root address not on its host: LOOM_ERR_INVALID_ARGUMENT at once, naming it ($out)" \
+    [ $? -eq 0 ]
+# A rank that never comes: every rank registered says which one, when the
+# first deadline passes (rank 0's, here), not just "deadline passed".
+pm=$(free_port)
+f0=$(mktemp)
+clean_env LOOM_ROOT=127.0.0.1:$pm LOOM_RANK=0 LOOM_SIZE=4 LOOM_TIMEOUT=1500 \
+    timeout 30 "$prog" expect 8 2500 "never registered: ranks 2-3" "2 of 4 ranks" >"$f0" &
+p0=$!
+sleep 0.3
+out=$(clean_env LOOM_ROOT=127.0.0.1:$pm LOOM_RANK=1 LOOM_SIZE=4 LOOM_TIMEOUT=1500 \
+    timeout 30 "$prog" expect 8 2500 "never registered: ranks 2-3" "rank 0's deadline")
+rc=$?
+wait $p0
+rc0=$?
+check "missing ranks: rank 0 names them at its deadline ($(cat "$f0"))" [ $rc0 -eq 0 ]
+check "missing ranks: rank 1 is told which, when rank 0's deadline passes ($out)" [ $rc -eq 0 ]
+rm -f "$f0"
+# Time variables take units: LOOM_TIMEOUT=20s is 20 seconds, a bare number
+# is still milliseconds, and a deadline under a second says so.
+out=$(LOOM_TIMEOUT=20s LOOM_HEARTBEAT_MS=0.5s LOOM_SPIN_US=1ms timeout 60 "$LOOMRUN" -n 2 "$prog" env 2>&1)
+check "LOOM_TIMEOUT=20s, LOOM_HEARTBEAT_MS=0.5s, LOOM_SPIN_US=1ms: the job runs" [ $? -eq 0 ]
+out=$(LOOM_TIMEOUT=60000 timeout 60 "$LOOMRUN" -n 2 "$prog" env 2>&1)
+check "LOOM_TIMEOUT=60000 (milliseconds, as ever): the job runs" [ $? -eq 0 ]
+out=$(clean_env LOOM_ROOT=127.0.0.1:$dead LOOM_RANK=1 LOOM_SIZE=2 LOOM_TIMEOUT=20 \
+    timeout 30 "$prog" expect 13 1000 "LOOM_TIMEOUT=20 ms (did you mean 20s?")
+check "LOOM_TIMEOUT=20: the error says the deadline is 20 ms and asks about 20s ($out)" [ $? -eq 0 ]
+out=$(clean_env LOOM_ROOT=127.0.0.1:$dead LOOM_RANK=1 LOOM_SIZE=2 LOOM_TIMEOUT=20sec \
+    timeout 30 "$prog" expect 4 1000 "LOOM_TIMEOUT=20sec is invalid")
+check "LOOM_TIMEOUT=20sec: LOOM_ERR_INVALID_ARGUMENT naming the variable and value ($out)" [ $? -eq 0 ]
 # A mismatched job: a rank with another job key is refused at once (12)
 # and the real job's rank 0 gives up at its deadline with TIMEOUT (8).
 p2=$(free_port)
@@ -72,15 +119,46 @@ PY
 wait
 check "a hello of protocol version 3 refused at once with LOOM_ERR_MISMATCH ($out)" \
     bash -c "[[ '$out' =~ ^12\ ([0-9]+)\ ms:\ .*version\ 3\ is\ not ]] && [ \${BASH_REMATCH[1]} -lt 1000 ]"
-# Different job sizes on one root.
-p3=$(free_port)
-clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=0 LOOM_SIZE=2 LOOM_JOB_KEY=k LOOM_TIMEOUT=2000 \
-    timeout 30 "$prog" expect 8 5000 >/dev/null &
-sleep 0.3
-out=$(clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=1 LOOM_SIZE=3 LOOM_JOB_KEY=k LOOM_TIMEOUT=2000 \
-    timeout 30 "$prog" expect 12 2000)
-check "a rank with another job size refused with LOOM_ERR_MISMATCH ($out)" [ $? -eq 0 ]
-wait
+# Different job sizes on one root, with a key and without one (without,
+# the key came from the root address and the size, and the message was
+# "carries another job's key"): every rank is refused at once, naming
+# both sizes.
+for key in k ""; do
+    p3=$(free_port)
+    f0=$(mktemp)
+    clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=0 LOOM_SIZE=2 ${key:+LOOM_JOB_KEY=$key} LOOM_TIMEOUT=5000 \
+        timeout 30 "$prog" expect 12 2000 "says the job has 3 ranks, the job has 2" >"$f0" &
+    p0=$!
+    sleep 0.3
+    out=$(clean_env LOOM_ROOT=127.0.0.1:$p3 LOOM_RANK=1 LOOM_SIZE=3 ${key:+LOOM_JOB_KEY=$key} LOOM_TIMEOUT=5000 \
+        timeout 30 "$prog" expect 12 1000 "rank 1 (pid" "says the job has 3 ranks, the job has 2")
+    rc=$?
+    wait $p0
+    rc0=$?
+    check "LOOM_SIZE=3 against 2${key:- (no LOOM_JOB_KEY)}: rank 1 refused at once, naming both sizes ($out)" [ $rc -eq 0 ]
+    check "LOOM_SIZE=3 against 2${key:- (no LOOM_JOB_KEY)}: rank 0 refused too, not left to time out ($(cat "$f0"))" [ $rc0 -eq 0 ]
+    rm -f "$f0"
+done
+# Two jobs started by hand on one root port, without keys: they merged
+# (job A's rank 0 with job B's rank 1, both exit 0).  Now job B's rank 0
+# fails at once on the taken address and tells job A's root, which
+# refuses its job: no rank of either job gets a communicator.
+p5=$(free_port)
+d5=$(mktemp -d)
+for jr in A0 B0 B1 A1; do
+    clean_env LOOM_ROOT=127.0.0.1:$p5 LOOM_RANK=${jr#?} LOOM_SIZE=2 LOOM_TIMEOUT=2000 \
+        timeout 30 "$prog" env >"$d5/$jr.out" 2>&1 &
+    echo $! >"$d5/$jr.pid"
+    sleep 0.2
+done
+for jr in A0 B0 B1 A1; do wait "$(cat "$d5/$jr.pid")"; echo $? >"$d5/$jr.rc"; done
+check "two jobs on one root port: none of the 4 ranks gets a communicator (exit codes $(cat "$d5"/A0.rc "$d5"/B0.rc "$d5"/B1.rc "$d5"/A1.rc | tr '\n' ' '))" \
+    [ "$(cat "$d5"/*.rc | grep -c '^0$')" = 0 ]
+check "two jobs on one root port: job B's rank 0 fails on the address in use ($(grep -m1 -o 'cannot listen.*EADDRINUSE[^:]*' "$d5/B0.out"))" \
+    grep -q "address in use (EADDRINUSE): is another job's root there?" "$d5/B0.out"
+check "two jobs on one root port: job A's rank 0 is refused, told of the second rank 0 ($(grep -m1 -o 'refused the job: .*' "$d5/A0.out" | cut -c1-100))" \
+    grep -q "refused the job: a second rank 0 (pid [0-9]* on .*) found this job's root address 127.0.0.1:$p5 in use" "$d5/A0.out"
+rm -rf "$d5"
 # Settings that choose each rank's paths, set differently on one rank of
 # three: every rank is refused at the rendezvous with LOOM_ERR_MISMATCH
 # (12) naming the variable, at once, not after LOOM_TIMEOUT (20 s here:

@@ -5,6 +5,8 @@
  * the unique-id path in this process) serves the calls that need one.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,23 +103,23 @@ Test(api, set_algo)
     const int AR = LOOMI_COLL_ALLREDUCE, AG = LOOMI_COLL_ALLGATHER;
     cr_assert_eq(loom_comm_set_algo(comm, "allreduce:ring,allgather:recursive_doubling"),
                  LOOM_SUCCESS, "%s", loom_get_last_error());
-    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_RING);
-    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_RECURSIVE_DOUBLING);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AR], LOOMI_ALGO_RING);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AG], LOOMI_ALGO_RECURSIVE_DOUBLING);
     EXPECT_ERR(loom_comm_set_algo(comm, "allreduce:nonsense"), LOOM_ERR_INVALID_ARGUMENT,
                "loom_comm_set_algo: spec");
     EXPECT_ERR(loom_comm_set_algo(comm, "nocoll:ring"), LOOM_ERR_INVALID_ARGUMENT, "nocoll");
-    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_RING, "a bad spec changed the setting");
-    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_RECURSIVE_DOUBLING);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AR], LOOMI_ALGO_RING, "a bad spec changed the setting");
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AG], LOOMI_ALGO_RECURSIVE_DOUBLING);
     /* Replaces, not merges: allreduce goes back to the automatic choice. */
     cr_assert_eq(loom_comm_set_algo(comm, "allgather:ring"), LOOM_SUCCESS);
-    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_AUTO);
-    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_RING);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AR], LOOMI_ALGO_AUTO);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AG], LOOMI_ALGO_RING);
     cr_assert_eq(loom_comm_set_algo(comm, "auto"), LOOM_SUCCESS);
-    cr_assert_eq(comm->algo_forced[AG], LOOMI_ALGO_AUTO);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AG], LOOMI_ALGO_AUTO);
     cr_assert_eq(loom_comm_set_algo(comm, "ring"), LOOM_SUCCESS);
-    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_RING);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AR], LOOMI_ALGO_RING);
     cr_assert_eq(loom_comm_set_algo(comm, NULL), LOOM_SUCCESS);
-    cr_assert_eq(comm->algo_forced[AR], LOOMI_ALGO_AUTO);
+    cr_assert_eq(loomi_comm_get(comm)->algo_forced[AR], LOOMI_ALGO_AUTO);
     EXPECT_ERR(loom_comm_set_algo(NULL, "ring"), LOOM_ERR_INVALID_ARGUMENT, "comm");
     /* A forced algorithm runs and gives the right answer. */
     cr_assert_eq(loom_comm_set_algo(comm, "allreduce:ring"), LOOM_SUCCESS);
@@ -394,4 +396,200 @@ Test(api, mem_register_arguments_and_bookkeeping)
     /* Destroy releases what is left (LeakSanitizer checks). */
     cr_assert_eq(loom_comm_destroy(c2), LOOM_SUCCESS);
     /* h2 is left for the teardown's destroy. */
+}
+
+/* A destroyed communicator's handle stays refused, even where the next
+ * communicator is made in the same memory: before handles carried a
+ * generation, malloc gave the new one the old address, and the stale
+ * handle ran collectives on it and even destroyed it. */
+Test(api_init, stale_comm_handle_refused)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    loom_unique_id_t id;
+    loom_comm_t a, b;
+    int r = -1;
+    cr_assert_eq(loom_get_unique_id(&id), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_init_rank(&a, 1, &id, 0, NULL), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(loom_comm_destroy(a), LOOM_SUCCESS);
+    cr_assert_eq(loom_get_unique_id(&id), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_init_rank(&b, 1, &id, 0, NULL), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_neq(a, b, "a new communicator got the destroyed one's handle");
+    EXPECT_ERR(loom_comm_rank(a, &r), LOOM_ERR_INVALID_ARGUMENT, "destroyed");
+    cr_assert_eq(r, -1);
+    float x = 5, y = 0;
+    EXPECT_ERR(loom_allreduce(&x, &y, 1, LOOM_FLOAT32, LOOM_SUM, a), LOOM_ERR_INVALID_ARGUMENT,
+               "not a live communicator");
+    cr_assert_eq(y, 0.0f, "the stale handle ran an allreduce");
+    loom_request_t req = LOOM_REQUEST_NULL;
+    EXPECT_ERR(loom_iallreduce(&x, &y, 1, LOOM_FLOAT32, LOOM_SUM, a, &req),
+               LOOM_ERR_INVALID_ARGUMENT, "destroyed");
+    cr_assert_eq(req, LOOM_REQUEST_NULL);
+    EXPECT_ERR(loom_barrier(a), LOOM_ERR_INVALID_ARGUMENT, "destroyed");
+    EXPECT_ERR(loom_comm_destroy(a), LOOM_ERR_INVALID_ARGUMENT, "destroyed");
+    EXPECT_ERR(loom_comm_abort(a), LOOM_ERR_INVALID_ARGUMENT, "destroyed");
+    /* b is untouched by all of that. */
+    cr_assert_eq(loom_allreduce(&x, &y, 1, LOOM_FLOAT32, LOOM_SUM, b), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    cr_assert_eq(y, 5.0f);
+    cr_assert_eq(loom_comm_rank(b, &r), LOOM_SUCCESS);
+    cr_assert_eq(r, 0);
+    cr_assert_eq(loom_comm_abort(b), LOOM_SUCCESS);
+    EXPECT_ERR(loom_comm_size(b, &r), LOOM_ERR_INVALID_ARGUMENT, "aborted");
+    /* A value that never was a handle is refused without being read. */
+    EXPECT_ERR(loom_comm_rank((loom_comm_t)(uintptr_t)0x1000, &r), LOOM_ERR_INVALID_ARGUMENT,
+               "never created");
+    EXPECT_ERR(loom_barrier((loom_comm_t)(uintptr_t)0xdead0001), LOOM_ERR_INVALID_ARGUMENT,
+               "not a live communicator");
+}
+
+/* Communicators made and destroyed by several threads at once: every
+ * handle is distinct from every other ever given, and each works. */
+#define CHURN_THREADS 4
+#define CHURN_ROUNDS 25
+static loom_comm_t churn_seen[CHURN_THREADS][CHURN_ROUNDS];
+
+static void *churn(void *arg)
+{
+    const int t = (int)(intptr_t)arg;
+    for (int i = 0; i < CHURN_ROUNDS; i++) {
+        loom_unique_id_t id;
+        loom_comm_t c;
+        if (loom_get_unique_id(&id) != LOOM_SUCCESS ||
+            loom_comm_init_rank(&c, 1, &id, 0, NULL) != LOOM_SUCCESS)
+            return (void *)1;
+        int v = t * 1000 + i, out = 0;
+        if (loom_allreduce(&v, &out, 1, LOOM_INT32, LOOM_SUM, c) != LOOM_SUCCESS || out != v)
+            return (void *)2;
+        churn_seen[t][i] = c;
+        if (loom_comm_destroy(c) != LOOM_SUCCESS) return (void *)3;
+        if (loom_comm_destroy(c) != LOOM_ERR_INVALID_ARGUMENT) return (void *)4;
+    }
+    return NULL;
+}
+
+Test(api_init, handles_from_several_threads)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    setenv("LOOM_PROBE", "0", 1);
+    pthread_t th[CHURN_THREADS];
+    for (int t = 0; t < CHURN_THREADS; t++)
+        cr_assert_eq(pthread_create(&th[t], NULL, churn, (void *)(intptr_t)t), 0);
+    for (int t = 0; t < CHURN_THREADS; t++) {
+        void *rv;
+        pthread_join(th[t], &rv);
+        cr_assert_null(rv, "thread %d failed at step %d", t, (int)(intptr_t)rv);
+    }
+    for (int i = 0; i < CHURN_THREADS * CHURN_ROUNDS; i++)
+        for (int j = i + 1; j < CHURN_THREADS * CHURN_ROUNDS; j++)
+            cr_assert_neq(churn_seen[i / CHURN_ROUNDS][i % CHURN_ROUNDS],
+                          churn_seen[j / CHURN_ROUNDS][j % CHURN_ROUNDS],
+                          "handles %d and %d are the same value", i, j);
+}
+
+/* A request waited for once is refused the second time, even after a
+ * later request took over its memory (the freed operation is kept for
+ * the next one): before, the stale copy finished someone else's
+ * operation or freed one twice. */
+Test(api, stale_request_refused)
+{
+    float x = 3, y = 0;
+    loom_request_t req, copy, next;
+    cr_assert_eq(loom_iallreduce(&x, &y, 1, LOOM_FLOAT32, LOOM_SUM, comm, &req), LOOM_SUCCESS);
+    copy = req;
+    cr_assert_eq(loom_wait(&req), LOOM_SUCCESS);
+    cr_assert_eq(y, 3.0f);
+    EXPECT_ERR(loom_wait(&copy), LOOM_ERR_INVALID_ARGUMENT, "not a live request");
+    cr_assert_neq(copy, LOOM_REQUEST_NULL, "a refused request is left as it was");
+    float x2 = 7, y2 = 0;
+    cr_assert_eq(loom_iallreduce(&x2, &y2, 1, LOOM_FLOAT32, LOOM_SUM, comm, &next), LOOM_SUCCESS);
+    cr_assert_neq(next, copy);
+    int done = 0;
+    EXPECT_ERR(loom_test(&copy, &done), LOOM_ERR_INVALID_ARGUMENT, "not a live request");
+    EXPECT_ERR(loom_wait(&copy), LOOM_ERR_INVALID_ARGUMENT, "not a live request");
+    loom_request_t pair[2] = {copy, next};
+    int idx = 5;
+    EXPECT_ERR(loom_wait_any(pair, 2, &idx), LOOM_ERR_INVALID_ARGUMENT, "reqs[0]");
+    cr_assert_eq(idx, -1);
+    EXPECT_ERR(loom_wait_all(pair, 2), LOOM_ERR_INVALID_ARGUMENT, "reqs[0]");
+    /* The live one is still the caller's to wait for, and completes. */
+    cr_assert_eq(loom_wait(&next), LOOM_SUCCESS, "%s", loom_get_last_error());
+    cr_assert_eq(y2, 7.0f);
+    EXPECT_ERR(loom_wait(&(loom_request_t){(loom_request_t)(uintptr_t)0x2000}),
+               LOOM_ERR_INVALID_ARGUMENT, "not a request");
+    /* Released by abort: refused as well. */
+    cr_assert_eq(loom_iallreduce(&x, &y, 1, LOOM_FLOAT32, LOOM_SUM, comm, &req), LOOM_SUCCESS);
+    copy = req;
+    cr_assert_eq(loom_comm_abort(comm), LOOM_SUCCESS);
+    comm = NULL;
+    EXPECT_ERR(loom_wait(&copy), LOOM_ERR_INVALID_ARGUMENT, "not a live request");
+}
+
+/* Durations: a bare number in the variable's unit (as before), or a
+ * number with a unit; anything else refused. */
+Test(api_init, durations_parse)
+{
+    long long v;
+    struct { const char *s; long long unit_us, want; } ok[] = {
+        {"60000", 1000, 60000}, {"20s", 1000, 20000}, {"500ms", 1000, 500}, {"2m", 1000, 120000},
+        {"1.5s", 1000, 1500},   {"0.25s", 1000, 250}, {"3000us", 1000, 3},  {"0", 1000, 0},
+        {"200", 1, 200},        {"1ms", 1, 1000},     {"0.5ms", 1, 500},    {"2s", 1, 2000000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        cr_assert_eq(loomi_parse_duration(ok[i].s, ok[i].unit_us, &v), 0, "'%s' refused", ok[i].s);
+        cr_assert_eq(v, ok[i].want, "'%s' gave %lld, not %lld", ok[i].s, v, ok[i].want);
+    }
+    const char *bad[] = {"", "s", "20x", "20sec", "20 s", "-5", "1.5", "1.5.5s", ".5s", "0.5us",
+                         "1500us", "20S", "99999999999999999999", "9999999999999999m"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_neq(loomi_parse_duration(bad[i], 1000, &v), 0, "'%s' accepted (%lld)", bad[i], v);
+}
+
+static int timeout_of(const char *value, char *msg, size_t n)
+{
+    setenv("LOOM_DEBUG", "none", 1);
+    setenv("LOOM_TIMEOUT", value, 1);
+    loom_unique_id_t id;
+    loom_comm_t c = NULL;
+    msg[0] = '\0';
+    if (loom_get_unique_id(&id) != LOOM_SUCCESS ||
+        loom_comm_init_rank(&c, 1, &id, 0, NULL) != LOOM_SUCCESS) {
+        snprintf(msg, n, "%s", loom_get_last_error());
+        return -1;
+    }
+    int t = loomi_comm_get(c)->set.timeout_ms;
+    loom_comm_destroy(c);
+    return t;
+}
+
+/* Each test runs in a process of its own: the environment is read once. */
+Test(api_init, timeout_with_unit)
+{
+    char m[512];
+    cr_assert_eq(timeout_of("20s", m, sizeof m), 20000, "%s", m);
+}
+
+Test(api_init, timeout_bare_is_ms)
+{
+    char m[512];
+    cr_assert_eq(timeout_of("60000", m, sizeof m), 60000, "%s", m);
+}
+
+Test(api_init, timeout_garbage_named)
+{
+    char m[512];
+    cr_assert_eq(timeout_of("20x", m, sizeof m), -1);
+    cr_assert(strstr(m, "LOOM_TIMEOUT=20x is invalid"), "message: %s", m);
+}
+Test(api_init, timeout_str_under_a_second)
+{
+    struct loomi_settings s = {.timeout_ms = 20, .timeout_src = 2};
+    char b[160];
+    loomi_timeout_str(&s, b, sizeof b);
+    cr_assert(strstr(b, "LOOM_TIMEOUT=20 ms (did you mean 20s?"), "%s", b);
+    s.timeout_src = 1;
+    loomi_timeout_str(&s, b, sizeof b);
+    cr_assert(strstr(b, "under a second"), "%s", b);
+    s.timeout_ms = 60000;
+    loomi_timeout_str(&s, b, sizeof b);
+    cr_assert_str_eq(b, "LOOM_TIMEOUT=60000 ms");
 }

@@ -173,8 +173,8 @@ static int run(int H, int L, int interleave, size_t n, int inplace, loom_op_t op
     loom_request_t req[64];
     for (int r = 0; r < p; r++) {
         loomi_comm_force_algo(comms[r], LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_SHARED);
-        if (saves_mode >= 0) comms[r]->saves = (struct loomi_mode_tuner){1, 1, saves_mode, {0}};
-        comms[r]->set.shm_stream_copyin = copyin_mode;
+        if (saves_mode >= 0) loomi_comm_get(comms[r])->saves = (struct loomi_mode_tuner){1, 1, saves_mode, {0}};
+        loomi_comm_get(comms[r])->set.shm_stream_copyin = copyin_mode;
         sb[r] = malloc(n * es + 1);
         rb[r] = malloc(n * es + 1);
         for (size_t i = 0; i < n; i++) put_input(sb[r], i, r, dt);

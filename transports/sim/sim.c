@@ -598,7 +598,8 @@ void loomi_sim_world_destroy(struct loomi_sim_world *w, loom_comm_t *comms)
     if (comms && w) {
         for (int r = 0; r < w->nranks; r++) {
             if (!comms[r]) continue;
-            if (comms[r]->nlive) loom_comm_abort(comms[r]);
+            const struct loom_comm *c = loomi_comm_get(comms[r]);
+            if (c && c->nlive) loom_comm_abort(comms[r]);
             else loom_comm_destroy(comms[r]);
             comms[r] = NULL;
         }
