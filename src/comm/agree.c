@@ -298,13 +298,12 @@ static int coordinate(struct agree *g)
     return st;
 }
 
-loom_result_t loom_comm_agree(loom_comm_t comm, uint64_t *value, loom_op_t op)
+loom_result_t loom_comm_agree(loom_comm_t h, uint64_t *value, loom_op_t op)
 {
     const char *fn = "loom_comm_agree";
-    if (!comm || comm->magic != LOOMI_COMM_MAGIC)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "%s: comm is not a live communicator (NULL, destroyed or never created)",
-                          fn);
+    struct loom_comm *comm;
+    loom_result_t lr = loomi_comm_live(h, fn, &comm);
+    if (lr != LOOM_SUCCESS) return lr;
     if (!value) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: value is NULL", fn);
     if (op != LOOM_MIN && op != LOOM_MAX)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,

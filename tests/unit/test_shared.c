@@ -1037,7 +1037,7 @@ static struct {
     struct loomi_transport_ops ops;
     int n;
     void *state[FX_MAX];
-    loom_comm_t comm0;
+    struct loom_comm *comm0;
     unsigned char *map[FX_MAX][FX_MAX]; /* map[r][q]: rank r's mapping of rank q's arena */
     size_t len;
     int inject_at, injected, completions;
@@ -1100,17 +1100,18 @@ Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
 {
     loom_comm_t comms[2];
     struct loomi_sim_world *w = open_world(1, 2, 0, 65536, 11, comms);
+    struct loom_comm *c[2] = {loomi_comm_get(comms[0]), loomi_comm_get(comms[1])};
     memset(&fx, 0, sizeof fx);
     fx.n = 2;
     fx.inject_at = 1;
-    fx.real = comms[0]->tops;
+    fx.real = c[0]->tops;
     fx.ops = *fx.real;
     fx.ops.irecv = fx_irecv;
     fx.ops.progress = fx_progress;
     fx.ops.abort_all = fx_abort_all;
     fx.ops.shared_map = fx_shared_map;
     size_t want = 0;
-    cr_assert_not_null(fx.real->shared_map(comms[0]->tstate, 0, &want));
+    cr_assert_not_null(fx.real->shared_map(c[0]->tstate, 0, &want));
     fx.len = (want + 4095) / 4096 * 4096;
     for (int q = 0; q < 2; q++) {
         int fd = memfd_create("loom-test-arena", 0);
@@ -1121,10 +1122,10 @@ Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
         }
         close(fd);
     }
-    fx.comm0 = comms[0];
+    fx.comm0 = c[0];
     for (int r = 0; r < 2; r++) {
-        fx.state[r] = comms[r]->tstate;
-        comms[r]->tops = &fx.ops;
+        fx.state[r] = c[r]->tstate;
+        c[r]->tops = &fx.ops;
     }
     const size_t n = 1024;
     memset(fx.map[1][1], 0x3f, n * 4); /* rank 1's arena, as it wrote it */
@@ -1145,9 +1146,12 @@ Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
         }
         cr_assert_eq(loomi_sched_finish(&sc), LOOM_SUCCESS, "%s", loom_get_last_error());
         struct loomi_op *op;
-        cr_assert_eq(loomi_op_start(comms[r], &sc, b[r], b[r], 0, &op), LOOM_SUCCESS, "%s",
+        uintptr_t rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL);
+        cr_assert_neq(rh, 0);
+        cr_assert_eq(loomi_op_start(c[r], &sc, b[r], b[r], 0, &op), LOOM_SUCCESS, "%s",
                      loom_get_last_error());
-        req[r] = (loom_request_t)op;
+        loomi_op_set_request(op, rh);
+        req[r] = (loom_request_t)rh;
     }
     loom_result_t res[2];
     char msg[256];
