@@ -368,16 +368,7 @@ out:
     free(g.vals);
     free(g.ops);
     free(g.msg);
-    if (st != ST_DONE) {
-        loom_result_t err = g.err != LOOM_SUCCESS ? g.err : LOOM_ERR_INTERNAL;
-        if (err == LOOM_ERR_REVOKED) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "%s", loom_get_last_error());
-            loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "%s", msg);
-            loomi_fail(err, comm->rank, "%s", msg);
-        }
-        return err;
-    }
+    if (st != ST_DONE) return loomi_comm_out(comm, g.err != LOOM_SUCCESS ? g.err : LOOM_ERR_INTERNAL);
     LOOMI_INFO(g.me, "%s: agreement %llu: %llu (%s, coordinator %d, %llu ms)", fn,
                (unsigned long long)g.id, (unsigned long long)g.result, op_word(op), coord,
                (unsigned long long)(loomi_now_ms() - t0));

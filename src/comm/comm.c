@@ -135,6 +135,15 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
     loomi_comm_unlock(c);
 }
 
+loom_result_t loomi_comm_out(struct loom_comm *c, loom_result_t err)
+{
+    if (err != LOOM_ERR_REVOKED) return err;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", loom_get_last_error());
+    loomi_comm_fail(c, LOOM_ERR_REVOKED, c->rank, "%s", msg);
+    return loomi_fail(err, c->rank, "%s", msg);
+}
+
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
                                const char *why)
 {

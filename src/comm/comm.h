@@ -230,6 +230,12 @@ void loomi_comm_withdraw(struct loom_comm *c);
 void loomi_comm_fail(struct loom_comm *comm, loom_result_t code, int failed_rank,
                      const char *fmt, ...) LOOMI_PRINTF(4, 5);
 
+/* A membership call (shrink, grow, agree) found this rank out of the job
+ * (declared failed, or in a minority): for err LOOM_ERR_REVOKED, break
+ * the communicator with the thread's last error as its reason, which
+ * stays the last error.  Returns err. */
+loom_result_t loomi_comm_out(struct loom_comm *comm, loom_result_t err);
+
 /* Bring the communicator up to date with its control plane: a failure
  * or revocation seen there breaks it here (returns comm->error). */
 loom_result_t loomi_comm_sync(struct loom_comm *comm);

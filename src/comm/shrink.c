@@ -572,17 +572,8 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
     if (st != ST_DONE) {
         free(s.decided);
         drop_new(&s);
-        loom_result_t err = s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL;
-        if (err == LOOM_ERR_REVOKED) {
-            /* This rank is out (declared failed, or in a minority): comm
-             * says so from now on, as loom_comm_get_error tells.  The
-             * message is the shrink's own. */
-            char msg[256];
-            snprintf(msg, sizeof msg, "%s", loom_get_last_error());
-            loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "%s", msg);
-            loomi_fail(err, comm->rank, "%s", msg);
-        }
-        return err;
+        /* Out of the job: comm says so from now on (loom_comm_get_error). */
+        return loomi_comm_out(comm, s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL);
     }
     free(comm->agreed_failed);
     comm->agreed_failed = s.decided;
