@@ -307,20 +307,19 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
     return r;
 }
 
+static void comm_free(struct loom_comm *c, int polite);
+
 void loomi_comm_discard(struct loom_comm *c)
 {
+    /* What the measuring at creation made goes too (schedules, buffers,
+     * the slots' map): comm_free, after the transport. */
     loomi_comm_withdraw(c);
     loomi_progress_stop(c);
     loomi_ctrl_destroy(c->ctrl, 0);
+    c->ctrl = NULL;
     if (c->tstate) c->tops->destroy(c->tstate);
-    free(c->hosts);
-    free(c->links);
-    free(c->sel);
-    if (c->topo) {
-        loomi_topo_job_free(c->topo);
-        free(c->topo);
-    }
-    free(c);
+    c->tstate = NULL;
+    comm_free(c, 0);
 }
 
 /* Discover this host, publish transports' addresses, the topology card

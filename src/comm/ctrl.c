@@ -795,11 +795,16 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
     int need = me;
     while (need > 0) {
         struct pollfd pf = {.fd = c->lfd, .events = POLLIN};
-        int left = loomi_ms_left(deadline_ms);
-        if (left == 0)
+        char why[200];
+        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
+        if (k == -2)
+            return loomi_fail(LOOM_ERR_REMOTE, me,
+                              "control plane: %d lower rank(s) still to connect; gave up: %s",
+                              need, why);
+        if (k == 0)
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
                               "control plane: %d lower rank(s) did not connect in time", need);
-        if (poll(&pf, 1, left) <= 0) continue;
+        if (k < 0) continue;
         int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;
         unsigned char h[HELLO_BYTES];
@@ -966,6 +971,16 @@ struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t 
     }
     pthread_mutex_unlock(&c->mu);
     return m;
+}
+
+int loomi_ctrl_newer(struct loomi_ctrl *c, uint32_t mask, uint32_t epoch)
+{
+    int found = 0;
+    pthread_mutex_lock(&c->mu);
+    for (struct loomi_cmsg *m = c->mb_head; m && !found; m = m->next)
+        found = (mask & LOOMI_CMSG_BIT(m->type)) && m->epoch > epoch;
+    pthread_mutex_unlock(&c->mu);
+    return found;
 }
 
 int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum)

@@ -126,6 +126,10 @@ loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint3
  * on to a shrink). */
 struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
                                    uint32_t mask);
+/* Whether a protocol message of a type in mask and an epoch after
+ * `epoch` waits in the mailbox (a round that superseded the caller's). */
+int loomi_ctrl_newer(struct loomi_ctrl *c, uint32_t mask, uint32_t epoch);
+
 /* Whether the ranks not in `out` ([n], as loomi_ctrl_failed gives) may
  * go on as the communicator's successor: any of them (any_quorum), or
  * more than half of the ranks that did not leave, or exactly half with

@@ -11,9 +11,11 @@
  * over the same address.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -49,6 +51,20 @@ static int send_msg(int fd, uint16_t type, uint32_t epoch, uint64_t arg, const v
     loomi_ctrl_frame(h, type, epoch, arg, len);
     if (loomi_write_full(fd, h, sizeof h, deadline)) return -1;
     return len ? loomi_write_full(fd, data, len, deadline) : 0;
+}
+
+/* The guard of the connection (loomi_guard_set): the members sent a new
+ * message on the holder's connection (another admission: one of them
+ * failed meanwhile).  Its end is no news: the holder closes it once it
+ * is done. */
+static int readmitted(void *arg, char *msg, size_t n)
+{
+    int fd = *(const int *)arg;
+    char b;
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 0) != 1 || recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1) return 0;
+    snprintf(msg, n, "the members started another admission (one of them failed)");
+    return 1;
 }
 
 loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
@@ -183,7 +199,9 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent bad addresses", fn);
                 break;
             }
+            loomi_guard_set(readmitted, &fd);
             r = loomi_comm_finish(c, data, deadline, &links);
+            loomi_guard_set(NULL, NULL);
             free(data);
             if (r != LOOM_SUCCESS) {
                 /* A member failed during the admission: the members decide

@@ -250,6 +250,11 @@ int loomi_connect_retry_log(const struct sockaddr *sa, socklen_t len, uint64_t d
             break;
         int left = loomi_ms_left(deadline_ms);
         if (left == 0) break;
+        char why[200];
+        if (loomi_guard_stop(why, sizeof why)) {
+            snprintf(msg, msglen, "gave up on %s: %s", addr, why);
+            return -1;
+        }
         /* Say what is going on: at once, then every few seconds. */
         uint64_t now = loomi_now_ms();
         if (what && now >= next_log) {
@@ -273,6 +278,18 @@ int loomi_connect_retry_log(const struct sockaddr *sa, socklen_t len, uint64_t d
         snprintf(msg, msglen, "could not connect to %s: %s (%s)%s%s", addr, strerror(last),
                  loomi_errno_name(last), *hint ? ": " : "", hint);
     return -1;
+}
+
+int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_t n)
+{
+    for (;;) {
+        if (loomi_guard_stop(why, n)) return -2;
+        int left = loomi_ms_left(deadline_ms);
+        int slice = left > 20 ? 20 : left;
+        int k = slice ? poll(pf, 1, slice) : 0;
+        if (k < 0 && errno == EINTR) continue;
+        if (k != 0 || left == 0) return k;
+    }
 }
 
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms)

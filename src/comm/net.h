@@ -50,6 +50,12 @@ const char *loomi_errno_name(int e);
 /* Write / read exactly n bytes on a blocking or non-blocking fd, waiting
  * with poll until deadline_ms.  Return 0, or -1 (errno set; ETIMEDOUT on
  * the deadline, ECONNRESET on EOF while reading). */
+/* poll() on one descriptor until it is ready or deadline_ms, in short
+ * slices, asking the thread's guard (loomi_guard_set) between them:
+ * returns poll's result (0 at the deadline, -1 on error), or -2 when the
+ * guard stopped the wait (why says why). */
+struct pollfd;
+int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_t n);
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);
 int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms);
 

@@ -49,6 +49,7 @@ struct shrink {
     int nj, slots[LOOMI_CTRL_MAX_JOINERS]; /* joiners admitted (coordinator) */
     unsigned char *decided;   /* [n] the decision this rank built on */
     unsigned char *left;      /* [n] ranks some rank saw leave with a goodbye */
+    unsigned char *seen;      /* [n] the failed set, as the guard reads it */
     const char *fn;
 };
 
@@ -129,6 +130,41 @@ static int merge(struct shrink *s, const struct loomi_cmsg *m)
     return 0;
 }
 
+/* The guard of the new communicator's connection (loomi_guard_set): a
+ * rank of the decision failed, a joiner being admitted left, or a later
+ * round began: its connections will never all come. */
+static int doomed(void *arg, char *msg, size_t n)
+{
+    struct shrink *s = arg;
+    loomi_ctrl_failed(s->ctrl, s->seen, NULL);
+    for (int q = 0; q < s->n; q++)
+        if (!s->decided[q] && s->seen[q]) {
+            snprintf(msg, n, "rank %d failed while the new communicator was being connected", q);
+            return 1;
+        }
+    for (int j = 0; j < s->nj; j++)
+        if (!loomi_ctrl_joiner_alive(s->ctrl, s->slots[j])) {
+            snprintf(msg, n, "a process being admitted left while the new communicator was "
+                             "being connected");
+            return 1;
+        }
+    if (loomi_ctrl_newer(s->ctrl, LOOMI_CMSG_SHRINK, s->epoch)) {
+        snprintf(msg, n, "the coordinator started another round while the new communicator "
+                         "was being connected");
+        return 1;
+    }
+    return 0;
+}
+
+/* Connect the new communicator, giving up as soon as the guard says. */
+static loom_result_t finish_new(struct shrink *s, const unsigned char *all)
+{
+    loomi_guard_set(doomed, s);
+    loom_result_t r = loomi_comm_finish(s->nc, all, s->deadline, s->old->links);
+    loomi_guard_set(NULL, NULL);
+    return r;
+}
+
 static void drop_new(struct shrink *s)
 {
     if (s->nc) loomi_comm_discard(s->nc);
@@ -172,6 +208,7 @@ static int member(struct shrink *s, int coord)
 {
     const int n = s->n;
     uint32_t e = s->epoch;
+    s->nj = 0; /* joiners are the coordinator's (this rank may have been one) */
     if (loomi_ctrl_send(s->ctrl, coord, LOOMI_CMSG_PROPOSE, e, 0, s->failed, (uint32_t)n) !=
         LOOM_SUCCESS)
         return ST_RESTART; /* it failed meanwhile */
@@ -267,7 +304,7 @@ static int member(struct shrink *s, int coord)
                 bad = 1;
                 break;
             }
-            s->err = loomi_comm_finish(s->nc, m->data, s->deadline, s->old->links);
+            s->err = finish_new(s, m->data);
             free(m);
             if (s->err != LOOM_SUCCESS) {
                 LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
@@ -393,7 +430,7 @@ static int coordinate(struct shrink *s)
                 for (int j = 0; j < s->nj; j++)
                     loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ALL, e, (uint64_t)newn, all,
                                     (uint32_t)((size_t)newn * LOOMI_ADDR_BYTES));
-                s->err = loomi_comm_finish(s->nc, all, s->deadline, s->old->links);
+                s->err = finish_new(s, all);
                 if (s->err != LOOM_SUCCESS) {
                     LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
                                loom_get_last_error());
@@ -519,11 +556,13 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
     s.proposed = calloc((size_t)s.n, 1);
     s.decided = malloc((size_t)s.n);
     s.left = calloc((size_t)s.n, 1);
-    if (!s.failed || !s.proposed || !s.decided || !s.left) {
+    s.seen = malloc((size_t)s.n);
+    if (!s.failed || !s.proposed || !s.decided || !s.left || !s.seen) {
         free(s.failed);
         free(s.proposed);
         free(s.decided);
         free(s.left);
+        free(s.seen);
         return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
     }
     s.epoch = comm->shrink_epoch + 1;
@@ -564,6 +603,7 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
     free(s.failed);
     free(s.proposed);
     free(s.left);
+    free(s.seen);
     if (st == ST_NOTHING) {
         free(s.decided);
         drop_new(&s);

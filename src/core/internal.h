@@ -171,6 +171,22 @@ void *loomi_handle_get(enum loomi_handle_kind kind, uintptr_t h, enum loomi_hand
 /* Release h: from now on it names nothing (a second drop does nothing). */
 void loomi_handle_drop(enum loomi_handle_kind kind, uintptr_t h);
 
+/* ------------------------------------------------------------ guard */
+
+/* While a communicator is connected (shrink, grow, join), a member of it
+ * may die: the waits for its connections would then last until the
+ * deadline, though the membership has already moved on.  The calling
+ * thread sets a guard around them (util.c): fn(arg) says, with the
+ * reason in msg, that the communicator being connected is doomed.  The
+ * waits of connections (net.c, the transports, the control plane) ask
+ * loomi_guard_stop every few milliseconds and give up with its reason.
+ * Thread-local; fn NULL clears it. */
+typedef int (*loomi_guard_fn)(void *arg, char *msg, size_t n);
+void loomi_guard_set(loomi_guard_fn fn, void *arg);
+/* 0, or nonzero with the reason in msg (once stopped, it stays so until
+ * the guard is set again). */
+int loomi_guard_stop(char *msg, size_t n);
+
 /* ------------------------------------------------------------ time */
 
 /* Monotonic clock in nanoseconds / milliseconds. */

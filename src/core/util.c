@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -114,4 +115,38 @@ int loomi_parse_duration(const char *s, long long unit_us, long long *out)
     if (us > LLONG_MAX) return -1;
     *out = (long long)us;
     return 0;
+}
+
+static _Thread_local struct {
+    loomi_guard_fn fn;
+    void *arg;
+    uint64_t next_ns; /* the next time fn is asked */
+    int stopped;
+    char why[200];
+} guard;
+
+/* How often a wait asks its guard (it takes the control plane's lock). */
+#define GUARD_EVERY_NS (5 * 1000000u)
+
+void loomi_guard_set(loomi_guard_fn fn, void *arg)
+{
+    guard.fn = fn;
+    guard.arg = arg;
+    guard.next_ns = 0;
+    guard.stopped = 0;
+    guard.why[0] = '\0';
+}
+
+int loomi_guard_stop(char *msg, size_t n)
+{
+    if (!guard.fn) return 0;
+    if (!guard.stopped) {
+        uint64_t now = loomi_now_ns();
+        if (now < guard.next_ns) return 0;
+        guard.next_ns = now + GUARD_EVERY_NS;
+        guard.stopped = guard.fn(guard.arg, guard.why, sizeof guard.why);
+        if (!guard.stopped) return 0;
+    }
+    if (msg && n) snprintf(msg, n, "%s", guard.why);
+    return 1;
 }

@@ -1548,6 +1548,10 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
             missing += rc;
         }
         if (!missing) break;
+        char why[200];
+        if (loomi_guard_stop(why, sizeof why))
+            return loomi_fail(LOOM_ERR_REMOTE, me, "shm: waiting for the peers' segments; gave "
+                              "up: %s", why);
         if (loomi_ms_left(deadline_ms) == 0) {
             char who[256];
             list_ranks(who, sizeof who, t, not_mapped);
@@ -1575,6 +1579,10 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
                                   q, (int)p->pid);
         }
         if (!missing) break;
+        char why[200];
+        if (loomi_guard_stop(why, sizeof why))
+            return loomi_fail(LOOM_ERR_REMOTE, me, "shm: waiting for the peers to map this "
+                              "rank's segment; gave up: %s", why);
         if (loomi_ms_left(deadline_ms) == 0) {
             char who[256];
             list_ranks(who, sizeof who, t, no_hello);

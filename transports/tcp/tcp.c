@@ -904,10 +904,12 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     }
     int expected = (n - 1 - me) * (ns + 1), got = 0;
     while (got < expected) {
-        int left = loomi_ms_left(deadline_ms);
         struct pollfd pf = {t->lfd, POLLIN, 0};
-        int k = left ? poll(&pf, 1, left) : 0;
-        if (k < 0 && errno == EINTR) continue;
+        char why[200];
+        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
+        if (k == -2)
+            return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
+                              "arrived; gave up: %s", got, expected, why);
         if (k <= 0) {
             int missing = -1;
             for (int peer = me + 1; peer < n && missing < 0; peer++)

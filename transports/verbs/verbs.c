@@ -1958,10 +1958,12 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
     }
     int got = 0;
     while (got < expected) {
-        int left = loomi_ms_left(deadline_ms);
         struct pollfd pf = {t->lfd, POLLIN, 0};
-        int k = left ? poll(&pf, 1, left) : 0;
-        if (k < 0 && errno == EINTR) continue;
+        char why[200];
+        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
+        if (k == -2)
+            return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
+                              "higher ranks done; gave up: %s", got, expected, why);
         if (k <= 0)
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
                               "verbs: %d of %d queue pair exchanges with higher ranks done "
