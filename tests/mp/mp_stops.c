@@ -36,6 +36,9 @@
  * thread, so it happens inside the call if the call lasts that long).
  * STOPS_KILL_ON_RECEIVE=R:RANKS: original rank R SIGKILLs those ranks as
  * soon as bytes arrive in its state during the scheduled sync.
+ * STOPS_KILL_IN=PHASE:R:MS:TARGETS: original rank R SIGKILLs TARGETS
+ * (original ranks, or "j": the joiners) MS milliseconds into its first
+ * call of PHASE.
  *
  * Files: DIR/pid.R (the pid, once the communicator exists; R is the
  * original rank, or jPID for a joiner), DIR/phase.R (what the process is
@@ -127,9 +130,54 @@ static void *die_later(void *arg)
     return NULL;
 }
 
+/* STOPS_KILL_IN=PHASE:R:MS:TARGETS: original rank R, MS milliseconds
+ * after it enters its first call of PHASE, SIGKILLs TARGETS: original
+ * ranks, or "j" for every joiner the driver started (DIR/join.N.pid). */
+static struct {
+    char phase[16], targets[64];
+    int rank, ms, armed;
+} kin = {.rank = -1};
+
+static void kill_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f && fscanf(f, "%d", &pid) == 1 && pid > 0) kill(pid, SIGKILL);
+    if (f) fclose(f);
+}
+
+static void *kill_later(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {kin.ms / 1000, (long)(kin.ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    char p[4096];
+    for (const char *t = kin.targets; *t;) {
+        if (*t == 'j') {
+            for (int j = 0; j < 64; j++) {
+                snprintf(p, sizeof p, "%s/join.%d.pid", dir, j);
+                kill_file(p);
+            }
+        } else {
+            snprintf(p, sizeof p, "%s/pid.%d", dir, atoi(t));
+            kill_file(p);
+        }
+        t = strchr(t, ',');
+        if (!t) break;
+        t++;
+    }
+    event("KILLED %s, %d ms into %s", kin.targets, kin.ms, kin.phase);
+    return NULL;
+}
+
 /* Entering PHASE: arm the kill if this process is to die in it. */
 static void maybe_die(const char *ph)
 {
+    if (!kin.armed && kin.rank == orig && orig >= 0 && !strcmp(kin.phase, ph)) {
+        kin.armed = 1;
+        pthread_t t;
+        if (pthread_create(&t, NULL, kill_later, NULL) == 0) pthread_detach(t);
+    }
     if (die.armed || strcmp(die.phase, ph)) return;
     int mine = 0;
     for (int i = 0; i < die.n; i++) mine |= die.ranks[i] == orig;
@@ -143,6 +191,19 @@ static void maybe_die(const char *ph)
     if (die.ms <= 0) kill(getpid(), SIGKILL);
     pthread_create(&t, &a, die_later, &die.ms);
     pthread_attr_destroy(&a);
+}
+
+static void parse_kill_in(void)
+{
+    const char *s = getenv("STOPS_KILL_IN");
+    if (!s) return;
+    char ph[16], tg[64];
+    int r, ms;
+    if (sscanf(s, "%15[^:]:%d:%d:%63s", ph, &r, &ms, tg) != 4) return;
+    snprintf(kin.phase, sizeof kin.phase, "%s", ph);
+    snprintf(kin.targets, sizeof kin.targets, "%s", tg);
+    kin.rank = r;
+    kin.ms = ms;
 }
 
 static void parse_die(void)
@@ -330,8 +391,15 @@ static loom_result_t sync_state(struct run *R, const char *why)
         state_ok = 0;
         return r;
     }
+    /* A revision that can never win (all ones: what a failed sync may
+     * leave) is no state at all. */
+    if (rev == UINT64_MAX) {
+        state_ok = 0;
+        event("sync (%s) ok in %.0f ms, but no revision", why, dt);
+        return LOOM_SUCCESS;
+    }
     size_t w = rev ? state_wrong(rev) : 0;
-    if (rev < before || w) {
+    if ((rev < before && before != UINT64_MAX) || w) {
         R->wrong++;
         bad("state sync (%s) succeeded with revision %llu (had %llu) and %zu wrong bytes", why,
             (unsigned long long)rev, (unsigned long long)before, w);
@@ -503,6 +571,11 @@ static int loop(struct run *R)
         /* Whoever missed the state takes it now. */
         r = sync_state(R, "after shrink");
         if (r == LOOM_ERR_INTERNAL) return 1;
+        /* The step too, whatever a failed sync left of it: the same on
+         * every rank, so that the sums stay known. */
+        uint64_t st = R->step;
+        if (loom_allreduce(&st, &st, 1, LOOM_UINT64, LOOM_MAX, R->comm) == LOOM_SUCCESS)
+            R->step = st;
         /* A failure here is the next step's: it fails too and shrinks. */
     }
 }
@@ -519,6 +592,7 @@ int main(int argc, char **argv)
     dir = argv[2];
     int joined = !strcmp(argv[1], "join");
     parse_die();
+    parse_kill_in();
     parse_krecv();
     const char *e = getenv("STOPS_STATE_MIB");
     state_bytes = (size_t)(e ? atoi(e) : 1) << 20;

@@ -17,11 +17,13 @@
 #      others go on with 4;
 #   c  several ranks stopped at once, rank 0 among them, continued in
 #      every order (and once before the limit: nobody fails then);
-#   d  a rank killed inside loom_comm_shrink (the coordinator, rank 0);
-#      rank 0, the join service's holder, killed inside loom_comm_grow
-#      admitting a joiner; the donors of a loom_state_sync killed while
-#      it transfers (the receivers held an older revision: no rank may
-#      then accept bytes that are not its revision's).
+#   d  a rank killed inside loom_comm_shrink: the coordinator, rank 0,
+#      at once, and another rank later, once the survivors agreed, while
+#      the new communicator connects; inside loom_comm_grow admitting a
+#      joiner: rank 0 (the join service's holder), the joiner, a member;
+#      the donors of a loom_state_sync killed while a receiver receives
+#      (the receivers held an older revision: no rank may then accept
+#      bytes that are not its revision's).
 #
 # Every run checks each process's exit against what the man pages
 # promise: the survivors end together at the same step, in one
@@ -33,13 +35,14 @@
 # installed; see crash.h) and, where a core was written, gdb's backtrace
 # of the core.
 #
-# LOOM_STOPS_REPEAT=N runs scenario a N times (default 2, quick 1) and,
-# from N >= 3 on, the longer variants of c and d too.
+# LOOM_STOPS_REPEAT=N runs scenario a N times (default 1) and, from
+# N >= 3 on, the longer variants of c and d too; quick mode runs one
+# order of c.  LOOM_STOPS_ONLY (a b c d-shrink d-grow d-sync) picks
+# scenarios; LOOM_TEST_KEEP=1 keeps the runs' directories.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_stops
 quick=${LOOM_TEST_QUICK:-0}
-reps=${LOOM_STOPS_REPEAT:-2}
-[ "$quick" = 1 ] && [ -z "${LOOM_STOPS_REPEAT:-}" ] && reps=1
+reps=${LOOM_STOPS_REPEAT:-1}
 top=$(mktemp -d)
 all_pids=()
 cleanup() {
@@ -132,12 +135,13 @@ join() {
     sleep_until "$1"
     local j=$njoin
     njoin=$((njoin + 1))
-    (cd "$dir/cores" && env "${jenv[@]}" LOOM_TEST_CORE_DIR="$dir/cores" LOOM_TIMEOUT=60000 \
-        LOOM_ROOT="127.0.0.1:$port" LOOM_JOB_KEY="$key" "$prog" join "$dir" \
+    # The joiner itself is $! (exec), so that a kill reaches it.
+    ( (cd "$dir/cores" && exec env "${jenv[@]}" LOOM_TEST_CORE_DIR="$dir/cores" LOOM_TIMEOUT=60000 \
+        LOOM_ROOT="127.0.0.1:$port" LOOM_JOB_KEY="$key" "$prog" join "$dir") \
         >"$dir/join.$j.out" 2>"$dir/join.$j.err" &
         echo $! >"$dir/join.$j.pid"
         wait $!
-        echo $? >"$dir/join.$j.rc") &
+        echo $? >"$dir/join.$j.rc") 2>/dev/null &
     all_pids+=($!)
     for _ in $(seq 50); do [ -s "$dir/join.$j.pid" ] && break; sleep 0.02; done
     all_pids+=("$(cat "$dir/join.$j.pid" 2>/dev/null)")
@@ -208,7 +212,8 @@ end_job() {
     for j in $(seq 0 $((njoin - 1))); do
         jst[$j]=$(cat "$dir/join.$j.rc" 2>/dev/null || echo none)
         jlast[$j]=$(grep -E '^(END|LEFT|MINORITY|BAD) ' "$dir/join.$j.out" 2>/dev/null | tail -1)
-        check_one "joiner $j" "${jst[$j]}" "${jlast[$j]}" "$dir/join.$j.err" "$dir/join.$j.out" ""
+        check_one "joiner $j" "${jst[$j]}" "${jlast[$j]}" "$dir/join.$j.err" "$dir/join.$j.out" \
+            "$([[ "$killed" == *" j "* ]] && echo 1)"
     done
     # Those that ended did so together: one communicator, one step.
     local ends sizes steps
@@ -308,7 +313,7 @@ done
 # meets its peers' closed arenas before its control thread has read that
 # it was declared failed.
 stall=$BUILDDIR/tests/mp/.libs/stall_ctrl.so
-if only a && [ -f "$stall" ]; then
+if only a && [ "$reps" -ge 3 ] && [ -f "$stall" ]; then
     for i in $(seq "$reps"); do
         start_job 4 STOPS_BIG=65536 LD_PRELOAD="$stall" STALL_CTRL_MS=30
         act 1.5 stop-shared 2
@@ -318,7 +323,7 @@ if only a && [ -f "$stall" ]; then
         verdict "a$i, late control threads: 4 ranks, rank 2 stopped 1.5-4.8 s during shared-memory allreduces" \
             "0:end3 1:end3 2:left 3:end3"
     done
-elif only a; then
+elif only a && [ "$reps" -ge 3 ]; then
     echo "skip - a with late control threads: no $stall (sanitizers or no shared libraries)"
 fi
 
@@ -390,6 +395,21 @@ if only d-shrink; then
     fi
 fi
 
+# Later in the shrink: once the survivors agreed, while the new
+# communicator connects and times its collectives.
+if only d-shrink; then
+    delays="60"
+    [ "$reps" -ge 3 ] && delays="20 60 150"
+    for ms in $delays; do
+        start_job 6 STOPS_KILL_IN=shrink:1:$ms:3
+        act 1.5 kill 4
+        killed=" 3 4 "
+        end_job 4.5
+        verdict "d: 6 ranks, rank 4 killed, then rank 3 killed ${ms} ms into rank 1's shrink" \
+            "0:end4 1:end4 2:end4 3:killed 4:killed 5:end4"
+    done
+fi
+
 if only d-grow; then
     start_job 5 STOPS_GROW=1 STOPS_DIE=grow:0:2
     join 1.0
@@ -401,6 +421,27 @@ if only d-grow; then
         bad "d: the joiner was not admitted by the next holder: ${jlast[0]:-no end line}"
         grep -v '^t=.* \(sync\|start\)' "$dir/join.0.out" | tail -4 | sed 's/^/    /'
     fi
+fi
+
+# A newcomer, or a member, killed while the grow admits the newcomer:
+# loom_comm_grow(3) admits the others without a newcomer that disappears.
+if only d-grow; then
+    delays="30"
+    [ "$reps" -ge 3 ] && delays="5 30 100"
+    for ms in $delays; do
+        start_job 5 STOPS_GROW=1 STOPS_KILL_IN=grow:1:$ms:j
+        killed=" j "
+        join 1.0
+        end_job 5.0
+        verdict "d: 5 ranks, the joiner killed ${ms} ms into rank 1's grow; joiner ${jst[0]}" \
+            "0:end5 1:end5 2:end5 3:end5 4:end5"
+        start_job 5 STOPS_GROW=1 STOPS_KILL_IN=grow:1:$ms:3
+        killed=" 3 "
+        join 1.0
+        end_job 5.0
+        verdict "d: 5 ranks, rank 3 killed ${ms} ms into rank 1's grow admitting a joiner; joiner ${jst[0]}:$(cut -d' ' -f1 <<<"${jlast[0]}")" \
+            "0:end5 1:end5 2:end5 3:killed 4:end5"
+    done
 fi
 
 if only d-sync; then
