@@ -203,8 +203,18 @@ loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, i
  * (even if more fail meanwhile) and build *newcomm of the others,
  * numbered in their old order.  Revokes comm first; comm must still be
  * destroyed.  Fails (and *newcomm is NULL) on a rank the others have
- * declared failed, or when no agreement came within LOOM_TIMEOUT. */
+ * declared failed, in a group of survivors without a majority of the
+ * ranks (LOOM_ERR_REVOKED; see LOOM_QUORUM), or when no agreement came
+ * within LOOM_TIMEOUT. */
 loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm);
+
+/* Collective over the ranks not known failed, fault tolerant, and on a
+ * revoked communicator too: every rank contributes *value and every rank
+ * that returns LOOM_SUCCESS gets the same result in *value, the minimum
+ * (op LOOM_MIN; of flags 0/1: their AND) or maximum (LOOM_MAX: OR) of the
+ * contributions of the ranks it counted in.  For example, whether a step
+ * succeeded everywhere, or the last step every rank completed. */
+loom_result_t loom_comm_agree(loom_comm_t comm, uint64_t *value, loom_op_t op);
 
 /* A new process enters a running job: it connects to the job's
  * rendezvous address (LOOM_ROOT, with LOOM_JOB_KEY, as the launcher gave
@@ -223,6 +233,10 @@ loom_result_t loom_comm_pending_joins(loom_comm_t comm, int *count);
  * NULL and comm goes on.  Otherwise comm must be destroyed afterwards. */
 loom_result_t loom_comm_grow(loom_comm_t comm, loom_comm_t *newcomm);
 
+/* The revision of a state that a failed loom_state_sync was writing:
+ * it never wins a sync, and the next successful one replaces it. */
+#define LOOM_REVISION_NONE UINT64_MAX
+
 /* One tensor of the shared state: `bytes` bytes at `data`. */
 typedef struct loom_tensor {
     void *data;
@@ -235,8 +249,9 @@ typedef struct loom_tensor {
  * rank's).  Ranks that lack it receive it, in slices from every rank
  * that has it, and check the hash.  On success *revision is the winning
  * revision on every rank.  Sizes must agree (LOOM_ERR_MISMATCH, nothing
- * changed); after a failed transfer the receiving ranks' tensors are
- * unspecified until the next successful sync. */
+ * changed); after a failed transfer a receiving rank's tensors are
+ * unspecified and its *revision is LOOM_REVISION_NONE until the next
+ * successful sync. */
 loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, int ntensors,
                               uint64_t *revision);
 

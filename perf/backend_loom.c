@@ -30,8 +30,16 @@ _Static_assert((int)PERF_SUM == (int)LOOM_SUM &&
                    (int)PERF_NUM_OPS == (int)LOOM_NUM_OPS,
                "perf_op_t and loom_op_t differ");
 
-static loom_comm_t comm;
-static int my_rank = -1, nranks;
+/* Per thread: with -t each thread is a rank with its own communicator. */
+static _Thread_local loom_comm_t comm;
+static _Thread_local int my_rank = -1, nranks;
+
+/* -t: what the threads of this process share, set by be_setup_threads
+ * before they start. */
+static struct {
+    int nthreads, nprocs, proc;
+    loom_unique_id_t id;
+} job;
 
 /* loom_strerror plus the detailed message of the failing call. */
 static int fail(loom_result_t res, const char *what, char *err, size_t errlen)
@@ -43,22 +51,129 @@ static int fail(loom_result_t res, const char *what, char *err, size_t errlen)
     return (int)res;
 }
 
-static int be_init(int *argc, char ***argv, char *err, size_t errlen)
+/*
+ * Whether a launcher started this process: any of the variables that
+ * loom_comm_init_env reads to find its rank (LOOM_RANK, LOOM_SIZE or
+ * LOOM_ROOT alone already count, so that init names what is missing),
+ * else a complete pair of another launcher's.  Without one the process
+ * is a job of its own, as an nccl-tests binary started without mpirun.
+ */
+static int have_launcher(void)
 {
-    loom_result_t res;
+    static const char *const loom[] = {"LOOM_RANK", "LOOM_SIZE", "LOOM_ROOT"};
+    static const char *const pairs[][2] = {
+        {"RANK", "WORLD_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
 
-    (void)argc;
-    (void)argv;
-    res = loom_comm_init_env(&comm, NULL);
-    if (res != LOOM_SUCCESS)
-        return fail(res, "loom_comm_init_env", err, errlen);
-    res = loom_comm_rank(comm, &my_rank);
+    for (size_t i = 0; i < sizeof loom / sizeof loom[0]; i++) {
+        const char *v = getenv(loom[i]);
+        if (v && *v)
+            return 1;
+    }
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const char *a = getenv(pairs[i][0]), *b = getenv(pairs[i][1]);
+        if (a && *a && b && *b)
+            return 1;
+    }
+    return 0;
+}
+
+static int init_done(char *err, size_t errlen)
+{
+    loom_result_t res = loom_comm_rank(comm, &my_rank);
     if (res != LOOM_SUCCESS)
         return fail(res, "loom_comm_rank", err, errlen);
     res = loom_comm_size(comm, &nranks);
     if (res != LOOM_SUCCESS)
         return fail(res, "loom_comm_size", err, errlen);
     return 0;
+}
+
+static int be_init(int *argc, char ***argv, char *err, size_t errlen)
+{
+    loom_unique_id_t id;
+    loom_result_t res;
+
+    (void)argc;
+    (void)argv;
+    if (have_launcher()) {
+        res = loom_comm_init_env(&comm, NULL);
+        if (res != LOOM_SUCCESS)
+            return fail(res, "loom_comm_init_env", err, errlen);
+        return init_done(err, errlen);
+    }
+    /* No launcher: a job of one rank. */
+    res = loom_get_unique_id(&id);
+    if (res != LOOM_SUCCESS)
+        return fail(res, "loom_get_unique_id", err, errlen);
+    res = loom_comm_init_rank(&comm, 1, &id, 0, NULL);
+    if (res != LOOM_SUCCESS)
+        return fail(res, "loom_comm_init_rank", err, errlen);
+    return init_done(err, errlen);
+}
+
+/*
+ * -t T: rank p*T+t of P*T for thread t of process p of P, as nccl-tests
+ * numbers them.  The processes form a communicator from the launcher's
+ * environment only to pass process 0's unique id to the others, then
+ * each thread joins the job of that id.  Without a launcher P is 1.
+ */
+static int be_setup_threads(int nthreads, char *err, size_t errlen)
+{
+    loom_comm_t pcomm = NULL;
+    loom_result_t res;
+
+    job.nthreads = nthreads;
+    job.nprocs = 1;
+    job.proc = 0;
+    if (!have_launcher()) {
+        res = loom_get_unique_id(&job.id);
+        return res == LOOM_SUCCESS ? 0
+                                   : fail(res, "loom_get_unique_id", err, errlen);
+    }
+    res = loom_comm_init_env(&pcomm, NULL);
+    if (res != LOOM_SUCCESS)
+        return fail(res, "loom_comm_init_env", err, errlen);
+    if (loom_comm_rank(pcomm, &job.proc) != LOOM_SUCCESS ||
+        loom_comm_size(pcomm, &job.nprocs) != LOOM_SUCCESS) {
+        loom_comm_destroy(pcomm);
+        snprintf(err, errlen, "cannot read the process communicator's rank");
+        return -1;
+    }
+    if (job.nprocs > (1 << 20) / nthreads) {
+        loom_comm_destroy(pcomm);
+        snprintf(err, errlen, "%d processes x %d threads is too many ranks",
+                 job.nprocs, nthreads);
+        return -1;
+    }
+    res = job.proc == 0 ? loom_get_unique_id(&job.id) : LOOM_SUCCESS;
+    if (res != LOOM_SUCCESS) {
+        /* The others wait in the broadcast: abort it for them. */
+        fail(res, "loom_get_unique_id", err, errlen);
+        loom_comm_abort(pcomm);
+        return (int)res;
+    }
+    res = loom_broadcast(&job.id, &job.id, sizeof job.id, LOOM_UINT8, 0, pcomm);
+    if (res != LOOM_SUCCESS) {
+        fail(res, "loom_broadcast of the unique id", err, errlen);
+        loom_comm_abort(pcomm);
+        return (int)res;
+    }
+    res = loom_comm_destroy(pcomm);
+    return res == LOOM_SUCCESS ? 0 : fail(res, "loom_comm_destroy", err, errlen);
+}
+
+static int be_thread_init(int thread, char *err, size_t errlen)
+{
+    loom_result_t res = loom_comm_init_rank(&comm, job.nprocs * job.nthreads,
+                                            &job.id,
+                                            job.proc * job.nthreads + thread,
+                                            NULL);
+
+    if (res != LOOM_SUCCESS)
+        return fail(res, "loom_comm_init_rank", err, errlen);
+    return init_done(err, errlen);
 }
 
 /* The library reads LOOM_ALGO itself (and rejects a bad value at init);
@@ -130,8 +245,8 @@ static int finish(loom_result_t res, loom_request_t *req, const char *what,
 }
 
 /* Receive buffer of an in-place sendrecv (see sendrecv()). */
-static void *stage;
-static size_t stage_size;
+static _Thread_local void *stage;
+static _Thread_local size_t stage_size;
 
 /*
  * sendrecv as nccl-tests does it: a send and a receive in one group, so
@@ -398,6 +513,8 @@ const perf_backend_t perf_backend = {
     .mem_alloc = be_mem_alloc,
     .mem_free = be_mem_free,
     .init = be_init,
+    .setup_threads = be_setup_threads,
+    .thread_init = be_thread_init,
     .describe = be_describe,
     .rank = be_rank,
     .size = be_size,

@@ -39,6 +39,9 @@ enum {
 #define POISON_BYTE 0x7F
 /* -A: most algorithms one run compares. */
 #define PERF_MAX_ALGOS 16
+/* -t: most threads (ranks) per process. */
+#define PERF_MAX_THREADS 256
+#define PERF_MAX_THREADS_STR "256"
 
 /* ---------------------------------------------------------- datatypes */
 
@@ -415,6 +418,8 @@ struct opts {
     unsigned long stepfactor;
     int iters, warmup, check, blocking, average, timeout;
     int batches; /* -S: time the iterations in this many batches */
+    int threads; /* -t: ranks (threads, each with its communicator) per
+                    process */
     int regmem;  /* -R 1: buffers from the backend's allocator */
     int root;  /* -1: every rank in turn */
     int dtype; /* -1: all */
@@ -519,7 +524,18 @@ static void usage(const perf_backend_t *be, const perf_coll_desc_t *coll)
            " only;\n"
            "                        reports the error against the exact"
            " result\n"
-           "  -h, --help            this help\n",
+           "  -t, --nthreads T      ranks per process, each a thread with"
+           " its own\n"
+           "                        communicator (default 1)\n"
+           "  -g, --ngpus 0         GPUs per thread: only 0 (none) in this"
+           " build\n"
+           "  -G, --cudagraph 0     CUDA graph launches: only 0 in this"
+           " build\n"
+           "  -h, --help            this help\n"
+           "\n"
+           "Started by a launcher (loomrun, torchrun, srun, mpirun), every"
+           " process\n"
+           "joins the job; started alone, it runs a job of -t ranks.\n",
            prog, coll->name, be->name, coll->reduces ? "" : ignored_op,
            coll->rooted ? "" : ignored_root);
 }
@@ -637,17 +653,20 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
         {"json", required_argument, NULL, 'J'},
         {"codec", required_argument, NULL, 'Z'},
         {"algos", required_argument, NULL, 'A'},
+        {"nthreads", required_argument, NULL, 't'},
+        {"ngpus", required_argument, NULL, 'g'},
+        {"cudagraph", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    int ch, bad;
+    int ch, bad, gpu_opt;
 
     *o = (struct opts){.minbytes = 32u << 20, .maxbytes = 32u << 20,
                        .stepbytes = 1u << 20, .stepfactor = 1, .iters = 20,
                        .warmup = 5, .check = 1, .blocking = 1, .average = 1, .batches = 1,
-                       .timeout = 0, .root = 0, .dtype = PERF_FLOAT,
+                       .timeout = 0, .threads = 1, .root = 0, .dtype = PERF_FLOAT,
                        .op = PERF_SUM, .json = NULL};
     opterr = 0; /* our own messages, printed once */
-    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:A:R:h",
+    while ((ch = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:z:a:S:T:J:Z:A:R:t:g:G:h",
                              longopts, NULL)) != -1) {
         bad = 0;
         switch (ch) {
@@ -688,6 +707,16 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                                    "reduce_scatter and all_gather only");
             break;
         case 'A': bad = parse_algos(optarg, o); break;
+        case 't': bad = parse_int(optarg, 1, PERF_MAX_THREADS, &o->threads); break;
+        case 'g':
+        case 'G':
+            /* nccl-tests' GPUs per thread and CUDA graph launches: 0 asks
+             * for what this build does (host memory, no graphs). */
+            bad = parse_int(optarg, 0, INT_MAX, &gpu_opt);
+            if (!bad && gpu_opt != 0)
+                return usage_error("-%c %s: GPU options need a GPU build of "
+                                   "Loom (this build has none)", ch, optarg);
+            break;
         case 'h': usage(be, coll); return 0;
         case ':':
             return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -718,7 +747,10 @@ static int parse_opts(int argc, char **argv, const perf_backend_t *be,
                 ['Z'] = "a codec such as none, int8, int4, fp4, bf16, "
                         "fp16 or topk:0.01",
                 ['A'] = "up to 16 algorithm names separated by commas, "
-                        "such as auto,ring,recursive_doubling"};
+                        "such as auto,ring,recursive_doubling",
+                ['t'] = "a number of threads from 1 to " PERF_MAX_THREADS_STR,
+                ['g'] = "0 (GPUs per thread; this build has none)",
+                ['G'] = "0 (CUDA graph launches; this build has none)"};
             return usage_error("invalid value '%s' for -%c: expected %s",
                                optarg, ch, want[ch]);
         }
@@ -827,6 +859,7 @@ struct run {
     const perf_backend_t *be;
     const perf_coll_desc_t *coll;
     struct opts o;
+    int thread; /* -t: this rank's thread in its process, 0.. */
     int rank, nranks;
     size_t *sizes; /* requested byte counts */
     size_t nsizes;
@@ -1246,7 +1279,12 @@ static void print_banner(struct run *r)
         snprintf(root, sizeof root, "all");
     else
         snprintf(root, sizeof root, "%d", r->o.root);
-    printf("# %s: backend %s, nranks %d\n", prog, r->be->name, r->nranks);
+    if (r->o.threads > 1)
+        printf("# %s: backend %s, nranks %d (%d process%s x %d threads)\n",
+               prog, r->be->name, r->nranks, r->nranks / r->o.threads,
+               r->nranks / r->o.threads == 1 ? "" : "es", r->o.threads);
+    else
+        printf("# %s: backend %s, nranks %d\n", prog, r->be->name, r->nranks);
     if (r->be->describe)
         r->be->describe(extra, sizeof extra);
     if (*extra)
@@ -1322,40 +1360,25 @@ static void run_series(struct run *r, perf_check_t *check, perf_dtype_t t,
     }
 }
 
-int perf_main(int argc, char **argv, const perf_backend_t *be,
-              const perf_coll_desc_t *coll)
+/* One rank, from its backend's initialisation on; returns its exit
+ * status. */
+static int run_rank(struct run *r)
 {
-    struct run run = {.be = be, .coll = coll};
-    struct run *r = &run;
+    const perf_backend_t *be = r->be;
+    const perf_coll_desc_t *coll = r->coll;
     char err[PERF_ERRLEN] = "";
     size_t max_send = 0, max_recv = 0;
     void *region = NULL; /* -R 1: both buffers, from the backend */
     perf_check_t *check;
     int rc, t_lo, t_hi, o_lo, o_hi, r_lo, r_hi;
 
-    if (argv && argv[0]) {
-        const char *slash = strrchr(argv[0], '/');
-        prog = slash ? slash + 1 : argv[0];
-    }
-    rc = parse_opts(argc, argv, be, coll, &r->o);
-    if (rc >= 0)
-        return rc;
-    if (r->o.timeout > 0 && watchdog_start(r->o.timeout) != 0) {
-        fprintf(stderr, "%s: cannot start the -T watchdog thread\n", prog);
-        return EXIT_FAIL;
-    }
-
-    set_phase("backend initialisation");
-    if (be->init(&argc, &argv, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s backend: initialisation failed: %s\n", prog,
-                be->name, err);
-        return EXIT_FAIL;
-    }
     r->rank = be->rank();
     r->nranks = be->size();
-    pthread_mutex_lock(&wd.mu);
-    wd.rank = r->rank;
-    pthread_mutex_unlock(&wd.mu);
+    if (r->thread == 0) {
+        pthread_mutex_lock(&wd.mu);
+        wd.rank = r->rank;
+        pthread_mutex_unlock(&wd.mu);
+    }
 
     /* Checks every rank can do alone, so all exit alike. */
     if (coll->rooted && r->o.root >= r->nranks) {
@@ -1487,7 +1510,6 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
         r->sendbuf = r->recvbuf = NULL;
     }
     rc = be->finalize(err, sizeof err);
-    watchdog_stop();
     free(r->sendbuf);
     free(r->recvbuf);
     free(r->sizes);
@@ -1498,4 +1520,109 @@ int perf_main(int argc, char **argv, const perf_backend_t *be,
         return EXIT_FAIL;
     }
     return r->wrong_total > 0 ? EXIT_FAIL : 0;
+}
+
+struct rank_thread {
+    struct run run;
+    pthread_t tid;
+    int started, rc;
+};
+
+static void *rank_thread_main(void *arg)
+{
+    struct rank_thread *th = arg;
+    struct run *r = &th->run;
+    char err[PERF_ERRLEN] = "";
+
+    if (r->be->thread_init(r->thread, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: thread %d: %s backend: initialisation failed: "
+                        "%s\n",
+                prog, r->thread, r->be->name, err);
+        th->rc = EXIT_FAIL;
+        return NULL;
+    }
+    th->rc = run_rank(r);
+    return NULL;
+}
+
+/* -t T: T ranks in this process, a thread each. */
+static int run_threads(const struct run *proto)
+{
+    const perf_backend_t *be = proto->be;
+    const int n = proto->o.threads;
+    struct rank_thread *th;
+    char err[PERF_ERRLEN] = "";
+    int rc = 0;
+
+    if (!be->setup_threads || !be->thread_init)
+        return usage_error("-t %d: the %s backend runs one rank per process",
+                           n, be->name);
+    th = calloc((size_t)n, sizeof *th);
+    if (!th) {
+        fprintf(stderr, "%s: out of memory for %d threads\n", prog, n);
+        return EXIT_FAIL;
+    }
+    set_phase("backend initialisation");
+    if (be->setup_threads(n, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s backend: initialisation failed: %s\n", prog,
+                be->name, err);
+        free(th);
+        return EXIT_FAIL;
+    }
+    for (int t = 0; t < n; t++) {
+        th[t].run = *proto;
+        th[t].run.thread = t;
+        if (pthread_create(&th[t].tid, NULL, rank_thread_main, &th[t]) != 0) {
+            /* The job cannot form without this rank: the others fail at
+             * their bootstrap deadline. */
+            fprintf(stderr, "%s: cannot start thread %d of %d\n", prog, t, n);
+            rc = EXIT_FAIL;
+            break;
+        }
+        th[t].started = 1;
+    }
+    for (int t = 0; t < n; t++) {
+        if (!th[t].started)
+            continue;
+        pthread_join(th[t].tid, NULL);
+        if (th[t].rc > rc)
+            rc = th[t].rc;
+    }
+    free(th);
+    return rc;
+}
+
+int perf_main(int argc, char **argv, const perf_backend_t *be,
+              const perf_coll_desc_t *coll)
+{
+    struct run run = {.be = be, .coll = coll};
+    struct run *r = &run;
+    char err[PERF_ERRLEN] = "";
+    int rc;
+
+    if (argv && argv[0]) {
+        const char *slash = strrchr(argv[0], '/');
+        prog = slash ? slash + 1 : argv[0];
+    }
+    rc = parse_opts(argc, argv, be, coll, &r->o);
+    if (rc >= 0)
+        return rc;
+    if (r->o.timeout > 0 && watchdog_start(r->o.timeout) != 0) {
+        fprintf(stderr, "%s: cannot start the -T watchdog thread\n", prog);
+        return EXIT_FAIL;
+    }
+
+    if (r->o.threads > 1) {
+        rc = run_threads(r);
+    } else {
+        set_phase("backend initialisation");
+        if (be->init(&argc, &argv, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s backend: initialisation failed: %s\n",
+                    prog, be->name, err);
+            return EXIT_FAIL;
+        }
+        rc = run_rank(r);
+    }
+    watchdog_stop();
+    return rc;
 }

@@ -110,6 +110,13 @@ typedef struct perf_backend {
      * release.  NULL and a reason in err when it cannot. */
     void *(*mem_alloc)(size_t bytes, char *err, size_t errlen);
     void (*mem_free)(void *p);
+    /* Optional (NULL: -t above 1 is refused): for -t T, called once in
+     * the main thread before any rank starts, to prepare T ranks in this
+     * process; then each of T threads calls thread_init(t), t = 0..T-1,
+     * instead of init(), and every other function from that thread acts
+     * on that thread's rank. */
+    int (*setup_threads)(int nthreads, char *err, size_t errlen);
+    int (*thread_init)(int thread, char *err, size_t errlen);
     /* After a failure: stop now, without waiting for peers. */
     void (*abort)(void);
     int (*finalize)(char *err, size_t errlen);

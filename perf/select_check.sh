@@ -167,7 +167,7 @@ for coll in $colls; do
             f = dir "/" coll "." k
             nj = 0 # the table of the job whose rows follow (its rank 0 logs it at init)
             while ((getline line < f) > 0) {
-                if (line ~ /rank 0\] INFO [0-9.]+ selection: /) {
+                if (line ~ /rank 0\] INFO [0-9 :.-]+ selection: /) {
                     sub(/.* selection: /, "", line)
                     if (index(line, lc " ") == 1) {
                         sub(/^[^ ]+ /, "", line); gsub(/ \(chunks of [^)]*\)/, "", line)

@@ -1,8 +1,28 @@
 # tests/lib.sh - shared by the test scripts: counters, bounded runs, the
 # closing "N passed, N failed" line.
 pass=0 fail=0
-ok()   { pass=$((pass + 1)); echo "ok   - $*"; }
-bad()  { fail=$((fail + 1)); echo "FAIL - $*"; }
+ok()   { pass=$((pass + 1)); echo "ok   - $*"; progress_tick; }
+bad()  { fail=$((fail + 1)); echo "FAIL - $*"; progress_tick; }
+# progress MESSAGE: tell the user a long test is working.  make check
+# keeps a test's output in its .log and prints one line when it ends;
+# Makefile.am gives every test make's own stderr as fd 9
+# (AM_TESTS_FD_REDIRECT = 9>&2), so these lines reach the terminal or
+# the CI log while the test runs.  Run by hand: to stderr.
+progress_t0=$SECONDS progress_last=$SECONDS
+progress() {
+    local line="  ${0#"${0%tests/*}"}: $* ($((SECONDS - progress_t0)) s)"
+    progress_last=$SECONDS
+    { echo "$line" >&9; } 2>/dev/null || echo "$line" >&2
+}
+# After a check: the counts so far, at most every LOOM_TEST_PROGRESS
+# seconds (default 10; 0: never), so tests that run long show progress.
+progress_tick() {
+    local every=${LOOM_TEST_PROGRESS:-10}
+    if [ "$every" -gt 0 ] && [ $((SECONDS - progress_last)) -ge "$every" ]; then
+        progress "$pass passed, $fail failed so far"
+    fi
+    return 0
+}
 check() { # check "description" command...: passes when the command exits 0
     local d=$1; shift
     if "$@"; then ok "$d"; else bad "$d"; fi

@@ -72,9 +72,12 @@ unsigned loomi_coll_algos(int coll)
     return m;
 }
 
-/* Until the topology-aware cost model lands, fixed thresholds from the
- * textbook costs: latency-optimal algorithms for small messages,
- * bandwidth-optimal ones for large. */
+/* Fixed thresholds from the textbook costs: latency-optimal algorithms
+ * for small messages, bandwidth-optimal ones for large.  Only where there
+ * is no selection table (the in-process communicators of the tests) and
+ * for the flat phases of the hierarchical and shared algorithms; every
+ * other communicator chooses from the table its cost model built
+ * (topo/select.c, loomi_algo_for). */
 int loomi_algo_default(int coll, int nranks, size_t bytes)
 {
     (void)nranks;

@@ -22,6 +22,15 @@
  * root finishes (and averages) it.  Chunk c climbs while c-1 descends.
  * Every value is finished at a root and copied down, so all ranks end with
  * the same bits.
+ *
+ * A rank sends its chunks up one after the other: chunk c leaves once
+ * chunk c-1 has.  Without that a leaf, whose sends wait on nothing, posts
+ * all of them at once, and they can take the parent's incoming link ahead
+ * of every chunk of its sibling: the parent then reduces nothing until the
+ * leaf's whole half has arrived (into its unexpected-message buffer), and
+ * the pipeline runs level by level instead of all at once, slower the
+ * deeper the tree (tests/unit/test_model.c compares the simulation of
+ * these schedules with the closed form of src/sched/model.c).
  */
 #include <stdlib.h>
 
@@ -96,6 +105,7 @@ loom_result_t loomi_gen_allreduce_tree(struct loomi_sched *s, const struct loomi
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < 2; j++)
             for (int i = 0; i < TREE_SLOTS; i++) user[k][j][i] = LOOMI_NO_DEP;
+    uint32_t last_up[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
     const size_t Cmax = C[0] > C[1] ? C[0] : C[1];
     /* Chunks of the two trees interleaved, so both pipelines fill at once. */
     for (size_t c = 0; c < Cmax; c++)
@@ -121,7 +131,9 @@ loom_result_t loomi_gen_allreduce_tree(struct loomi_sched *s, const struct loomi
                 acc = LOOMI_BUF_RECV;
             }
             if (tk->parent >= 0) {
-                uint32_t sd = loomi_sched_send(s, tk->parent, up, acc, at, n, &have, 1);
+                uint32_t sdeps[2] = {have, last_up[k]};
+                uint32_t sd = loomi_sched_send(s, tk->parent, up, acc, at, n, sdeps, 2);
+                last_up[k] = sd;
                 /* The final value overwrites the partial the send reads. */
                 uint32_t guard = acc == LOOMI_BUF_RECV ? sd : LOOMI_NO_DEP;
                 have = loomi_sched_recv(s, tk->parent, down, LOOMI_BUF_RECV, at, n, &guard, 1);

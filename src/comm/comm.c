@@ -426,6 +426,12 @@ static void comm_free(struct loom_comm *c, int polite)
     free(c->scratch);
     free(c->backup);
     free(c->p2p_seq);
+    free(c->agreed_failed);
+    while (c->agree_stash) {
+        struct loomi_cmsg *m = c->agree_stash;
+        c->agree_stash = m->next;
+        free(m);
+    }
     free(c->small_map);
     free(c->hosts);
     free(c->links);
@@ -532,9 +538,12 @@ loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, i
     if (comm->ctrl) {
         unsigned char *set = malloc((size_t)comm->nranks);
         if (!set) return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
-        loomi_ctrl_failed(comm->ctrl, set, NULL);
+        /* After a shrink or grow: the set the survivors agreed on (the
+         * survivors that have since destroyed comm are not in it). */
+        if (comm->agreed_failed) memcpy(set, comm->agreed_failed, (size_t)comm->nranks);
+        else loomi_ctrl_failed(comm->ctrl, set, NULL);
         for (int q = 0; q < comm->nranks; q++)
-            if (set[q]) {
+            if (set[q] == LOOMI_OUT) { /* ranks that left with loom_comm_destroy did not fail */
                 if (k < capacity) ranks[k] = q;
                 k++;
             }

@@ -17,6 +17,7 @@ struct loomi_topo_job;
 struct loomi_links;
 struct loomi_selection;
 struct loomi_ctrl;
+struct loomi_cmsg;
 struct loomi_topo_rank;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
@@ -133,6 +134,9 @@ struct loom_comm {
     struct sockaddr_storage bind_addr;  /* the local address used at bootstrap */
     unsigned bind_len;
     uint32_t shrink_epoch;              /* membership rounds run (shrink.c) */
+    unsigned char *agreed_failed;       /* [nranks] left out of the last shrink or grow */
+    uint64_t agree_seq;                 /* loom_comm_agree calls (agree.c) */
+    struct loomi_cmsg *agree_stash;     /* messages of the next agreement, come early */
     struct sockaddr_storage rdv_addr;   /* the job's rendezvous address (joiners come there) */
     unsigned rdv_len;                   /* 0: unknown */
 
@@ -245,9 +249,10 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
 
 /* The settings that choose each rank's part of a schedule or a path
  * (LOOM_ALGO, LOOM_CHUNK_SIZE, LOOM_SHM_*, LOOM_PROBE, LOOM_TRANSPORT,
- * LOOM_TUNING_FILE's content, and LOOM_HEARTBEAT_MS, by which a peer's
- * silence is judged).  Ranks that differ in one would wait on each other
- * until LOOM_TIMEOUT, or call a live peer failed: they are compared when
+ * LOOM_TUNING_FILE's content, LOOM_HEARTBEAT_MS, by which a peer's
+ * silence is judged, and LOOM_QUORUM, by which survivors may go on).
+ * Ranks that differ in one would wait on each other until LOOM_TIMEOUT,
+ * call a live peer failed or split the job: they are compared when
  * the ranks meet (bootstrap.c, join.c) and refused with the name.
  * Fixed-size and host-endian, like the rest of the rendezvous. */
 struct loomi_uniform {
@@ -257,6 +262,7 @@ struct loomi_uniform {
     uint64_t tuning_hash;
     int32_t tuning; /* 0: no file, 1: read, 2: could not be read */
     int32_t probe, shm_stream_saves, shm_stream_copyin, heartbeat_ms, tcp_streams;
+    int32_t quorum_any;
     uint32_t route_mask;
     int8_t algo[LOOMI_MAX_COLLS];
     char transport[64]; /* as given, for the message */

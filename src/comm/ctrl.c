@@ -39,7 +39,13 @@
  * failed rather than buffered for without bound. */
 #define OUT_LIMIT ((size_t)LOOMI_CTRL_MAX_PAYLOAD + (1u << 20))
 
-enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4, T_JOIN = 5, T_PENDING = 6 };
+enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4, T_JOIN = 5, T_PENDING = 6,
+       T_AGREE_QUERY = 7 };
+
+/* Agreements this rank decided, kept for a coordinator that asks after
+ * its predecessor failed (loomi_ctrl_agreed_put): the last few only,
+ * as ranks are never more than one agreement apart. */
+#define AGREED_KEEP 4
 
 /* Joiner slots (after the n ranks in `p`): states. */
 enum { J_FREE = 0, J_HELLO, J_PENDING, J_ADMITTED, J_CLOSING };
@@ -91,6 +97,17 @@ struct loomi_ctrl {
     uint64_t next_bind_ms;
     int npending;
     atomic_int pending_seen; /* the holder's count, as last heard */
+
+    /* Until then this rank does not pass failures on: its thread was
+     * not running (the process was stopped or starved), so its view is
+     * stale until it has heard the others again. */
+    uint64_t quiet_until;
+    struct {
+        uint64_t id;
+        uint32_t len;
+        unsigned char *msg; /* the decision's payload, as sent */
+    } agreed[AGREED_KEEP];
+    unsigned agreed_next;
 };
 
 /* ------------------------------------------------------------ encoding */
@@ -236,12 +253,22 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
     c->gen++;
     if (q == c->rank) {
         /* The others gave up on this rank (it was stopped or cut off):
-         * it cannot take part in their membership any more. */
-        set_revoked(c, LOOM_ERR_REVOKED, q, why);
+         * it cannot take part in their membership any more.  A revoked
+         * communicator keeps its first reason, so this one is made to
+         * stand: whatever else this rank saw, it is out. */
+        c->code = LOOM_ERR_REVOKED;
+        c->failed_rank = q;
+        snprintf(c->why, sizeof c->why, "%s", why);
+        atomic_store(&c->revoked, 1);
     } else {
         close_peer(p);
         set_revoked(c, LOOM_ERR_REMOTE, q, why);
-        queue_all(c, T_FAILED, (uint64_t)q);
+        /* A rank that is out, or whose view is stale (its thread did not
+         * run for a while), tells nobody: a connection the others closed
+         * on it is not their failure, and its word would make healthy
+         * ranks drop each other. */
+        if (!c->p[c->rank].failed && loomi_now_ms() >= c->quiet_until)
+            queue_all(c, T_FAILED, (uint64_t)q);
     }
     LOOMI_WARN(c->rank, "control plane: rank %d failed: %s", q, why);
     pthread_cond_broadcast(&c->cv);
@@ -249,6 +276,17 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
 }
 
 /* ----------------------------------------------------------- receiving */
+
+/* Send q the decision of agreement id, if this rank has it (under mu). */
+static int answer_agreed(struct loomi_ctrl *c, int q, uint64_t id)
+{
+    for (int k = 0; k < AGREED_KEEP; k++)
+        if (c->agreed[k].msg && c->agreed[k].id == id) {
+            queue_msg(c, q, LOOMI_CMSG_AGREED, 0, id, c->agreed[k].msg, c->agreed[k].len);
+            return 1;
+        }
+    return 0;
+}
 
 /* Act on one complete message from peer q (under mu).  Returns -1 when
  * the peer broke the protocol. */
@@ -316,10 +354,19 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
             pthread_cond_broadcast(&c->cv);
         }
         return 0;
+    case T_AGREE_QUERY:
+        answer_agreed(c, q, arg);
+        return 0;
+    case LOOMI_CMSG_AGREE:
+        /* A proposal for an agreement this rank decided already (the
+         * sender took it for the coordinator after the one before
+         * failed): the decision answers it, whatever this rank does now. */
+        if (answer_agreed(c, q, arg)) return 0;
+        break;
     default:
         break;
     }
-    if (type < 16 || type > LOOMI_CMSG_ALL) {
+    if (type < 16 || type > LOOMI_CMSG_MAX || type == LOOMI_CMSG_ACCEPT) {
         snprintf(err, errn, "unknown message type %u", type);
         return -1;
     }
@@ -562,6 +609,7 @@ static void *ctrl_main(void *arg)
              * stopped, or starved): what the peers sent meanwhile is
              * unread, so read it before calling anyone silent. */
             away = last_top && now - last_top > limit / 2;
+            if (away) c->quiet_until = now + limit;
             for (int q = 0; q < c->n && !away; q++) {
                 struct peer *p = &c->p[q];
                 if (q == c->rank || p->fd < 0 || p->bye) continue;
@@ -808,6 +856,7 @@ void loomi_ctrl_destroy(struct loomi_ctrl *c, int polite)
         c->mb_head = m->next;
         free(m);
     }
+    for (int k = 0; k < AGREED_KEEP; k++) free(c->agreed[k].msg);
     if (c->lfd >= 0) close(c->lfd);
     if (c->wake[0] >= 0) close(c->wake[0]);
     if (c->wake[1] >= 0) close(c->wake[1]);
@@ -859,8 +908,9 @@ int loomi_ctrl_failed(struct loomi_ctrl *c, unsigned char *set, unsigned *gen)
     int k = 0;
     pthread_mutex_lock(&c->mu);
     for (int q = 0; q < c->n; q++) {
-        if (set) set[q] = (unsigned char)c->p[q].failed;
-        k += c->p[q].failed;
+        const struct peer *p = &c->p[q];
+        if (set) set[q] = (unsigned char)(p->failed ? (p->bye ? LOOMI_OUT_LEFT : LOOMI_OUT) : 0);
+        k += p->failed;
     }
     if (gen) *gen = c->gen;
     pthread_mutex_unlock(&c->mu);
@@ -881,11 +931,20 @@ loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint3
     return LOOM_SUCCESS;
 }
 
-struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms)
+/* The first message in the mailbox of a type in mask: its link (under mu). */
+static struct loomi_cmsg **mb_find(struct loomi_ctrl *c, uint32_t mask)
+{
+    struct loomi_cmsg **l = &c->mb_head;
+    while (*l && !(mask & LOOMI_CMSG_BIT((*l)->type))) l = &(*l)->next;
+    return l;
+}
+
+struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
+                                   uint32_t mask)
 {
     struct loomi_cmsg *m = NULL;
     pthread_mutex_lock(&c->mu);
-    while (!c->mb_head && c->gen == gen) {
+    while (!*mb_find(c, mask) && c->gen == gen) {
         int left = loomi_ms_left(deadline_ms);
         if (left == 0) break;
         struct timespec ts;
@@ -895,14 +954,61 @@ struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t 
         ts.tv_nsec = (long)(ns % 1000000000u);
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
-    if (c->mb_head) {
-        m = c->mb_head;
-        c->mb_head = m->next;
-        if (!c->mb_head) c->mb_tail = NULL;
+    struct loomi_cmsg **l = mb_find(c, mask);
+    if (*l) {
+        m = *l;
+        *l = m->next;
+        if (c->mb_tail == m) { /* the new tail: the one before, if any */
+            c->mb_tail = NULL;
+            for (struct loomi_cmsg *t = c->mb_head; t; t = t->next) c->mb_tail = t;
+        }
         m->next = NULL;
     }
     pthread_mutex_unlock(&c->mu);
     return m;
+}
+
+int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum)
+{
+    int alive = 0, left = 0, first = -1;
+    for (int q = 0; q < n; q++) {
+        alive += !out[q];
+        left += out[q] == LOOMI_OUT_LEFT;
+        if (first < 0 && out[q] != LOOMI_OUT_LEFT) first = q;
+    }
+    if (any_quorum) return alive > 0;
+    /* A rank that left never goes on in another group, so the groups
+     * are weighed among the others: n - left can only be larger than
+     * what they truly are, where a view misses some departures. */
+    return 2 * alive > n - left || (2 * alive == n - left && first >= 0 && !out[first]);
+}
+
+void loomi_ctrl_agreed_put(struct loomi_ctrl *c, uint64_t id, const void *msg, uint32_t len)
+{
+    unsigned char *copy = malloc(len ? len : 1);
+    if (!copy) return; /* a later coordinator then decides afresh: only this rank knew */
+    memcpy(copy, msg, len);
+    pthread_mutex_lock(&c->mu);
+    unsigned k = c->agreed_next++ % AGREED_KEEP;
+    free(c->agreed[k].msg);
+    c->agreed[k].id = id;
+    c->agreed[k].len = len;
+    c->agreed[k].msg = copy;
+    pthread_mutex_unlock(&c->mu);
+}
+
+loom_result_t loomi_ctrl_agreed_ask(struct loomi_ctrl *c, int to, uint32_t epoch, uint64_t id)
+{
+    return loomi_ctrl_send(c, to, T_AGREE_QUERY, epoch, id, NULL, 0);
+}
+
+void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id)
+{
+    if (to < 0 || to >= c->n) return;
+    pthread_mutex_lock(&c->mu);
+    int sent = answer_agreed(c, to, id);
+    pthread_mutex_unlock(&c->mu);
+    if (sent) wake(c);
 }
 
 /* ------------------------------------------------------------- joiners */

@@ -44,7 +44,16 @@ enum {
     LOOMI_CMSG_ADDR = 18,
     LOOMI_CMSG_ALL = 19,
     LOOMI_CMSG_ACCEPT = 20, /* to a joiner: arg = new rank | new size << 32 */
+    LOOMI_CMSG_AGREE = 21,  /* loom_comm_agree's proposal (agree.c) */
+    LOOMI_CMSG_AGREED = 22, /* ... and its decision */
+    LOOMI_CMSG_MAX = 22
 };
+/* loomi_ctrl_recv's masks: the protocols' own message types. */
+#define LOOMI_CMSG_BIT(t) (1u << ((t) - 16))
+#define LOOMI_CMSG_SHRINK                                                                      \
+    (LOOMI_CMSG_BIT(LOOMI_CMSG_PROPOSE) | LOOMI_CMSG_BIT(LOOMI_CMSG_DECIDE) |                  \
+     LOOMI_CMSG_BIT(LOOMI_CMSG_ADDR) | LOOMI_CMSG_BIT(LOOMI_CMSG_ALL))
+#define LOOMI_CMSG_AGREEMENT (LOOMI_CMSG_BIT(LOOMI_CMSG_AGREE) | LOOMI_CMSG_BIT(LOOMI_CMSG_AGREED))
 
 /* LOOMI_CMSG_ACCEPT's payload: the links, measured once for the job, and
  * the settings the joiner must share with the members. */
@@ -96,18 +105,45 @@ void loomi_ctrl_reason(struct loomi_ctrl *c, loom_result_t *code, int *failed, c
 void loomi_ctrl_revoke(struct loomi_ctrl *c, loom_result_t code, int hint, const char *why);
 /* Declare `rank` failed here and tell every peer. */
 void loomi_ctrl_mark_failed(struct loomi_ctrl *c, int rank, const char *why);
-/* Copy the failed set (nranks bytes, 1 = failed) and return how many;
- * *gen (may be NULL) receives a counter that changes with the set. */
+/* Out of the membership: failed (LOOMI_OUT), or left with a goodbye
+ * (loom_comm_destroy: LOOMI_OUT_LEFT, which never goes on elsewhere). */
+#define LOOMI_OUT 1
+#define LOOMI_OUT_LEFT 3
+/* Copy the set of ranks out (nranks bytes, 0 = in, else LOOMI_OUT or
+ * LOOMI_OUT_LEFT) and return how many; *gen (may be NULL) receives a
+ * counter that changes with the set. */
 int loomi_ctrl_failed(struct loomi_ctrl *c, unsigned char *set, unsigned *gen);
 
 /* Queue a protocol message to `to` (never blocks).  Fails with
  * LOOM_ERR_REMOTE when `to` is known failed. */
 loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint32_t epoch,
                               uint64_t arg, const void *data, uint32_t len);
-/* The oldest protocol message received (the caller frees it), or NULL
- * when none came before deadline_ms or the failed set changed from
- * `gen` (compare with loomi_ctrl_failed's). */
-struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms);
+/* The oldest protocol message received of a type in `mask` (bits
+ * LOOMI_CMSG_BIT(type); the caller frees it), or NULL when none came
+ * before deadline_ms or the failed set changed from `gen` (compare with
+ * loomi_ctrl_failed's).  Messages of other types stay for their own
+ * protocol (a rank may still be in an agreement when a peer has moved
+ * on to a shrink). */
+struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
+                                   uint32_t mask);
+/* Whether the ranks not in `out` ([n], as loomi_ctrl_failed gives) may
+ * go on as the communicator's successor: any of them (any_quorum), or
+ * more than half of the ranks that did not leave, or exactly half with
+ * the lowest of those among them.  Two groups formed from one
+ * communicator then never both go on. */
+int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum);
+
+/* Agreements (agree.c).  A rank keeps the payload of the decisions it
+ * took (the last few), and its control thread answers a coordinator's
+ * query for one (the coordinator took over from one that failed after
+ * some ranks had its decision) with a LOOMI_CMSG_AGREED of it. */
+void loomi_ctrl_agreed_put(struct loomi_ctrl *c, uint64_t id, const void *msg, uint32_t len);
+/* Ask rank `to` for decision `id` (no answer when it has none). */
+loom_result_t loomi_ctrl_agreed_ask(struct loomi_ctrl *c, int to, uint32_t epoch, uint64_t id);
+/* Send rank `to` decision `id` if this rank has it (the control thread
+ * does so itself for proposals that come after the decision; this is for
+ * those that were already in the mailbox). */
+void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id);
 
 /* A joiner's side of the wire: the 32-byte header of a message (its
  * first message is LOOMI_CTRL_T_JOIN with the 16-byte job key), and the

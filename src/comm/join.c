@@ -78,6 +78,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
     int fd = -1, newrank = -1, newn = 0;
     uint32_t epoch = 0;
     uint64_t t0 = loomi_now_ms();
+    char last[200] = ""; /* why the last admission fell through */
     r = LOOM_ERR_TIMEOUT;
     while (loomi_now_ms() < deadline) {
         if (fd < 0) {
@@ -182,11 +183,21 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent bad addresses", fn);
                 break;
             }
-            close(fd);
-            fd = -1;
             r = loomi_comm_finish(c, data, deadline, &links);
             free(data);
-            if (r != LOOM_SUCCESS) break;
+            if (r != LOOM_SUCCESS) {
+                /* A member failed during the admission: the members decide
+                 * again (this process, admitted already, comes first) and
+                 * send a new ACCEPT on this connection. */
+                snprintf(last, sizeof last, "%s", loom_get_last_error());
+                LOOMI_INFO(-1, "%s: connecting the grown communicator failed (%s); waiting for "
+                               "the members to admit this process again", fn, last);
+                loomi_comm_discard(c);
+                c = NULL;
+                r = LOOM_ERR_TIMEOUT;
+                continue;
+            }
+            close(fd);
             LOOMI_INFO(newrank, "%s: admitted as rank %d of %d after %llu ms", fn, newrank, newn,
                        (unsigned long long)(loomi_now_ms() - t0));
             free(proto);
@@ -198,7 +209,12 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
     if (fd >= 0) close(fd);
     if (c) loomi_comm_discard(c);
     free(proto);
-    if (r == LOOM_ERR_TIMEOUT)
+    if (r == LOOM_ERR_TIMEOUT && last[0])
+        r = loomi_fail(LOOM_ERR_TIMEOUT, -1,
+                       "%s: not admitted within LOOM_TIMEOUT (%d ms); the last admission "
+                       "failed: %s",
+                       fn, (int)(deadline - t0), last);
+    else if (r == LOOM_ERR_TIMEOUT)
         r = loomi_fail(LOOM_ERR_TIMEOUT, -1,
                        "%s: not admitted within LOOM_TIMEOUT (%d ms): no member called "
                        "loom_comm_grow, or the rendezvous %s:%s is not held",

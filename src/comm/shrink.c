@@ -47,9 +47,18 @@ struct shrink {
     loom_result_t err;
     int grow;                 /* loom_comm_grow: admit joiners, keep comm if nothing to do */
     int nj, slots[LOOMI_CTRL_MAX_JOINERS]; /* joiners admitted (coordinator) */
+    unsigned char *decided;   /* [n] the decision this rank built on */
+    unsigned char *left;      /* [n] ranks some rank saw leave with a goodbye */
+    const char *fn;
 };
 
-static void refresh(struct shrink *s) { loomi_ctrl_failed(s->ctrl, s->failed, &s->gen); }
+/* This rank's view, with the departures others told of. */
+static void refresh(struct shrink *s)
+{
+    loomi_ctrl_failed(s->ctrl, s->failed, &s->gen);
+    for (int q = 0; q < s->n; q++)
+        if (s->failed[q] && s->left[q]) s->failed[q] = LOOMI_OUT_LEFT;
+}
 
 static int coordinator(const struct shrink *s)
 {
@@ -76,7 +85,30 @@ static struct loomi_cmsg *next_msg(struct shrink *s)
         }
     uint64_t d = loomi_now_ms() + 100;
     if (d > s->deadline) d = s->deadline;
-    return loomi_ctrl_recv(s->ctrl, s->gen, d);
+    return loomi_ctrl_recv(s->ctrl, s->gen, d, LOOMI_CMSG_SHRINK);
+}
+
+static int alive_count(const unsigned char *D, int n)
+{
+    int k = 0;
+    for (int q = 0; q < n; q++) k += !D[q];
+    return k;
+}
+
+/* Whether the ranks not in D may go on (LOOM_QUORUM); when not, the
+ * error, blamed on `who`. */
+static int quorum(struct shrink *s, const unsigned char *D, const char *who)
+{
+    if (loomi_ctrl_quorum(D, s->n, s->old->set.quorum_any)) return 1;
+    int left = 0;
+    for (int q = 0; q < s->n; q++) left += D[q] == LOOMI_OUT_LEFT;
+    char also[48] = "";
+    if (left) snprintf(also, sizeof also, " (%d more left the job)", left);
+    s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
+                        "%s: %s only %d of the %d ranks%s: no majority, so this group may not "
+                        "go on as the job (LOOM_QUORUM=majority); this rank must leave it",
+                        s->fn, who, alive_count(D, s->n), s->n - left, also);
+    return 0;
 }
 
 /* Take a sender's failed set (PROPOSE, DECIDE: its first n bytes) into
@@ -85,7 +117,9 @@ static int merge(struct shrink *s, const struct loomi_cmsg *m)
 {
     if (m->len < (uint32_t)s->n) return -1;
     for (int q = 0; q < s->n; q++) {
-        if (m->data[q] > 1) return -1;
+        if (m->data[q] != 0 && m->data[q] != LOOMI_OUT && m->data[q] != LOOMI_OUT_LEFT)
+            return -1;
+        if (m->data[q] == LOOMI_OUT_LEFT) s->left[q] = 1;
         if (m->data[q] && !s->failed[q]) {
             char why[96];
             snprintf(why, sizeof why, "reported failed by rank %d while shrinking", m->src);
@@ -193,6 +227,13 @@ static int member(struct shrink *s, int coord)
                 free(m);
                 return ST_NOTHING;
             }
+            if (!quorum(s, m->data, "the coordinator found") || m->arg == 2) {
+                if (s->err == LOOM_SUCCESS) /* its rule differs: uniform.c refuses that */
+                    s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
+                                        "%s: the coordinator found no quorum", s->fn);
+                free(m);
+                return ST_ERROR;
+            }
             uint32_t nj = 0;
             if (m->len == (uint32_t)n + 4)
                 nj = (uint32_t)m->data[n] | (uint32_t)m->data[n + 1] << 8 |
@@ -212,6 +253,7 @@ static int member(struct shrink *s, int coord)
                 free(m);
                 return ST_ERROR;
             }
+            memcpy(s->decided, m->data, (size_t)n);
             if (loomi_ctrl_send(s->ctrl, coord, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr,
                                 LOOMI_ADDR_BYTES) != LOOM_SUCCESS) {
                 free(m);
@@ -244,13 +286,6 @@ static int member(struct shrink *s, int coord)
         }
         free(m);
     }
-}
-
-static int alive_count(const unsigned char *D, int n)
-{
-    int k = 0;
-    for (int q = 0; q < n; q++) k += !D[q];
-    return k;
 }
 
 static int coordinate(struct shrink *s)
@@ -302,16 +337,21 @@ static int coordinate(struct shrink *s)
                 }
                 /* Growing with nobody failed and nobody to admit: keep comm. */
                 int nothing = s->grow && alive == n && s->nj == 0;
+                /* A minority is told so, and nobody goes on. */
+                int minority = !quorum(s, D, "this rank, coordinating, reaches");
+                if (minority) s->nj = 0;
                 uint32_t nj = (uint32_t)s->nj;
                 for (int i = 0; i < 4; i++) D[n + i] = (unsigned char)(nj >> (8 * i));
                 for (int q = 0; q < n; q++)
                     if (q != s->me && !D[q])
-                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_DECIDE, e, nothing ? 1 : 0, D,
-                                        (uint32_t)n + 4);
+                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_DECIDE, e,
+                                        minority ? 2 : nothing ? 1 : 0, D, (uint32_t)n + 4);
+                if (minority) goto out;
                 if (nothing) {
                     st = ST_NOTHING;
                     goto out;
                 }
+                memcpy(s->decided, D, (size_t)n);
                 s->err = make_new(s, D, s->nj, addr, &newrank, &newn);
                 if (s->err != LOOM_SUCCESS) goto out;
                 /* Joiners learn their rank, the links (measured once) and
@@ -475,11 +515,16 @@ static loom_result_t reconfigure(loom_comm_t comm, loom_comm_t *newcomm, int gro
     s.n = comm->nranks;
     s.me = comm->rank;
     s.deadline = t0 + (uint64_t)comm->set.timeout_ms;
+    s.fn = fn;
     s.failed = malloc((size_t)s.n);
     s.proposed = calloc((size_t)s.n, 1);
-    if (!s.failed || !s.proposed) {
+    s.decided = malloc((size_t)s.n);
+    s.left = calloc((size_t)s.n, 1);
+    if (!s.failed || !s.proposed || !s.decided || !s.left) {
         free(s.failed);
         free(s.proposed);
+        free(s.decided);
+        free(s.left);
         return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
     }
     s.epoch = comm->shrink_epoch + 1;
@@ -491,6 +536,11 @@ static loom_result_t reconfigure(loom_comm_t comm, loom_comm_t *newcomm, int gro
         if (s.failed[s.me]) {
             s.err = loomi_fail(LOOM_ERR_REVOKED, s.me,
                                "%s: the other ranks declared this rank failed", fn);
+            st = ST_ERROR;
+            break;
+        }
+        /* Failed sets only grow: a view without a quorum never gets one. */
+        if (!quorum(&s, s.failed, "this rank reaches")) {
             st = ST_ERROR;
             break;
         }
@@ -514,14 +564,29 @@ static loom_result_t reconfigure(loom_comm_t comm, loom_comm_t *newcomm, int gro
     }
     free(s.failed);
     free(s.proposed);
+    free(s.left);
     if (st == ST_NOTHING) {
+        free(s.decided);
         drop_new(&s);
         return LOOM_SUCCESS; /* *newcomm stays NULL */
     }
     if (st != ST_DONE) {
+        free(s.decided);
         drop_new(&s);
-        return s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL;
+        loom_result_t err = s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL;
+        if (err == LOOM_ERR_REVOKED) {
+            /* This rank is out (declared failed, or in a minority): comm
+             * says so from now on, as loom_comm_get_error tells.  The
+             * message is the shrink's own. */
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", loom_get_last_error());
+            loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "%s", msg);
+            loomi_fail(err, comm->rank, "%s", msg);
+        }
+        return err;
     }
+    free(comm->agreed_failed);
+    comm->agreed_failed = s.decided;
     LOOMI_INFO(comm->rank, "%s: rank %d is rank %d of %d in the new communicator "
                "(epoch %u, coordinator %d, %llu ms)",
                fn, comm->rank, s.nc->rank, s.nc->nranks, s.epoch, coord,

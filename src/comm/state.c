@@ -52,6 +52,8 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
                               "%s: tensors[%d].data is NULL with %zu bytes", fn, t,
                               tensors[t].bytes);
     uint64_t t0 = loomi_now_ns();
+    int writes = 0, proven = 0; /* this rank's tensors are being written; proven afterwards */
+    uint64_t newest = 0;
 
     /* Every rank must describe as many tensors: agree on that first, so a
      * mismatch is an error everywhere rather than a failed exchange. */
@@ -87,9 +89,20 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
 #define REV(q) get64(all + (size_t)(q) * rec)
 #define BYTES(q, t) get64(all + (size_t)(q) * rec + REC_HEAD + (size_t)(t) * REC_TENSOR)
 #define HASH(q, t) get64(all + (size_t)(q) * rec + REC_HEAD + (size_t)(t) * REC_TENSOR + 8)
-    uint64_t newest = 0;
+    /* LOOM_REVISION_NONE (bytes a failed sync wrote) never wins. */
+    int valid = 0;
     for (int q = 0; q < n; q++)
-        if (REV(q) > newest) newest = REV(q);
+        if (REV(q) != LOOM_REVISION_NONE) {
+            valid++;
+            if (REV(q) > newest) newest = REV(q);
+        }
+    if (!valid) {
+        r = loomi_fail(LOOM_ERR_INVALID_USAGE, me,
+                       "%s: no rank holds a valid state (every revision is "
+                       "LOOM_REVISION_NONE); nothing was changed",
+                       fn);
+        goto out;
+    }
 
     /* The winning version of each tensor, decided alike everywhere. */
     for (int t = 0; t < ntensors; t++) {
@@ -123,6 +136,11 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
     /* Transfers: donors send slices to every rank that lacks the version. */
     size_t received = 0;
     int nrecv_t = 0;
+    /* From here, this rank's tensors that lack the winning version are
+     * written: if the sync fails before they are proven, their revision
+     * is LOOM_REVISION_NONE, so that they can never win a later sync. */
+    for (int t = 0; t < ntensors; t++)
+        if (HASH(me, t) != win[t].hash && win[t].bytes) writes = 1;
     loom_group_start();
     for (int t = 0; t < ntensors; t++) {
         const struct version *w = &win[t];
@@ -166,6 +184,9 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
             bad[0] = 2;
             bad[1] = t;
         }
+    /* Proven: whatever the others' outcome, this rank holds the winning
+     * revision's bytes. */
+    if (!bad[0]) proven = 1;
     char why[256];
     snprintf(why, sizeof why, "%s", r != LOOM_SUCCESS ? loom_get_last_error() : "");
     int32_t worst[2] = {bad[0], bad[1]};
@@ -191,6 +212,7 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
         goto out;
     }
     *revision = newest;
+    writes = 0;
     LOOMI_INFO(me, "state sync: revision %llu, %d tensor(s), received %zu bytes in %d tensor(s); "
                "hashing %.1f ms, total %.1f ms",
                (unsigned long long)newest, ntensors, received, nrecv_t,
@@ -199,6 +221,12 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
 #undef BYTES
 #undef HASH
 out:
+    if (writes) {
+        *revision = proven ? newest : LOOM_REVISION_NONE;
+        if (!proven)
+            LOOMI_WARN(me, "%s failed while this rank received: its revision is now "
+                           "LOOM_REVISION_NONE", fn);
+    }
     free(all);
     free(mine);
     free(win);

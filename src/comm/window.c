@@ -47,6 +47,7 @@
 
 #include "comm/comm.h"
 #include "core/internal.h"
+#include "sched/sched.h"
 #include "topo/hostmap.h"
 
 #define SEG_DIR "/dev/shm/"
@@ -275,7 +276,16 @@ loom_result_t loom_mem_free(loom_comm_t comm, void *ptr)
     struct loomi_win *w = *l;
     /* A completed operation's peers are done with this window (the
      * shared allreduce ends only once every rank has copied out), so
-     * unmapping here harms nobody. */
+     * unmapping here harms nobody; one not yet waited for may still read
+     * the mappings, failed or not. */
+    loomi_comm_lock(comm);
+    int users = loomi_engine_window_users(comm, w->id);
+    loomi_comm_unlock(comm);
+    if (users)
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: %d operation(s) on window %p are not waited for yet; wait for "
+                          "them first",
+                          fn, users, ptr);
     *l = w->next;
     win_unmap(w);
     return LOOM_SUCCESS;

@@ -42,6 +42,7 @@ static const struct var vars[] = {
     {"LOOM_SHM_STREAM_COPYIN", K_INT, -1, 1, OFF(shm_stream_copyin), "-1"},
     {"LOOM_HEARTBEAT_MS", K_INT, 0, 600000, OFF(heartbeat_ms), "500"},
     {"LOOM_PROGRESS_THREAD", K_INT, 0, 1, OFF(progress_thread), "0"},
+    {"LOOM_QUORUM", K_STR, 0, 0, OFF(quorum), NULL},
 };
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -143,6 +144,11 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->shm_stream_copyin = e->shm_stream_copyin;
     out->heartbeat_ms = e->heartbeat_ms;
     out->progress_thread = e->progress_thread;
+    if (e->quorum && strcmp(e->quorum, "majority") && strcmp(e->quorum, "any"))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: LOOM_QUORUM=%s is invalid (expected majority or any)", caller,
+                          e->quorum);
+    out->quorum_any = e->quorum && !strcmp(e->quorum, "any");
     const char *ifn = e->socket_ifname, *algo = e->algo, *tr = e->transport;
     if (cfg) {
         /* Older callers pass a smaller struct: read only what they have. */

@@ -24,11 +24,19 @@
 
 /* ------------------------------------------------------------- logging */
 
+/*
+ * Levels, lowest first.  Unset LOOM_DEBUG means LOOMI_LOG_NOTICE: only
+ * what no call returns (a degraded topology, a progress thread that did
+ * not start) is printed, since the application prints every error a call
+ * returns (loom_get_last_error).  LOOM_DEBUG=warn adds the library's own
+ * line for each failure, as it happens (loomi_fail, a peer lost).
+ */
 enum loomi_log_level {
     LOOMI_LOG_NONE = 0,
-    LOOMI_LOG_WARN = 1,
-    LOOMI_LOG_INFO = 2,
-    LOOMI_LOG_TRACE = 3
+    LOOMI_LOG_NOTICE = 1,
+    LOOMI_LOG_WARN = 2,
+    LOOMI_LOG_INFO = 3,
+    LOOMI_LOG_TRACE = 4
 };
 
 /* Current level (LOOM_DEBUG), read once. */
@@ -41,6 +49,10 @@ void loomi_log_write(int level, int rank, const char *fmt, ...)
         if (loomi_log_level() >= (lvl))                                        \
             loomi_log_write((lvl), (rank), __VA_ARGS__);                       \
     } while (0)
+/* A warning about something no call will return: printed by default. */
+#define LOOMI_NOTICE(rank, ...) LOOMI_LOG(LOOMI_LOG_NOTICE, rank, __VA_ARGS__)
+/* Why a call fails or a peer is lost (the caller gets an error too):
+ * printed from LOOM_DEBUG=warn on. */
 #define LOOMI_WARN(rank, ...) LOOMI_LOG(LOOMI_LOG_WARN, rank, __VA_ARGS__)
 #define LOOMI_INFO(rank, ...) LOOMI_LOG(LOOMI_LOG_INFO, rank, __VA_ARGS__)
 #define LOOMI_TRACE(rank, ...) LOOMI_LOG(LOOMI_LOG_TRACE, rank, __VA_ARGS__)
@@ -84,6 +96,7 @@ struct loomi_env {
     int shm_stream_copyin;     /* shared copy-in: -1 measure per size, 0 cached, 1 streamed */
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
+    const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -117,6 +130,7 @@ struct loomi_settings {
     int shm_stream_copyin;
     int heartbeat_ms;
     int progress_thread;
+    int quorum_any; /* LOOM_QUORUM=any: any survivors may go on, not only a majority */
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -1,4 +1,5 @@
-/* log.c - LOOM_DEBUG levels, rank-prefixed lines, LOOM_DEBUG_FILE. */
+/* log.c - LOOM_DEBUG levels, rank-prefixed lines with the local time,
+ * LOOM_DEBUG_FILE. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +11,12 @@
 #include "internal.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
-static int log_level = LOOMI_LOG_WARN;
+static int log_level = LOOMI_LOG_NOTICE;
 static FILE *log_file;
 static char log_host[64];
+/* The launcher's rank, for lines logged before a communicator has one
+ * (bootstrap); "-" without a launcher. */
+static char log_env_rank[16] = "-";
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Expand %h (host), %p (pid), %r (LOOM_RANK) in LOOM_DEBUG_FILE. */
@@ -42,15 +46,26 @@ static void expand_path(const char *pat, char *out, size_t n)
 
 static void log_init(void)
 {
+    static const char *const rank_vars[] = {"LOOM_RANK", "RANK", "SLURM_PROCID",
+                                            "OMPI_COMM_WORLD_RANK"};
     const char *lv = getenv("LOOM_DEBUG");
     if (gethostname(log_host, sizeof log_host) != 0) strcpy(log_host, "?");
     log_host[sizeof log_host - 1] = '\0';
+    for (size_t i = 0; i < LOOMI_ARRAY_LEN(rank_vars); i++) {
+        const char *v = getenv(rank_vars[i]);
+        if (v && *v && strlen(v) < sizeof log_env_rank && strspn(v, "0123456789") == strlen(v)) {
+            strcpy(log_env_rank, v);
+            break;
+        }
+    }
+    tzset(); /* localtime_r need not */
     if (lv && *lv) {
         if (!strcasecmp(lv, "none") || !strcmp(lv, "0")) log_level = LOOMI_LOG_NONE;
         else if (!strcasecmp(lv, "warn")) log_level = LOOMI_LOG_WARN;
         else if (!strcasecmp(lv, "info")) log_level = LOOMI_LOG_INFO;
         else if (!strcasecmp(lv, "trace")) log_level = LOOMI_LOG_TRACE;
-        else fprintf(stderr, "loom: LOOM_DEBUG=%s is not one of none, warn, info, trace; using warn\n", lv);
+        else fprintf(stderr, "loom: LOOM_DEBUG=%s is not one of none, warn, info, trace; "
+                             "using the default (warnings that no call returns)\n", lv);
     }
     const char *f = getenv("LOOM_DEBUG_FILE");
     if (f && *f) {
@@ -70,22 +85,40 @@ int loomi_log_level(void)
     return log_level;
 }
 
+/* "2026-12-06 14:03:07.123": the local wall-clock time, to the
+ * millisecond, so that lines of several ranks and hosts can be merged and
+ * set beside other logs. */
+static void format_time(char *buf, size_t n)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (!localtime_r(&ts.tv_sec, &tm) || strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm) == 0) {
+        snprintf(buf, n, "%lld.%03ld", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
+        return;
+    }
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, ".%03ld", ts.tv_nsec / 1000000);
+}
+
 void loomi_log_write(int level, int rank, const char *fmt, ...)
 {
-    static const char *const names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    /* A notice is a warning that is shown by default. */
+    static const char *const names[] = {"NONE", "WARN", "WARN", "INFO", "TRACE"};
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    pthread_once(&log_once, log_init);
+    char when[48];
+    format_time(when, sizeof when);
     char rk[16];
     if (rank >= 0) snprintf(rk, sizeof rk, "%d", rank);
-    else strcpy(rk, "-");
+    else snprintf(rk, sizeof rk, "%s", log_env_rank);
+    const char *name = level >= 0 && level < (int)LOOMI_ARRAY_LEN(names) ? names[level] : "?";
     pthread_mutex_lock(&log_lock);
-    fprintf(log_file ? log_file : stderr, "loom[%s:%d rank %s] %s %ld.%06ld %s\n",
-            log_host, (int)getpid(), rk, names[level & 3], (long)ts.tv_sec,
-            (long)(ts.tv_nsec / 1000), msg);
+    fprintf(log_file ? log_file : stderr, "loom[%s:%d rank %s] %s %s %s\n", log_host,
+            (int)getpid(), rk, name, when, msg);
     pthread_mutex_unlock(&log_lock);
 }

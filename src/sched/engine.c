@@ -308,7 +308,9 @@ static void op_run_ready(struct loomi_op *op)
     struct loom_comm *c = op->comm;
     const struct loomi_sched *s = &op->s;
     if (op->held) return;
-    while (op->rhead < op->rtail && op->status == LOOM_SUCCESS) {
+    /* Nothing runs once the communicator failed: the transport may have
+     * given up what the steps read (a peer's arena) on its way down. */
+    while (op->rhead < op->rtail && op->status == LOOM_SUCCESS && c->error == LOOM_SUCCESS) {
         uint32_t i = op->ready[op->rhead++];
         const struct loomi_step *st = &s->steps[i];
         size_t bytes = st->count * s->esize;
@@ -990,7 +992,7 @@ static void engine_advance(struct loom_comm *c)
     struct loomi_op *op, *next;
 again:
     c->shq_kick = 0;
-    for (op = c->active; op; op = next) {
+    for (op = c->active; op && c->error == LOOM_SUCCESS; op = next) {
         next = op->next;
         op_run_ready(op);
         if (op->status != LOOM_SUCCESS) {
@@ -1010,6 +1012,13 @@ void loomi_engine_free_all(struct loom_comm *c)
 {
     loomi_engine_fail_all(c);
     while (c->live) op_free(c->live);
+}
+
+int loomi_engine_window_users(const struct loom_comm *c, uint64_t id)
+{
+    int k = 0;
+    for (const struct loomi_op *op = c->live; op; op = op->live_next) k += op->s.win_id == id;
+    return k;
 }
 
 void loomi_engine_fail_all(struct loom_comm *c)
@@ -1409,8 +1418,8 @@ static void progress_start(struct loom_comm *c)
     return;
 fail:
     c->set.progress_thread = 0;
-    LOOMI_WARN(c->rank, "progress thread not started (%s%s%s): operations progress inside "
-               "Loom calls only", why, err ? ": " : "", err ? strerror(err) : "");
+    LOOMI_NOTICE(c->rank, "progress thread not started (%s%s%s): operations progress inside "
+                 "Loom calls only", why, err ? ": " : "", err ? strerror(err) : "");
 }
 
 void loomi_progress_stop(struct loom_comm *c)

@@ -115,13 +115,43 @@ static double halving(const struct loomi_model_params *m, int lg, double n, int 
  * a reduction, and comes down as many, each costing two messages out of
  * one port.  p = 2: each rank is the other's parent in one tree.
  */
+/* Messages, one after the other, until the root of the in-order binary
+ * tree of n positions (tree.c) holds every leaf's chunk (up), and until
+ * the last of its ranks holds the root's (down).  Its left subtree is
+ * complete (2^d - 1 positions), its right one the in-order tree of the
+ * other n - 2^d; the two children's messages share the root's port, and
+ * the root sends to the left child first. */
+static void tree_path(int n, int *up, int *down)
+{
+    if (n <= 1) {
+        *up = *down = 0;
+        return;
+    }
+    const int d = floor_log2(n), q = n - (1 << d);
+    const int L = 2 * (d - 1); /* complete: two messages a level */
+    const int Ld = 2 * (d - 1);
+    if (!q) {
+        *up = L + 1;
+        *down = Ld + 1;
+        return;
+    }
+    int R, Rd;
+    tree_path(q, &R, &Rd);
+    const int lo = L < R ? L : R, hi = L < R ? R : L;
+    *up = hi + 1 > lo + 2 ? hi + 1 : lo + 2;
+    *down = 1 + Ld > 2 + Rd ? 1 + Ld : 2 + Rd;
+}
+
 static double tree_allreduce(const struct loomi_model_params *m, int p, double n)
 {
     const int d = floor_log2(p);
     const double C = chunks(m, n / 2, RING_MAXC);
     const double a = msg(m, n / 2 / C), g = n / 2 / C * m->gamma;
     if (p == 2) return 2 * a + g + (C - 1) * fmax(2 * a, g);
-    return (4 * d - 1) * a + d * g + (C - 1) * fmax(4 * a, 2 * g);
+    const int load = p == 3 ? 3 : 4; /* 3: both roots have two leaves */
+    int up, down;
+    tree_path(p, &up, &down);
+    return (up + down) * a + d * g + (C - 1) * fmax(load * a, 2 * g);
 }
 
 /* Messages until the last of a binomial subtree of n ranks has the

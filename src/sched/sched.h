@@ -273,5 +273,8 @@ void loomi_engine_fail_all(struct loom_comm *comm);
 /* Fail and free every op, waited for or not (loom_comm_abort): the
  * application's requests of this communicator become invalid. */
 void loomi_engine_free_all(struct loom_comm *comm);
+/* How many operations not yet waited for read or write window id (the
+ * window's mappings must outlive them). */
+int loomi_engine_window_users(const struct loom_comm *comm, uint64_t id);
 
 #endif

@@ -25,19 +25,22 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [--ranks N] [--hosts H] [--measure]\n"
+            "usage: " PROG " [-n|--ranks N] [--hosts H] [--measure]\n"
             "       " PROG " --job [--explain]   (as every rank of a job: loomrun -n N " PROG
             " --job)\n"
-            "       " PROG " --simulate COLL [--ranks N] [--bytes SIZE] [--algo NAME]\n"
+            "       " PROG " --simulate COLL [-n|--ranks N] [--bytes SIZE] [--algo NAME]\n"
             "                 [--dtype TYPE] [--op OP] [--chunk SIZE] [--alpha T] [--beta T]\n"
             "                 [--gamma T] [--gamma-copy T] [--max-steps N] [--measure]\n"
             "       " PROG " --help | --version\n"
             "\n"
             "Without --simulate: the version, the build, the settings the LOOM_*\n"
             "environment resolves to, this host's topology (hwloc, or the XML in\n"
-            "LOOM_TOPO_FILE) with N ranks placed on each of H such hosts, and the\n"
-            "collectives' algorithms with the cost model's choice by size.\n"
+            "LOOM_TOPO_FILE) with N ranks placed on each of H such hosts, the\n"
+            "selection table the cost model computes for that job (the one its\n"
+            "communicators would use, with the links shown), and each collective's\n"
+            "algorithms.\n"
             "\n"
+            "  -n, --ranks N    ranks on each host (default: one per core of this host)\n"
             "  --hosts H        hosts like this one in the job (default 1)\n"
             "  --job            join the job the launcher describes; rank 0 prints\n"
             "                   its topology, transports, measured links and the\n"
@@ -48,13 +51,15 @@ static void usage(FILE *f)
             "  --simulate COLL  estimate every algorithm of COLL (allreduce,\n"
             "                   reduce_scatter, allgather, alltoall, alltoallv,\n"
             "                   broadcast, reduce, gather, scatter, barrier) by an event\n"
-            "                   simulation of its schedules and by its closed form\n"
-            "  --ranks N        ranks (default 8; with --hosts, per host)\n"
+            "                   simulation of its schedules and by its closed form, for\n"
+            "                   N ranks one per host, all joined by one link class\n"
+            "                   (no --hosts: the layout of hosts is the report's)\n"
+            "  -n, --ranks N    with --simulate: ranks (default 8)\n"
             "  --bytes SIZE     count x element size as the collective takes it: the\n"
             "                   vector (allreduce, broadcast, reduce), one rank's block\n"
             "                   (reduce_scatter, allgather, gather, scatter) or one\n"
             "                   peer's block (alltoall, alltoallv); 64K, 1M, 1G... (1M)\n"
-            "  --algo NAME      only this algorithm (auto: the default choice)\n"
+            "  --algo NAME      only this algorithm (auto: the cost model's choice)\n"
             "  --dtype TYPE     float32 (default), float16, bfloat16, float64, int8,\n"
             "                   uint8, int32, uint32, int64, uint64\n"
             "  --op OP          sum (default), prod, max, min, avg\n"
@@ -227,35 +232,6 @@ static const char *algo_state(int coll, int algo)
     return r == LOOM_ERR_UNSUPPORTED ? "not written yet" : "fails to build";
 }
 
-/* Size ranges over which loomi_algo_default keeps its choice: powers of
- * two up to 1 TiB, bisected where the choice changes. */
-static void print_defaults(int coll, int p)
-{
-    size_t lo = 0;
-    int cur = loomi_algo_default(coll, p, 0), changed = 0;
-    char b[32];
-    printf("    default     ");
-    for (int k = 0; k <= 40; k++) {
-        size_t hi = (size_t)1 << k;
-        int d = loomi_algo_default(coll, p, hi);
-        if (d == cur) {
-            lo = hi;
-            continue;
-        }
-        size_t a = lo, z = hi; /* cur at a, d at z */
-        while (z - a > 1) {
-            size_t mid = a + (z - a) / 2;
-            if (loomi_algo_default(coll, p, mid) == cur) a = mid;
-            else z = mid;
-        }
-        printf("up to %s: %s; ", fmt_size_short(a, b, sizeof b), loomi_algo_name(cur));
-        cur = d;
-        lo = hi;
-        changed = 1;
-    }
-    printf("%s%s\n", changed ? "larger: " : "all sizes: ", loomi_algo_name(cur));
-}
-
 /* The sizes that bypass the selection (small.c): max for every
  * collective; lim, where a communicator measured them at init, per
  * collective that puts data in the slots (NULL: none measured). */
@@ -328,14 +304,29 @@ static void print_red_classes(const struct loom_comm *c)
 /* LOOM_DEBUG as the user set it (main quiets the library's own). */
 static const char *user_debug;
 
-/* The job picture of p ranks on each of H copies of this host, its
- * links (defaults, LOOM_TUNING_FILE or --measure) and the selection. */
+/* The job picture of p ranks on each of H copies of this host (p 0: one
+ * per core of this host), its links (defaults, LOOM_TUNING_FILE or
+ * --measure) and the selection. */
 static int report_topology(const struct loomi_settings *set, int p, int H,
                            const struct loomi_model_params *meas)
 {
     struct loomi_topo_rank me;
     if (loomi_topo_discover(set, 0, &me) != LOOM_SUCCESS) {
-        printf("  (discovery failed: %s)\n", loom_get_last_error());
+        printf("\ntopology\n  (discovery failed: %s)\n", loom_get_last_error());
+        return 1;
+    }
+    const int cores = me.host.ncores > 0 ? me.host.ncores : 1;
+    if (p > 0) {
+        printf("\ntopology (%d rank(s) on each of %d host(s) like this one, as --ranks asked)\n",
+               p, H);
+    } else {
+        p = cores;
+        printf("\ntopology (%d rank(s) on each of %d host(s) like this one: one per core of "
+               "this host; --ranks N for another count)\n",
+               p, H);
+    }
+    if ((long long)p * H > MAX_RANKS) {
+        printf("  (%d ranks on each of %d hosts is more than %d ranks)\n", p, H, MAX_RANKS);
         return 1;
     }
     int n = p * H;
@@ -384,8 +375,10 @@ static int report_topology(const struct loomi_settings *set, int p, int H,
     loomi_select_build(&sel, &shape, &l);
     printf("\nlinks\n");
     loomi_links_print(stdout, &l);
-    printf("\nselection for %d rank(s) on %d host(s) (algorithm from size on; LOOM_ALGO "
-           "overrides)\n", n, H);
+    printf("\nselection for %d rank(s) on %d host(s): the algorithm from each size on, as the "
+           "cost model\nchooses it with the links above (a real job measures its own links at "
+           "creation:\nloomrun -n N " PROG " --job shows its table); LOOM_ALGO overrides\n",
+           n, H);
     loomi_select_print(stdout, &sel);
     if (shape.shared_bytes && n > H) {
         printf("once the ranks have loom_mem_alloc windows (loom_mem_alloc(3)):\n");
@@ -512,12 +505,9 @@ static int report(int p, int H, const struct loomi_model_params *meas)
         }
     }
     printf("  LOOM_DEBUG          %s\n", user_debug ? user_debug : "(warn)");
-    if (r == LOOM_SUCCESS) {
-        printf("\ntopology (%d rank(s) on each of %d host(s) like this one)\n", p, H);
-        bad |= report_topology(&set, p, H, meas);
-    }
+    if (r == LOOM_SUCCESS) bad |= report_topology(&set, p, H, meas);
 
-    printf("\ncollectives and algorithms (default choice for %d ranks)\n", p);
+    printf("\ncollectives and algorithms (the names LOOM_ALGO takes)\n");
     for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
         printf("  %s\n    algorithms  ", loomi_coll_name(c));
         unsigned mask = loomi_coll_algos(c);
@@ -530,17 +520,9 @@ static int report(int p, int H, const struct loomi_model_params *meas)
             first = 0;
         }
         printf("\n");
-        print_defaults(c, p);
         if (forced[c] != LOOMI_ALGO_AUTO)
             printf("    LOOM_ALGO   forces %s\n", loomi_algo_name(forced[c]));
     }
-    struct loomi_model_params m;
-    loomi_model_defaults(&m);
-    char t1[32], t2[32], t3[32];
-    printf("\ntiming model defaults: alpha %s, beta %s/B, gamma %s/B "
-           "(" PROG " --measure measures this host)\n",
-           fmt_time(m.alpha, t1, sizeof t1), fmt_time(m.beta, t2, sizeof t2),
-           fmt_time(m.gamma, t3, sizeof t3));
     return bad;
 }
 
@@ -596,7 +578,7 @@ static void print_params(const struct loomi_model_params *m, const struct src *s
 /* ------------------------------------------------------------ simulate */
 
 struct simopts {
-    int coll, algo, p;
+    int coll, algo, p, p_given;
     size_t bytes, chunk;
     loom_datatype_t dtype;
     loom_op_t op;
@@ -611,8 +593,9 @@ static int simulate(const struct simopts *o, const struct loomi_model_params *m,
     int failed = 0;
     size_t es = loom_datatype_size(o->dtype);
     size_t count = o->bytes / es;
-    printf("%s on %d ranks, %s (%zu x %s, %s), chunk %s, root 0, out of place\n",
-           loomi_coll_name(o->coll), o->p, fmt_size(o->bytes, b1, sizeof b1), count,
+    printf("%s on %d ranks%s, one per host, %s (%zu x %s, %s), chunk %s, root 0, out of place\n",
+           loomi_coll_name(o->coll), o->p, o->p_given ? "" : " (the default of --ranks)",
+           fmt_size(o->bytes, b1, sizeof b1), count,
            loomi_dtype_name(o->dtype), loomi_op_name(o->op),
            fmt_size(m->chunk_bytes, b2, sizeof b2));
     print_params(m, src);
@@ -620,7 +603,12 @@ static int simulate(const struct simopts *o, const struct loomi_model_params *m,
            "sim/form", "steps", "wall");
     /* Hierarchical algorithms need a host layout: see the selection table. */
     unsigned mask = loomi_coll_algos(o->coll) & ~LOOMI_TOPO_ALGOS;
-    int dflt = loomi_algo_default(o->coll, o->p, o->bytes);
+    /* What a communicator of p ranks, one per host, with these figures
+     * would select: the least closed-form time (topo/select.c). */
+    double bt;
+    const int dflt = loomi_model_best(o->coll, o->p, o->bytes, m, &bt);
+    int fastest = LOOMI_ALGO_AUTO;
+    double ft = 0;
     for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
         if (!(mask & (1u << a))) continue;
         if (o->algo != LOOMI_ALGO_AUTO && a != o->algo) continue;
@@ -635,6 +623,10 @@ static int simulate(const struct simopts *o, const struct loomi_model_params *m,
                  a == forced ? " (forced)" : a == dflt && forced == LOOMI_ALGO_AUTO ? " *" : "");
         fmt_time(form, b2, sizeof b2);
         if (r == LOOM_SUCCESS && !res.over_budget) {
+            if (fastest == LOOMI_ALGO_AUTO || res.time < ft) {
+                fastest = a;
+                ft = res.time;
+            }
             printf("%-20s %12s %12s %9.3f %8s %8s\n", name, fmt_time(res.time, b1, sizeof b1),
                    b2, form > 0 ? res.time / form : 1.0, fmt_count(res.steps, b3, sizeof b3),
                    fmt_time(wall, b4, sizeof b4));
@@ -651,10 +643,17 @@ static int simulate(const struct simopts *o, const struct loomi_model_params *m,
         }
         fflush(stdout);
     }
-    double bt;
-    int best = loomi_model_best(o->coll, o->p, o->bytes, m, &bt);
-    printf("\n* the default choice for this size; fastest by closed form: %s (%s)\n",
-           loomi_algo_name(best), fmt_time(bt, b1, sizeof b1));
+    printf("\n* the cost model's choice: %s (%s by closed form), what a job of %d rank(s),\n"
+           "  one per host, with these figures selects at this size (LOOM_ALGO aside)\n",
+           loomi_algo_name(dflt), fmt_time(bt, b1, sizeof b1), o->p);
+    if (fastest != LOOMI_ALGO_AUTO && o->algo == LOOMI_ALGO_AUTO) {
+        printf("  fastest simulated: %s (%s)", loomi_algo_name(fastest),
+               fmt_time(ft, b1, sizeof b1));
+        if (fastest != dflt)
+            printf(";\n  where they disagree, trust the simulation: it runs the schedules the library\n"
+                   "  runs, which the closed forms only approximate");
+        printf("\n");
+    }
     return failed;
 }
 
@@ -668,14 +667,16 @@ int main(int argc, char **argv)
     if (dbg && *dbg) user_debug = dbg;
     else setenv("LOOM_DEBUG", "none", 1);
 
-    struct simopts o = {-1, LOOMI_ALGO_AUTO, 8, (size_t)1 << 20, 0, LOOM_FLOAT32, LOOM_SUM, 0};
+    struct simopts o = {-1, LOOMI_ALGO_AUTO, 8, 0, (size_t)1 << 20, 0, LOOM_FLOAT32, LOOM_SUM, 0};
     struct loomi_model_params m, given;
     loomi_model_defaults(&m);
     struct src src = {"default: kernel TCP latency between hosts",
                       "default: 10 Gb/s Ethernet", "default: float32 sum on one AVX2 core",
                       "default: memcpy on one core"};
     int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0, hosts = 1, job = 0, topo_opts = 0, explain = 0;
-    const char *algo_s = NULL, *coll_s = NULL;
+    int ranks_set = 0, hosts_set = 0;
+    /* The first option that only --simulate takes, to refuse it alone. */
+    const char *algo_s = NULL, *coll_s = NULL, *sim_only = NULL;
     memset(&given, 0, sizeof given);
 
     for (int i = 1; i < argc; i++) {
@@ -695,12 +696,12 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(opt, "--simulate")) {
             coll_s = value(argc, argv, &i, opt, eq);
-        } else if (!strcmp(opt, "--ranks")) {
+        } else if (!strcmp(opt, "--ranks") || !strcmp(opt, "-n")) {
             o.p = (int)parse_int(opt, value(argc, argv, &i, opt, eq), 1, MAX_RANKS);
-            topo_opts = 1;
+            topo_opts = ranks_set = 1;
         } else if (!strcmp(opt, "--hosts")) {
             hosts = (int)parse_int(opt, value(argc, argv, &i, opt, eq), 1, 4096);
-            topo_opts = 1;
+            topo_opts = hosts_set = 1;
         } else if (!strcmp(opt, "--job")) {
             if (eq) die("--job takes no value");
             job = 1;
@@ -708,30 +709,40 @@ int main(int argc, char **argv)
             if (eq) die("--explain takes no value");
             explain = 1;
         } else if (!strcmp(opt, "--bytes")) {
+            if (!sim_only) sim_only = argv[i];
             o.bytes = parse_bytes(opt, value(argc, argv, &i, opt, eq));
         } else if (!strcmp(opt, "--chunk")) {
+            if (!sim_only) sim_only = argv[i];
             o.chunk = parse_bytes(opt, value(argc, argv, &i, opt, eq));
             if (!o.chunk) die("--chunk: the chunk size must not be 0");
         } else if (!strcmp(opt, "--algo")) {
+            if (!sim_only) sim_only = argv[i];
             algo_s = value(argc, argv, &i, opt, eq);
         } else if (!strcmp(opt, "--dtype")) {
+            if (!sim_only) sim_only = argv[i];
             o.dtype = (loom_datatype_t)lookup(opt, value(argc, argv, &i, opt, eq), dtype_name,
                                               LOOM_NUM_DATATYPES, 0);
         } else if (!strcmp(opt, "--op")) {
+            if (!sim_only) sim_only = argv[i];
             o.op = (loom_op_t)lookup(opt, value(argc, argv, &i, opt, eq), op_name, LOOM_NUM_OPS, 0);
         } else if (!strcmp(opt, "--alpha")) {
+            if (!sim_only) sim_only = argv[i];
             given.alpha = parse_time(opt, value(argc, argv, &i, opt, eq));
             set_a = 1;
         } else if (!strcmp(opt, "--beta")) {
+            if (!sim_only) sim_only = argv[i];
             given.beta = parse_time(opt, value(argc, argv, &i, opt, eq));
             set_b = 1;
         } else if (!strcmp(opt, "--gamma")) {
+            if (!sim_only) sim_only = argv[i];
             given.gamma = parse_time(opt, value(argc, argv, &i, opt, eq));
             set_g = 1;
         } else if (!strcmp(opt, "--gamma-copy")) {
+            if (!sim_only) sim_only = argv[i];
             given.gamma_copy = parse_time(opt, value(argc, argv, &i, opt, eq));
             set_gc = 1;
         } else if (!strcmp(opt, "--max-steps")) {
+            if (!sim_only) sim_only = argv[i];
             o.max_steps = (uint64_t)parse_int(opt, value(argc, argv, &i, opt, eq), 1,
                                               (long long)LOOMI_MODEL_STEPS_LIMIT);
         } else if (!strcmp(opt, "--measure")) {
@@ -745,6 +756,15 @@ int main(int argc, char **argv)
     }
 
     if (job) return report_job(explain);
+    if (coll_s && hosts_set)
+        die("--hosts: --simulate estimates N ranks one per host, every pair joined by the same "
+            "link; for ranks that share hosts see the selection table of " PROG
+            " --ranks N --hosts H");
+    if (!coll_s && sim_only) {
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(sim_only, "="), sim_only);
+        die("%s is an option of --simulate COLL (see " PROG " --help)", name);
+    }
     if ((long long)o.p * hosts > MAX_RANKS)
         die("--ranks %d x --hosts %d is more than %d ranks", o.p, hosts, MAX_RANKS);
     if (!coll_s) {
@@ -755,14 +775,17 @@ int main(int argc, char **argv)
             return 0;
         }
         if (do_measure) measure(&m, &src);
-        return report(o.p, hosts, do_measure ? &m : NULL);
+        /* Without --ranks, one rank per core of this host (0 here). */
+        return report(ranks_set ? o.p : 0, hosts, do_measure ? &m : NULL);
     }
 
     o.coll = lookup("--simulate", coll_s, loomi_coll_name, LOOMI_NUM_COLLS, 0);
+    o.p_given = ranks_set;
+    int algo_auto = 0;
     if (algo_s) {
         o.algo = lookup("--algo", algo_s, loomi_algo_name, LOOMI_NUM_ALGOS, 0);
-        if (o.algo == LOOMI_ALGO_AUTO) o.algo = loomi_algo_default(o.coll, o.p, o.bytes);
-        if (!loomi_algo_gen(o.coll, o.algo))
+        algo_auto = o.algo == LOOMI_ALGO_AUTO; /* resolved below, with the figures */
+        if (!algo_auto && !loomi_algo_gen(o.coll, o.algo))
             die("--algo: %s has no algorithm %s", loomi_coll_name(o.coll), algo_s);
         if ((1u << o.algo) & LOOMI_TOPO_ALGOS)
             die("--algo: %s depends on which ranks share a host, which --simulate does not "
@@ -790,5 +813,6 @@ int main(int argc, char **argv)
     if (set_gc) m.gamma_copy = given.gamma_copy, src.gamma_copy = "--gamma-copy";
     if (m.beta <= 0 || m.gamma <= 0 || m.gamma_copy <= 0)
         die("--beta, --gamma and --gamma-copy must be greater than 0");
+    if (algo_auto) o.algo = loomi_model_best(o.coll, o.p, o.bytes, &m, NULL);
     return simulate(&o, &m, &src, forced[o.coll]);
 }

@@ -67,6 +67,7 @@ struct options {
     bool prefix, keep_going, bind;
     const char *outdir;
     double timeout_s; /* 0: no timeout */
+    double stop_delay_s; /* after a failure, before SIGTERM */
     double grace_s;
     char *root_host; /* as written into LOOM_ROOT ("[v6]" keeps brackets) */
     char *bind_host; /* the same without brackets, for getaddrinfo */
@@ -100,6 +101,10 @@ static void usage(FILE *f)
             "      --keep-going   let the other ranks run on when one fails\n"
             "      --timeout SEC  stop the whole job after SEC seconds "
             "(exit status 124)\n"
+            "      --stop-delay SEC  after a rank fails, time the others get "
+            "to exit\n"
+            "                     (and print their own errors) before "
+            "SIGTERM (default 2)\n"
             "      --grace SEC    time between SIGTERM and SIGKILL when "
             "stopping ranks\n"
             "                     (default 3)\n"
@@ -291,7 +296,7 @@ static void check_xvar(const char *v)
 
 enum opt_id {
     O_N, O_X, O_HELP, O_VERSION, O_PREFIX, O_OUTPUT, O_KEEP_GOING,
-    O_TIMEOUT, O_GRACE, O_ROOT, O_BIND
+    O_TIMEOUT, O_GRACE, O_ROOT, O_BIND, O_STOP_DELAY
 };
 
 static const struct {
@@ -303,6 +308,7 @@ static const struct {
     {"prefix", O_PREFIX, false},   {"output", O_OUTPUT, true},
     {"keep-going", O_KEEP_GOING, false}, {"timeout", O_TIMEOUT, true},
     {"grace", O_GRACE, true},      {"root", O_ROOT, true},
+    {"stop-delay", O_STOP_DELAY, true},
     {"bind", O_BIND, true},
 };
 
@@ -312,6 +318,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 
     memset(o, 0, sizeof *o);
     o->grace_s = 3;
+    o->stop_delay_s = 2;
     o->root_port = -1;
     o->xvars = xmalloc(sizeof(char *) * (size_t)argc);
 
@@ -411,6 +418,12 @@ static void parse_args(int argc, char **argv, struct options *o)
             if (!parse_seconds(val, &o->timeout_s))
                 usage_error("invalid value '%s' for --timeout: expected a "
                             "number of seconds >= 0 (0: no timeout)",
+                            val);
+            break;
+        case O_STOP_DELAY:
+            if (!parse_seconds(val, &o->stop_delay_s))
+                usage_error("invalid value '%s' for --stop-delay: expected a "
+                            "number of seconds >= 0",
                             val);
             break;
         case O_GRACE:
@@ -704,7 +717,9 @@ static enum read_result stream_read(struct stream *s, int rank,
 /* ------------------------------------------------------------ job */
 
 enum rank_state { R_NONE, R_LIVE, R_DONE };
-enum job_state { J_RUNNING, J_STOPPING, J_KILLED };
+/* J_FAILING: a rank failed; the others get --stop-delay to notice, print
+ * their own errors and exit before J_STOPPING's SIGTERM. */
+enum job_state { J_RUNNING, J_FAILING, J_STOPPING, J_KILLED };
 
 struct rank {
     pid_t pid; /* also its process group id */
@@ -721,13 +736,30 @@ static struct {
     enum job_state state;
     int live;
     int64_t deadline;   /* --timeout, 0: none */
+    int64_t stop_at;    /* J_FAILING: when to send SIGTERM */
     int64_t kill_at;    /* J_STOPPING: when to send SIGKILL */
     int64_t give_up_at; /* J_KILLED: stop waiting for the ranks */
     int first_status;   /* exit status of the first failed rank, -1 none */
     int forced_status;  /* 127/125 for start-up failures, 0 none */
     bool timed_out;
     int sigints;
+    /* The first failure was an exit status: said only after REPORT_WAIT,
+     * since a rank killed by a signal, whose death the others reacted
+     * to, can end a little after them (report_at 0: nothing held). */
+    int64_t report_at;
+    char report[192];
 } job;
+
+/* How long an error exit waits to be named as the job's first failure. */
+#define REPORT_WAIT_NS (50 * 1000000LL)
+
+static void report_held(void)
+{
+    if (!job.report_at)
+        return;
+    fputs(job.report, stderr);
+    job.report_at = 0;
+}
 
 static bool group_exists(pid_t pgid)
 {
@@ -765,7 +797,7 @@ static bool lingering_groups(void)
 
 static void begin_stop(void)
 {
-    if (job.state != J_RUNNING)
+    if (job.state != J_RUNNING && job.state != J_FAILING)
         return;
     job.state = J_STOPPING;
     job.kill_at = now_ns() + secs_to_ns(opt.grace_s);
@@ -820,6 +852,15 @@ static void on_exit_status(int i, int st)
     }
     if (job.first_status < 0)
         job.first_status = code;
+    /* A rank killed by a signal right after another's error exit, which
+     * is held still: that exit was the reaction, this the failure. */
+    if (job.report_at && WIFSIGNALED(st) && now_ns() < job.report_at) {
+        job.report_at = 0;
+        job.first_status = code;
+        fprintf(stderr, "loomrun: rank %d (pid %d) %s; stopping the other ranks\n", i,
+                (int)r->pid, what);
+        return;
+    }
     /* Ranks that die because we are stopping the job are not news. */
     if (job.state != J_RUNNING)
         return;
@@ -827,27 +868,53 @@ static void on_exit_status(int i, int st)
         fprintf(stderr, "loomrun: rank %d (pid %d) %s\n", i, (int)r->pid,
                 what);
     } else {
-        fprintf(stderr, "loomrun: rank %d (pid %d) %s%s\n", i, (int)r->pid,
-                what, job.live > 0 ? "; stopping the other ranks" : "");
-        begin_stop();
+        if (WIFEXITED(st)) {
+            snprintf(job.report, sizeof job.report, "loomrun: rank %d (pid %d) %s%s\n", i,
+                     (int)r->pid, what, job.live > 0 ? "; stopping the other ranks" : "");
+            job.report_at = now_ns() + REPORT_WAIT_NS;
+        } else {
+            fprintf(stderr, "loomrun: rank %d (pid %d) %s%s\n", i, (int)r->pid,
+                    what, job.live > 0 ? "; stopping the other ranks" : "");
+        }
+        /* The others are likely to see the failure too: let them say so
+         * and exit by themselves first, their output read meanwhile. */
+        job.state = J_FAILING;
+        job.stop_at = now_ns() + secs_to_ns(opt.stop_delay_s);
+        if (job.deadline && job.deadline < job.stop_at)
+            job.stop_at = job.deadline;
     }
 }
 
 static void reap(void)
 {
+    /* Every rank that has ended, then acted on: a rank killed by a signal
+     * first.  When one rank dies and another exits on the error it caused
+     * before loomrun looks, both are there at once, in no useful order,
+     * and the death is what to report. */
+    int *who = xmalloc(sizeof *who * (size_t)(nstarted + 1));
+    int *sts = xmalloc(sizeof *sts * (size_t)(nstarted + 1));
+    int n = 0;
     for (;;) {
         int st, i;
         pid_t pid = waitpid(-1, &st, WNOHANG);
         if (pid < 0 && errno == EINTR)
             continue;
         if (pid <= 0)
-            return;
+            break;
         for (i = 0; i < nstarted; i++)
             if (ranks[i].pid == pid && ranks[i].state == R_LIVE)
                 break;
-        if (i < nstarted)
-            on_exit_status(i, st);
+        if (i < nstarted && n < nstarted) {
+            who[n] = i;
+            sts[n++] = st;
+        }
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < n; k++)
+            if ((WIFSIGNALED(sts[k]) != 0) == (pass == 0))
+                on_exit_status(who[k], sts[k]);
+    free(who);
+    free(sts);
 }
 
 static void handle_signals(int sfd)
@@ -903,6 +970,8 @@ static void main_loop(int sfd)
 
         reap();
         now = now_ns();
+        if (job.report_at && (now >= job.report_at || job.live == 0))
+            report_held();
         if (job.state == J_RUNNING && job.deadline && now >= job.deadline) {
             job.timed_out = true;
             fprintf(stderr, "loomrun: timed out after %g seconds; stopping "
@@ -910,6 +979,10 @@ static void main_loop(int sfd)
                     opt.timeout_s);
             begin_stop();
         }
+        /* Also when all ranks are gone: the groups of exited ranks that
+         * still have members (their background children) get stopped. */
+        if (job.state == J_FAILING && (job.live == 0 || now >= job.stop_at))
+            begin_stop();
         if (job.state == J_STOPPING && now >= job.kill_at)
             kill_all();
         if (job.live == 0 && (job.state == J_RUNNING || !lingering_groups()))
@@ -925,12 +998,16 @@ static void main_loop(int sfd)
 
         if (job.state == J_RUNNING && job.deadline)
             timeout = ms_until(job.deadline, now);
+        else if (job.state == J_FAILING)
+            timeout = ms_until(job.stop_at, now);
         else if (job.state == J_STOPPING)
             timeout = ms_until(job.kill_at, now);
         else if (job.state == J_KILLED)
             timeout = ms_until(job.give_up_at, now);
         if (job.live == 0) /* only lingering groups: no SIGCHLD for them */
             timeout = min_timeout(timeout, GROUP_POLL_MS);
+        if (job.report_at)
+            timeout = min_timeout(timeout, ms_until(job.report_at, now));
 
         pfd[n].fd = sfd;
         pfd[n].events = POLLIN;

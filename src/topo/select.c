@@ -697,23 +697,31 @@ static int phased(int algo, const struct loomi_job_shape *j)
            j->hosts->nhosts > 1;
 }
 
+/* Estimates this close are a tie: which one comes out lower is rounding
+ * (on 2 ranks the ring's and halving-doubling's reduce-scatter are the
+ * same exchange).  A tie keeps `prev`, the choice at the size before, so
+ * that a table does not flip between two algorithms that cost the same;
+ * else it goes to the lower enum value. */
+#define TIE 1e-9
+
 static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
-                     const struct loomi_links *l)
+                     const struct loomi_links *l, int prev)
 {
     int best = LOOMI_ALGO_AUTO;
-    double bt = 0;
+    double bt = 0, tprev = -1;
     /* Compare each with its handicap: phased ones at cost / margin. */
     for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
         if (!loomi_algo_gen(coll, a)) continue;
         double t = loomi_select_cost(coll, a, bytes, j, l);
         if (t < 0) continue;
         if (phased(a, j)) t /= PHASED_MARGIN;
-        if (best == LOOMI_ALGO_AUTO || t < bt) {
+        if (a == prev) tprev = t;
+        if (best == LOOMI_ALGO_AUTO || t < bt * (1 - TIE)) {
             best = a;
             bt = t;
         }
     }
-    return best;
+    return tprev >= 0 && tprev <= bt * (1 + TIE) ? prev : best;
 }
 
 /* Append "from this size on, algo in chunks of `chunk`" unless the last
@@ -738,7 +746,7 @@ static void build_ranges(struct loomi_ranges *t, int c, const struct loomi_job_s
     for (int k = 0; k <= 60; k++) {
         if (k == 1) continue; /* 1.5 B */
         size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
-        int a = best_algo(c, bytes, j, l);
+        int a = best_algo(c, bytes, j, l, t->n ? t->r[t->n - 1].algo : LOOMI_ALGO_AUTO);
         if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
         if (push_range(t, bytes, a, loomi_select_chunk(c, a, bytes, j, l))) break;
     }

@@ -555,7 +555,7 @@ static void find_devices(hwloc_topology_t t, int live, struct loomi_topo_host *h
     struct found_dev *gpus = calloc(FOUND_CAP, sizeof *gpus);
     int nn = 0, ng = 0;
     if (!nics || !gpus) {
-        LOOMI_WARN(rank, "topology: no memory to list devices; none recorded");
+        LOOMI_NOTICE(rank, "topology: no memory to list devices; none recorded");
         free(nics);
         free(gpus);
         return;
@@ -665,8 +665,8 @@ static void fit_card(struct loomi_topo_host *h, int rank)
         else h->nnics--;
     }
     if (nn != h->nnics || ng != h->ngpus)
-        LOOMI_WARN(rank, "topology: keeping %d of %d NICs and %d of %d GPUs (names too long "
-                   "for the %d-byte card)", h->nnics, nn, h->ngpus, ng, LOOMI_TOPO_CARD_BYTES);
+        LOOMI_NOTICE(rank, "topology: keeping %d of %d NICs and %d of %d GPUs (names too long "
+                     "for the %d-byte card)", h->nnics, nn, h->ngpus, ng, LOOMI_TOPO_CARD_BYTES);
 }
 
 /* Loads the live machine, or file where given; NULL, or why not (errno
@@ -721,7 +721,7 @@ loom_result_t loomi_topo_discover(const struct loomi_settings *set, int rank,
                           why, e ? " (" : "", e ? strerror(e) : "", e ? ")" : "");
     }
     if (why) {
-        LOOMI_WARN(rank, "topology: %s (%s); using sysconf counts", why, strerror(errno));
+        LOOMI_NOTICE(rank, "topology: %s (%s); using sysconf counts", why, strerror(errno));
         if (t) hwloc_topology_destroy(t);
         discover_fallback(me);
     } else {

@@ -17,11 +17,18 @@
  *                the members' grow must keep their communicator, which
  *                must still work.  Members print "OK member kept size=N";
  *                the joiner writes "OK joiner refused: MESSAGE".
+ *   MODE dies:   as grow, but the last member dies (SIGKILL from a thread,
+ *                0-250 ms after it enters loom_comm_grow, which takes about as long): the joiner must
+ *                still be admitted, and everyone settles (checked
+ *                allreduce, loom_comm_agree, shrink until it works) on
+ *                n ranks: the n - 1 members and the newcomer.  Prints
+ *                "OK member dies size=N"; the joiner "OK joiner ... size=N".
  * JOIN_ALGO, if set, is given to loom_comm_set_algo on the members only:
  * the joiner must take it from them.
  * Members print "OK member grow_ms=G sync_ms=S size=N"; the joiner writes
  * "OK joiner join_ms=J rank=R size=N" to OUTFILE.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +91,35 @@ static int after(loom_comm_t comm, size_t bytes, int newcomer, double *sync_ms)
     return 0;
 }
 
-static int joiner(const char *out, size_t bytes)
+/* After a member died around the admission: the ranks agree whether a
+ * checked allreduce worked everywhere, and shrink until it did.  Returns
+ * the final size, or -1. */
+static int settle(loom_comm_t *comm)
+{
+    for (int round = 0; round < 5; round++) {
+        int n;
+        loom_comm_size(*comm, &n);
+        float x = 1;
+        loom_result_t r = loom_allreduce(&x, &x, 1, LOOM_FLOAT32, LOOM_SUM, *comm);
+        uint64_t ok = r == LOOM_SUCCESS && x == (float)n;
+        if (loom_comm_agree(*comm, &ok, LOOM_MIN) != LOOM_SUCCESS) return -1;
+        if (ok) return n;
+        loom_comm_t nc;
+        if (loom_comm_shrink(*comm, &nc) != LOOM_SUCCESS) return -1;
+        loom_comm_destroy(*comm);
+        *comm = nc;
+    }
+    return -1;
+}
+
+static void *killer(void *arg)
+{
+    usleep((useconds_t)(uintptr_t)arg);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int joiner(const char *out, size_t bytes, int dies)
 {
     FILE *f = fopen(out, "w");
     if (!f) return 2;
@@ -100,6 +135,13 @@ static int joiner(const char *out, size_t bytes)
     int rank, n;
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &n);
+    if (dies) {
+        int size = settle(&comm);
+        fprintf(f, "%s joiner join_ms=%.1f size=%d\n", size > 0 ? "OK" : "FAIL", dt, size);
+        fclose(f);
+        loom_comm_destroy(comm);
+        return size > 0 ? 0 : 1;
+    }
     double sync;
     if (after(comm, bytes, 1, &sync)) {
         fprintf(f, "FAIL after join\n");
@@ -151,7 +193,9 @@ int main(int argc, char **argv)
         return 2;
     }
     size_t bytes = (argc > 3 ? (size_t)atoi(argv[3]) : 4) << 20;
-    if (!strcmp(argv[1], "joiner")) return joiner(argv[2], bytes);
+    if (!strcmp(argv[1], "joiner")) return joiner(argv[2], bytes, 0);
+    if (!strcmp(argv[1], "joiner-dies")) return joiner(argv[2], bytes, 1);
+    int dies = !strcmp(argv[1], "dies");
     const char *setting = getenv("JOIN_SETTING");
     if (!strcmp(argv[1], "refused")) return refused(argv[2], setting ? setting : "");
     int holder = !strcmp(argv[1], "holder");
@@ -181,8 +225,8 @@ int main(int argc, char **argv)
             char mib[16];
             snprintf(mib, sizeof mib, "%zu", bytes >> 20);
             if (mismatch) putenv((char *)setting);
-            execl("/proc/self/exe", argv[0], mismatch ? "refused" : "joiner", argv[2], mib,
-                  (char *)NULL);
+            execl("/proc/self/exe", argv[0], mismatch ? "refused" : dies ? "joiner-dies" : "joiner",
+                  argv[2], mib, (char *)NULL);
             _exit(127);
         }
     }
@@ -263,10 +307,29 @@ int main(int argc, char **argv)
         loom_comm_destroy(comm);
         return 0;
     }
+    if (dies && rank == n - 1) {
+        /* Dies during the grow, or just before or after it. */
+        srand((unsigned)getpid());
+        pthread_t th;
+        pthread_create(&th, NULL, killer, (void *)(uintptr_t)(rand() % 250000));
+    }
     double t0 = now_ms();
     loom_comm_t big = NULL;
     loom_result_t r = loom_comm_grow(comm, &big);
     double grow = now_ms() - t0;
+    if (dies) {
+        if (r != LOOM_SUCCESS || !big) {
+            printf("FAIL grow while a member died: %s: %s\n", loom_strerror(r),
+                   loom_get_last_error());
+            return 1;
+        }
+        loom_comm_destroy(comm);
+        int size = settle(&big);
+        printf("%s member dies size=%d\n", size == n ? "OK" : "FAIL", size);
+        if (size > 0) loom_comm_destroy(big);
+        if (child > 0) waitpid(child, NULL, 0);
+        return size == n ? 0 : 1;
+    }
     if (r != LOOM_SUCCESS || !big) {
         printf("FAIL grow: %s: %s\n", loom_strerror(r), loom_get_last_error());
         return 1;

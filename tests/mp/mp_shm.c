@@ -21,7 +21,9 @@
  *    then goes through the cells (complete at once); 1 MiB, more than a
  *    FIFO, stays single-copy; the data is checked;
  *  - kill: the last rank is SIGKILLed while the others wait for its
- *    message: they see peer_failed within 2 s;
+ *    message: they see peer_failed within 2 s; its arena, as mapped
+ *    before, still reads what it wrote after abort_all (only destroy
+ *    unmaps);
  *  - leftovers: a fake segment of a dead pid is removed by the next
  *    create, and no /dev/shm/loom-<key>-* of any job remains at the end.
  * Every wait has a deadline.  Exit 0 only when everything passed.
@@ -507,6 +509,11 @@ static void crowded_test(void)
 static void kill_test(void)
 {
     int victim = nranks - 1;
+    /* The victim's arena, as the engine would hold it in an operation. */
+    size_t alen = 0;
+    unsigned char *arena = ops->shared_map(st, victim, &alen);
+    CHECK(arena && alen >= 4096, "arena of rank %d: %p, %zu bytes", victim, (void *)arena, alen);
+    if (rank == victim && arena) fill(arena, 4096, victim, victim, 78);
     barrier();
     if (rank == victim) {
         usleep(200000);
@@ -538,6 +545,13 @@ static void kill_test(void)
         wait_for(rr, n, 10000, "survivors");
         for (int i = 0; i < n; i++) CHECK(rr[i].st == 0, "survivors: status %d", rr[i].st);
     }
+    /* The communicator goes down, as the engine takes it down after a
+     * failure: what an operation still holds of the arenas stays mapped
+     * until destroy (the operation unwinds after abort_all returns). */
+    ops->abort_all(st, victim, LOOM_ERR_REMOTE);
+    if (arena)
+        CHECK(bad_bytes(arena, 4096, victim, victim, 78) == 0,
+              "the dead rank's arena reads wrong after abort_all");
 }
 
 /* --------------------------------------------------------------- jobs */

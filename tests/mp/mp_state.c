@@ -13,12 +13,16 @@
  *   Every rank but the last holds MIB MiB of revision 3; the last rank
  *   has zeros at revision 0.  Prints the sync time and rate on the
  *   newcomer: "OK sync MIB MiB in T ms = R MB/s".
+ * usage: mp_state lost MIB    (5 ranks; see lost() below)
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "loom.h"
 
@@ -30,6 +34,90 @@ static double now_ms(void)
 }
 
 static unsigned char val(int t, size_t i) { return (unsigned char)(i * 31u + (size_t)t * 7u + 1u); }
+
+static void *killer(void *arg)
+{
+    usleep((useconds_t)(uintptr_t)arg);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static uint64_t fnv(const unsigned char *b, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Ranks 0 and 1 hold revision 7 and die during the sync, at a random
+ * moment; the others hold older revisions (5, then 3) of other bytes and
+ * receive.  A receiver whose bytes were written when the sync failed must
+ * hold LOOM_REVISION_NONE (or revision 7, where all of revision 7's
+ * bytes arrived and were proven); the survivors then shrink and sync
+ * again, which must never hand anyone bytes that no rank held intact: it
+ * succeeds with one of the states (its revision and its bytes), or fails
+ * because no rank holds a valid one.  Prints
+ * "OK lost written=W rev=R second=S", W 1 when this rank's bytes had
+ * changed. */
+static int lost(loom_comm_t comm, int rank, int mib)
+{
+    const size_t bytes = (size_t)mib << 20;
+    unsigned char *b = malloc(bytes);
+    const uint64_t revs[3] = {7, 5, 3};
+    uint64_t rev = revs[rank < 2 ? 0 : rank == 2 ? 1 : 2];
+    for (size_t i = 0; i < bytes; i++) b[i] = val((int)rev, i);
+    uint64_t orig = fnv(b, bytes), h[8] = {0};
+    {
+        unsigned char *t = malloc(bytes);
+        for (int v = 3; v <= 7; v += 2) {
+            for (size_t i = 0; i < bytes; i++) t[i] = val(v, i);
+            h[v] = fnv(t, bytes);
+        }
+        free(t);
+    }
+    loom_tensor_t t = {b, bytes};
+    loom_barrier(comm);
+    if (rank < 2) {
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        pthread_t th;
+        pthread_create(&th, NULL, killer, (void *)(uintptr_t)(20000 + rand() % 230000));
+    }
+    loom_result_t r = loom_state_sync(comm, &t, 1, &rev);
+    if (r == LOOM_SUCCESS) {
+        printf("SKIP lost: the sync completed before the donors died\n");
+        return 0;
+    }
+    /* Written: invalid, unless what arrived was proven whole (then it is
+     * revision 7's state, and says so). */
+    uint64_t now = fnv(b, bytes);
+    int written = now != orig;
+    if (written && rev != LOOM_REVISION_NONE && !(rev == 7 && now == h[7])) {
+        printf("FAIL lost: this rank's bytes were written by the failed sync (%s) but its "
+               "revision is %llu\n",
+               loom_strerror(r), (unsigned long long)rev);
+        return 1;
+    }
+    loom_comm_t nc;
+    r = loom_comm_shrink(comm, &nc);
+    if (r != LOOM_SUCCESS) {
+        printf("FAIL lost: shrink: %s\n", loom_get_last_error());
+        return 1;
+    }
+    loom_comm_destroy(comm);
+    uint64_t rev2 = rev;
+    r = loom_state_sync(nc, &t, 1, &rev2);
+    uint64_t got = fnv(b, bytes);
+    int good = r == LOOM_SUCCESS ? (rev2 == 3 || rev2 == 5 || rev2 == 7) && got == h[rev2]
+                                 : r == LOOM_ERR_INVALID_USAGE;
+    char rs[24];
+    if (rev == LOOM_REVISION_NONE) snprintf(rs, sizeof rs, "none");
+    else snprintf(rs, sizeof rs, "%llu", (unsigned long long)rev);
+    printf("%s lost written=%d rev=%s second=%s rev2=%llu\n", good ? "OK" : "FAIL", written, rs,
+           loom_strerror(r), (unsigned long long)rev2);
+    loom_comm_destroy(nc);
+    free(b);
+    return !good;
+}
 
 int main(int argc, char **argv)
 {
@@ -71,6 +159,7 @@ int main(int argc, char **argv)
         free(b);
         return 0;
     }
+    if (!strcmp(argv[1], "lost")) return lost(comm, rank, argc > 2 ? atoi(argv[2]) : 64);
     const size_t sizes[3] = {(4u << 20) + 3, 1000, 0};
     unsigned char *d[3];
     loom_tensor_t ts[3];

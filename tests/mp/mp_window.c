@@ -9,7 +9,9 @@
  *       multiple of 64, for several datatypes, ops and counts (one
  *       element to several arena rounds), each element compared with the
  *       reference; the same calls on plain buffers in between, and the
- *       input of out-of-place calls unchanged.  Exit 0 only when all match.
+ *       input of out-of-place calls unchanged; loom_mem_free refused while
+ *       a non-blocking allreduce on the window is pending.  Exit 0 only
+ *       when all match.
  *   mp_window mismatch | offsets [COUNT]
  *       an allreduce of COUNT floats (65536) where
  *       rank 0 passes plain buffers (mismatch) or buffers 64 bytes further
@@ -175,6 +177,16 @@ static void check(void)
     /* A second window, and the first freed: allocations stay in step. */
     void *w2;
     if ((r = loom_mem_alloc(comm, 1 << 20, &w2)) != LOOM_SUCCESS) die("loom_mem_alloc 2", r);
+    /* Not while an operation on it is pending: its steps read the
+     * mappings of the peers' windows. */
+    loom_request_t rq;
+    fill(w, LOOM_FLOAT32, 65537);
+    r = loom_iallreduce(w, w + most + 4096 - 64, 65537, LOOM_FLOAT32, LOOM_SUM, comm, &rq);
+    if (r != LOOM_SUCCESS) die("loom_iallreduce (window)", r);
+    if ((r = loom_mem_free(comm, w)) != LOOM_ERR_INVALID_USAGE)
+        fail("%s", "loom_mem_free with an operation pending", 0, 0, r, LOOM_ERR_INVALID_USAGE);
+    if ((r = loom_wait(&rq)) != LOOM_SUCCESS) die("loom_wait (window)", r);
+    expect("window, non-blocking", w + most + 4096 - 64, LOOM_FLOAT32, LOOM_SUM, 65537);
     if ((r = loom_mem_free(comm, w)) != LOOM_SUCCESS) die("loom_mem_free", r);
     if (loom_mem_free(comm, w) != LOOM_ERR_INVALID_ARGUMENT)
         fail("%s", "loom_mem_free twice", 0, 0, 0, LOOM_ERR_INVALID_ARGUMENT);

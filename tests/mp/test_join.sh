@@ -62,6 +62,24 @@ for setting in LOOM_CHUNK_SIZE=1M LOOM_HEARTBEAT_MS=100; do
     fi
 done
 
+# A member dies during the grow (0-250 ms into it): the joiner is admitted
+# all the same (it waits for the members to admit it again, where it was
+# told LOOM_ERR_REMOTE before), and the ranks settle on n - 1 members and
+# the newcomer.
+good=0 why="" druns=6
+[ "${LOOM_TEST_QUICK:-0}" = 1 ] && druns=3
+for _ in $(seq "$druns"); do
+    join_run 4 dies 1
+    okm=$(cat "$tmp"/out/rank.*.out 2>/dev/null | grep -c '^OK member dies size=4')
+    if [ "$okm" = 3 ] && [ "${j%% *}" = OK ]; then good=$((good + 1))
+    else why="$okm of 3 members OK; joiner: ${j:-nothing}; $(cat "$tmp"/out/rank.*.out 2>/dev/null | grep -v '^OK' | head -2)"; fi
+done
+if [ "$good" = "$druns" ]; then
+    ok "a member killed during the grow: $druns of $druns runs admitted the joiner and settled on 4 ranks"
+else
+    bad "a member killed during the grow: $good of $druns runs; last: $why"
+fi
+
 # The same grow on 2 and 4 ranks with every control thread running 30 ms
 # late after each wait (stall_ctrl.c): a member that decided "nothing to
 # do" and left at once must still be heard by a joiner that was slow to

@@ -4,7 +4,8 @@
 # While the ranks loop allreduce, host 2's link goes down; its ranks stay
 # alive but unreachable.  Hosts 0 and 1 must fail by heartbeat (within
 # 4.5 s, LOOM_TIMEOUT being 60 s), shrink to their 4 ranks and go on; the
-# cut-off ranks must see that they kept a minority.  Needs root and
+# cut-off ranks' shrink must refuse them a job of their own (a minority:
+# LOOM_ERR_REVOKED, "no majority") and their communicator say so.  Needs root and
 # network namespaces: skipped (77) where they cannot be made.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_fault
@@ -64,7 +65,7 @@ for r in 4 5; do
     esac
 done
 if [ $good = 1 ] && awk "BEGIN{exit !($worst < 4500)}"; then
-    ok "host 2 cut off: ranks 0-3 failed by heartbeat within $worst ms and shrank to 4; ranks 4-5 found themselves a minority"
+    ok "host 2 cut off: ranks 0-3 failed by heartbeat within $worst ms and shrank to 4; ranks 4-5 were refused as a minority"
 else
     bad "host 2 cut off (slowest $worst ms)"
 fi

@@ -24,4 +24,27 @@ if [ -n "$line" ] && [ "$(echo "$out" | grep -c '^OK')" = 4 ]; then
 else
     bad "$mib MiB to a newcomer: $out $(tail -3 "$tmp/err")"
 fi
+# Donors dying during the sync (mp_state lost): a receiver whose bytes
+# the failed sync wrote holds LOOM_REVISION_NONE, and the next sync among
+# the survivors never hands out those bytes.  Runs whose donors died
+# before any transfer or after the end prove nothing and are not counted.
+hits=0 tries=0 why=""
+want=3
+[ "${LOOM_TEST_QUICK:-0}" = 1 ] && want=1
+while [ $hits -lt $want ] && [ $tries -lt 12 ]; do
+    tries=$((tries + 1))
+    rm -rf "$tmp/out"
+    timeout 120 "$LOOMRUN" -n 5 --keep-going --timeout 100 --output "$tmp/out" "$prog" lost 48 >/dev/null 2>&1
+    lines=$(cat "$tmp"/out/rank.[234].out 2>/dev/null)
+    if grep -q '^FAIL' <<<"$lines" || [ "$(grep -c '^OK\|^SKIP' <<<"$lines")" != 3 ]; then
+        why=$(grep -v '^OK' <<<"$lines" | head -2)
+        break
+    fi
+    grep -q 'written=1' <<<"$lines" && hits=$((hits + 1))
+done
+if [ $hits -ge $want ] && [ -z "$why" ]; then
+    ok "donors killed during the sync: in $hits of $tries runs receivers were written, their revision became LOOM_REVISION_NONE and the next sync spread none of their bytes"
+else
+    bad "donors killed during the sync: $hits runs with written receivers in $tries; ${why:-no run hit the transfer}"
+fi
 finish

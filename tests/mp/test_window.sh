@@ -42,8 +42,12 @@ for m in "mismatch:every rank of a host must use windows alike" \
     echo "$out" | grep -m1 "${m#*:}" | cut -c1-240
 done
 # Automatic choice, links from a tuning file (2 cores' figures), no
-# slots: for 3 ranks the table of plain buffers takes shared from 96K,
-# the one for windows from 3K, and in place from 768K (the ring below).
+# slots: for 3 ranks the table of plain buffers takes shared from 64K or
+# so (its sizes timed at init can move that), the one for windows from
+# 768 bytes, and in place from 768K (recursive
+# doubling, then the ring below; before the tree's closed form counted
+# its 3-rank roots' two children, the tree came first and windows took
+# shared from 3K).
 # Once the ranks have windows, the allreduce is chosen from the latter
 # two on every rank alike.
 # So the checked 4000-byte calls read the windows, and at 32K rank 0's
@@ -57,10 +61,10 @@ printf 'alpha_intra 5e-7\nbeta_intra 9.5e-11\ngamma 6.8e-11\ngamma_copy 6.8e-11\
 export LOOM_SHM_SMALL=0
 out=$(LOOM_TUNING_FILE="$tf" timeout 120 "$LOOMRUN" -n 3 --timeout 100 "$BUILDDIR/loom-info" \
     --job 2>&1)
-window_table() { grep -A2 "loom_mem_alloc windows" | grep -q "allreduce .*shared from 3K"; }
+window_table() { grep -A2 "loom_mem_alloc windows" | grep -q "allreduce .*shared from 768$"; }
 check "windows, automatic: loom-info prints the table for windows" window_table <<<"$out"
 window_inplace() {
-    grep -A2 "loom_mem_alloc windows" | grep -q "in place .*ring from 48K, shared from 768K"
+    grep -A2 "loom_mem_alloc windows" | grep -q "in place .*ring from 1536, shared from 768K"
 }
 check "windows, automatic: loom-info prints the table for windows in place" window_inplace \
     <<<"$out"

@@ -1055,9 +1055,12 @@ int main(int argc, char **argv)
             }
         }
         if (W.w && (opt.algo < 0 || opt.algo == LOOMI_ALGO_HIERARCHICAL)) suite_layouts(&W, p);
-        if (opt.verbose || getenv("LOOM_SIM_TIMES"))
-            printf("  %2d ranks: %" PRIu64 " cases in %.2f s\n", p, cnt.cases - before,
-                   now_s() - tp);
+        /* Flushed: test_exhaustive.sh relays these lines as progress. */
+        if (opt.verbose || getenv("LOOM_SIM_TIMES")) {
+            printf("  %2d ranks: %" PRIu64 " cases in %.2f s (%d of %d rank counts)\n", p,
+                   cnt.cases - before, now_s() - tp, pi + 1, opt.nranks > 0 ? 1 : nranks);
+            fflush(stdout);
+        }
         if (W.w) world_close(&W);
     }
     double el = now_s() - t0;

@@ -10,8 +10,22 @@ prog=$BUILDDIR/tests/sim/sim_exhaustive
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
 mode=full; q=; [ -n "${LOOM_TEST_QUICK:-}" ] && { mode=quick; q=-q; }
 
-out=$(timeout 1500 "$prog" $q -m 10 2>&1)
-rc=$?
+# The run's lines are kept in $log; the rank counts done are relayed as
+# progress (lib.sh) every 10 s, since the whole takes a minute or more.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+{ LOOM_SIM_TIMES=1 timeout 1500 "$prog" $q -m 10 2>&1; echo "sim_exhaustive exit status $?"; } |
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >>"$log"
+        case $line in
+        *" ranks: "*" rank counts)")
+            [ $((SECONDS - progress_last)) -ge "${LOOM_TEST_PROGRESS:-10}" ] &&
+                progress "$(sed 's/^ *\([0-9]*\) ranks:.*(\([0-9]* of [0-9]*\) rank counts)$/\2 rank counts done (the last: \1 ranks)/' <<<"$line")" ;;
+        esac
+    done
+progress_last=$SECONDS # the loop above ran in a subshell
+rc=$(sed -n 's/^sim_exhaustive exit status //p' "$log")
+out=$(grep -v '^sim_exhaustive exit status ' "$log")
 echo "$out" | grep -E '^(FAIL|     replay|sim_exhaustive|schedules|cases|skipped|  first|failures|delivery|elapsed)'
 summary=$(echo "$out" | grep -E '^cases run' | sed 's/^cases run: //')
 if [ $rc -eq 0 ] && echo "$out" | grep -q '^failures: 0$'; then

@@ -24,7 +24,20 @@ done
 for c in allreduce reduce_scatter allgather alltoall alltoallv broadcast reduce gather scatter barrier; do
     check "plain: collective $c" grep -q "^  $c\$" "$T/out"
 done
-check "plain: default choice by size" grep -q 'default .*allreduce\|default  *up to' "$T/out"
+# One table, the cost model's for the stated job: not also the fixed
+# thresholds of in-process communicators (it printed both, and they
+# disagreed).
+check "plain: one allreduce table (and the windows' forms)" \
+    [ "$(grep -c '^  allreduce  *[a-z_]* from 0' "$T/out")" -eq 2 ]
+check "plain: no second table of defaults" [ "$(grep -c '^    default ' "$T/out")" -eq 0 ]
+# Ranks: one per core of this host unless --ranks says, and said so.
+cores=$(sed -n 's/^host 0: .* \([0-9]*\) cores, .*/\1/p' "$T/out")
+check "plain: one rank per core of this host ($cores), and it says so" \
+    grep -q "^topology ($cores rank(s) on each of 1 host(s) like this one: one per core" "$T/out"
+check "plain: the selection is for that many ranks" grep -q "^selection for $cores rank(s) on 1 host(s)" "$T/out"
+run -n 8 >"$T/out" 2>&1
+check "-n 8: the topology and table of 8 ranks" \
+    bash -c "grep -q '^topology (8 rank(s) on each of 1 host(s) like this one, as --ranks asked)' '$T/out' && grep -q '^selection for 8 rank(s) on 1 host(s)' '$T/out'"
 check "plain: 8 ranks on one host take the slots up to 32K" \
     grep -q 'blocking calls with input up to 32K: slots' "$T/out"
 run --ranks 4 --hosts 2 >"$T/out" 2>&1
@@ -61,6 +74,24 @@ for a in ring recursive_doubling halving_doubling tree; do
 done
 rows=$(grep -c '^[a-z_]\+\( \*\)\? \+\(-\|[0-9]\)' "$T/out")
 check "simulate: one row per algorithm (4)" [ "$rows" -eq 4 ]
+# The star is the cost model's choice (the least closed form), which the
+# last lines name, with the fastest simulated.
+star=$(sed -n 's/^\([a-z_]*\) \*.*/\1/p' "$T/out")
+check "simulate: the starred row is the cost model's choice ($star)" \
+    grep -q "^\* the cost model's choice: $star (" "$T/out"
+check "simulate: the fastest simulated named" grep -q "^  fastest simulated: [a-z_]* (" "$T/out"
+run --simulate allreduce >"$T/out2" 2>&1
+check "simulate: the default rank count said" grep -q "^allreduce on 8 ranks (the default of --ranks)" "$T/out2"
+# The double tree on many ranks and chunks: its simulation and its closed
+# form agree (simulated 3.3 times the form on 1024 ranks at 1 GiB, before
+# its generator sent each tree's chunks up in order).
+run --simulate allreduce --ranks 1024 --bytes 256M --algo tree >"$T/out" 2>&1; rc=$?
+ratio=$(awk '$1 == "tree" || $1 == "tree*" {print $6}' "$T/out")
+check "simulate: tree on 1024 ranks, 256 MiB: simulated/closed form $ratio within [0.95, 1.3]" \
+    awk -v r="$ratio" 'BEGIN { exit !(r != "" && r >= 0.95 && r <= 1.3) }'
+run --simulate allreduce --ranks 3 --bytes 8 >"$T/out" 2>&1
+check "simulate: on 3 ranks, 8 B, the cost model's choice is the fastest simulated" \
+    bash -c "c=\$(sed -n \"s/^\* the cost model's choice: \([a-z_]*\) .*/\1/p\" '$T/out'); grep -q \"^  fastest simulated: \$c \" '$T/out'"
 
 run --simulate reduce_scatter --ranks 5 --bytes 64K --algo ring --alpha 10us --beta 0.1ns \
     --gamma 0.05ns --dtype bfloat16 --op max >"$T/out" 2>&1; rc=$?
@@ -103,6 +134,11 @@ bad_option "algorithm of another collective named" "--algo: allreduce has no alg
     --simulate allreduce --algo bruck
 bad_option "--alpha not a time named" "--alpha: 'fast'" --simulate allreduce --alpha fast
 bad_option "--dtype unknown named" "--dtype: unknown name 'float8'" --simulate allreduce --dtype float8
+# Options that would be ignored are refused instead.
+bad_option "--hosts with --simulate refused" "--hosts: --simulate estimates N ranks one per host" \
+    --simulate allreduce --hosts 2
+bad_option "--bytes without --simulate refused" "--bytes is an option of --simulate" --bytes 1M
+bad_option "--alpha= without --simulate refused" "--alpha is an option of --simulate" --alpha=20us
 
 run --help >"$T/out" 2>&1; rc=$?
 check "--help: exit 0 and the options" bash -c "[ $rc -eq 0 ] && grep -q -- '--simulate COLL' '$T/out'"

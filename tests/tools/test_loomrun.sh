@@ -206,12 +206,37 @@ t_killed_rank() {
 
 t_grace() {
     # The others ignore SIGTERM, so only SIGKILL after --grace ends them.
-    lr -n 3 --grace 1 bash -c 'trap "" TERM
+    lr -n 3 --stop-delay 0 --grace 1 bash -c 'trap "" TERM
         if [ "$LOOM_RANK" = 0 ]; then sleep 0.2; exit 1; fi
         sleep "$SLP"' "$TAG"
     expect_rc 1
     [ "$MS" -ge 1000 ] || fail "SIGKILL came before the grace period (${MS} ms)"
     expect_faster 5000 "a 1 s grace period"
+    expect_no_leftovers
+}
+
+t_stop_delay() {
+    # Ranks that see the failure print their own error and exit within
+    # --stop-delay (default 2 s): no SIGTERM interrupts them.
+    lr -n 3 bash -c 'if [ "$LOOM_RANK" = 1 ]; then sleep 0.2; exit 3; fi
+        trap "echo \"rank \$LOOM_RANK: terminated\" >&2; exit 143" TERM
+        sleep 0.8; echo "rank $LOOM_RANK: my own error" >&2; exit 1' "$TAG"
+    expect_rc 3
+    expect_grep '^rank 0: my own error$' "$D/err"
+    expect_grep '^rank 2: my own error$' "$D/err"
+    ! grep -q terminated "$D/err" || fail "SIGTERM within the stop delay: $(cat "$D/err")"
+    [ "$(grep -c . "$D/err")" -eq 3 ] || fail "expected 3 lines: $(cat "$D/err")"
+    expect_no_leftovers
+
+    # Ranks that do not exit get SIGTERM once --stop-delay has passed.
+    lr -n 3 --stop-delay 0.5 bash -c 'if [ "$LOOM_RANK" = 1 ]; then exit 3; fi
+        trap "echo \"rank \$LOOM_RANK: terminated\" >&2; exit 143" TERM
+        sleep "$SLP"' "$TAG"
+    expect_rc 3
+    [ "$MS" -ge 500 ] || fail "SIGTERM came before the stop delay (${MS} ms)"
+    expect_faster 5000 "a 0.5 s stop delay"
+    expect_grep '^rank 0: terminated$' "$D/err"
+    expect_grep '^rank 2: terminated$' "$D/err"
     expect_no_leftovers
 }
 
@@ -390,6 +415,7 @@ t_bad_options() {
         "--timeout|-n 2 --timeout -1 touch $D/ran"
         "--timeout|-n 2 --timeout soon touch $D/ran"
         "--grace|-n 2 --grace x touch $D/ran"
+        "--stop-delay|-n 2 --stop-delay -1 touch $D/ran"
         "-x|-n 2 -x NOEQUALS touch $D/ran"
         "-x|-n 2 -x 1BAD=x touch $D/ran"
         "--root|-n 2 --root host:99999 touch $D/ran"
@@ -466,6 +492,7 @@ run t_x
 run t_exit_status
 run t_killed_rank
 run t_grace
+run t_stop_delay
 run t_keep_going
 run t_prefix
 run t_output

@@ -173,9 +173,11 @@ struct tol {
 
 /* Ratios sim/closed form allowed beyond the default [0.9, 1.1]. */
 static const struct tol tols[] = {
-    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, 0.75, 1.4,
-     "the form takes the double tree's depth as floor(log2 p) full levels; at small or "
-     "uneven p the in-order trees are shallower or lopsided"},
+    {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, 0.95, 1.3,
+     "the form follows the first chunk through one tree, where the two trees' messages "
+     "also meet on the same ports; at many chunks a rank's four messages per pair of "
+     "chunks go to and come from four peers, which the simulated ports match greedily "
+     "(oldest first), about a fifth slower than the form's packing"},
     {LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_RECURSIVE_DOUBLING, 0.9, 1.3,
      "with p not a power of two, fold-in traffic competes for the ports of the core "
      "ranks' first exchanges; the form has no port contention"},
@@ -206,6 +208,47 @@ static void tolerance(int coll, int algo, double *lo, double *hi, const char **w
         }
 }
 
+/* Every algorithm of every collective on each of ps ranks at each of
+ * sizes, under m: simulated / closed form within the tolerance. */
+static void agree(const struct loomi_model_params *m, const int *ps, size_t nps,
+                  const size_t *sizes, size_t nsizes, int *checked, int *missing)
+{
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        unsigned mask = loomi_coll_algos(c) & ~LOOMI_TOPO_ALGOS;
+        for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+            if (!(mask & (1u << a))) continue;
+            double lo, hi;
+            const char *why;
+            tolerance(c, a, &lo, &hi, &why);
+            for (size_t i = 0; i < nps; i++)
+                for (size_t k = 0; k < nsizes; k++) {
+                    size_t bytes = c == LOOMI_COLL_BARRIER ? 0 : sizes[k];
+                    struct loomi_model_sim r;
+                    loom_result_t rc = loomi_model_simulate(c, a, ps[i], LOOM_FLOAT32, LOOM_SUM,
+                                                            bytes / 4, m, 0, &r);
+                    if (rc == LOOM_ERR_UNSUPPORTED) {
+                        (*missing)++;
+                        goto next_algo;
+                    }
+                    cr_assert_eq(rc, LOOM_SUCCESS, "%s/%s p=%d %zu B: %s", loomi_coll_name(c),
+                                 loomi_algo_name(a), ps[i], bytes, loom_get_last_error());
+                    cr_assert(!r.over_budget, "%s/%s p=%d %zu B: over the step budget",
+                              loomi_coll_name(c), loomi_algo_name(a), ps[i], bytes);
+                    double f = loomi_model_time(c, a, ps[i], bytes, m);
+                    double ratio = r.time / f;
+                    cr_expect(ratio >= lo && ratio <= hi,
+                              "%s/%s p=%d %zu B: simulated %g s, closed form %g s (ratio %.3f "
+                              "outside [%.2f, %.2f]) %s",
+                              loomi_coll_name(c), loomi_algo_name(a), ps[i], bytes, r.time, f,
+                              ratio, lo, hi, why);
+                    (*checked)++;
+                    if (c == LOOMI_COLL_BARRIER) break;
+                }
+        next_algo:;
+        }
+    }
+}
+
 Test(model, simulation_agrees_with_closed_forms, .timeout = 120)
 {
     struct loomi_model_params m = defaults();
@@ -214,36 +257,50 @@ Test(model, simulation_agrees_with_closed_forms, .timeout = 120)
      * enough for a few elements per segment even at 64 ranks. */
     const size_t sizes[] = {4096, 256 * 1024, (size_t)4 << 20};
     int checked = 0, missing = 0;
-    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
-        unsigned mask = loomi_coll_algos(c) & ~LOOMI_TOPO_ALGOS;
-        for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
-            if (!(mask & (1u << a))) continue;
-            double lo, hi;
-            const char *why;
-            tolerance(c, a, &lo, &hi, &why);
-            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-                for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-                    size_t bytes = c == LOOMI_COLL_BARRIER ? 0 : sizes[k];
-                    struct loomi_model_sim r;
-                    loom_result_t rc = loomi_model_simulate(c, a, ps[i], LOOM_FLOAT32, LOOM_SUM,
-                                                            bytes / 4, &m, 0, &r);
-                    if (rc == LOOM_ERR_UNSUPPORTED) {
-                        missing++;
-                        goto next_algo;
-                    }
-                    cr_assert_eq(rc, LOOM_SUCCESS, "%s/%s p=%d %zu B: %s", loomi_coll_name(c),
-                                 loomi_algo_name(a), ps[i], bytes, loom_get_last_error());
-                    double f = loomi_model_time(c, a, ps[i], bytes, &m);
-                    double ratio = r.time / f;
-                    cr_expect(ratio >= lo && ratio <= hi,
-                              "%s/%s p=%d %zu B: simulated %g s, closed form %g s (ratio %.3f "
-                              "outside [%.2f, %.2f]) %s",
-                              loomi_coll_name(c), loomi_algo_name(a), ps[i], bytes, r.time, f,
-                              ratio, lo, hi, why);
-                    checked++;
-                    if (c == LOOMI_COLL_BARRIER) break;
-                }
-        next_algo:;
+    agree(&m, ps, sizeof ps / sizeof ps[0], sizes, sizeof sizes / sizeof sizes[0], &checked,
+          &missing);
+    cr_log_info("%d simulations checked, %d algorithms not written yet", checked, missing);
+    cr_assert_gt(checked, 0);
+}
+
+/* Sizes of many chunks, where the pipelines' steady state rules: up to
+ * 4 MiB the pipelined algorithms cut a vector in one or two chunks
+ * (LOOM_CHUNK_SIZE, 2 MiB), and the test above never sees their steady
+ * state.  There the double binary tree's generator once let a leaf post
+ * every chunk at once, which held up its sibling's and ran the tree level
+ * by level: 2 to 3.3 times its closed form.  Both the defaults and
+ * figures like a fast network's (loom-info --measure over loopback). */
+Test(model, simulation_agrees_with_closed_forms_at_many_chunks, .timeout = 120)
+{
+    struct loomi_model_params m = defaults(), fast = defaults();
+    fast.alpha = 7e-6;
+    fast.beta = 0.3e-9;
+    fast.gamma = 0.023e-9;
+    fast.gamma_copy = 0.025e-9;
+    const int ps[] = {3, 8, 64};
+    const size_t sizes[] = {(size_t)64 << 20};
+    int checked = 0, missing = 0;
+    agree(&m, ps, 3, sizes, 1, &checked, &missing);
+    agree(&fast, ps, 3, sizes, 1, &checked, &missing);
+    /* The deep trees, allreduce only: 256 MiB on 1024 ranks. */
+    const size_t big = (size_t)256 << 20;
+    double lo, hi;
+    const char *why;
+    tolerance(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, &lo, &hi, &why);
+    for (int k = 0; k < 2; k++) {
+        const struct loomi_model_params *q = k ? &fast : &m;
+        for (int p = 256; p <= 1024; p *= 4) {
+            struct loomi_model_sim r;
+            cr_assert_eq(loomi_model_simulate(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, p,
+                                              LOOM_FLOAT32, LOOM_SUM, big / 4, q, 0, &r),
+                         LOOM_SUCCESS, "%s", loom_get_last_error());
+            cr_assert(!r.over_budget);
+            double f = loomi_model_time(LOOMI_COLL_ALLREDUCE, LOOMI_ALGO_TREE, p, big, q);
+            cr_expect(r.time / f >= lo && r.time / f <= hi,
+                      "allreduce/tree p=%d 256 MiB: simulated %g s, closed form %g s (ratio "
+                      "%.3f outside [%.2f, %.2f])",
+                      p, r.time, f, r.time / f, lo, hi);
+            checked++;
         }
     }
     cr_log_info("%d simulations checked, %d algorithms not written yet", checked, missing);
@@ -1319,4 +1376,39 @@ Test(model, links_carry_checked_classes_of_reductions)
     l.red_known = 0;
     l.red.cls[LOOM_FLOAT32][LOOM_SUM] = 9;
     cr_assert(loomi_links_valid(&l), "classes not known are not read");
+}
+
+/* A table switches algorithm only where the new one is cheaper, not where
+ * two estimates tie to the last bits: on 2 ranks the ring and
+ * halving-doubling reduce-scatter are the same single exchange, and the
+ * table once flipped between them (ring from 0, halving_doubling from 12,
+ * ring from 24, ...) as rounding favoured one or the other. */
+Test(model, tables_do_not_switch_on_ties)
+{
+    for (int p = 2; p <= 4; p += 2) {
+        const int host_of[4] = {0, 0, 0, 0};
+        struct loomi_hostmap *hm = loomi_hostmap_build(p, host_of);
+        cr_assert_not_null(hm);
+        struct loomi_links l;
+        loomi_links_defaults(&l, 1);
+        struct loomi_job_shape j = {.hosts = hm, .nranks = p, .cores_per_host = 2,
+                                    .shared_bytes = (size_t)4 << 20,
+                                    .chunk_bytes = (size_t)2 << 20,
+                                    .stream_bytes = (size_t)64 << 20};
+        struct loomi_selection sel;
+        loomi_select_build(&sel, &j, &l);
+        for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+            const struct loomi_ranges *t = &sel.coll[c];
+            for (int k = 1; k < t->n; k++) {
+                const size_t at = t->r[k].from;
+                double was = loomi_select_cost(c, t->r[k - 1].algo, at, &j, &l);
+                double now = loomi_select_cost(c, t->r[k].algo, at, &j, &l);
+                cr_expect(now < was * (1 - 1e-9),
+                          "%d ranks, %s: %s from %zu B on, at %.17g s against %s's %.17g s",
+                          p, loomi_coll_name(c), loomi_algo_name(t->r[k].algo), at, now,
+                          loomi_algo_name(t->r[k - 1].algo), was);
+            }
+        }
+        free(hm);
+    }
 }

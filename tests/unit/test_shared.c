@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "coll/coll.h"
 #include "comm/comm.h"
@@ -1019,4 +1021,143 @@ Test(shared, the_tables_chunk_comes_with_its_algorithm)
     cr_assert_eq(loomi_algo_for(&c, RD, (size_t)8 << 20, 0, LOOM_FLOAT32, LOOM_SUM, &ch),
                  LOOMI_ALGO_SCATTER_ALLGATHER);
     cr_assert_eq(ch, 0, "LOOM_ALGO: LOOM_CHUNK_SIZE's chunks");
+}
+
+/* ------------------------------------------------ failure while a step is ready */
+
+/* A transport over the sim whose arenas are mappings of one memfd per
+ * rank, one per rank that maps it, as the shm transport's are, and whose
+ * abort_all on rank 0 takes its mappings of the peers' arenas away, as
+ * the shm transport's did: a failure reported from inside progress(),
+ * right after a message that makes a shared step ready, must not let
+ * rank 0 run that step (it would read memory the transport gave up). */
+#define FX_MAX 4
+static struct {
+    const struct loomi_transport_ops *real;
+    struct loomi_transport_ops ops;
+    int n;
+    void *state[FX_MAX];
+    loom_comm_t comm0;
+    unsigned char *map[FX_MAX][FX_MAX]; /* map[r][q]: rank r's mapping of rank q's arena */
+    size_t len;
+    int inject_at, injected, completions;
+    void (*engine_complete)(struct loomi_xfer *, loom_result_t);
+} fx;
+
+static int fx_rank(void *st)
+{
+    for (int r = 0; r < fx.n; r++)
+        if (st == fx.state[r]) return r;
+    return -1;
+}
+
+static void fx_complete(struct loomi_xfer *x, loom_result_t status)
+{
+    if (status == LOOM_SUCCESS) fx.completions++;
+    fx.engine_complete(x, status);
+}
+
+static loom_result_t fx_irecv(void *st, struct loomi_xfer *x)
+{
+    if (fx_rank(st) == 0) {
+        fx.engine_complete = x->complete;
+        x->complete = fx_complete;
+    }
+    return fx.real->irecv(st, x);
+}
+
+static loom_result_t fx_progress(void *st, int ms)
+{
+    loom_result_t r = fx.real->progress(st, ms);
+    if (fx_rank(st) == 0 && !fx.injected && fx.completions >= fx.inject_at) {
+        fx.injected = 1;
+        loomi_comm_on_peer_failed(fx.comm0, 1, 1, LOOM_ERR_REMOTE, "injected by the test");
+    }
+    return r;
+}
+
+static void fx_abort_all(void *st, int failed, loom_result_t code)
+{
+    fx.real->abort_all(st, failed, code);
+    if (fx_rank(st) == 0)
+        for (int q = 1; q < fx.n; q++) mprotect(fx.map[0][q], fx.len, PROT_NONE);
+}
+
+static void *fx_shared_map(void *st, int q, size_t *len)
+{
+    int r = fx_rank(st);
+    if (r < 0 || q < 0 || q >= fx.n) return NULL;
+    *len = fx.len;
+    return fx.map[r][q];
+}
+
+/* Two ranks on one host: rank 1 sends rank 0 a message; rank 0's only
+ * other step, which the message makes ready, copies from rank 1's
+ * arena.  Rank 0 hears of a failure in the progress call that
+ * completes the receive, when nothing else of its operation is posted
+ * (so failing the posted transfers fails nothing). */
+Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
+{
+    loom_comm_t comms[2];
+    struct loomi_sim_world *w = open_world(1, 2, 0, 65536, 11, comms);
+    memset(&fx, 0, sizeof fx);
+    fx.n = 2;
+    fx.inject_at = 1;
+    fx.real = comms[0]->tops;
+    fx.ops = *fx.real;
+    fx.ops.irecv = fx_irecv;
+    fx.ops.progress = fx_progress;
+    fx.ops.abort_all = fx_abort_all;
+    fx.ops.shared_map = fx_shared_map;
+    size_t want = 0;
+    cr_assert_not_null(fx.real->shared_map(comms[0]->tstate, 0, &want));
+    fx.len = (want + 4095) / 4096 * 4096;
+    for (int q = 0; q < 2; q++) {
+        int fd = memfd_create("loom-test-arena", 0);
+        cr_assert(fd >= 0 && ftruncate(fd, (off_t)fx.len) == 0);
+        for (int r = 0; r < 2; r++) {
+            fx.map[r][q] = mmap(NULL, fx.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            cr_assert(fx.map[r][q] != MAP_FAILED);
+        }
+        close(fd);
+    }
+    fx.comm0 = comms[0];
+    for (int r = 0; r < 2; r++) {
+        fx.state[r] = comms[r]->tstate;
+        comms[r]->tops = &fx.ops;
+    }
+    const size_t n = 1024;
+    memset(fx.map[1][1], 0x3f, n * 4); /* rank 1's arena, as it wrote it */
+    float *b[2];
+    loom_request_t req[2];
+    for (int r = 0; r < 2; r++) {
+        b[r] = calloc(n, sizeof *b[r]);
+        struct loomi_sched sc;
+        cr_assert_eq(loomi_sched_init(&sc, r, 2, LOOM_FLOAT32, LOOM_SUM), 0);
+        sc.nshared = 2;
+        sc.shared_bytes = n * 4;
+        sc.buf_bytes[LOOMI_BUF_SEND] = sc.buf_bytes[LOOMI_BUF_RECV] = n * 4;
+        if (r == 0) {
+            uint32_t rv = loomi_sched_recv(&sc, 1, 1, LOOMI_BUF_RECV, 0, n, NULL, 0);
+            loomi_sched_copy(&sc, LOOMI_BUF_RECV, 0, LOOMI_BUF_SHARED + 1, 0, n, &rv, 1);
+        } else {
+            loomi_sched_send(&sc, 0, 1, LOOMI_BUF_SEND, 0, n, NULL, 0);
+        }
+        cr_assert_eq(loomi_sched_finish(&sc), LOOM_SUCCESS, "%s", loom_get_last_error());
+        struct loomi_op *op;
+        cr_assert_eq(loomi_op_start(comms[r], &sc, b[r], b[r], 0, &op), LOOM_SUCCESS, "%s",
+                     loom_get_last_error());
+        req[r] = (loom_request_t)op;
+    }
+    loom_result_t res[2];
+    char msg[256];
+    cr_assert_eq(loomi_sim_run(w, comms, req, 2, 1000000, res, msg, sizeof msg), LOOM_SUCCESS,
+                 "%s", msg);
+    cr_assert_eq(fx.injected, 1, "the failure was injected");
+    cr_assert_eq(res[0], LOOM_ERR_REMOTE, "rank 0: %s", msg);
+    loomi_sim_world_destroy(w, comms);
+    for (int r = 0; r < 2; r++) {
+        free(b[r]);
+        for (int q = 0; q < 2; q++) munmap(fx.map[r][q], fx.len);
+    }
 }

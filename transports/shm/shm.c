@@ -1560,7 +1560,20 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
     }
     for (;;) {
         int missing = 0;
-        for (int q = 0; q < n; q++) missing += no_hello(&t->peers[q]);
+        for (int q = 0; q < n; q++) {
+            struct peer *p = &t->peers[q];
+            if (!no_hello(p)) continue;
+            missing++;
+            /* Its segment's lock goes with the process: a rank that died
+             * here will never map ours, and waiting for the deadline (the
+             * membership may already have moved on without it) helps
+             * nobody. */
+            if (lock_free(p->fd) == 1)
+                return loomi_fail(LOOM_ERR_REMOTE, me,
+                                  "shm: rank %d (pid %d) exited before it mapped this rank's "
+                                  "shared-memory segment",
+                                  q, (int)p->pid);
+        }
         if (!missing) break;
         if (loomi_ms_left(deadline_ms) == 0) {
             char who[256];
@@ -1626,7 +1639,10 @@ static void shm_abort_all(void *state, int failed, loom_result_t code)
         struct peer *p = &t->peers[q];
         if (p->connected && !p->failed) peer_down(t, p, failed, code, "communicator aborted", 0);
     }
-    detach_peers(t);
+    /* The peers' mappings stay until shm_destroy: operations that were
+     * running may still hold pointers into their arenas (the engine's
+     * shared steps, the slots), and they unwind after this returns.
+     * Only destroy, which comes when no operation is left, unmaps. */
     unlink_own(t);
 }
 
