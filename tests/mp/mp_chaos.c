@@ -14,7 +14,9 @@
  *   - every 8 steps, whether processes wait to join (allreduce of
  *     loom_comm_pending_joins), then loom_comm_grow and loom_state_sync
  *     of the shared state (a 1 MiB tensor and the step counter).
- * When an operation fails, the survivors shrink and redo the step.
+ * Every step ends with loom_comm_agree on whether it succeeded on every
+ * rank; if not, the survivors shrink, sync the state and the step's
+ * number, and redo the step.
  *
  * The driver's other hooks: DIR/stop makes everyone stop at the same
  * step; a file DIR/die.PHASE (shrink, grow or sync) is taken (renamed) by
@@ -26,8 +28,10 @@
  * What a process may end with (its exit status):
  *   0  stopped with the others at DIR/stop; DIR/summary.PID holds
  *      "SUMMARY pid=P steps=S shrinks=K grows=G wrong=W diverged=D"
- *   3  left: loom_comm_shrink refused it with LOOM_ERR_REVOKED (the
- *      others declared it failed: loom_comm_shrink(3)), or a joiner's
+ *   3  left: loom_comm_agree or loom_comm_shrink refused it with
+ *      LOOM_ERR_REVOKED (the others declared it failed, or it is in no
+ *      majority) or LOOM_ERR_TIMEOUT (the others may have gone on
+ *      without it): loom_comm_agree(3), loom_comm_shrink(3); or a joiner's
  *      loom_comm_join failed with one of the results loom_comm_join(3)
  *      gives for a job it could not enter (LOOM_ERR_TIMEOUT,
  *      LOOM_ERR_CONNECT); the line "LEFT ..." on standard error says which
@@ -174,15 +178,36 @@ int main(int argc, char **argv)
     loom_tensor_t ts[2] = {{state, STATE_BYTES}, {&step, sizeof step}};
     float *x = malloc(COUNT * sizeof *x), *y = malloc(BIG * sizeof *y);
     long shrinks = 0, grows = 0, wrong = 0, diverged = 0;
-    int first = joined, rc = 0;
+    int rc = 0;
     const char *call = "";
+    /* resync: the step starts with a state sync (1: a newcomer's, with
+     * the members' sync after their grow; 2: after a shrink, everyone's,
+     * then the step's number agreed, whatever a failed sync left of it). */
+    int resync = joined;
     for (;;) {
-        if (first) { /* a newcomer: take the state with the members */
-            first = 0;
+        int stop = 0;
+        r = LOOM_SUCCESS;
+        if (resync) {
             call = "loom_state_sync";
             maybe_die("sync");
             r = loom_state_sync(comm, ts, 2, &rev);
-            goto check;
+            if (r == LOOM_ERR_INVALID_USAGE && rev == LOOM_REVISION_NONE) {
+                /* loom_state_sync(3): no rank holds a state; the job
+                 * starts it over. */
+                EVENT("state lost on every rank: %s", loom_get_last_error());
+                memset(state, 0, STATE_BYTES);
+                rev = 0;
+                r = LOOM_SUCCESS;
+            }
+            if (r != LOOM_SUCCESS) EVENT("state sync: %s", loom_strerror(r));
+            if (r == LOOM_SUCCESS && resync == 2) {
+                call = "loom_allreduce";
+                uint64_t st = step;
+                r = loom_allreduce(&st, &st, 1, LOOM_UINT64, LOOM_MAX, comm);
+                if (r == LOOM_SUCCESS) step = st;
+            }
+            /* A newcomer's sync was the end of the members' step. */
+            if (r != LOOM_SUCCESS || resync == 1) goto agree;
         }
         progress(step, comm);
         call = "loom_allreduce";
@@ -191,13 +216,13 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        if (r != LOOM_SUCCESS) goto check;
+        if (r != LOOM_SUCCESS) goto agree;
         uint64_t d[2] = {digest(y, BIG, digest(x, COUNT, 1469598103934665603ull)), 0};
         d[1] = d[0];
         uint64_t lo = d[0];
         r = loom_allreduce(&d[0], &d[0], 1, LOOM_UINT64, LOOM_MAX, comm);
         if (r == LOOM_SUCCESS) r = loom_allreduce(&d[1], &d[1], 1, LOOM_UINT64, LOOM_MIN, comm);
-        if (r != LOOM_SUCCESS) goto check;
+        if (r != LOOM_SUCCESS) goto agree;
         if (d[0] != lo || d[1] != lo) {
             diverged++;
             fprintf(stderr, "BAD pid %d: ranks ended step %llu with different bytes\n",
@@ -206,27 +231,22 @@ int main(int argc, char **argv)
             break;
         }
         /* Stop together: the same step on every rank. */
-        int stop = stopping();
+        stop = stopping();
         r = loom_allreduce(&stop, &stop, 1, LOOM_INT32, LOOM_MAX, comm);
-        if (r != LOOM_SUCCESS) goto check;
-        /* AGREE: once loom_comm_agree is in, the step ends with every
-         * rank agreeing on whether it succeeded everywhere (ok = the
-         * step's calls all succeeded, LOOM_MIN): a failed agreement
-         * leaves the job, a failed step shrinks and is redone. */
-        if (stop) break;
+        if (r != LOOM_SUCCESS || stop) goto agree;
         step++;
         if (step % 8 == 0) {
             int pend = 0;
             loom_comm_pending_joins(comm, &pend);
             int all = pend > 0;
             r = loom_allreduce(&all, &all, 1, LOOM_INT32, LOOM_MAX, comm);
-            if (r != LOOM_SUCCESS) goto check;
+            if (r != LOOM_SUCCESS) goto agree;
             if (all) {
                 loom_comm_t big = NULL;
                 call = "loom_comm_grow";
                 maybe_die("grow");
                 r = loom_comm_grow(comm, &big);
-                if (r != LOOM_SUCCESS) goto check;
+                if (r != LOOM_SUCCESS) goto agree;
                 if (big) {
                     int nb = 0;
                     loom_comm_size(big, &nb);
@@ -237,25 +257,46 @@ int main(int argc, char **argv)
                     call = "loom_state_sync";
                     maybe_die("sync");
                     r = loom_state_sync(comm, ts, 2, &rev);
-                    if (r != LOOM_SUCCESS) goto check;
                 }
             }
         }
-        continue;
-    check:
-        if (r == LOOM_SUCCESS) continue;
-        EVENT("%s failed at step %llu: %s (%s)", call, (unsigned long long)step, loom_strerror(r),
-              loom_get_last_error());
-        /* loom(7) FAILURE MODEL: an operation on a communicator that lost
-         * a rank fails with LOOM_ERR_REMOTE or LOOM_ERR_REVOKED;
-         * loom_comm_grow(3) adds LOOM_ERR_TIMEOUT, which takes
-         * LOOM_TIMEOUT (the driver sets 60 s). */
-        if (r != LOOM_ERR_REMOTE && r != LOOM_ERR_REVOKED &&
-            !(r == LOOM_ERR_TIMEOUT && !strcmp(call, "loom_comm_grow"))) {
-            fprintf(stderr, "BAD pid %d: %s failed with %s, which its man page does not give (%s)\n",
-                    (int)getpid(), call, loom_strerror(r), loom_get_last_error());
-            rc = 1;
-            break;
+    agree:
+        if (r != LOOM_SUCCESS) {
+            EVENT("%s failed at step %llu: %s (%s)", call, (unsigned long long)step,
+                  loom_strerror(r), loom_get_last_error());
+            /* loom(7) FAILURE MODEL: an operation on a communicator that
+             * lost a rank fails with LOOM_ERR_REMOTE or LOOM_ERR_REVOKED;
+             * loom_comm_grow(3) adds LOOM_ERR_TIMEOUT, which takes
+             * LOOM_TIMEOUT (the driver sets 60 s). */
+            if (r != LOOM_ERR_REMOTE && r != LOOM_ERR_REVOKED &&
+                !(r == LOOM_ERR_TIMEOUT && !strcmp(call, "loom_comm_grow"))) {
+                fprintf(stderr,
+                        "BAD pid %d: %s failed with %s, which its man page does not give (%s)\n",
+                        (int)getpid(), call, loom_strerror(r), loom_get_last_error());
+                rc = 1;
+                break;
+            }
+        }
+        {
+            /* Did the step succeed on every rank?  Only then is it done;
+             * otherwise the survivors shrink and redo it. */
+            uint64_t ok = r == LOOM_SUCCESS;
+            loom_result_t ra = loom_comm_agree(comm, &ok, LOOM_MIN);
+            if (ra != LOOM_SUCCESS) {
+                /* loom_comm_agree(3): REVOKED, this rank is out (declared
+                 * failed, or no majority); TIMEOUT, someone did not take
+                 * part in LOOM_TIMEOUT. */
+                fprintf(stderr, "%s pid %d: loom_comm_agree: %s (%s); leaving\n",
+                        ra == LOOM_ERR_REVOKED || ra == LOOM_ERR_TIMEOUT ? "LEFT" : "BAD",
+                        (int)getpid(), loom_strerror(ra), loom_get_last_error());
+                rc = ra == LOOM_ERR_REVOKED || ra == LOOM_ERR_TIMEOUT ? 3 : 1;
+                break;
+            }
+            if (ok) {
+                resync = 0;
+                if (stop) break;
+                continue;
+            }
         }
         {
             int size = 0, low = 0;
@@ -267,15 +308,12 @@ int main(int argc, char **argv)
             loom_result_t rs = loom_comm_shrink(comm, &small);
             if (rs != LOOM_SUCCESS) {
                 const char *m = loom_get_last_error();
-                if (rs == LOOM_ERR_REVOKED) {
-                    fprintf(stderr, "LEFT pid %d: shrink refused after %.0f ms: %s (%s); leaving\n",
-                            (int)getpid(), now_ms() - t0, loom_strerror(rs), m);
-                    rc = 3;
-                } else {
-                    fprintf(stderr, "BAD pid %d: shrink failed after %.0f ms: %s (%s)\n",
-                            (int)getpid(), now_ms() - t0, loom_strerror(rs), m);
-                    rc = 1;
-                }
+                /* loom_comm_shrink(3): REVOKED, declared failed or no
+                 * majority; TIMEOUT, the others may have gone on. */
+                int doc = rs == LOOM_ERR_REVOKED || rs == LOOM_ERR_TIMEOUT;
+                fprintf(stderr, "%s pid %d: shrink refused after %.0f ms: %s (%s); leaving\n",
+                        doc ? "LEFT" : "BAD", (int)getpid(), now_ms() - t0, loom_strerror(rs), m);
+                rc = doc ? 3 : 1;
                 break;
             }
             loom_comm_destroy(comm);
@@ -287,25 +325,16 @@ int main(int argc, char **argv)
             /* A majority of the old communicator, or this process must
              * not go on (a partitioned job's minority). */
             int had0 = 1;
-            if (2 * n2 == size) {
-                if (loom_allreduce(&low, &low, 1, LOOM_INT32, LOOM_MIN, comm) != LOOM_SUCCESS)
-                    continue; /* the next step fails and shrinks again */
+            if (2 * n2 == size &&
+                loom_allreduce(&low, &low, 1, LOOM_INT32, LOOM_MIN, comm) == LOOM_SUCCESS)
                 had0 = low == 0;
-            }
             if (!(2 * n2 > size || (2 * n2 == size && had0))) {
                 fprintf(stderr, "MINORITY pid %d: shrank from %d ranks to %d\n", (int)getpid(),
                         size, n2);
                 rc = 4;
                 break;
             }
-            /* Whoever may have missed a grow's state takes it now. */
-            maybe_die("sync");
-            r = loom_state_sync(comm, ts, 2, &rev);
-            if (r != LOOM_SUCCESS) EVENT("state sync after the shrink: %s", loom_strerror(r));
-            /* The step too, whatever a failed sync left of it: the same
-             * on every rank, so that the sums stay known. */
-            uint64_t st = step;
-            if (loom_allreduce(&st, &st, 1, LOOM_UINT64, LOOM_MAX, comm) == LOOM_SUCCESS) step = st;
+            resync = 2;
         }
     }
     if (rc == 0) {

@@ -20,9 +20,11 @@
  *     loom_comm_pending_joins), then loom_comm_grow and loom_state_sync;
  *   - at step STOPS_SYNC_STEP (if set), a loom_state_sync of everyone.
  * When a call fails, the process checks that its result is one the man
- * pages give for that call, shrinks, checks the new communicator (a
- * majority of the old one: more than half of it, or exactly half with
- * the old rank 0), syncs the state and redoes the step.
+ * pages give for that call.  Every step ends with loom_comm_agree on
+ * whether it succeeded on every rank; if not, the ranks shrink, check the
+ * new communicator (a majority of the old one: more than half of it, or
+ * exactly half with the old rank 0; loom_comm_get_failed agreeing with
+ * its size), sync the state and the step's number, and redo the step.
  *
  * The shared state is one tensor of STOPS_STATE_MIB MiB (default 1) whose
  * bytes are a function of the revision: every rank starts at revision 7
@@ -47,8 +49,9 @@
  *   END orig=R rank=r size=n steps=S shrinks=K grows=G wrong=0 diverged=0 state=ok|none
  *       exit 0: stopped with the others at DIR/stop
  *   LEFT orig=R call=C result=NAME (message)
- *       exit 3: shrink (or join) refused this process; man pages: a rank
- *       that the others declared failed gets LOOM_ERR_REVOKED and must
+ *       exit 3: loom_comm_agree or loom_comm_shrink (or loom_comm_join)
+ *       refused this process; man pages: a rank that the others declared
+ *       failed, or that is in no majority, gets LOOM_ERR_REVOKED and must
  *       leave the job
  *   MINORITY orig=R size=k of=n
  *       exit 4: a shrink gave a communicator that is not a majority of
@@ -305,6 +308,7 @@ struct run {
     float *small, *big;
     size_t nbig;
     int grow, sync_step;
+    int resync;
 };
 
 static int stopping(void)
@@ -385,21 +389,31 @@ static loom_result_t sync_state(struct run *R, const char *why)
         krecv.on = 0;
         pthread_join(watch, NULL);
     }
+    if (r == LOOM_ERR_INVALID_USAGE && rev == LOOM_REVISION_NONE) {
+        /* loom_state_sync(3): every rank passed LOOM_REVISION_NONE, the
+         * state is lost everywhere.  The job starts it over. */
+        event("sync (%s): no rank holds a state (%s); starting over from nothing", why,
+              loom_get_last_error());
+        rev = 0;
+        memset(state, 0, state_bytes);
+        state_ok = 0;
+        return LOOM_SUCCESS;
+    }
     if (r != LOOM_SUCCESS) {
         event("ERR sync (%s) after %.0f ms: %s (%s); revision %llu", why, dt, rname(r),
               loom_get_last_error(), (unsigned long long)rev);
         state_ok = 0;
         return r;
     }
-    /* A revision that can never win (all ones: what a failed sync may
-     * leave) is no state at all. */
-    if (rev == UINT64_MAX) {
+    /* A revision that can never win (what a failed sync leaves) is no
+     * state at all. */
+    if (rev == LOOM_REVISION_NONE) {
         state_ok = 0;
         event("sync (%s) ok in %.0f ms, but no revision", why, dt);
         return LOOM_SUCCESS;
     }
     size_t w = rev ? state_wrong(rev) : 0;
-    if ((rev < before && before != UINT64_MAX) || w) {
+    if ((rev < before && before != LOOM_REVISION_NONE) || w) {
         R->wrong++;
         bad("state sync (%s) succeeded with revision %llu (had %llu) and %zu wrong bytes", why,
             (unsigned long long)rev, (unsigned long long)before, w);
@@ -495,30 +509,66 @@ static loom_result_t step(struct run *R, const char **call, int *stop)
     return r;
 }
 
+/* Every step ends with the ranks agreeing (loom_comm_agree) on whether it
+ * succeeded everywhere; if not, they shrink and redo it.  R->resync: the
+ * step starts with a state sync (1: a newcomer's, with the members' sync
+ * after their grow; 2: after a shrink, everyone's, then the step number
+ * agreed, whatever a failed sync left of it). */
 static int loop(struct run *R)
 {
     for (;;) {
         const char *call = "";
         int stop = 0;
-        loom_result_t r = step(R, &call, &stop);
+        loom_result_t r = LOOM_SUCCESS;
+        if (R->resync) {
+            call = "loom_state_sync";
+            r = sync_state(R, R->resync == 1 ? "newcomer" : "after shrink");
+            if (r == LOOM_ERR_INTERNAL) return 1;
+            if (r == LOOM_SUCCESS && R->resync == 2) {
+                call = "loom_allreduce";
+                uint64_t st = R->step;
+                r = loom_allreduce(&st, &st, 1, LOOM_UINT64, LOOM_MAX, R->comm);
+                if (r == LOOM_SUCCESS) R->step = st;
+            }
+        }
+        /* A newcomer's sync was the end of the members' step. */
+        if (r == LOOM_SUCCESS && R->resync != 1) r = step(R, &call, &stop);
         if (r == LOOM_ERR_INTERNAL) return 1;
-        /* AGREE: once loom_comm_agree is in, every rank agrees here on
-         * whether the step succeeded everywhere (LOOM_MIN of r ==
-         * LOOM_SUCCESS), leaves if the agreement fails, and shrinks and
-         * redoes the step from its inputs if it did not. */
-        if (r == LOOM_SUCCESS) {
+        const char *msg = loom_get_last_error();
+        if (r != LOOM_SUCCESS) {
+            event("ERR %s at step %llu: %s (%s)", call, (unsigned long long)R->step, rname(r),
+                  msg);
+            if (!documented(call, r))
+                return bad("%s failed with %s, which its man page does not give here (%s)", call,
+                           rname(r), msg);
+        }
+        /* Did the step succeed on every rank?  Only then is it done. */
+        uint64_t ok = r == LOOM_SUCCESS;
+        phase("agree", R->step);
+        loom_result_t ra = loom_comm_agree(R->comm, &ok, LOOM_MIN);
+        if (ra != LOOM_SUCCESS) {
+            const char *m = loom_get_last_error();
+            /* loom_comm_agree(3): REVOKED, this rank is out (declared
+             * failed, or no majority); TIMEOUT, someone did not take part. */
+            if (ra != LOOM_ERR_REVOKED && ra != LOOM_ERR_TIMEOUT)
+                return bad("loom_comm_agree failed with %s, which its man page does not give (%s)",
+                           rname(ra), m);
+            printf("LEFT %s call=loom_comm_agree result=%s (%s) first=%s\n", me, rname(ra), m,
+                   rname(r));
+            fflush(stdout);
+            loom_comm_destroy(R->comm);
+            R->comm = NULL;
+            return 3;
+        }
+        if (ok) {
+            R->resync = 0;
             if (stop) return 0;
             continue;
         }
+        if (r == LOOM_SUCCESS) event("step %llu failed elsewhere", (unsigned long long)R->step);
         int rank, size;
         loom_comm_rank(R->comm, &rank);
         loom_comm_size(R->comm, &size);
-        const char *msg = loom_get_last_error();
-        event("ERR %s at step %llu: %s (%s)", call, (unsigned long long)R->step, rname(r),
-              msg);
-        if (!documented(call, r))
-            return bad("%s failed with %s, which its man page does not give here (%s)", call,
-                       rname(r), msg);
         loom_comm_t small = NULL;
         double t0 = now_ms();
         phase("shrink", R->step);
@@ -545,21 +595,20 @@ static int loop(struct run *R)
         for (int i = 0; i < nf && i < 64; i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "",
                      failed[i]);
-        /* loom_comm_get_failed counts ranks that destroyed the old
-         * communicator since, too: only a note when it differs. */
-        event("shrink ok in %.0f ms: rank %d of %d -> rank %d of %d, failed %s%s", now_ms() - t0,
-              rank, size, r2, n2, nf ? list : "-",
-              n2 != size - nf ? " (NOTE: loom_comm_get_failed does not match the new size)" : "");
+        event("shrink ok in %.0f ms: rank %d of %d -> rank %d of %d, failed %s", now_ms() - t0,
+              rank, size, r2, n2, nf ? list : "-");
         loom_comm_destroy(R->comm);
         R->comm = small;
         R->shrinks++;
+        if (n2 != size - nf)
+            return bad("shrink: %d of %d ranks left, but loom_comm_get_failed lists %d", n2, size,
+                       nf);
         /* Exactly half: a majority only with the old rank 0 in it. */
         int had0 = 1;
         if (2 * n2 == size) {
             int low = rank;
-            if (loom_allreduce(&low, &low, 1, LOOM_INT32, LOOM_MIN, R->comm) != LOOM_SUCCESS)
-                continue; /* the next step fails and shrinks again */
-            had0 = low == 0;
+            if (loom_allreduce(&low, &low, 1, LOOM_INT32, LOOM_MIN, R->comm) == LOOM_SUCCESS)
+                had0 = low == 0;
         }
         if (!(2 * n2 > size || (2 * n2 == size && had0))) {
             printf("MINORITY %s size=%d of=%d failed=%s\n", me, n2, size, list);
@@ -568,15 +617,7 @@ static int loop(struct run *R)
             R->comm = NULL;
             return 4;
         }
-        /* Whoever missed the state takes it now. */
-        r = sync_state(R, "after shrink");
-        if (r == LOOM_ERR_INTERNAL) return 1;
-        /* The step too, whatever a failed sync left of it: the same on
-         * every rank, so that the sums stay known. */
-        uint64_t st = R->step;
-        if (loom_allreduce(&st, &st, 1, LOOM_UINT64, LOOM_MAX, R->comm) == LOOM_SUCCESS)
-            R->step = st;
-        /* A failure here is the next step's: it fails too and shrinks. */
+        R->resync = 2;
     }
 }
 
@@ -656,15 +697,8 @@ int main(int argc, char **argv)
     loom_comm_rank(R.comm, &rank);
     loom_comm_size(R.comm, &size);
     event("start pid %d rank %d of %d", (int)getpid(), rank, size);
-    /* A newcomer's first sync; if it fails, the first step fails too
-     * and the shrink's sync gives it the state. */
-    if (joined && sync_state(&R, "newcomer") == LOOM_ERR_INTERNAL) {
-        loom_comm_destroy(R.comm);
-        free(R.small);
-        free(R.big);
-        free(state);
-        return 1;
-    }
+    /* A newcomer starts with the sync the members make after the grow. */
+    R.resync = joined;
     /* The pid file last: the driver's clock starts when all exist. */
     char tmp[4200];
     if (orig >= 0)

@@ -271,6 +271,13 @@ for e in "${ends[@]}"; do
     esac
 done
 steps=0 grows=0 shrinks=0 n=0
+# The furthest step any process reached (the summaries only come from
+# processes that stopped at the end).
+for f in "$dir"/progress.*; do
+    [ -e "$f" ] || continue
+    t=$(cut -d' ' -f1 "$f")
+    [ -n "$t" ] && [ "$t" -gt "$steps" ] && steps=$t
+done
 for f in "$dir"/summary.*; do
     [ -e "$f" ] || continue
     n=$((n + 1))
