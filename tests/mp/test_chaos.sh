@@ -15,8 +15,9 @@
 # least 3 processes.  LOOM_CHAOS_SECONDS sets the length (default 20, 10
 # in quick mode); run it with 600 for the long version.
 #
-# Fails on: a hang (no process completes a step for 15 s, or processes
-# still running 60 s after the stop); a wrong result or ranks that end a
+# Fails on: a hang (no process completes a step for 15 s, processes
+# still running 60 s after the stop, or a shrink or agreement that gave
+# up after LOOM_TIMEOUT); a wrong result or ranks that end a
 # step with different bytes; a crash (a process dead of a signal the
 # driver did not send, or a sanitizer's report: its backtrace and that
 # of its core are printed); a job of one (a process that goes on in a
@@ -236,7 +237,7 @@ for f in "$dir"/join.*.rc; do
     [ -e "$f" ] || continue
     ends+=("$(cat "${f%.rc}.pid") $(cat "$f") ${f%.rc}.err")
 done
-crashes=0 minority=0 false_fail=0 undoc=0 unexplained=0 lefts=0
+crashes=0 minority=0 false_fail=0 undoc=0 unexplained=0 lefts=0 timeouts=0
 for e in "${ends[@]}"; do
     set -- $e
     p=$1 s=$2 f=$3
@@ -262,6 +263,11 @@ for e in "${ends[@]}"; do
         lefts=$((lefts + 1))
         if grep -q "^LEFT pid $p: loom_comm_join" "$f" 2>/dev/null; then
             :
+        elif grep -q "^LEFT pid $p: .*timed out" "$f" 2>/dev/null; then
+            # A shrink or an agreement that did not complete within
+            # LOOM_TIMEOUT: the job stood still that long.
+            timeouts=$((timeouts + 1))
+            echo "  pid $p: $(grep "^LEFT pid $p" "$f")"
         elif ! grep -qx "$p" "$dir/ever_stopped" 2>/dev/null; then
             false_fail=$((false_fail + 1))
             echo "  pid $p was declared failed but never stopped: $(grep "^LEFT pid $p" "$f")"
@@ -294,12 +300,12 @@ admitted=$((ran > nr ? ran - nr : 0))
 died=""
 for ph in shrink grow sync; do died="$died $(ls "$dir"/died.$ph.* 2>/dev/null | wc -l) in $ph,"; done
 echo "  ${dur}s on $nr ranks: $steps steps; $kills kills; $stops stops in $groups groups ($with0 with rank 0), $conts continued and $stopkills killed while stopped; kills inside calls:${died%,} ($tokens tokens); $joins joins started and $admitted admitted ($waiting still waiting at the end); up to $grows grows and $shrinks shrinks per process; $n processes finished, $lefts left after a refused shrink"
-echo "  crashes $crashes, hangs $hang, wrong $wrong, diverged $div, jobs of one $minority, false failures $false_fail, other exits $undoc, unexplained kills $unexplained"
-if [ $hang = 0 ] && [ "$wrong" = 0 ] && [ "$div" = 0 ] && [ "$crashes" = 0 ] && [ "$minority" = 0 ] &&
+echo "  crashes $crashes, hangs $hang, timeouts $timeouts, wrong $wrong, diverged $div, jobs of one $minority, false failures $false_fail, other exits $undoc, unexplained kills $unexplained"
+if [ $hang = 0 ] && [ "$timeouts" = 0 ] && [ "$wrong" = 0 ] && [ "$div" = 0 ] && [ "$crashes" = 0 ] && [ "$minority" = 0 ] &&
     [ "$false_fail" = 0 ] && [ "$undoc" = 0 ] && [ "$unexplained" = 0 ] && [ "$n" -ge 3 ] && [ "$steps" -gt 0 ]; then
     ok "chaos ${dur}s: $steps steps, $kills kills + $stops stops ($groups groups) + kills inside calls:${died%,}, $admitted of $joins joiners admitted; 0 crashes, 0 hangs, 0 wrong, 0 diverged, 0 jobs of one"
 else
-    bad "chaos ${dur}s (crashes $crashes, hang $hang, wrong $wrong, diverged $div, jobs of one $minority, false failures $false_fail, other exits $undoc, unexplained kills $unexplained, finished $n)"
+    bad "chaos ${dur}s (crashes $crashes, hang $hang, timeouts $timeouts, wrong $wrong, diverged $div, jobs of one $minority, false failures $false_fail, other exits $undoc, unexplained kills $unexplained, finished $n)"
     echo "  loomrun (port $port):"; tail -5 "$dir/loomrun.log" 2>/dev/null
     grep -h '^BAD\|^MINORITY' "$dir"/out/*.err "$dir"/join.*.err 2>/dev/null | head -10
 fi
