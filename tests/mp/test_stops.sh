@@ -423,6 +423,22 @@ if only d-grow; then
     fi
 fi
 
+# A communicator that grew loses a rank: its members and the newcomer
+# shrink together (the newcomer's links and settings came from the
+# holder, the members' from their own creation).
+if only d-grow; then
+    for v in 0 2; do
+        start_job 4 STOPS_GROW=1
+        join 1.0
+        act 3.0 kill $v
+        end_job 5.5
+        exp="0:end4 1:end4 2:end4 3:end4"
+        exp=${exp/$v:end4/$v:killed}
+        verdict "d: 4 ranks and a joiner admitted, then rank $v killed: the 4 left shrink together; joiner ${jst[0]}:$(cut -d' ' -f1 <<<"${jlast[0]}")" \
+            "$exp"
+    done
+fi
+
 # A newcomer, or a member, killed while the grow admits the newcomer:
 # loom_comm_grow(3) admits the others without a newcomer that disappears.
 if only d-grow; then
