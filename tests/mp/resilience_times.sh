@@ -10,12 +10,21 @@
 # TRIALS (default 20) runs per rank count (4 and 8) and mode (kill,
 # stop); the victim is drawn at random among the ranks, rank 0 included.
 # Each line gives the median and maximum over the trials of the slowest
-# survivor's time (ms).  The join rows come from mp_join (grow on 4 and 8
-# ranks, TRIALS/4 runs), the sync row from one joiner receiving SYNC_MIB
-# (default 1024) from 4 donors, beside sendrecv_perf's rate for the same
-# size on this host, measured in the same run.
+# survivor's time (ms), and over every survivor of every trial.  The join
+# rows come from mp_join (grow on 4 and 8 ranks, TRIALS/4 runs), the sync
+# row from one joiner receiving SYNC_MIB (default 1024) from 4 donors,
+# beside sendrecv_perf's rate for the same size on this host, measured in
+# the same run.
+#
+# The ranks take LOOM_HEARTBEAT_MS from the environment (default 500).
+# RT_RANKS (default "4 8"), RT_MODES ("kill stop") and RT_PARTS ("detect
+# join sync") choose what runs.  The load of the host (uptime) is printed
+# before and after, since on a shared machine it moves the figures.
 set -u
 trials=${1:-20} mib=${2:-1024}
+ranks=${RT_RANKS:-4 8} modes=${RT_MODES:-kill stop} parts=${RT_PARTS:-detect join sync}
+part() { [[ " $parts " == *" $1 "* ]]; }
+echo "heartbeat ${LOOM_HEARTBEAT_MS:-500 (default)} ms; $trials trials; load: $(uptime | sed 's/.*load/load/')"
 : "${BUILDDIR:=$(pwd)}"
 : "${LOOMRUN:=$BUILDDIR/loomrun}"
 export LOOM_DEBUG=${LOOM_DEBUG:-none}
@@ -27,9 +36,9 @@ stats() { # stdin: numbers; prints "median M max X (n N)"
         m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
         printf "median %.1f max %.1f (n %d)\n", m, v[NR], NR }'
 }
-for n in 4 8; do
-    for mode in kill stop; do
-        : >"$tmp/det" && : >"$tmp/shr"
+part detect && for n in $ranks; do
+    for mode in $modes; do
+        : >"$tmp/det" && : >"$tmp/shr" && : >"$tmp/each"
         for _ in $(seq "$trials"); do
             v=$((RANDOM % n))
             rm -rf "$tmp/out" "$tmp/stamp"
@@ -43,6 +52,7 @@ for n in 4 8; do
                 case "$line" in OK*) ;; *) good=0 ;; esac
                 d=$(sed -n 's/.*detect_ms=\([0-9.]*\).*/\1/p' <<<"$line")
                 s=$(sed -n 's/.*shrink_ms=\([0-9.]*\).*/\1/p' <<<"$line")
+                [ -n "$d" ] && echo "$d" >>"$tmp/each"
                 det=$(awk -v a="${d:-0}" -v b="$det" 'BEGIN {print (a > b) ? a : b}')
                 shr=$(awk -v a="${s:-0}" -v b="$shr" 'BEGIN {print (a > b) ? a : b}')
             done
@@ -53,10 +63,11 @@ for n in 4 8; do
             fi
         done
         echo "$n ranks, $mode -> error on every survivor: $(stats <"$tmp/det")"
+        echo "$n ranks, $mode -> error on each survivor: $(stats <"$tmp/each")"
         echo "$n ranks, $mode -> shrink done on every survivor: $(stats <"$tmp/shr")"
     done
 done
-for n in 4 8; do
+part join && for n in $ranks; do
     : >"$tmp/grow" && : >"$tmp/join"
     for _ in $(seq $(((trials + 3) / 4))); do
         rm -rf "$tmp/out" "$tmp/j"
@@ -69,6 +80,10 @@ for n in 4 8; do
     echo "$n ranks, loom_comm_grow admitting one joiner (slowest member): $(stats <"$tmp/grow")"
     echo "$n ranks, joiner from connect to admitted: $(stats <"$tmp/join")"
 done
+if ! part sync; then
+    echo "load: $(uptime | sed 's/.*load/load/')"
+    exit 0
+fi
 : >"$tmp/sync"
 for _ in 1 2 3; do
     rm -rf "$tmp/out" "$tmp/j"
@@ -82,3 +97,4 @@ ms=$(sort -n "$tmp/sync" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
     'BEGIN {printf "  = %.2f GB/s of state received\n", b / t / 1e6}'
 "$LOOMRUN" -n 2 "$BUILDDIR/sendrecv_perf" -b "${mib}M" -e "${mib}M" -n 3 -w 1 -c 0 2>/dev/null |
     awk '!/^#/ && NF >= 8 {printf "  sendrecv_perf %s B on this host, same run: %s GB/s\n", $1, $7}'
+echo "load: $(uptime | sed 's/.*load/load/')"
