@@ -80,6 +80,7 @@ struct loomi_ctrl {
     int stop;
     struct peer *p; /* [n + LOOMI_CTRL_MAX_JOINERS]: ranks, then joiner slots */
     struct loomi_cmsg *mb_head, *mb_tail;
+    atomic_uint mb_count; /* messages ever put in the mailbox */
 
     /* Join service: held by the lowest rank alive, on the job's
      * rendezvous address, which it binds once the bootstrap root (or the
@@ -319,7 +320,7 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     default:
         break;
     }
-    if (type < 16 || type > LOOMI_CMSG_ALL) {
+    if (type < 16 || type > LOOMI_CMSG_CALL_SHOW || type == LOOMI_CMSG_ACCEPT) {
         snprintf(err, errn, "unknown message type %u", type);
         return -1;
     }
@@ -338,6 +339,7 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     if (c->mb_tail) c->mb_tail->next = m;
     else c->mb_head = m;
     c->mb_tail = m;
+    atomic_fetch_add_explicit(&c->mb_count, 1, memory_order_release);
     pthread_cond_broadcast(&c->cv);
     return 0;
 }
@@ -903,6 +905,38 @@ struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t 
     }
     pthread_mutex_unlock(&c->mu);
     return m;
+}
+
+struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms)
+{
+    struct loomi_cmsg *m = NULL;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        struct loomi_cmsg *prev = NULL;
+        for (m = c->mb_head; m && m->type != type; prev = m, m = m->next) {}
+        if (m) {
+            if (prev) prev->next = m->next;
+            else c->mb_head = m->next;
+            if (c->mb_tail == m) c->mb_tail = prev;
+            m->next = NULL;
+            break;
+        }
+        int left = deadline_ms ? loomi_ms_left(deadline_ms) : 0;
+        if (left == 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(left > 100 ? 100 : left) * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return m;
+}
+
+unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c)
+{
+    return atomic_load_explicit(&((struct loomi_ctrl *)c)->mb_count, memory_order_acquire);
 }
 
 /* ------------------------------------------------------------- joiners */

@@ -44,6 +44,11 @@ enum {
     LOOMI_CMSG_ADDR = 18,
     LOOMI_CMSG_ALL = 19,
     LOOMI_CMSG_ACCEPT = 20, /* to a joiner: arg = new rank | new size << 32 */
+    /* Collective calls (calls.c), arg = a call number: a probe from a
+     * rank stalled in that call, with its descriptor; a rank's last
+     * calls, sent when the communicator failed for a mismatch. */
+    LOOMI_CMSG_CALL_PROBE = 21,
+    LOOMI_CMSG_CALL_SHOW = 22,
 };
 
 /* LOOMI_CMSG_ACCEPT's payload: the links, measured once for the job, and
@@ -108,6 +113,13 @@ loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint3
  * when none came before deadline_ms or the failed set changed from
  * `gen` (compare with loomi_ctrl_failed's). */
 struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms);
+
+/* The oldest protocol message of one type (the caller frees it), left
+ * in order with the others; waits for one until deadline_ms (0: does not
+ * wait). */
+struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms);
+/* How many protocol messages have come so far (cheap: an atomic load). */
+unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c);
 
 /* A joiner's side of the wire: the 32-byte header of a message (its
  * first message is LOOMI_CTRL_T_JOIN with the 16-byte job key), and the
