@@ -37,19 +37,47 @@ static loom_result_t comm_live(const struct loom_comm *comm, const char *fn)
     return LOOM_SUCCESS;
 }
 
-loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
+static loom_result_t comm_check(const struct loom_comm *comm, const char *fn, int sync)
 {
     loom_result_t r = comm_live(comm, fn);
     if (r != LOOM_SUCCESS) return r;
     /* The communicator's owner is the caller: it may bring it up to date. */
-    loomi_comm_lock(comm);
-    if (comm->error == LOOM_SUCCESS) loomi_comm_sync((struct loom_comm *)comm);
-    if (comm->error != LOOM_SUCCESS)
-        r = loomi_fail(LOOM_ERR_REVOKED, comm->rank,
+    struct loom_comm *c = (struct loom_comm *)comm;
+    loomi_comm_lock(c);
+    if (c->error == LOOM_SUCCESS && sync) loomi_comm_sync(c);
+    /* A call made since this rank showed its calls joins them: a rank
+     * that learned of the mismatch before it made the call in question
+     * shows it now (calls.h). */
+    if (c->error == LOOM_ERR_MISMATCH) loomi_calls_push(c);
+    if (c->error == LOOM_ERR_MISMATCH && !c->mismatch_told &&
+        loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS)) {
+        /* The ranks' calls differ and this rank has not been told yet
+         * (its part of the call completed before the difference showed,
+         * as the root of a broadcast's does): this call says so. */
+        c->mismatch_told = 1;
+        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: %s", fn, c->errmsg);
+    } else if (c->error != LOOM_SUCCESS) {
+        r = loomi_fail(LOOM_ERR_REVOKED, c->rank,
                        "%s: the communicator is broken since an earlier failure: %s", fn,
-                       comm->errmsg);
-    loomi_comm_unlock(comm);
+                       c->errmsg);
+    }
+    loomi_comm_unlock(c);
     return r;
+}
+
+loom_result_t loomi_comm_check(const struct loom_comm *comm, const char *fn)
+{
+    return comm_check(comm, fn, 1);
+}
+
+loom_result_t loomi_comm_check_call(const struct loom_comm *comm, const char *fn)
+{
+    return comm_check(comm, fn, 0);
+}
+
+loom_result_t loomi_comm_live(const struct loom_comm *comm, const char *fn)
+{
+    return comm_live(comm, fn);
 }
 
 loom_result_t loomi_comm_sync(struct loom_comm *c)
@@ -68,6 +96,11 @@ loom_result_t loomi_comm_sync(struct loom_comm *c)
     loom_result_t r = c->error;
     loomi_comm_unlock(c);
     return r;
+}
+
+int loomi_comm_revoke_pending(const struct loom_comm *c)
+{
+    return c->error == LOOM_SUCCESS && c->ctrl && loomi_ctrl_revoked(c->ctrl);
 }
 
 void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, const char *fmt,
@@ -92,7 +125,16 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
     /* Tell everyone at once, so that ranks not talking to the failed
      * peer stop too instead of waiting for their deadline. */
     if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
+    /* Ranks whose calls differ: every rank shows the others its last
+     * calls, so that each can say which rank differs (calls.h). */
+    if (code == LOOM_ERR_MISMATCH) loomi_calls_push(c);
     loomi_comm_unlock(c);
+}
+
+/* The transports' ctx.call_check. */
+static uint32_t comm_call_check(void *owner, uint64_t tag)
+{
+    return loomi_call_check_of_op(owner, loomi_tag_op(tag));
 }
 
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
@@ -152,6 +194,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .bind_hint_len = c->bind_len,
         .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
+        .call_check = comm_call_check,
         .shm_bytes = c->set.shm_bytes,
         .shm_cma_min = c->set.shm_cma_min,
         .nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL,
