@@ -136,20 +136,6 @@ struct loom_comm {
     struct sockaddr_storage rdv_addr;   /* the job's rendezvous address (joiners come there) */
     unsigned rdv_len;                   /* 0: unknown */
 
-    /* Collective calls (calls.h): how many this rank made (the
-     * operations' numbers, the same on every rank), the last
-     * LOOMI_CALL_HIST of them, and what a mismatch has done so far. */
-    _Atomic uint64_t call_no; /* written by the calling thread only */
-    uint64_t last_w[2]; /* the last call's descriptor, and its check */
-    uint32_t last_chk;
-    struct loomi_call_rec calls[LOOMI_CALL_HIST];
-    unsigned mail_seen;       /* control messages loomi_calls_poll has looked at */
-    uint64_t stall_probed_ms; /* the stall (its last_progress_ms) already probed */
-    uint64_t calls_pushed;    /* loomi_calls_push ran (the last call shown + 1) */
-    int verdict;              /* loomi_calls_verdict: 0 not yet, 1 found, 2 nothing found */
-    int mismatch_told;        /* a call has returned LOOM_ERR_MISMATCH */
-    int poll_slots;           /* small calls that look at the transport first (small.c) */
-
     /* First failure; once set the communicator is broken. */
     loom_result_t error;
     int failed_rank;
@@ -169,6 +155,20 @@ struct loom_comm {
      * rank agrees; never reset, as loom_mem_free is local): the
      * allreduce then selects from the window tables. */
     int win_shared;
+
+    /* Collective calls (calls.h): how many this rank made (the
+     * operations' numbers, the same on every rank), the last
+     * LOOMI_CALL_HIST of them, and what a mismatch has done so far. */
+    _Atomic uint64_t call_no; /* written by the calling thread only */
+    uint64_t last_w[2]; /* the last call's descriptor, and its check */
+    uint32_t last_chk;
+    struct loomi_call_rec calls[LOOMI_CALL_HIST];
+    unsigned mail_seen;       /* control messages loomi_calls_poll has looked at */
+    uint64_t stall_probed_ms; /* the stall (its last_progress_ms) already probed */
+    uint64_t calls_pushed;    /* loomi_calls_push ran (the last call shown + 1) */
+    int verdict;              /* loomi_calls_verdict: 0 not yet, 1 found, 2 nothing found */
+    int mismatch_told;        /* a call has returned LOOM_ERR_MISMATCH */
+    int poll_slots;           /* small calls that look at the transport first (small.c) */
 };
 
 /* Number a collective call and remember it (calls.h; the calling
