@@ -246,6 +246,43 @@ static uint64_t first_difference(const struct shown *sh, int n)
     return best;
 }
 
+/* Whether the ranks yet to show their calls (or to make call `no`)
+ * could no longer change which ranks differ from the majority: the
+ * largest group of ranks that made one call of `no` outnumbers every
+ * other group by more than there are such ranks. */
+static int settled(const struct shown *sh, int n, uint64_t no, const unsigned char *failed)
+{
+    enum { MAXG = 6 };
+    uint32_t chk[MAXG];
+    int size[MAXG], ng = 0, open = 0;
+    for (int r = 0; r < n; r++) {
+        const struct loomi_call *d = shown_call(&sh[r], no);
+        if (!d) {
+            open += !failed[r] && (sh[r].n < 0 || (sh[r].n > 0 && sh[r].no[0] < no));
+            continue;
+        }
+        const uint32_t k = loomi_call_check(d);
+        int g = 0;
+        while (g < ng && chk[g] != k) g++;
+        if (g == ng) {
+            if (ng == MAXG) return 0;
+            chk[ng] = k;
+            size[ng++] = 0;
+        }
+        size[g]++;
+    }
+    int a = 0, b = 0; /* the largest group, and the next */
+    for (int g = 0; g < ng; g++) {
+        if (size[g] > a) {
+            b = a;
+            a = size[g];
+        } else if (size[g] > b) {
+            b = size[g];
+        }
+    }
+    return ng >= 2 && a > b + open;
+}
+
 /* Take one SHOW message into sh: a rank's later showing (it made a call
  * since) replaces its earlier one.  Returns 1 when it was the rank's
  * first. */
@@ -373,26 +410,32 @@ int loomi_calls_verdict(struct loom_comm *c, int wait_ms)
         if (loomi_call_get(c, last - k, &s->d[s->n])) s->no[s->n++] = last - k;
     }
     const uint64_t deadline = loomi_now_ms() + (uint64_t)wait_ms;
-    unsigned char *failed = malloc((size_t)n);
+    unsigned char *failed = calloc((size_t)n, 1);
+    if (!failed) {
+        free(sh);
+        return 0;
+    }
     int missing = n - 1;
     for (;;) {
         struct loomi_cmsg *m;
         while ((m = loomi_ctrl_take(c->ctrl, LOOMI_CMSG_CALL_SHOW, 0)) != NULL)
             missing -= take_shown(c, sh, m);
         /* Ranks known failed send nothing: do not wait for them. */
-        if (missing > 0 && failed && loomi_ctrl_failed(c->ctrl, failed, NULL))
+        if (missing > 0 && loomi_ctrl_failed(c->ctrl, failed, NULL))
             for (int r = 0; r < n; r++)
                 if (failed[r] && sh[r].n < 0) {
                     sh[r].n = 0;
                     missing--;
                 }
+        /* Done once the ranks still to come could change nothing, or
+         * when every rank has shown its calls and made the call in
+         * question (one that has not shows it once it does). */
+        const uint64_t no = first_difference(sh, n);
+        if (no && settled(sh, n, no, failed)) break;
         if (missing <= 0) {
-            /* Every rank has shown its calls: done, unless one has not
-             * made the call in question yet (it shows it once it does). */
-            const uint64_t no = first_difference(sh, n);
             int behind = 0;
             for (int r = 0; r < n && no; r++)
-                behind |= sh[r].n > 0 && sh[r].no[0] < no && !(failed && failed[r]);
+                behind |= sh[r].n > 0 && sh[r].no[0] < no && !failed[r];
             if (!behind) break;
         }
         uint64_t now = loomi_now_ms();

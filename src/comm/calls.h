@@ -145,10 +145,11 @@ void loomi_calls_push(struct loom_comm *c);
  * put the verdict in the communicator's message (once).  Returns 1 when
  * a verdict names differing calls. */
 int loomi_calls_verdict(struct loom_comm *c, int wait_ms);
-/* How long a rank that returns a mismatch waits for the others' calls
- * (the ranks in a call send theirs within milliseconds; this is for
- * ranks slow to be scheduled, and bounds the wait for a rank that makes
- * no Loom call meanwhile). */
-#define LOOMI_VERDICT_WAIT_MS 250
+/* How long a rank that returns a mismatch waits at most for the
+ * others' calls: those in a call send theirs within milliseconds, and it
+ * stops as soon as the ranks still to come could no longer change the
+ * verdict; this bounds the wait for a rank that makes no Loom call
+ * meanwhile, or is slow to be scheduled. */
+#define LOOMI_VERDICT_WAIT_MS 1000
 
 #endif
