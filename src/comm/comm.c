@@ -123,8 +123,14 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
      * detector, never from a guess such as a deadline's suspect. */
     if (c->ctrl) loomi_ctrl_revoke(c->ctrl, code, failed_rank, c->errmsg);
     /* Tell everyone at once, so that ranks not talking to the failed
-     * peer stop too instead of waiting for their deadline. */
-    if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
+     * peer stop too instead of waiting for their deadline.  Not for ranks
+     * whose calls differ: nobody failed, the control plane tells every
+     * rank, and connections kept open let a rank still finishing an
+     * earlier call complete it (a closed TCP connection can take with it
+     * what the peer had not read yet), so that its account of its calls
+     * reaches the call in question (calls.h). */
+    if (c->tops && c->tstate && !(code == LOOM_ERR_MISMATCH && c->ctrl))
+        c->tops->abort_all(c->tstate, failed_rank, code);
     /* Ranks whose calls differ: every rank shows the others its last
      * calls, so that each can say which rank differs (calls.h). */
     if (code == LOOM_ERR_MISMATCH) loomi_calls_push(c);
