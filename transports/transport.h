@@ -31,9 +31,9 @@
 /* The engine's tags.  Point-to-point: bit 63 set, the per-peer message
  * number below.  Collectives: bit 63 clear; bits 55-62 name the schedule
  * (collective and algorithm: the engine's signature), bits 32-54 the
- * operation's number (the same on all ranks; 23 bits are plenty, as only
- * the operations in flight need telling apart), bits 0-31 the message
- * within it.  Tags carry the signature so that ranks running different
+ * operation's number (its collective call's number on the communicator,
+ * the same on all ranks; 23 bits are plenty, as only the operations in
+ * flight need telling apart), bits 0-31 the message within it.  Tags carry the signature so that ranks running different
  * schedules for one operation never match each other's messages, even
  * where sizes and order happen to agree; a transport that holds a message
  * of one operation and a receive of the same operation whose signatures
@@ -57,9 +57,35 @@ static inline int loomi_tag_conflict(uint64_t a, uint64_t b)
            (d >> LOOMI_TAG_SIG_SHIFT) != 0;
 }
 
+/* The operation number a collective tag carries (the rank's collective
+ * call number, modulo 2^LOOMI_TAG_SEQ_BITS). */
+static inline uint64_t loomi_tag_op(uint64_t tag)
+{
+    return tag >> 32 & ((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) - 1);
+}
+
+/* Calls.  Every message of a collective also carries its call's check
+ * (loomi_xfer.chk: a hash of the collective, count, datatype, op and
+ * root, the same on every rank that makes the same call; 0 for
+ * point-to-point).  Two messages of one operation (tags with the same
+ * number) that differ in schedule or in check come from ranks that made
+ * that call differently: a transport that holds both (a message and the
+ * receive it would match, or a message of an operation and this rank's
+ * own call of that number, ctx.call_check) fails the sender with
+ * LOOM_ERR_MISMATCH and loomi_call_conflict_why's text, before any
+ * byte of the message is used and whether or not the sizes agree. */
+static inline int loomi_call_conflict(uint64_t ta, uint32_t ca, uint64_t tb, uint32_t cb)
+{
+    return !((ta | tb) & LOOMI_TAG_P2P) && loomi_tag_op(ta) == loomi_tag_op(tb) &&
+           ((ta ^ tb) >> LOOMI_TAG_SIG_SHIFT || ca != cb);
+}
+
 /* The error text for a conflict (engine.c): the peer's schedule (tag
  * `theirs`) against this rank's (`mine`), and the usual causes. */
 void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, char *buf, size_t n);
+/* The same for a conflict of calls or schedules (loomi_call_conflict). */
+void loomi_call_conflict_why(uint64_t theirs, uint32_t theirs_chk, uint64_t mine,
+                             uint32_t mine_chk, char *buf, size_t n);
 
 #define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
 #define LOOMI_TCAP_WRITE_IMM 0x2u  /* iwrite: one-sided write + signal */
@@ -92,6 +118,7 @@ struct loomi_xfer {
     struct loomi_mr *mr; /* may be NULL where caps lack MEM_REG */
     void (*complete)(struct loomi_xfer *x, loom_result_t status);
     void *owner; /* for complete(): the engine's step */
+    uint32_t chk; /* the collective call's check, carried with the message (0: p2p) */
 
     /* Transport-private state. */
     size_t t_done;  /* bytes fully sent or received */
@@ -114,6 +141,12 @@ struct loomi_tctx {
     void (*peer_failed)(void *owner, int peer, int failed, loom_result_t code,
                         const char *why);
     void *owner;
+    /* The check of this rank's collective call of the operation `tag`
+     * names, or 0 when it has made no such call (yet), or too long ago
+     * to know; may be NULL.  Called from progress() for messages that
+     * find no receive posted: one whose check differs is a mismatch even
+     * where this rank posts no receive from its sender. */
+    uint32_t (*call_check)(void *owner, uint64_t tag);
     /* Shared memory: bytes of this rank's shared arena (shared_map), and
      * the message size from which a single-copy path is used (0: never). */
     size_t shm_bytes;

@@ -330,9 +330,10 @@ loom_result_t loomi_small_tune(struct loom_comm *comm);
  * others (0: time nothing; every rank still calls it). */
 #define LOOMI_TUNED 32 /* spans taken over, at most */
 loom_result_t loomi_algo_tune(struct loom_comm *comm, uint64_t budget_ns);
-/* Run it (fn names the public call in errors). */
+/* Run it (fn names the public call in errors) as collective call `no`
+ * whose check is chk (comm/calls.h). */
 loom_result_t loomi_small_coll(struct loom_comm *comm, int coll, const void *sendbuf,
                                void *recvbuf, size_t count, loom_datatype_t dtype,
-                               loom_op_t op, const char *fn);
+                               loom_op_t op, const char *fn, uint64_t no, uint32_t chk);
 
 #endif

@@ -40,7 +40,7 @@ static loom_result_t check_common(struct call *c, loom_comm_t h, int reduces, in
                                   size_t count, size_t blocks, size_t per_rank)
 {
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_check(h, c->fn, &comm);
+    loom_result_t r = loomi_comm_live(h, c->fn, &comm);
     if (r != LOOM_SUCCESS) return r;
     c->comm = comm;
     blocks += per_rank * (size_t)comm->nranks;
@@ -259,11 +259,27 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                           "loom_group_end (use the blocking form: loom_group_end completes it)",
                           c->fn);
     size_t es = loom_datatype_size(c->dtype);
+    /* The call's number and check, whatever path it takes (calls.h). */
+    const struct loomi_call d = loomi_call_make(c->a.coll, c->a.count, c->dtype, c->op,
+                                                c->a.root, c->cz.codec != NULL);
+    uint32_t chk;
+    const uint64_t no = loomi_call_begin(comm, &d, &chk);
+    /* A broken communicator fails the call (it counts among this rank's
+     * calls: a mismatch's verdict sees it). */
+    loom_result_t r = LOOM_SUCCESS;
+    if (comm->pt || comm->error != LOOM_SUCCESS) r = loomi_comm_check_call(comm, c->fn);
+    if (r != LOOM_SUCCESS) return r;
     /* Small blocking calls on one host: the arenas' slots (small.c). */
     if (!req && !group && !c->cz.codec &&
         loomi_small_fits(comm, c->a.coll, c->a.count * es, c->dtype, c->op))
         return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
-                                c->op, c->fn);
+                                c->op, c->fn, no, chk);
+    /* A rooted collective can complete on a rank that never hears from
+     * a peer that made it otherwise: the next small calls look at the
+     * transport for that peer's messages (small.c). */
+    if (c->a.coll == LOOMI_COLL_BROADCAST || c->a.coll == LOOMI_COLL_REDUCE ||
+        c->a.coll == LOOMI_COLL_GATHER || c->a.coll == LOOMI_COLL_SCATTER)
+        comm->poll_slots = LOOMI_CALL_POLL_SLOTS;
     size_t chunk;
     int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op,
                               &chunk);
@@ -307,7 +323,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     /* Queued group members are handed over (the group frees them).
      * Compressed schedules are built each time (not cached: they carry
      * the codec and the error-feedback state). */
-    loom_result_t r = c->cz.codec ? build_cz(comm, c, &s)
+    r = c->cz.codec ? build_cz(comm, c, &s)
                       : group     ? loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype,
                                                      c->op, &c->a, algo)
                                   : get_sched(comm, c, algo, &s);
@@ -315,6 +331,8 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     if (c->cz.codec) algo = LOOMI_ALGO_RING;
     s.coll1 = c->a.coll + 1;
     s.algo = algo;
+    s.call = no;
+    s.chk = chk;
     LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, chunks of %zu, %u steps%s%s", c->fn,
                 c->a.count, loomi_dtype_name(c->dtype), loomi_algo_name(algo), c->a.chunk_bytes,
                 s.nsteps,

@@ -12,13 +12,23 @@
  * all-to-all, nothing for barrier.  One synchronisation instead of
  * log2(p) rounds.
  *
- * Each rank's region: two 64-byte lines, each holding the number of the
- * last operation whose data is in one of two slots, then the two slots.
- * Inputs of up to 56 bytes go in the number's own line instead.
- * Operation s uses slot s % 2.  A rank writes slot s % 2 again only in
- * operation s + 2, which it starts after seeing every rank publish s + 1;
- * a rank publishes s + 1 only after it has finished reading for s.  So no
- * slot is overwritten while it is read, without any further message.
+ * Each rank's region: two 64-byte lines, each holding a word that names
+ * the last operation whose data is in one of two slots, then the two
+ * slots.  Inputs of up to 56 bytes go in the word's own line instead.
+ * Small operation s uses slot s % 2.  A rank writes slot s % 2 again only
+ * in operation s + 2, which it starts after seeing every rank publish
+ * s + 1; a rank publishes s + 1 only after it has finished reading for s.
+ * So no slot is overwritten while it is read, without any further
+ * message.
+ *
+ * The word is the collective call's number on the communicator (its low
+ * 32 bits) and the call's check above them (comm/calls.h), so the load
+ * that tells a rank its peer's input is there also tells it that the
+ * peer made the same call: the same number with another check, or a
+ * later number (the peer made this call some other way and went on),
+ * fails every rank with LOOM_ERR_MISMATCH before any slot is read.  A
+ * peer that stays away while it is in some other call is asked which
+ * (a probe, after LOOMI_CALL_STALL_MS).
  *
  * Every rank takes this path for the same calls: blocking, without a
  * codec, with at most small_max bytes in a slot, on a communicator whose
@@ -42,6 +52,7 @@
 #define LINE 64
 #define SEQ_LINES 2
 
+/* The word of small operation s in a rank's region. */
 static _Atomic uint64_t *seq_of(unsigned char *region, uint64_t s)
 {
     return (_Atomic uint64_t *)(void *)(region + (s & 1) * LINE);
@@ -349,29 +360,58 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     return LOOM_SUCCESS;
 }
 
-/* Wait until every rank has published operation s; fails when the
- * communicator breaks or nothing arrives for LOOM_TIMEOUT. */
-static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
+/* What a rank publishes for a call: its number's low 32 bits, and its
+ * check above them (calls.h), so that one load tells a peer both that
+ * the data is there and that it is for the same call. */
+static uint64_t slot_word(uint64_t no, uint32_t chk) { return (uint64_t)chk << 32 | (uint32_t)no; }
+
+/* Rank q published `v` in the slot where this rank waits for call `no`
+ * with check chk: the same call with other arguments, or a later call,
+ * which q made without these slots (it made call `no` some other way).
+ * Returns 1 for such a mismatch, 0 while q has not got there yet. */
+static int slot_mismatch(struct loom_comm *c, int q, uint64_t v, uint64_t no, uint32_t chk,
+                         const char *fn)
+{
+    const uint32_t ahead = (uint32_t)v - (uint32_t)no;
+    if (ahead >= (1u << 24)) return 0; /* an earlier call's word */
+    struct loomi_call mine;
+    char what[128] = "";
+    if (loomi_call_get(c, no, &mine)) loomi_call_str(&mine, what, sizeof what);
+    if (!ahead)
+        loomi_comm_fail(c, LOOM_ERR_MISMATCH, q,
+                        "rank %d made collective call %llu with other arguments than this "
+                        "rank's %s (call check %08x there, %08x here)",
+                        q, (unsigned long long)no, what[0] ? what : fn, (unsigned)(v >> 32),
+                        (unsigned)chk);
+    else
+        loomi_comm_fail(c, LOOM_ERR_MISMATCH, q,
+                        "rank %d went on to collective call %llu without making call %llu "
+                        "through the shared-memory slots as this rank's %s does",
+                        q, (unsigned long long)(no + ahead), (unsigned long long)no,
+                        what[0] ? what : fn);
+    return 1;
+}
+
+/* Wait until every rank has published call `no` (small operation s);
+ * fails when a rank published another call there, when the communicator
+ * breaks, or when nothing arrives for LOOM_TIMEOUT. */
+static loom_result_t wait_all(struct loom_comm *c, uint64_t s, uint64_t no, uint32_t chk,
+                              const char *fn)
 {
     const int n = c->nranks;
-    int next = 0;          /* ranks below `next` have published s */
+    const uint64_t want = slot_word(no, chk);
+    int next = 0;          /* ranks below `next` have published the call */
+    int probed = -1;       /* the rank asked which call it makes (calls.h) */
     unsigned spins = 0;
     uint64_t start = 0, last = 0; /* ns: the wait began; something last arrived */
     while (next < n) {
         uint64_t v = atomic_load_explicit(seq_of(c->small_map[next], s), memory_order_acquire);
-        if (v == s) {
+        if (v == want) {
             next++;
             last = 0;
             continue;
         }
-        /* Only the previous use of the slot (or nothing yet) may be there:
-         * anything else is a peer out of step or memory overwritten. */
-        if (v != (s >= 2 ? s - 2 : 0)) {
-            loomi_comm_fail(c, LOOM_ERR_INTERNAL, next,
-                            "small collective: rank %d published operation %llu in the slot "
-                            "of operation %llu (ranks out of step, or shared memory "
-                            "overwritten)",
-                            next, (unsigned long long)v, (unsigned long long)s);
+        if (slot_mismatch(c, next, v, no, chk, fn)) {
             loomi_engine_fail_all(c);
             break;
         }
@@ -379,10 +419,24 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
          * rank we wait for may need this one). */
         if (c->oversubscribed) sched_yield();
         if (++spins % 32) continue;
-        if (loomi_engine_poll(c) != LOOM_SUCCESS) break;
         uint64_t now = loomi_now_ns();
         if (!start) start = now;
         if (!last) last = now;
+        /* Past a millisecond, the transport too (see loomi_small_coll). */
+        if (loomi_engine_poll(c, now - last >= 1000000u) != LOOM_SUCCESS) break;
+        /* A rank stalled in another call may be asking this one. */
+        if (c->ctrl) {
+            loomi_calls_poll(c);
+            if (c->error != LOOM_SUCCESS) {
+                loomi_engine_fail_all(c);
+                break;
+            }
+        }
+        /* A rank that is in another call may never come here: ask it. */
+        if (probed != next && now - last >= (uint64_t)LOOMI_CALL_STALL_MS * 1000000u) {
+            probed = next;
+            loomi_calls_probe(c, no, &next, 1);
+        }
         if (now - last >= (uint64_t)c->set.timeout_ms * 1000000u) {
             loomi_comm_fail(c, LOOM_ERR_TIMEOUT, next,
                             "no progress for %d ms (LOOM_TIMEOUT) in a small collective "
@@ -399,6 +453,11 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, const char *fn)
         }
     }
     if (next == n) return LOOM_SUCCESS;
+    if (c->error == LOOM_ERR_MISMATCH) {
+        /* Which rank's call differs: the others say (calls.h). */
+        loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS);
+        c->mismatch_told = 1;
+    }
     return loomi_fail(c->error != LOOM_SUCCESS ? c->error : LOOM_ERR_INTERNAL, c->rank, "%s: %s",
                       fn, c->errmsg);
 }
@@ -416,14 +475,25 @@ static void reduce_slots(struct loom_comm *c, uint64_t s, size_t in, size_t off,
 
 loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbuf,
                                void *recvbuf, size_t count, loom_datatype_t dtype,
-                               loom_op_t op, const char *fn)
+                               loom_op_t op, const char *fn, uint64_t no, uint32_t chk)
 {
     const size_t n = count * loom_datatype_size(dtype);
     const int me = c->rank, p = c->nranks;
     loomi_comm_lock(c);
     loom_result_t r = map_regions(c);
-    if (r == LOOM_SUCCESS && loomi_engine_poll(c) != LOOM_SUCCESS)
+    /* After a rooted collective, the next calls look at the transport
+     * first: there a rank may have completed its part without hearing
+     * from a peer that made the call otherwise (two ranks that both took
+     * themselves for the root), whose message only shows it (calls.h). */
+    const int look = c->poll_slots > 0;
+    if (look) c->poll_slots--;
+    if (r == LOOM_SUCCESS && loomi_engine_poll(c, look) != LOOM_SUCCESS) {
+        if (c->error == LOOM_ERR_MISMATCH) { /* which rank's call differs (calls.h) */
+            loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS);
+            c->mismatch_told = 1;
+        }
         r = loomi_fail(c->error, me, "%s: %s", fn, c->errmsg);
+    }
     if (r != LOOM_SUCCESS) {
         loomi_comm_unlock(c);
         return r;
@@ -433,8 +503,8 @@ loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbu
     /* In place, the input is in this slot before anything is written. */
     const size_t in = slot_bytes(coll, n, p);
     if (in) memcpy(slot_of(c, mine, s, in), sendbuf, in);
-    atomic_store_explicit(seq_of(mine, s), s, memory_order_release);
-    r = wait_all(c, s, fn);
+    atomic_store_explicit(seq_of(mine, s), slot_word(no, chk), memory_order_release);
+    r = wait_all(c, s, no, chk, fn);
     if (r == LOOM_SUCCESS && n) {
         unsigned char *out = recvbuf;
         switch (coll) {

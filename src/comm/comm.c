@@ -55,21 +55,41 @@ loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **
                       fn);
 }
 
+static loom_result_t comm_check(struct loom_comm *c, const char *fn, int sync)
+{
+    loom_result_t r = LOOM_SUCCESS;
+    /* The communicator's owner is the caller: it may bring it up to date. */
+    loomi_comm_lock(c);
+    if (c->error == LOOM_SUCCESS && sync) loomi_comm_sync(c);
+    /* A call made since this rank showed its calls joins them: a rank
+     * that learned of the mismatch before it made the call in question
+     * shows it now (calls.h). */
+    if (c->error == LOOM_ERR_MISMATCH) loomi_calls_push(c);
+    if (c->error == LOOM_ERR_MISMATCH && !c->mismatch_told &&
+        loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS)) {
+        /* The ranks' calls differ and this rank has not been told yet
+         * (its part of the call completed before the difference showed,
+         * as the root of a broadcast's does): this call says so. */
+        c->mismatch_told = 1;
+        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: %s", fn, c->errmsg);
+    } else if (c->error != LOOM_SUCCESS) {
+        r = loomi_fail(LOOM_ERR_REVOKED, c->rank,
+                       "%s: the communicator is broken since an earlier failure: %s", fn,
+                       c->errmsg);
+    }
+    loomi_comm_unlock(c);
+    return r;
+}
+
 loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out)
 {
-    struct loom_comm *comm;
-    loom_result_t r = loomi_comm_live(h, fn, &comm);
-    *out = comm;
-    if (r != LOOM_SUCCESS) return r;
-    /* The communicator's owner is the caller: it may bring it up to date. */
-    loomi_comm_lock(comm);
-    if (comm->error == LOOM_SUCCESS) loomi_comm_sync(comm);
-    if (comm->error != LOOM_SUCCESS)
-        r = loomi_fail(LOOM_ERR_REVOKED, comm->rank,
-                       "%s: the communicator is broken since an earlier failure: %s", fn,
-                       comm->errmsg);
-    loomi_comm_unlock(comm);
-    return r;
+    loom_result_t r = loomi_comm_live(h, fn, out);
+    return r != LOOM_SUCCESS ? r : comm_check(*out, fn, 1);
+}
+
+loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn)
+{
+    return comm_check(comm, fn, 0);
 }
 
 loom_result_t loomi_comm_publish(struct loom_comm *c)
@@ -110,6 +130,11 @@ loom_result_t loomi_comm_sync(struct loom_comm *c)
     return r;
 }
 
+int loomi_comm_revoke_pending(const struct loom_comm *c)
+{
+    return c->error == LOOM_SUCCESS && c->ctrl && loomi_ctrl_revoked(c->ctrl);
+}
+
 void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, const char *fmt,
                      ...)
 {
@@ -130,8 +155,17 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
      * detector, never from a guess such as a deadline's suspect. */
     if (c->ctrl) loomi_ctrl_revoke(c->ctrl, code, failed_rank, c->errmsg);
     /* Tell everyone at once, so that ranks not talking to the failed
-     * peer stop too instead of waiting for their deadline. */
-    if (c->tops && c->tstate) c->tops->abort_all(c->tstate, failed_rank, code);
+     * peer stop too instead of waiting for their deadline.  Not for ranks
+     * whose calls differ: nobody failed, the control plane tells every
+     * rank, and connections kept open let a rank still finishing an
+     * earlier call complete it (a closed TCP connection can take with it
+     * what the peer had not read yet), so that its account of its calls
+     * reaches the call in question (calls.h). */
+    if (c->tops && c->tstate && !(code == LOOM_ERR_MISMATCH && c->ctrl))
+        c->tops->abort_all(c->tstate, failed_rank, code);
+    /* Ranks whose calls differ: every rank shows the others its last
+     * calls, so that each can say which rank differs (calls.h). */
+    if (code == LOOM_ERR_MISMATCH) loomi_calls_push(c);
     loomi_comm_unlock(c);
 }
 
@@ -142,6 +176,12 @@ loom_result_t loomi_comm_out(struct loom_comm *c, loom_result_t err)
     snprintf(msg, sizeof msg, "%s", loom_get_last_error());
     loomi_comm_fail(c, LOOM_ERR_REVOKED, c->rank, "%s", msg);
     return loomi_fail(err, c->rank, "%s", msg);
+}
+
+/* The transports' ctx.call_check. */
+static uint32_t comm_call_check(void *owner, uint64_t tag)
+{
+    return loomi_call_check_of_op(owner, loomi_tag_op(tag));
 }
 
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
@@ -201,6 +241,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .bind_hint_len = c->bind_len,
         .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
+        .call_check = comm_call_check,
         .shm_bytes = c->set.shm_bytes,
         .shm_cma_min = c->set.shm_cma_min,
         .nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL,

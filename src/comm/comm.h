@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "coll/coll.h"
+#include "comm/calls.h"
 #include "core/internal.h"
 #include "transports/transport.h"
 
@@ -50,7 +51,6 @@ struct loom_comm {
     const struct loomi_transport_ops *tops;
     void *tstate;
 
-    uint64_t next_seq;       /* collectives issued, same order on all ranks */
     struct loomi_op *active; /* running operations (doubly linked) */
     struct loomi_op *live;   /* every operation not yet waited for */
     int nactive;
@@ -163,7 +163,40 @@ struct loom_comm {
      * rank agrees; never reset, as loom_mem_free is local): the
      * allreduce then selects from the window tables. */
     int win_shared;
+
+    /* Collective calls (calls.h): how many this rank made (the
+     * operations' numbers, the same on every rank), the last
+     * LOOMI_CALL_HIST of them, and what a mismatch has done so far. */
+    _Atomic uint64_t call_no; /* written by the calling thread only */
+    uint64_t last_w[2]; /* the last call's descriptor, and its check */
+    uint32_t last_chk;
+    struct loomi_call_rec calls[LOOMI_CALL_HIST];
+    unsigned mail_seen;       /* control messages loomi_calls_poll has looked at */
+    uint64_t stall_probed_ms; /* the stall (its last_progress_ms) already probed */
+    uint64_t calls_pushed;    /* loomi_calls_push ran (the last call shown + 1) */
+    int verdict;              /* loomi_calls_verdict: 0 not yet, 1 found, 2 nothing found */
+    int mismatch_told;        /* a call has returned LOOM_ERR_MISMATCH */
+    int poll_slots;           /* small calls that look at the transport first (small.c) */
 };
+
+/* Number a collective call and remember it (calls.h; the calling
+ * thread): returns its number, and its check in *chk. */
+static inline uint64_t loomi_call_begin(struct loom_comm *c, const struct loomi_call *d,
+                                        uint32_t *chk)
+{
+    const uint64_t no = atomic_load_explicit(&c->call_no, memory_order_relaxed) + 1;
+    const uint64_t w0 = loomi_call_word0(d);
+    atomic_store_explicit(&c->call_no, no, memory_order_relaxed);
+    loomi_call_rec_put(&c->calls[no % LOOMI_CALL_HIST], no, w0, d->count);
+    /* Loops make the same call over and over: its check is kept. */
+    if (w0 != c->last_w[0] || d->count != c->last_w[1] || !c->last_chk) {
+        c->last_w[0] = w0;
+        c->last_w[1] = d->count;
+        c->last_chk = loomi_call_check_words(w0, d->count);
+    }
+    *chk = c->last_chk;
+    return no;
+}
 
 /* Free the handles of the registrations left on comm (destroy, after
  * the transport released the registrations themselves). */
@@ -218,6 +251,12 @@ loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **
 /* Same, and the communicator can run operations (LOOM_ERR_REVOKED when
  * broken). */
 loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* The same for a collective call that has its number (comm/calls.h),
+ * without bringing the communicator up to date with its control plane:
+ * the call's own progress does that.  Before it, a collective checks
+ * only that comm is a communicator (loomi_comm_live), so that a call
+ * that finds the communicator broken counts among this rank's calls. */
+loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn);
 /* Make c live: give it its handle and magic (LOOM_ERR_NO_MEMORY when no
  * handle is left).  Withdraw: its handle names nothing from now on
  * (nothing when it has none).  Every communicator that was published is
@@ -239,6 +278,9 @@ loom_result_t loomi_comm_out(struct loom_comm *comm, loom_result_t err);
 /* Bring the communicator up to date with its control plane: a failure
  * or revocation seen there breaks it here (returns comm->error). */
 loom_result_t loomi_comm_sync(struct loom_comm *comm);
+/* Whether the control plane holds a revocation that loomi_comm_sync
+ * would act on (cheap: an atomic load). */
+int loomi_comm_revoke_pending(const struct loom_comm *comm);
 
 /* Longest the engine sleeps in one wait, so that a revocation arriving
  * on the control plane is acted on promptly. */

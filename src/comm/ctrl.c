@@ -86,6 +86,7 @@ struct loomi_ctrl {
     int stop;
     struct peer *p; /* [n + LOOMI_CTRL_MAX_JOINERS]: ranks, then joiner slots */
     struct loomi_cmsg *mb_head, *mb_tail;
+    atomic_uint mb_count; /* messages ever put in the mailbox */
 
     /* Join service: held by the lowest rank alive, on the job's
      * rendezvous address, which it binds once the bootstrap root (or the
@@ -385,6 +386,7 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     if (c->mb_tail) c->mb_tail->next = m;
     else c->mb_head = m;
     c->mb_tail = m;
+    atomic_fetch_add_explicit(&c->mb_count, 1, memory_order_release);
     pthread_cond_broadcast(&c->cv);
     return 0;
 }
@@ -944,13 +946,15 @@ static struct loomi_cmsg **mb_find(struct loomi_ctrl *c, uint32_t mask)
     return l;
 }
 
-struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
-                                   uint32_t mask)
+/* The first message of a type in mask, waited for until deadline_ms (0:
+ * not at all) or, with gen, until the failed set changes from *gen. */
+static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, uint64_t deadline_ms,
+                                  const unsigned *gen)
 {
     struct loomi_cmsg *m = NULL;
     pthread_mutex_lock(&c->mu);
-    while (!*mb_find(c, mask) && c->gen == gen) {
-        int left = loomi_ms_left(deadline_ms);
+    while (!*mb_find(c, mask) && (!gen || c->gen == *gen)) {
+        int left = deadline_ms ? loomi_ms_left(deadline_ms) : 0;
         if (left == 0) break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -971,6 +975,22 @@ struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t 
     }
     pthread_mutex_unlock(&c->mu);
     return m;
+}
+
+struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
+                                   uint32_t mask)
+{
+    return mb_take(c, mask, deadline_ms, &gen);
+}
+
+struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms)
+{
+    return mb_take(c, LOOMI_CMSG_BIT(type), deadline_ms, NULL);
+}
+
+unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c)
+{
+    return atomic_load_explicit(&((struct loomi_ctrl *)c)->mb_count, memory_order_acquire);
 }
 
 int loomi_ctrl_newer(struct loomi_ctrl *c, uint32_t mask, uint32_t epoch)

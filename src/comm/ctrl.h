@@ -46,7 +46,12 @@ enum {
     LOOMI_CMSG_ACCEPT = 20, /* to a joiner: arg = new rank | new size << 32 */
     LOOMI_CMSG_AGREE = 21,  /* loom_comm_agree's proposal (agree.c) */
     LOOMI_CMSG_AGREED = 22, /* ... and its decision */
-    LOOMI_CMSG_MAX = 22
+    /* Collective calls (calls.c), arg = a call number: a probe from a
+     * rank stalled in that call, with its descriptor; a rank's last
+     * calls, sent when the communicator failed for a mismatch. */
+    LOOMI_CMSG_CALL_PROBE = 23,
+    LOOMI_CMSG_CALL_SHOW = 24,
+    LOOMI_CMSG_MAX = 24
 };
 /* loomi_ctrl_recv's masks: the protocols' own message types. */
 #define LOOMI_CMSG_BIT(t) (1u << ((t) - 16))
@@ -148,6 +153,13 @@ loom_result_t loomi_ctrl_agreed_ask(struct loomi_ctrl *c, int to, uint32_t epoch
  * does so itself for proposals that come after the decision; this is for
  * those that were already in the mailbox). */
 void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id);
+
+/* The oldest protocol message of one type (the caller frees it), left
+ * in order with the others; waits for one until deadline_ms (0: does not
+ * wait). */
+struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms);
+/* How many protocol messages have come so far (cheap: an atomic load). */
+unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c);
 
 /* A joiner's side of the wire: the 32-byte header of a message (its
  * first message is LOOMI_CTRL_T_JOIN with the 16-byte job key), and the

@@ -22,7 +22,7 @@ const char *loom_strerror(loom_result_t r)
     case LOOM_ERR_NO_MEMORY: return "out of memory";
     case LOOM_ERR_REVOKED: return "communicator revoked";
     case LOOM_ERR_UNSUPPORTED: return "unsupported";
-    case LOOM_ERR_MISMATCH: return "peers disagree (job, size, version or settings mismatch)";
+    case LOOM_ERR_MISMATCH: return "peers disagree (job, size, version, settings or collective calls)";
     case LOOM_ERR_CONNECT: return "connection failed";
     }
     return "unknown result code";

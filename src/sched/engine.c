@@ -60,6 +60,20 @@ void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, char *buf, size_t n)
              (unsigned long long)(mine >> 32 & ((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) - 1)), a, b);
 }
 
+void loomi_call_conflict_why(uint64_t theirs, uint32_t theirs_chk, uint64_t mine,
+                             uint32_t mine_chk, char *buf, size_t n)
+{
+    if ((theirs ^ mine) >> LOOMI_TAG_SIG_SHIFT) {
+        loomi_tag_conflict_why(theirs, mine, buf, n);
+        return;
+    }
+    snprintf(buf, n,
+             "made collective call %llu with other arguments than this rank (call check %08x "
+             "there, %08x here): do all ranks make the same collective calls in the same order "
+             "with the same count, datatype, op and root?",
+             (unsigned long long)loomi_tag_op(mine), (unsigned)theirs_chk, (unsigned)mine_chk);
+}
+
 struct loomi_op {
     struct loom_comm *comm;
     struct loomi_sched s;
@@ -322,6 +336,7 @@ static void op_run_ready(struct loomi_op *op)
             memset(x, 0, sizeof *x);
             x->peer = st->peer;
             x->tag = s->p2p ? LOOMI_TAG_P2P | st->tag : loomi_tag_coll(op->seq, sched_sig(s), st->tag);
+            x->chk = s->p2p ? 0 : s->chk;
             x->len = bytes;
             x->complete = xfer_complete;
             x->owner = op;
@@ -934,7 +949,7 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
         }
         op->inplace_buf = recvbuf;
     }
-    if (!op->s.p2p) op->seq = c->next_seq++;
+    if (!op->s.p2p) op->seq = op->s.call;
     /* The deadline counts from the last progress of the communicator,
      * or from now when nothing was running. */
     if (!c->nactive) c->progressed = 1;
@@ -1029,7 +1044,9 @@ void loomi_engine_fail_all(struct loom_comm *c)
     struct loomi_op *op;
     loomi_comm_lock(c);
     while ((op = c->active) != NULL) {
-        if (op->status == LOOM_SUCCESS) {
+        /* Ranks whose calls differ: every collective fails for that, not
+         * for what followed (peers that aborted, transfers refused). */
+        if (op->status == LOOM_SUCCESS || (c->error == LOOM_ERR_MISMATCH && !op->s.p2p)) {
             op->status = c->error;
             snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
         } else if (c->errmsg[0]) {
@@ -1067,11 +1084,39 @@ static int silent_peer(const struct loom_comm *c)
     return send_peer;
 }
 
+/* Nothing has moved for LOOMI_CALL_STALL_MS: ask the peers each
+ * operation waits on whether they made its call as this rank did (a peer
+ * in another call may never send what this one waits for), once per
+ * stall (calls.h). */
+static void check_stall(struct loom_comm *c)
+{
+    if (!c->ctrl || c->error != LOOM_SUCCESS || c->stall_probed_ms == c->last_progress_ms ||
+        loomi_now_ms() - c->last_progress_ms < LOOMI_CALL_STALL_MS)
+        return;
+    c->stall_probed_ms = c->last_progress_ms;
+    for (const struct loomi_op *op = c->active; op; op = op->next) {
+        if (op->s.p2p || !op->s.call) continue;
+        int peers[16], np = 0;
+        for (uint32_t i = 0; i < op->s.nsteps && np < 16; i++) {
+            if (!op->posted[i]) continue;
+            int q = op->s.steps[i].peer, seen = 0;
+            for (int k = 0; k < np; k++) seen |= peers[k] == q;
+            if (!seen) peers[np++] = q;
+        }
+        if (np) loomi_calls_probe(c, op->s.call, peers, np);
+    }
+}
+
 /* Running operations fail when the communicator has moved nothing for
  * timeout_ms. */
 static void check_deadline(struct loom_comm *c)
 {
-    if (!c->active || ms_to_deadline(c) != 0) return;
+    if (!c->active) return;
+    const int left = ms_to_deadline(c);
+    /* Probes from ranks stalled in a call: is it the one this rank made? */
+    if (c->ctrl && c->error == LOOM_SUCCESS) loomi_calls_poll(c);
+    check_stall(c);
+    if (left != 0 || !c->active || c->error != LOOM_SUCCESS) return;
     const struct loomi_op *op = c->active;
     int suspect = silent_peer(c);
     const struct loomi_op *head = c->shq_head;
@@ -1099,6 +1144,16 @@ static void engine_round(struct loom_comm *c, int wait_ms)
      * between short sleeps, not only when the data plane wakes us. */
     if (c->ctrl) {
         if (wait_ms > LOOMI_CTRL_POLL_MS) wait_ms = LOOMI_CTRL_POLL_MS;
+        /* Early in a stall, look at the control plane often: a peer in
+         * another call asks (or answers) there (calls.h). */
+        if (wait_ms > LOOMI_CALL_ANSWER_POLL_MS &&
+            loomi_now_ms() - c->last_progress_ms < LOOMI_CALL_ANSWER_MS)
+            wait_ms = LOOMI_CALL_ANSWER_POLL_MS;
+        if (c->error == LOOM_SUCCESS && loomi_comm_revoke_pending(c)) {
+            /* What the peers sent before they revoked still counts: an
+             * operation whose messages are all here completes. */
+            if (c->tops->progress(c->tstate, 0) == LOOM_SUCCESS) engine_advance(c);
+        }
         if (c->error == LOOM_SUCCESS && loomi_comm_sync(c) != LOOM_SUCCESS) {
             loomi_engine_fail_all(c);
             return;
@@ -1114,9 +1169,9 @@ static void engine_round(struct loom_comm *c, int wait_ms)
     if (c->active && (wait_ms > 0 || ++c->rounds % 64 == 0)) check_deadline(c);
 }
 
-loom_result_t loomi_engine_poll(struct loom_comm *c)
+loom_result_t loomi_engine_poll(struct loom_comm *c, int transport)
 {
-    if (c->active) engine_round(c, 0);
+    if (c->active || (transport && c->error == LOOM_SUCCESS)) engine_round(c, 0);
     else if (c->ctrl && c->error == LOOM_SUCCESS) loomi_comm_sync(c);
     return c->error;
 }
@@ -1124,6 +1179,13 @@ loom_result_t loomi_engine_poll(struct loom_comm *c)
 static loom_result_t op_result(struct loomi_op *op)
 {
     loom_result_t r = op->status;
+    struct loom_comm *c = op->comm;
+    if (r == LOOM_ERR_MISMATCH && !op->s.p2p) {
+        /* Which rank's call differs: the others say (calls.h). */
+        if (loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS))
+            snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
+        c->mismatch_told = 1;
+    }
     if (r != LOOM_SUCCESS)
         loomi_fail(r, op->comm->rank, "%s", op->errmsg[0] ? op->errmsg : loom_strerror(r));
     op_free(op);
@@ -1379,6 +1441,9 @@ static void *progress_main(void *arg)
         int fd = c->tops->wait_fd(c->tstate);
         int ms = ms_to_deadline(c);
         if (c->ctrl && ms > LOOMI_CTRL_POLL_MS) ms = LOOMI_CTRL_POLL_MS;
+        if (c->ctrl && ms > LOOMI_CALL_ANSWER_POLL_MS &&
+            loomi_now_ms() - c->last_progress_ms < LOOMI_CALL_ANSWER_MS)
+            ms = LOOMI_CALL_ANSWER_POLL_MS; /* as in engine_round */
         if (fd < 0 && ms > 1) ms = 1; /* nothing to sleep on: nap, then look again */
         progress_sleep(pt, fd, ms);
         check_deadline(c);

@@ -151,6 +151,11 @@ struct loomi_sched {
      * algorithm that built it, for the messages of a failure: ranks that
      * forced different algorithms stall on each other. */
     int coll1, algo;
+    /* The collective call it runs (its number, the operation's, the same
+     * on every rank) and the call's check, which every message carries
+     * (comm/calls.h); set by the caller before loomi_op_start. */
+    uint64_t call;
+    uint32_t chk;
     /* Owned by a cache, lent to an operation: loomi_sched_free leaves the
      * arrays alone, and loomi_sched_finish has already run. */
     int borrowed;
@@ -274,8 +279,10 @@ void loomi_progress_stop(struct loom_comm *comm);
 /* One pass that blocks nowhere, for a caller waiting on something other
  * than an operation (small.c): running operations progress and their
  * deadline holds, and a failure seen by the control plane breaks the
- * communicator.  Returns comm->error. */
-loom_result_t loomi_engine_poll(struct loom_comm *comm);
+ * communicator.  `transport`: the transport progresses even when no
+ * operation runs (a message that came for none of this rank's may show
+ * a call that a peer made otherwise).  Returns comm->error. */
+loom_result_t loomi_engine_poll(struct loom_comm *comm, int transport);
 
 /* Fail every running op of comm (called when the communicator breaks). */
 void loomi_engine_fail_all(struct loom_comm *comm);

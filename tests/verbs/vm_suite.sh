@@ -18,7 +18,9 @@
 #     over verbs and over TCP;
 #  7. the NIC each rank opens: the one the topology gives it (closest to
 #     its GPU), else the first device with an active port; loom-info
-#     --job shows the NICs in use.
+#     --job shows the NICs in use;
+#  8. ranks whose collective calls differ: every rank fails at once,
+#     naming the rank that differs and both calls.
 # LOOM_VM_QUICK=1 skips 3 and 6; LOOM_VM_SECTIONS="N ..." runs only those.  Ends with "N passed, N failed".
 pass=0 fail=0
 # LOOM_VM_SECTIONS="5 6": only those sections (default: all).
@@ -249,6 +251,45 @@ for r in 0 1 2 3; do
 done
 if [ $rc -eq 0 ] && [ $good = 1 ]; then ok "each rank opens the topology's NIC, or the first active one where it is missing; loom-info shows them"
 else bad "NIC choice (exit $rc)"; echo "$out" | grep -E 'verbs|  rank' | tail -12; fi
+fi
+
+# 8. Ranks whose collective calls differ (tests/mp/test_mismatch.sh over
+#    verbs): the call's check rides in the eager header and in the
+#    clear-to-send of a rendezvous; every rank fails with
+#    LOOM_ERR_MISMATCH within a second (LOOM_TIMEOUT 30 s), and the
+#    message names the rank that differs (or both, with 2 ranks) and
+#    both calls.
+if want 8; then
+for n in 2 3; do
+    for c in "count1k 1000 1024" "count1m 1000000 1048576" "op max sum" "bcast bcast sum"; do
+        set -- $c
+        cs=$1
+        case $cs in
+        op) oddc="loom_allreduce(count=1024, float32, max)"
+            majc="loom_allreduce(count=1024, float32, sum)" ;;
+        bcast) oddc="loom_broadcast(count=1024, float32, root=0)"
+            majc="loom_allreduce(count=1024, float32, sum)" ;;
+        *) oddc="loom_allreduce(count=$2, float32, sum)"
+            majc="loom_allreduce(count=$3, float32, sum)" ;;
+        esac
+        if [ $n = 2 ]; then want_msg="rank 0 called $majc, rank 1 called $oddc"
+        else want_msg="rank 1 called $oddc while ranks 0, 2 called $majc"; fi
+        LOOM_TIMEOUT=30000 run $n mp_mismatch $cs 1
+        good=1 worst=0 r=0
+        while [ $r -lt $n ]; do
+            line=$(echo "$out" | grep "^rank $r: $cs: LOOM_ERR_MISMATCH in " | head -1)
+            ms=$(echo "$line" | sed -n 's/.* in \([0-9]*\)[.0-9]* ms.*/\1/p')
+            if [ -z "$ms" ] || [ "$ms" -ge 1000 ] || ! echo "$line" | grep -qF "$want_msg"; then
+                good=0
+                echo "  rank $r: ${line:-no LOOM_ERR_MISMATCH}"
+            fi
+            [ -n "$ms" ] && [ "$ms" -gt "$worst" ] && worst=$ms
+            r=$((r + 1))
+        done
+        if [ $good = 1 ]; then ok "mp_mismatch $cs on $n ranks over verbs: every rank LOOM_ERR_MISMATCH within $worst ms, naming both calls"
+        else bad "mp_mismatch $cs on $n ranks over verbs (exit $rc)"; echo "$out" | grep '^rank' | tail -6; fi
+    done
+done
 fi
 
 echo "$pass passed, $fail failed"

@@ -127,7 +127,8 @@ struct ring_ctl {
 struct cell {
     _Atomic uint32_t seq; /* position + 1 once full */
     uint16_t type, flags;
-    uint32_t len, resv;
+    uint32_t len;
+    uint32_t chk;   /* FIRST/RTS: the call's check (transport.h) */
     uint64_t tag;   /* FIRST/RTS: tag; RESEND/ACK/NACK: id */
     uint64_t total; /* FIRST/RTS/RESEND: message length */
 };
@@ -152,6 +153,7 @@ struct xq {
 struct unexp {
     struct unexp *next;
     uint64_t tag;
+    uint32_t chk; /* the call's check it came with */
     size_t total, got;
     char *buf;       /* eager: bytes so far */
     size_t cap;      /* buf's size (a pool buffer may be larger) */
@@ -244,6 +246,7 @@ struct shm {
     size_t unexp_bytes;
     struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
     int crowded;               /* loomi_shm_crowded */
+    uint64_t noted_op;         /* the operation of the last collective transfer posted, + 1 */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -290,21 +293,21 @@ static struct loomi_xfer *take_recv(struct peer *p, uint64_t tag)
 }
 
 /* A posted receive, or a held early message, of the operation that tag
- * belongs to but of another schedule (transport.h): its tag, or 0. */
-static uint64_t recv_conflict(const struct peer *p, uint64_t tag)
+ * belongs to but of another schedule or call (transport.h), or NULL. */
+static const struct loomi_xfer *recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
     for (int b = 0; b < NBUCKETS; b++)
         for (const struct loomi_xfer *x = p->recvs[b].head; x; x = x->t_next)
-            if (loomi_tag_conflict(x->tag, tag)) return x->tag;
-    return 0;
+            if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return x;
+    return NULL;
 }
 
-static uint64_t unexp_conflict(const struct peer *p, uint64_t tag)
+static const struct unexp *unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
     for (int b = 0; b < NBUCKETS; b++)
         for (const struct unexp *u = p->unexp[b].head; u; u = u->next)
-            if (loomi_tag_conflict(u->tag, tag)) return u->tag;
-    return 0;
+            if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return u;
+    return NULL;
 }
 
 static struct unexp *take_unexp(struct peer *p, uint64_t tag)
@@ -442,12 +445,29 @@ static void peer_error(struct shm *t, struct peer *p, loom_result_t code, const 
 
 #define PROTO(t, p, ...) peer_error(t, p, LOOM_ERR_MISMATCH, "protocol error: " __VA_ARGS__)
 
-/* Fail p for a message of another schedule (transport.h). */
-static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint64_t mine)
+/* Fail p for a message of another schedule or call (transport.h). */
+static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint32_t theirs_chk,
+                     uint64_t mine, uint32_t mine_chk)
 {
     char why[256];
-    loomi_tag_conflict_why(theirs, mine, why, sizeof why);
+    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, why, sizeof why);
     peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
+
+/* A collective transfer x is posted: the first of its operation scans
+ * the messages held from every peer for one of that operation from
+ * another schedule or call, which came before this rank made the call
+ * (found: that peer fails).  Cheap when none is held. */
+static void note_op(struct shm *t, const struct loomi_xfer *x)
+{
+    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
+    t->noted_op = loomi_tag_op(x->tag) + 1;
+    for (int i = 0; i < t->nlocal; i++) {
+        struct peer *q = &t->peers[t->local[i]];
+        if (!q->nunexp || q->failed) continue;
+        const struct unexp *u = unexp_conflict(q, x->tag, x->chk);
+        if (u) conflict(t, q, u->tag, u->chk, x->tag, x->chk);
+    }
 }
 
 /* ------------------------------------------------------------- sending */
@@ -472,13 +492,14 @@ static int out_space(struct shm *t, struct peer *p)
 }
 
 /* Fill the next cell and publish it. */
-static void out_put(struct peer *p, uint16_t type, uint64_t tag, uint64_t total, const void *a,
-                    size_t alen, const void *b, size_t blen)
+static void out_put(struct peer *p, uint16_t type, uint64_t tag, uint32_t chk, uint64_t total,
+                    const void *a, size_t alen, const void *b, size_t blen)
 {
     struct cell *c = out_cell(p, p->out_head);
     c->type = type;
     c->flags = 0;
     c->len = (uint32_t)(alen + blen);
+    c->chk = chk;
     c->tag = tag;
     c->total = total;
     if (alen) memcpy((char *)c + CELL_HDR, a, alen);
@@ -511,7 +532,7 @@ static int pump_out(struct shm *t, struct peer *p)
     int n = 0, sp;
     size_t done_ctl = 0;
     while (done_ctl < p->nctl && (sp = out_space(t, p)) > 0) {
-        out_put(p, p->ctl[done_ctl].type, p->ctl[done_ctl].id, 0, NULL, 0, NULL, 0);
+        out_put(p, p->ctl[done_ctl].type, p->ctl[done_ctl].id, 0, 0, NULL, 0, NULL, 0);
         done_ctl++;
         n++;
     }
@@ -529,7 +550,7 @@ static int pump_out(struct shm *t, struct peer *p)
         n++;
         if (mode == M_RTS) {
             uint64_t d[2] = {(uint64_t)(uintptr_t)x->buf, id};
-            out_put(p, C_RTS, x->tag, x->len, d, sizeof d, NULL, 0);
+            out_put(p, C_RTS, x->tag, x->chk, x->len, d, sizeof d, NULL, 0);
             xq_del(&p->sq, x);
             xq_push(&p->acks, x);
             continue;
@@ -538,9 +559,9 @@ static int pump_out(struct shm *t, struct peer *p)
         const char *src = (const char *)x->buf + x->t_done;
         if (x->t_done == 0)
             out_put(p, mode == M_RESEND ? C_RESEND : C_FIRST, mode == M_RESEND ? id : x->tag,
-                    x->len, src, len, NULL, 0);
+                    x->chk, x->len, src, len, NULL, 0);
         else
-            out_put(p, C_CONT, 0, 0, src, len, NULL, 0);
+            out_put(p, C_CONT, 0, 0, 0, src, len, NULL, 0);
         x->t_done += len;
         if (x->t_done == x->len) {
             xq_del(&p->sq, x);
@@ -600,6 +621,8 @@ static loom_result_t shm_isend(void *state, struct loomi_xfer *x)
                           x->len);
     if (x->len > cells_max(t, p) && !p->no_cma) /* SIZE_MAX when shm_cma_min is 0 */
         x->t_posted = (size_t)(p->next_id++ << 2) | M_RTS;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
     p->npending++;
     int idle = p->sq.head == NULL;
     xq_push(&p->sq, x);
@@ -660,12 +683,21 @@ static void mismatch(struct shm *t, struct peer *p, uint64_t total, size_t want)
                p->rank, (unsigned long long)total, want);
 }
 
-/* A message nobody waits for yet: keep it (descriptor, or a buffer). */
-static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint64_t total, int rts)
+/* A message nobody waits for yet: keep it (descriptor, or a buffer),
+ * unless a receive of its operation, or this rank's call of it, shows
+ * that its sender made the call otherwise. */
+static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint32_t chk,
+                               uint64_t total, int rts)
 {
-    uint64_t mine = recv_conflict(p, tag);
+    const struct loomi_xfer *mine = recv_conflict(p, tag, chk);
     if (mine) {
-        conflict(t, p, tag, mine);
+        conflict(t, p, tag, chk, mine->tag, mine->chk);
+        return NULL;
+    }
+    uint32_t my = !(tag & LOOMI_TAG_P2P) && t->ctx.call_check
+                      ? t->ctx.call_check(t->ctx.owner, tag) : 0;
+    if (my && my != chk) {
+        conflict(t, p, tag, chk, tag, my);
         return NULL;
     }
     if (!rts && t->unexp_bytes + total > UNEXP_LIMIT) {
@@ -683,6 +715,7 @@ static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint
         return NULL;
     }
     u->tag = tag;
+    u->chk = chk;
     u->total = total;
     u->rts = rts;
     if (!rts) t->unexp_bytes += total;
@@ -750,12 +783,17 @@ static int handle_cell(struct shm *t, struct peer *p, const struct cell *h, cons
                 return -1;
             }
         } else if ((x = take_recv(p, h->tag)) != NULL) {
+            if (x->chk != h->chk) {
+                done(p, x, LOOM_ERR_MISMATCH);
+                conflict(t, p, h->tag, h->chk, x->tag, x->chk);
+                return -1;
+            }
             if (x->len != h->total) {
                 done(p, x, LOOM_ERR_MISMATCH);
                 mismatch(t, p, h->total, x->len);
                 return -1;
             }
-        } else if (!(u = unexp_new(t, p, h->tag, h->total, 0))) {
+        } else if (!(u = unexp_new(t, p, h->tag, h->chk, h->total, 0))) {
             return -1;
         }
         p->rx_on = 1;
@@ -782,6 +820,11 @@ static int handle_cell(struct shm *t, struct peer *p, const struct cell *h, cons
         }
         memcpy(d, pl, sizeof d);
         struct loomi_xfer *x = take_recv(p, h->tag);
+        if (x && x->chk != h->chk) {
+            done(p, x, LOOM_ERR_MISMATCH);
+            conflict(t, p, h->tag, h->chk, x->tag, x->chk);
+            return -1;
+        }
         if (x) {
             if (x->len != h->total) {
                 done(p, x, LOOM_ERR_MISMATCH);
@@ -790,7 +833,7 @@ static int handle_cell(struct shm *t, struct peer *p, const struct cell *h, cons
             }
             start_read(t, p, x, d[0], d[1]);
         } else {
-            struct unexp *u = unexp_new(t, p, h->tag, h->total, 1);
+            struct unexp *u = unexp_new(t, p, h->tag, h->chk, h->total, 1);
             if (!u) return -1;
             u->raddr = d[0];
             u->id = d[1];
@@ -856,6 +899,7 @@ static int poll_in(struct shm *t, struct peer *p, int budget)
         h.type = c->type;
         h.len = c->len;
         h.tag = c->tag;
+        h.chk = c->chk;
         h.total = c->total;
         int rc = handle_cell(t, p, &h, (const char *)c + CELL_HDR);
         if (rc < 0) break;
@@ -872,13 +916,25 @@ static loom_result_t shm_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
     p->npending++;
     struct unexp *u = take_unexp(p, x->tag);
     if (!u) {
         xq_push(&p->recvs[bucket(x->tag)], x);
-        uint64_t theirs = p->nunexp ? unexp_conflict(p, x->tag) : 0;
-        if (theirs) conflict(t, p, theirs, x->tag); /* x fails with the peer's other transfers */
+        const struct unexp *theirs = p->nunexp ? unexp_conflict(p, x->tag, x->chk) : NULL;
+        if (theirs) /* x fails with the peer's other transfers */
+            conflict(t, p, theirs->tag, theirs->chk, x->tag, x->chk);
         return LOOM_SUCCESS;
+    }
+    if (u->chk != x->chk) {
+        uint64_t tag = u->tag;
+        uint32_t chk = u->chk;
+        if (p->rx_u == u) p->rx_u = NULL;
+        unexp_free(t, u);
+        done(p, x, LOOM_ERR_MISMATCH);
+        conflict(t, p, tag, chk, x->tag, x->chk);
+        return LOOM_SUCCESS; /* completed with the error */
     }
     if (u->total != x->len) {
         size_t total = u->total;

@@ -46,7 +46,7 @@ struct wire_hdr {
     uint64_t total;  /* DATA: message length */
     uint64_t offset; /* DATA: where this piece goes */
     uint32_t len;    /* DATA: piece length */
-    int32_t aux;     /* ABORT: the failed rank */
+    int32_t aux;     /* ABORT: the failed rank; DATA: the call's check (transport.h) */
 };
 
 struct hello {
@@ -66,6 +66,7 @@ struct piece {
 #define UNEXP_PIECES 16
 struct unexp {
     uint64_t tag;
+    uint32_t chk; /* the call's check it came with */
     size_t total, got;
     char *buf;
     size_t cap; /* of buf */
@@ -123,6 +124,7 @@ struct tcp {
     size_t unexp_bytes;
     int aborted;
     struct piece *free_pieces;
+    uint64_t noted_op; /* the operation of the last collective transfer posted, + 1 */
     struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
     char discard[65536];
 };
@@ -185,21 +187,21 @@ static struct loomi_xfer *find_recv(struct peer *p, uint64_t tag)
 }
 
 /* A posted receive, or a held early message, of the operation that tag
- * belongs to but of another schedule (transport.h): its tag, or 0. */
-static uint64_t recv_conflict(const struct peer *p, uint64_t tag)
+ * belongs to but of another schedule or call (transport.h), or NULL. */
+static const struct loomi_xfer *recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
     for (int b = 0; b < NBUCKETS; b++)
         for (const struct loomi_xfer *x = p->recvs[b]; x; x = x->t_next)
-            if (loomi_tag_conflict(x->tag, tag)) return x->tag;
-    return 0;
+            if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return x;
+    return NULL;
 }
 
-static uint64_t unexp_conflict(const struct peer *p, uint64_t tag)
+static const struct unexp *unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
     for (int b = 0; b < NBUCKETS; b++)
         for (const struct unexp *u = p->unexp[b]; u; u = u->next)
-            if (loomi_tag_conflict(u->tag, tag)) return u->tag;
-    return 0;
+            if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return u;
+    return NULL;
 }
 
 static struct unexp *find_unexp(struct peer *p, uint64_t tag, struct unexp ***link)
@@ -279,12 +281,29 @@ static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const 
 static void stream_read(struct tcp *t, struct stream *s);
 static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux);
 
-/* Fail p for a message of another schedule (transport.h). */
-static void conflict(struct tcp *t, struct peer *p, uint64_t theirs, uint64_t mine)
+/* Fail p for a message of another schedule or call (transport.h). */
+static void conflict(struct tcp *t, struct peer *p, uint64_t theirs, uint32_t theirs_chk,
+                     uint64_t mine, uint32_t mine_chk)
 {
     char why[256];
-    loomi_tag_conflict_why(theirs, mine, why, sizeof why);
+    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, why, sizeof why);
     peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
+
+/* A collective transfer x is posted: the first of its operation scans
+ * the messages held from every peer for one of that operation from
+ * another schedule or call, which came before this rank made the call
+ * (found: that peer fails).  Cheap when none is held. */
+static void note_op(struct tcp *t, const struct loomi_xfer *x)
+{
+    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
+    t->noted_op = loomi_tag_op(x->tag) + 1;
+    for (int r = 0; r < t->ctx.nranks; r++) {
+        struct peer *q = &t->peers[r];
+        if (!q->nunexp || q->failed) continue;
+        const struct unexp *u = unexp_conflict(q, x->tag, x->chk);
+        if (u) conflict(t, q, u->tag, u->chk, x->tag, x->chk);
+    }
 }
 
 /* A connection to p broke.  A peer that aborts writes its notice on the
@@ -412,6 +431,8 @@ static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d failed", x->peer);
     size_t npieces = 1;
     if (x->len > SPLIT_MIN && t->nstreams > 1) {
         npieces = (size_t)t->nstreams;
@@ -440,6 +461,7 @@ static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
         pc->h.total = x->len;
         pc->h.offset = off;
         pc->h.len = (uint32_t)len;
+        pc->h.aux = (int32_t)x->chk;
         pc->data = (const char *)x->buf + off;
         struct stream *s = least_loaded(t, p);
         stream_enqueue(s, pc);
@@ -552,11 +574,12 @@ static int handle_header(struct tcp *t, struct stream *s)
                    h->type, (unsigned long long)h->total, (unsigned long long)h->offset, h->len);
         return -1;
     }
+    const uint32_t chk = (uint32_t)h->aux;
     s->rx = NULL;
     s->ru = find_unexp(p, h->tag, NULL);
     if (s->ru) {
         struct unexp *u = s->ru;
-        if (u->total != h->total) goto size_mismatch;
+        if (u->total != h->total || u->chk != chk) goto size_mismatch;
         if (u->direct) {
             s->rdst = u->waiter ? (char *)u->waiter->buf + h->offset : NULL;
         } else {
@@ -564,6 +587,12 @@ static int handle_header(struct tcp *t, struct stream *s)
             track_piece(u, h);
         }
     } else if ((s->rx = find_recv(p, h->tag)) != NULL) {
+        if (s->rx->chk != chk) {
+            struct loomi_xfer *x = s->rx;
+            s->rx = NULL;
+            conflict(t, p, h->tag, chk, x->tag, x->chk);
+            return -1;
+        }
         if (s->rx->len != h->total) {
             size_t want = s->rx->len;
             peer_error(t, p, LOOM_ERR_MISMATCH,
@@ -574,9 +603,15 @@ static int handle_header(struct tcp *t, struct stream *s)
         }
         s->rdst = (char *)s->rx->buf + h->offset;
     } else {
-        uint64_t mine = recv_conflict(p, h->tag);
+        const struct loomi_xfer *mine = recv_conflict(p, h->tag, chk);
         if (mine) {
-            conflict(t, p, h->tag, mine);
+            conflict(t, p, h->tag, chk, mine->tag, mine->chk);
+            return -1;
+        }
+        uint32_t my = !(h->tag & LOOMI_TAG_P2P) && t->ctx.call_check
+                          ? t->ctx.call_check(t->ctx.owner, h->tag) : 0;
+        if (my && my != chk) {
+            conflict(t, p, h->tag, chk, h->tag, my);
             return -1;
         }
         if (t->unexp_bytes + h->total > UNEXP_LIMIT) {
@@ -593,6 +628,7 @@ static int handle_header(struct tcp *t, struct stream *s)
             return -1;
         }
         u->tag = h->tag;
+        u->chk = chk;
         u->total = h->total;
         LOOMI_TRACE(t->ctx.rank, "tcp: early message from rank %d, tag %llx, %zu bytes (buffered)",
                     p->rank, (unsigned long long)h->tag, u->total);
@@ -610,7 +646,7 @@ static int handle_header(struct tcp *t, struct stream *s)
     return 0;
 size_mismatch:
     peer_error(t, p, LOOM_ERR_MISMATCH,
-               "rank %d sent pieces of one message with different lengths", p->rank);
+               "rank %d sent pieces of one message with different lengths or checks", p->rank);
     return -1;
 }
 
@@ -679,8 +715,15 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d failed", x->peer);
     p->nposted++;
     struct unexp *u = find_unexp(p, x->tag, NULL);
+    if (u && u->chk != x->chk) {
+        xlist_add(&p->recvs[bucket(x->tag)], x); /* failed with the peer's transfers */
+        conflict(t, p, u->tag, u->chk, x->tag, x->chk);
+        return LOOM_SUCCESS;
+    }
     if (u) {
         if (u->total != x->len) {
             peer_error(t, p, LOOM_ERR_MISMATCH,
@@ -695,9 +738,9 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
         return LOOM_SUCCESS;
     }
     xlist_add(&p->recvs[bucket(x->tag)], x);
-    uint64_t theirs = p->nunexp ? unexp_conflict(p, x->tag) : 0;
+    const struct unexp *theirs = p->nunexp ? unexp_conflict(p, x->tag, x->chk) : NULL;
     if (theirs) { /* x fails with the peer's other transfers */
-        conflict(t, p, theirs, x->tag);
+        conflict(t, p, theirs->tag, theirs->chk, x->tag, x->chk);
         return LOOM_SUCCESS;
     }
     /* Zero-length messages travel too (a header alone), so even an empty

@@ -439,6 +439,8 @@ struct vhdr {
     uint64_t addr; /* CTS: where to write */
     uint32_t rkey; /* CTS */
     uint32_t rid;  /* CTS: the id the final immediate carries */
+    uint32_t chk;  /* EAGER, CTS: the call's check (transport.h) */
+    uint32_t pad2;
 };
 #define SLOT_BYTES (EAGER_MAX + sizeof(struct vhdr))
 
@@ -497,6 +499,7 @@ struct op {
     struct mrent *mr;
     uint64_t tag, len, raddr;
     uint32_t rkey, rid;
+    uint32_t chk; /* the call's check (of x, or of a clear-to-send) */
     int have_cts;
     size_t posted, done;
     int nout;
@@ -505,6 +508,7 @@ struct op {
 
 struct unexp {
     uint64_t tag;
+    uint32_t chk; /* the call's check it came with */
     size_t len;
     char *buf;
     struct unexp *next;
@@ -575,6 +579,7 @@ struct verbs {
     int npeers; /* reached through verbs */
     size_t unexp_bytes;
     int nposted; /* over all peers */
+    uint64_t noted_op; /* the operation of the last collective transfer posted, + 1 */
     int aborted;
     int ngone_check; /* a peer left: check what it leaves pending */
     int destroying;  /* in destroy(): nobody to tell of failures */
@@ -904,6 +909,7 @@ static void pump(struct verbs *t, struct peer *p)
             h.type = o->type == OP_EAGER ? T_EAGER : T_CTS;
             h.tag = o->tag;
             h.len = o->len;
+            h.chk = o->chk;
             size_t n = sizeof h;
             if (o->type == OP_CTS) {
                 h.addr = o->raddr;
@@ -1001,39 +1007,72 @@ static int rr_has_tag(struct peer *p, uint64_t tag)
     return 0;
 }
 
-/* Tags of the operation that tag belongs to but of another schedule
- * (transport.h), or 0: among the posted receives, eager and rendezvous;
- * the early eager messages; and a queue of sends or clear-to-sends. */
-static uint64_t recv_conflict(const struct peer *p, uint64_t tag)
+/* A tag and the check of its call. */
+struct tc {
+    uint64_t tag;
+    uint32_t chk;
+};
+
+/* Transfers of the operation that tag belongs to but of another
+ * schedule or call (transport.h), or a zero tag: among the posted
+ * receives, eager and rendezvous; the early eager messages; and a queue
+ * of sends or clear-to-sends. */
+static struct tc recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
     for (const struct loomi_xfer *x = p->recv_head; x; x = x->t_next)
-        if (loomi_tag_conflict(x->tag, tag)) return x->tag;
+        if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return (struct tc){x->tag, x->chk};
     for (int i = 0; i < RR_MAX; i++)
         if (p->rr[i].used && !p->rr[i].dead && p->rr[i].x &&
-            loomi_tag_conflict(p->rr[i].x->tag, tag))
-            return p->rr[i].x->tag;
-    return 0;
+            loomi_call_conflict(p->rr[i].x->tag, p->rr[i].x->chk, tag, chk))
+            return (struct tc){p->rr[i].x->tag, p->rr[i].x->chk};
+    return (struct tc){0, 0};
 }
 
-static uint64_t unexp_conflict(const struct peer *p, uint64_t tag)
+static struct tc unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
     for (const struct unexp *u = p->ux_head; u; u = u->next)
-        if (loomi_tag_conflict(u->tag, tag)) return u->tag;
-    return 0;
+        if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return (struct tc){u->tag, u->chk};
+    return (struct tc){0, 0};
 }
 
-static uint64_t q_conflict(const struct opq *q, uint64_t tag)
+static struct tc q_conflict(const struct opq *q, uint64_t tag, uint32_t chk)
 {
     for (const struct op *c = q->head; c; c = c->next)
-        if (loomi_tag_conflict(c->tag, tag)) return c->tag;
-    return 0;
+        if (loomi_call_conflict(c->tag, c->chk, tag, chk)) return (struct tc){c->tag, c->chk};
+    return (struct tc){0, 0};
 }
 
-static void conflict(struct verbs *t, struct peer *p, uint64_t theirs, uint64_t mine)
+static void conflict(struct verbs *t, struct peer *p, struct tc theirs, struct tc mine)
 {
     char why[256];
-    loomi_tag_conflict_why(theirs, mine, why, sizeof why);
+    loomi_call_conflict_why(theirs.tag, theirs.chk, mine.tag, mine.chk, why, sizeof why);
     peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
+
+/* This rank's own call of the operation tag names, where it made it
+ * with another check than `chk` (transport.h), or a zero tag. */
+static struct tc own_conflict(const struct verbs *t, uint64_t tag, uint32_t chk)
+{
+    uint32_t my = !(tag & LOOMI_TAG_P2P) && t->ctx.call_check
+                      ? t->ctx.call_check(t->ctx.owner, tag) : 0;
+    return my && my != chk ? (struct tc){tag, my} : (struct tc){0, 0};
+}
+
+/* A collective transfer x is posted: the first of its operation scans
+ * what is held from every peer (early eager messages, clear-to-sends)
+ * for one of that operation from another schedule or call, which came
+ * before this rank made the call (found: that peer fails). */
+static void note_op(struct verbs *t, const struct loomi_xfer *x)
+{
+    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
+    t->noted_op = loomi_tag_op(x->tag) + 1;
+    for (int r = 0; r < t->ctx.nranks; r++) {
+        struct peer *q = &t->peers[r];
+        if (!q->active || q->failed || (!q->ux_head && !q->ucts.head)) continue;
+        struct tc u = unexp_conflict(q, x->tag, x->chk);
+        if (!u.tag) u = q_conflict(&q->ucts, x->tag, x->chk);
+        if (u.tag) conflict(t, q, u, (struct tc){x->tag, x->chk});
+    }
 }
 
 static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
@@ -1047,6 +1086,11 @@ static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
 static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, const char *data)
 {
     struct loomi_xfer *x = take_recv(p, h->tag);
+    if (x && x->chk != h->chk) {
+        conflict(t, p, (struct tc){h->tag, h->chk}, (struct tc){x->tag, x->chk});
+        complete_once(x, LOOM_ERR_MISMATCH);
+        return;
+    }
     if (x) {
         if (x->len != h->len) {
             mismatch(t, p, h->len, x->len);
@@ -1063,9 +1107,10 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
         mismatch(t, p, h->len, EAGER_MAX + 1);
         return;
     }
-    uint64_t mine = recv_conflict(p, h->tag);
-    if (mine) {
-        conflict(t, p, h->tag, mine);
+    struct tc mine = recv_conflict(p, h->tag, h->chk);
+    if (!mine.tag) mine = own_conflict(t, h->tag, h->chk);
+    if (mine.tag) {
+        conflict(t, p, (struct tc){h->tag, h->chk}, mine);
         return;
     }
     if (t->unexp_bytes + h->len > UNEXP_LIMIT) {
@@ -1083,6 +1128,7 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
     }
     memcpy(b, data, h->len);
     u->tag = h->tag;
+    u->chk = h->chk;
     u->len = h->len;
     u->buf = b;
     u->next = NULL;
@@ -1096,9 +1142,10 @@ static void on_cts(struct verbs *t, struct peer *p, const struct vhdr *h)
 {
     struct op *o = q_find_tag(&p->wait_cts, h->tag);
     if (!o) {
-        uint64_t mine = q_conflict(&p->wait_cts, h->tag);
-        if (mine) {
-            conflict(t, p, h->tag, mine);
+        struct tc mine = q_conflict(&p->wait_cts, h->tag, h->chk);
+        if (!mine.tag) mine = own_conflict(t, h->tag, h->chk);
+        if (mine.tag) {
+            conflict(t, p, (struct tc){h->tag, h->chk}, mine);
             return;
         }
         if (p->nucts >= UCTS_LIMIT) {
@@ -1117,12 +1164,21 @@ static void on_cts(struct verbs *t, struct peer *p, const struct vhdr *h)
         o->raddr = h->addr;
         o->rkey = h->rkey;
         o->rid = h->rid;
+        o->chk = h->chk;
         o->have_cts = 1;
         q_push(&p->ucts, o);
         p->nucts++;
         return;
     }
     q_remove(&p->wait_cts, o);
+    if (o->chk != h->chk) {
+        struct loomi_xfer *x = o->x;
+        struct tc mine = {o->tag, o->chk};
+        release_op(t, p, o);
+        complete_once(x, LOOM_ERR_MISMATCH);
+        conflict(t, p, (struct tc){h->tag, h->chk}, mine);
+        return;
+    }
     if (o->len != h->len) {
         struct loomi_xfer *x = o->x;
         size_t l = o->len;
@@ -1452,11 +1508,14 @@ static loom_result_t verbs_isend(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "verbs: rank %d failed", x->peer);
     struct op *o = op_new(t);
     if (!o) return loomi_fail(LOOM_ERR_NO_MEMORY, t->ctx.rank, "verbs: out of memory");
     o->p = p;
     o->x = x;
     o->tag = x->tag;
+    o->chk = x->chk;
     o->len = x->len;
     if (x->len <= EAGER_MAX) {
         o->type = OP_EAGER;
@@ -1470,6 +1529,19 @@ static loom_result_t verbs_isend(void *state, struct loomi_xfer *x)
                               "verbs: cannot register a %zu-byte send buffer", x->len);
         }
         struct op *c = q_find_tag(&p->ucts, x->tag);
+        if (c && c->chk != x->chk) {
+            struct tc theirs = {c->tag, c->chk};
+            q_remove(&p->ucts, c);
+            p->nucts--;
+            op_free(t, c);
+            mr_put(t, o->mr);
+            op_free(t, o);
+            p->nposted++;
+            t->nposted++;
+            conflict(t, p, theirs, (struct tc){x->tag, x->chk});
+            complete_once(x, LOOM_ERR_MISMATCH);
+            return LOOM_SUCCESS;
+        }
         if (c) {
             q_remove(&p->ucts, c);
             p->nucts--;
@@ -1492,11 +1564,11 @@ static loom_result_t verbs_isend(void *state, struct loomi_xfer *x)
             q_push(&p->fifo, o);
         } else {
             q_push(&p->wait_cts, o);
-            uint64_t theirs = q_conflict(&p->ucts, x->tag);
-            if (theirs) { /* x fails with the peer's other transfers */
+            struct tc theirs = q_conflict(&p->ucts, x->tag, x->chk);
+            if (theirs.tag) { /* x fails with the peer's other transfers */
                 p->nposted++;
                 t->nposted++;
-                conflict(t, p, theirs, x->tag);
+                conflict(t, p, theirs, (struct tc){x->tag, x->chk});
                 return LOOM_SUCCESS;
             }
         }
@@ -1513,6 +1585,8 @@ static loom_result_t verbs_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "verbs: rank %d failed", x->peer);
     p->nposted++;
     t->nposted++;
     /* An early eager message with this tag? */
@@ -1525,9 +1599,15 @@ static loom_result_t verbs_irecv(void *state, struct loomi_xfer *x)
         if (p->ux_tail == u) p->ux_tail = prev;
         t->unexp_bytes -= u->len;
         size_t got = u->len;
-        if (got == x->len && got) memcpy(x->buf, u->buf, got);
+        struct tc theirs = {u->tag, u->chk};
+        if (got == x->len && got && u->chk == x->chk) memcpy(x->buf, u->buf, got);
         free(u->buf);
         free(u);
+        if (theirs.chk != x->chk) {
+            conflict(t, p, theirs, (struct tc){x->tag, x->chk});
+            complete_once(x, LOOM_ERR_MISMATCH);
+            return LOOM_SUCCESS;
+        }
         if (got != x->len) {
             mismatch(t, p, got, x->len);
             complete_once(x, LOOM_ERR_MISMATCH);
@@ -1538,11 +1618,11 @@ static loom_result_t verbs_irecv(void *state, struct loomi_xfer *x)
         complete_once(x, LOOM_SUCCESS);
         return LOOM_SUCCESS;
     }
-    uint64_t theirs = unexp_conflict(p, x->tag);
-    if (theirs) {
+    struct tc theirs = unexp_conflict(p, x->tag, x->chk);
+    if (theirs.tag) {
         p->nposted--;
         t->nposted--;
-        conflict(t, p, theirs, x->tag);
+        conflict(t, p, theirs, (struct tc){x->tag, x->chk});
         complete_once(x, LOOM_ERR_MISMATCH);
         return LOOM_SUCCESS;
     }
@@ -1583,6 +1663,7 @@ static loom_result_t verbs_irecv(void *state, struct loomi_xfer *x)
     o->type = OP_CTS;
     o->p = p;
     o->tag = x->tag;
+    o->chk = x->chk;
     o->len = x->len;
     o->raddr = (uintptr_t)x->buf;
     o->rkey = e->mr->rkey;
