@@ -125,6 +125,12 @@ loom_result_t loomi_comm_sync(struct loom_comm *c)
         else
             loomi_comm_fail(c, code, failed, "%s", why);
     }
+    /* A communicator still being made (its measuring at creation, in a
+     * shrink or grow) whose membership round the guard says is over: a
+     * rank it waits on may never come (loomi_guard_set). */
+    char why[200];
+    if (c->error == LOOM_SUCCESS && loomi_guard_stop(why, sizeof why))
+        loomi_comm_fail(c, LOOM_ERR_REMOTE, -1, "gave up while measuring at creation: %s", why);
     loom_result_t r = c->error;
     loomi_comm_unlock(c);
     return r;

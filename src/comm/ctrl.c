@@ -642,6 +642,17 @@ static void *ctrl_main(void *arg)
             who[nf++] = q;
         }
         int tmo = c->stop ? 20 : c->hb_ms > 0 ? loomi_ms_left(next_hb) : 1000;
+        if (!c->stop && c->hb_ms > 0) {
+            /* Also wake when a peer would pass the silence limit, so that
+             * it is judged then, not at the next heartbeat. */
+            uint64_t limit = (uint64_t)c->hb_ms * LOOMI_CTRL_MISSES;
+            for (int q = 0; q < c->n; q++) {
+                const struct peer *p = &c->p[q];
+                if (q == c->rank || p->fd < 0 || p->bye) continue;
+                int w = loomi_ms_left(p->last_heard_ms + limit + 1);
+                if (w < tmo) tmo = w;
+            }
+        }
         if (c->serve && tmo > 200) tmo = 200; /* binding, hello deadlines */
         if (away) tmo = 0;
         last_top = now;

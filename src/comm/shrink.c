@@ -137,8 +137,10 @@ static int doomed(void *arg, char *msg, size_t n)
 {
     struct shrink *s = arg;
     loomi_ctrl_failed(s->ctrl, s->seen, NULL);
+    /* A departure is no news: a faster member done with the new
+     * communicator destroys the old one. */
     for (int q = 0; q < s->n; q++)
-        if (!s->decided[q] && s->seen[q]) {
+        if (!s->decided[q] && s->seen[q] == LOOMI_OUT) {
             snprintf(msg, n, "rank %d failed while the new communicator was being connected", q);
             return 1;
         }
