@@ -222,10 +222,14 @@ static loom_result_t check_opts(struct call *c, const loom_coll_options_t *o)
     return LOOM_SUCCESS;
 }
 
+/* loom_comm_set_codec and loom_comm_set_algo are local settings: they
+ * work on a broken communicator too (a rank that sets one around a call
+ * that fails must be able to put it back, or the communicator that shrink
+ * makes from comm inherits it on this rank alone). */
 loom_result_t loom_comm_set_codec(loom_comm_t h, const loom_codec_t *codec)
 {
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_check(h, "loom_comm_set_codec", &comm);
+    loom_result_t r = loomi_comm_live(h, "loom_comm_set_codec", &comm);
     if (r != LOOM_SUCCESS) return r;
     if (codec && !codec_ok(codec))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
@@ -237,7 +241,7 @@ loom_result_t loom_comm_set_codec(loom_comm_t h, const loom_codec_t *codec)
 loom_result_t loom_comm_set_algo(loom_comm_t h, const char *spec)
 {
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_check(h, "loom_comm_set_algo", &comm);
+    loom_result_t r = loomi_comm_live(h, "loom_comm_set_algo", &comm);
     if (r != LOOM_SUCCESS) return r;
     /* Parsed aside, so that a bad spec leaves the setting as it was. */
     int forced[LOOMI_MAX_COLLS];

@@ -21,6 +21,11 @@
  *           rank 0 sends it SIGCONT: its loom_comm_grow and its own
  *           agreement must fail with LOOM_ERR_REVOKED, and its
  *           loom_comm_get_error say REVOKED naming it ("OK excluded ...").
+ *   setalgo 4 ranks: ranks 0 and 1 force the shared allreduce for a call
+ *           that fails (rank 3 dies), then put the automatic choice back
+ *           on the broken communicator; the survivors' shrink must not
+ *           hang (the new group's measuring splits ranks between slots
+ *           and engine otherwise).  "OK setalgo ...".
  *   steps   the retry pattern of loom_comm_agree(3): checked allreduces;
  *           rank VICTIM dies around step ITER/2's allreduce (a thread
  *           kills it 0-3 ms into the step); after each step the
@@ -194,6 +199,35 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "basic")) return basic(comm, iters);
     if (!strcmp(mode, "kill")) return kill_mode(comm, iters, victim);
     if (!strcmp(mode, "steps")) return steps_mode(comm, iters, victim);
+    if (!strcmp(mode, "setalgo")) {
+        /* Ranks 0 and 1 force the shared allreduce around a call that
+         * fails (rank 3 died), rank 2 does not; they put the automatic
+         * choice back on the broken communicator, and the survivors'
+         * shrink (which measures the new group with the same calls on
+         * every rank) must not split them between the slots and the
+         * engine. */
+        if (rank < 2) loom_comm_set_algo(comm, "allreduce:shared");
+        loom_barrier(comm);
+        if (rank == 3) raise(SIGKILL);
+        usleep(100000);
+        float *x = calloc(1 << 16, sizeof *x);
+        loom_result_t a = loom_allreduce(x, x, 1 << 16, LOOM_FLOAT32, LOOM_SUM, comm);
+        loom_result_t s0 = loom_comm_set_algo(comm, NULL);
+        double t0 = now_us();
+        loom_comm_t nc = NULL;
+        r = loom_comm_shrink(comm, &nc);
+        double ms = (now_us() - t0) / 1e3;
+        float one = 1;
+        if (r == LOOM_SUCCESS) r = loom_allreduce(&one, &one, 1, LOOM_FLOAT32, LOOM_SUM, nc);
+        int ok = a != LOOM_SUCCESS && s0 == LOOM_SUCCESS && r == LOOM_SUCCESS && one == 3.0f;
+        printf("%s setalgo: allreduce %s, set_algo(NULL) on the broken communicator %s, shrink "
+               "and allreduce on 3 %s in %.0f ms\n",
+               ok ? "OK" : "FAIL", loom_strerror(a), loom_strerror(s0), loom_strerror(r), ms);
+        if (nc) loom_comm_destroy(nc);
+        loom_comm_destroy(comm);
+        free(x);
+        return !ok;
+    }
     if (!strcmp(mode, "revoke")) {
         loom_barrier(comm); /* every rank's init is over */
         if (rank == 1) loom_comm_revoke(comm);

@@ -76,6 +76,15 @@ else
     bad "a stopped rank"; cat "$tmp"/out/rank.*.out | grep -v '^OK' | head -4
 fi
 
+# A rank that forced an algorithm around a call that failed puts it back
+# on the broken communicator; the shrink then measures the new group
+# with every rank on the same path (it hung until LOOM_TIMEOUT before:
+# loom_comm_set_algo refused a broken communicator, and the shrunk one
+# inherited the forced algorithm on two ranks of three).
+LOOM_TIMEOUT=8000 job 4 setalgo 1
+if all_ok 3 "OK setalgo"; then ok "survivors that forced the shared allreduce reset it on the broken communicator; the shrink does not split them ($(grep -o 'in [0-9]* ms' "$tmp/out/rank.0.out"))"
+else bad "setalgo"; cat "$tmp"/out/rank.[012].out | head -3; fi
+
 # The retry pattern: a rank dies during a step; the survivors agree the
 # step failed, shrink and redo it; all end with the same count of steps.
 for victim in 0 3; do
