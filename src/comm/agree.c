@@ -51,6 +51,8 @@ struct agree {
     unsigned char *msg;   /* [HEAD + n] a payload being built */
     loom_result_t err;
     uint64_t result;
+    unsigned char *decided; /* [n] the decision's out-set, when the caller wants it */
+    const char *fn;
 };
 
 static void put64(unsigned char *b, uint64_t v)
@@ -110,19 +112,20 @@ static int adopt(struct agree *g, const struct loomi_cmsg *m)
     unsigned status = m->data[8];
     if (status == AG_OK) {
         g->result = get64(m->data);
+        if (g->decided) memcpy(g->decided, m->data + HEAD, (size_t)g->n);
         return ST_DONE;
     }
     if (status == AG_OPS)
         g->err = loomi_fail(LOOM_ERR_MISMATCH, g->me,
-                            "loom_comm_agree: the ranks passed different ops (this rank %s; "
-                            "rank %d %s)",
-                            op_word(g->op), (int)get64(m->data), op_word(g->op == LOOM_MIN ? LOOM_MAX : LOOM_MIN));
+                            "%s: the ranks passed different ops (this rank %s; rank %d %s)",
+                            g->fn, op_word(g->op), (int)get64(m->data),
+                            op_word(g->op == LOOM_MIN ? LOOM_MAX : LOOM_MIN));
     else
         g->err = loomi_fail(LOOM_ERR_REVOKED, g->me,
-                            "loom_comm_agree: the coordinator (rank %d) reaches only a minority "
-                            "of the ranks: no majority, so they may not go on (LOOM_QUORUM); "
-                            "this rank must leave the job",
-                            m->src);
+                            "%s: the coordinator (rank %d) reaches only a minority of the ranks: "
+                            "no majority, so they may not go on (LOOM_QUORUM); this rank must "
+                            "leave the job",
+                            g->fn, m->src);
     return ST_ERROR;
 }
 
@@ -174,9 +177,8 @@ static int member(struct agree *g, int coord)
             refresh(g);
             if (loomi_now_ms() >= g->deadline) {
                 g->err = loomi_fail(LOOM_ERR_TIMEOUT, g->me,
-                                    "loom_comm_agree: no decision from rank %d within "
-                                    "LOOM_TIMEOUT (%d ms)",
-                                    coord, g->comm->set.timeout_ms);
+                                    "%s: no decision from rank %d within LOOM_TIMEOUT (%d ms)",
+                                    g->fn, coord, g->comm->set.timeout_ms);
                 return ST_ERROR;
             }
             continue;
@@ -230,9 +232,8 @@ static int coordinate(struct agree *g)
                 int q = 0;
                 while (q < g->n && (g->out[q] || g->heard[q])) q++;
                 g->err = loomi_fail(LOOM_ERR_TIMEOUT, g->me,
-                                    "loom_comm_agree: rank %d did not take part within "
-                                    "LOOM_TIMEOUT (%d ms)",
-                                    q, g->comm->set.timeout_ms);
+                                    "%s: rank %d did not take part within LOOM_TIMEOUT (%d ms)",
+                                    g->fn, q, g->comm->set.timeout_ms);
                 return ST_ERROR;
             }
             if (took_over && loomi_now_ms() - asked >= ASK_MS) {
@@ -245,13 +246,11 @@ static int coordinate(struct agree *g)
             malformed(g, m);
         } else if (m->type == LOOMI_CMSG_AGREED) {
             /* A decision taken before this rank coordinated: it stands,
-             * and every rank in hears it again from here. */
-            memcpy(g->msg, m->data, HEAD);
-            memcpy(g->msg + HEAD, g->out, (size_t)g->n);
+             * as it was (value and out-set), and every rank in hears it
+             * again from here. */
             for (int q = 0; q < g->n; q++)
                 if (q != g->me && !g->out[q])
-                    loomi_ctrl_send(g->ctrl, q, LOOMI_CMSG_AGREED, 0, g->id, g->msg,
-                                    (uint32_t)(HEAD + g->n));
+                    loomi_ctrl_send(g->ctrl, q, LOOMI_CMSG_AGREED, 0, g->id, m->data, m->len);
             int st = adopt(g, m);
             free(m);
             return st;
@@ -288,7 +287,7 @@ static int coordinate(struct agree *g)
     struct loomi_cmsg self = {.src = g->me, .len = (uint32_t)(HEAD + g->n)};
     struct loomi_cmsg *m = malloc(sizeof self + self.len);
     if (!m) {
-        g->err = loomi_fail(LOOM_ERR_NO_MEMORY, g->me, "loom_comm_agree: out of memory");
+        g->err = loomi_fail(LOOM_ERR_NO_MEMORY, g->me, "%s: out of memory", g->fn);
         return ST_ERROR;
     }
     *m = self;
@@ -298,20 +297,9 @@ static int coordinate(struct agree *g)
     return st;
 }
 
-loom_result_t loom_comm_agree(loom_comm_t h, uint64_t *value, loom_op_t op)
+loom_result_t loomi_agree(struct loom_comm *comm, uint64_t *value, loom_op_t op,
+                          unsigned char *decided, uint64_t deadline, const char *fn)
 {
-    const char *fn = "loom_comm_agree";
-    struct loom_comm *comm;
-    loom_result_t lr = loomi_comm_live(h, fn, &comm);
-    if (lr != LOOM_SUCCESS) return lr;
-    if (!value) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: value is NULL", fn);
-    if (op != LOOM_MIN && op != LOOM_MAX)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
-                          "%s: op %d is not LOOM_MIN or LOOM_MAX", fn, (int)op);
-    if (comm->nranks == 1) return LOOM_SUCCESS;
-    if (!comm->ctrl)
-        return loomi_fail(LOOM_ERR_UNSUPPORTED, comm->rank,
-                          "%s: this communicator has no control plane (a local one)", fn);
     uint64_t t0 = loomi_now_ms();
     struct agree g;
     memset(&g, 0, sizeof g);
@@ -320,9 +308,11 @@ loom_result_t loom_comm_agree(loom_comm_t h, uint64_t *value, loom_op_t op)
     g.n = comm->nranks;
     g.me = comm->rank;
     g.id = ++comm->agree_seq;
-    g.deadline = t0 + (uint64_t)comm->set.timeout_ms;
+    g.deadline = deadline;
     g.value = *value;
     g.op = op;
+    g.fn = fn;
+    g.decided = decided;
     g.out = malloc((size_t)g.n);
     g.heard = calloc((size_t)g.n, 1);
     g.vals = calloc((size_t)g.n, sizeof *g.vals);
@@ -368,10 +358,29 @@ out:
     free(g.vals);
     free(g.ops);
     free(g.msg);
-    if (st != ST_DONE) return loomi_comm_out(comm, g.err != LOOM_SUCCESS ? g.err : LOOM_ERR_INTERNAL);
+    if (st != ST_DONE) return g.err != LOOM_SUCCESS ? g.err : LOOM_ERR_INTERNAL;
     LOOMI_INFO(g.me, "%s: agreement %llu: %llu (%s, coordinator %d, %llu ms)", fn,
                (unsigned long long)g.id, (unsigned long long)g.result, op_word(op), coord,
                (unsigned long long)(loomi_now_ms() - t0));
     *value = g.result;
     return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_agree(loom_comm_t h, uint64_t *value, loom_op_t op)
+{
+    const char *fn = "loom_comm_agree";
+    struct loom_comm *comm;
+    loom_result_t lr = loomi_comm_live(h, fn, &comm);
+    if (lr != LOOM_SUCCESS) return lr;
+    if (!value) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: value is NULL", fn);
+    if (op != LOOM_MIN && op != LOOM_MAX)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: op %d is not LOOM_MIN or LOOM_MAX", fn, (int)op);
+    if (comm->nranks == 1) return LOOM_SUCCESS;
+    if (!comm->ctrl)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, comm->rank,
+                          "%s: this communicator has no control plane (a local one)", fn);
+    loom_result_t r = loomi_agree(comm, value, op, NULL,
+                                  loomi_now_ms() + (uint64_t)comm->set.timeout_ms, fn);
+    return r == LOOM_SUCCESS ? r : loomi_comm_out(comm, r);
 }

@@ -137,7 +137,6 @@ struct loom_comm {
     unsigned route_mask;                /* transports allowed (route.h) */
     struct sockaddr_storage bind_addr;  /* the local address used at bootstrap */
     unsigned bind_len;
-    uint32_t shrink_epoch;              /* membership rounds run (shrink.c) */
     unsigned char *agreed_failed;       /* [nranks] left out of the last shrink or grow */
     uint64_t agree_seq;                 /* loom_comm_agree calls (agree.c) */
     struct loomi_cmsg *agree_stash;     /* messages of the next agreement, come early */
@@ -268,6 +267,15 @@ void loomi_comm_withdraw(struct loom_comm *c);
  * and tell the peers.  Safe to call more than once. */
 void loomi_comm_fail(struct loom_comm *comm, loom_result_t code, int failed_rank,
                      const char *fmt, ...) LOOMI_PRINTF(4, 5);
+
+/* loom_comm_agree's fault-tolerant agreement (agree.c), for the library's
+ * own use too: every rank of comm not known failed contributes *value;
+ * the result (op LOOM_MIN or LOOM_MAX) is the same on every rank that
+ * returns LOOM_SUCCESS, and so is, in decided ([nranks], may be NULL),
+ * the set of ranks the decision counted out (LOOMI_OUT, LOOMI_OUT_LEFT).
+ * Needs comm->ctrl; breaks nothing on failure (the caller decides). */
+loom_result_t loomi_agree(struct loom_comm *comm, uint64_t *value, loom_op_t op,
+                          unsigned char *decided, uint64_t deadline_ms, const char *fn);
 
 /* A membership call (shrink, grow, agree) found this rank out of the job
  * (declared failed, or in a minority): for err LOOM_ERR_REVOKED, break

@@ -367,7 +367,7 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     default:
         break;
     }
-    if (type < 16 || type > LOOMI_CMSG_MAX || type == LOOMI_CMSG_ACCEPT) {
+    if (type < LOOMI_CMSG_GIVEUP || type > LOOMI_CMSG_MAX || type == LOOMI_CMSG_ACCEPT) {
         snprintf(err, errn, "unknown message type %u", type);
         return -1;
     }
@@ -1016,17 +1016,13 @@ int loomi_ctrl_newer(struct loomi_ctrl *c, uint32_t mask, uint32_t epoch)
 
 int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum)
 {
-    int alive = 0, left = 0, first = -1;
-    for (int q = 0; q < n; q++) {
-        alive += !out[q];
-        left += out[q] == LOOMI_OUT_LEFT;
-        if (first < 0 && out[q] != LOOMI_OUT_LEFT) first = q;
-    }
+    int alive = 0;
+    for (int q = 0; q < n; q++) alive += !out[q];
     if (any_quorum) return alive > 0;
-    /* A rank that left never goes on in another group, so the groups
-     * are weighed among the others: n - left can only be larger than
-     * what they truly are, where a view misses some departures. */
-    return 2 * alive > n - left || (2 * alive == n - left && first >= 0 && !out[first]);
+    /* Ranks that left with a goodbye count as out like the failed ones:
+     * a rank that finished a shrink the others then gave up on leaves the
+     * old communicator politely, and is in another group all the same. */
+    return 2 * alive > n || (2 * alive == n && !out[0]);
 }
 
 void loomi_ctrl_agreed_put(struct loomi_ctrl *c, uint64_t id, const void *msg, uint32_t len)

@@ -39,8 +39,7 @@
 /* Message types of membership protocols (values below 16 are the control
  * plane's own). */
 enum {
-    LOOMI_CMSG_PROPOSE = 16,
-    LOOMI_CMSG_DECIDE = 17,
+    LOOMI_CMSG_GIVEUP = 17, /* shrink.c: a rank gave the round (epoch) up */
     LOOMI_CMSG_ADDR = 18,
     LOOMI_CMSG_ALL = 19,
     LOOMI_CMSG_ACCEPT = 20, /* to a joiner: arg = new rank | new size << 32 */
@@ -53,11 +52,14 @@ enum {
     LOOMI_CMSG_CALL_SHOW = 24,
     LOOMI_CMSG_MAX = 24
 };
+/* ALL's arg after a round's commit (shrink.c): to a joiner, 0 = the
+ * round was given up, this = it holds (keep the communicator). */
+#define LOOMI_CTRL_ALL_COMMIT UINT64_MAX
 /* loomi_ctrl_recv's masks: the protocols' own message types. */
 #define LOOMI_CMSG_BIT(t) (1u << ((t) - 16))
 #define LOOMI_CMSG_SHRINK                                                                      \
-    (LOOMI_CMSG_BIT(LOOMI_CMSG_PROPOSE) | LOOMI_CMSG_BIT(LOOMI_CMSG_DECIDE) |                  \
-     LOOMI_CMSG_BIT(LOOMI_CMSG_ADDR) | LOOMI_CMSG_BIT(LOOMI_CMSG_ALL))
+    (LOOMI_CMSG_BIT(LOOMI_CMSG_GIVEUP) | LOOMI_CMSG_BIT(LOOMI_CMSG_ADDR) |                     \
+     LOOMI_CMSG_BIT(LOOMI_CMSG_ALL))
 #define LOOMI_CMSG_AGREEMENT (LOOMI_CMSG_BIT(LOOMI_CMSG_AGREE) | LOOMI_CMSG_BIT(LOOMI_CMSG_AGREED))
 
 /* LOOMI_CMSG_ACCEPT's payload: the links, measured once for the job, and
@@ -137,9 +139,8 @@ int loomi_ctrl_newer(struct loomi_ctrl *c, uint32_t mask, uint32_t epoch);
 
 /* Whether the ranks not in `out` ([n], as loomi_ctrl_failed gives) may
  * go on as the communicator's successor: any of them (any_quorum), or
- * more than half of the ranks that did not leave, or exactly half with
- * the lowest of those among them.  Two groups formed from one
- * communicator then never both go on. */
+ * more than half of the n ranks, or exactly half with rank 0 among them.
+ * Two groups formed from one communicator then never both go on. */
 int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum);
 
 /* Agreements (agree.c).  A rank keeps the payload of the decisions it

@@ -54,16 +54,25 @@ static int send_msg(int fd, uint16_t type, uint32_t epoch, uint64_t arg, const v
 }
 
 /* The guard of the connection (loomi_guard_set): the members sent a new
- * message on the holder's connection (another admission: one of them
- * failed meanwhile).  Its end is no news: the holder closes it once it
- * is done. */
+ * message on the holder's connection that gives the round up (ALL of no
+ * addresses, or another ACCEPT).  Their commit, which can come while
+ * this process still measures the new group, is no reason to stop; nor
+ * is the connection's end: the holder closes it once it is done. */
 static int readmitted(void *arg, char *msg, size_t n)
 {
     int fd = *(const int *)arg;
-    char b;
+    unsigned char h[LOOMI_CTRL_HDR_BYTES];
     struct pollfd pf = {fd, POLLIN, 0};
-    if (poll(&pf, 1, 0) != 1 || recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1) return 0;
-    snprintf(msg, n, "the members started another admission (one of them failed)");
+    if (poll(&pf, 1, 0) != 1 ||
+        recv(fd, h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof h)
+        return 0;
+    uint16_t type;
+    uint32_t e, len;
+    uint64_t a;
+    if (loomi_ctrl_parse(h, &type, &e, &a, &len) == 0 && type == LOOMI_CMSG_ALL &&
+        a == LOOMI_CTRL_ALL_COMMIT)
+        return 0;
+    snprintf(msg, n, "the members gave the admission up (one of them failed)");
     return 1;
 }
 
@@ -107,6 +116,9 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 fd = -1;
                 continue;
             }
+            /* Rounds are numbered per holder's communicator: a new
+             * holder's may be lower than the last one's. */
+            epoch = 0;
             proto->bind_addr = local;
             proto->bind_len = llen;
             socklen_t l = sizeof proto->rdv_addr;
@@ -192,6 +204,14 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             if (r != LOOM_SUCCESS && r != LOOM_ERR_REMOTE) break;
             continue;
         }
+        if (type == LOOMI_CMSG_ALL && c && e == epoch && arg == 0 && len == 0) {
+            /* The members gave the round up: they admit this process
+             * again in the next one. */
+            free(data);
+            loomi_comm_discard(c);
+            c = NULL;
+            continue;
+        }
         if (type == LOOMI_CMSG_ALL && c && e == epoch) {
             if (arg != (uint64_t)newn || len != (uint32_t)newn * LOOMI_ADDR_BYTES ||
                 memcmp(data + (size_t)newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES)) {
@@ -203,24 +223,41 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             r = loomi_comm_finish(c, data, deadline, &links);
             loomi_guard_set(NULL, NULL);
             free(data);
-            if (r != LOOM_SUCCESS) {
-                /* A member failed during the admission: the members decide
-                 * again (this process, admitted already, comes first) and
-                 * send a new ACCEPT on this connection. */
-                snprintf(last, sizeof last, "%s", loom_get_last_error());
-                LOOMI_INFO(-1, "%s: connecting the grown communicator failed (%s); waiting for "
-                               "the members to admit this process again", fn, last);
-                loomi_comm_discard(c);
-                c = NULL;
-                r = LOOM_ERR_TIMEOUT;
-                continue;
+            /* Connected or not, the members' commit says whether the new
+             * communicator holds: everybody's part of it was built. */
+            uint64_t verdict = 0;
+            while (r == LOOM_SUCCESS) {
+                uint16_t t2;
+                uint32_t e2, l2;
+                unsigned char *d2;
+                if (read_msg(fd, deadline, &t2, &e2, &verdict, &d2, &l2)) {
+                    verdict = 0;
+                    free(d2);
+                    break;
+                }
+                free(d2);
+                if (t2 == LOOMI_CMSG_ALL && e2 == epoch && l2 == 0) break;
             }
-            close(fd);
-            LOOMI_INFO(newrank, "%s: admitted as rank %d of %d after %llu ms", fn, newrank, newn,
-                       (unsigned long long)(loomi_now_ms() - t0));
-            free(proto);
-            *comm = c->handle;
-            return LOOM_SUCCESS;
+            if (r == LOOM_SUCCESS && verdict == LOOMI_CTRL_ALL_COMMIT) {
+                close(fd);
+                LOOMI_INFO(newrank, "%s: admitted as rank %d of %d after %llu ms", fn, newrank,
+                           newn, (unsigned long long)(loomi_now_ms() - t0));
+                free(proto);
+                *comm = c->handle;
+                return LOOM_SUCCESS;
+            }
+            /* A member failed during the admission: the members decide
+             * again (this process, admitted already, comes first) and
+             * send a new ACCEPT on this connection. */
+            snprintf(last, sizeof last, "%s",
+                     r != LOOM_SUCCESS ? loom_get_last_error()
+                                       : "the members gave the round up");
+            LOOMI_INFO(-1, "%s: connecting the grown communicator failed (%s); waiting for "
+                           "the members to admit this process again", fn, last);
+            loomi_comm_discard(c);
+            c = NULL;
+            r = LOOM_ERR_TIMEOUT;
+            continue;
         }
         free(data); /* stale or unknown: ignore */
     }

@@ -1,23 +1,32 @@
 /*
- * shrink.c - loom_comm_shrink: the survivors agree on who failed and
- * build a new communicator without them, over the old one's control
- * plane (whose connections between survivors still stand).
+ * shrink.c - loom_comm_shrink and loom_comm_grow: the survivors agree on
+ * who failed (and which waiting processes come in) and build a new
+ * communicator of the others, over the old one's control plane (whose
+ * connections between survivors still stand).
  *
- * The protocol, in rounds numbered by an epoch:
- *  - every survivor sends PROPOSE (its failed set) to the coordinator,
- *    the lowest rank it does not know failed;
- *  - the coordinator, once every rank it does not know failed has
- *    proposed, sends DECIDE(D): the failed set it then holds;
- *  - every survivor creates its part of the new communicator (ranks
- *    renumbered in the old order, failed ones left out) and sends its
- *    address (ADDR); the coordinator answers with everyone's (ALL) and
- *    all connect.
- * Failure sets only grow and travel with every message, so views
- * converge.  A member restarts (next epoch, next coordinator) only when
- * its coordinator fails; a coordinator that loses a member of the new
- * group before ALL decides again at the next epoch, and members follow
- * any message from a later epoch.  Everything has LOOM_TIMEOUT as its
- * deadline: at worst shrink fails, it never hangs.
+ * Each attempt is three steps, every one of them taken by every rank not
+ * known failed, so that no rank can be in one step while another is in
+ * a later one:
+ *  1. membership: an agreement (agree.c) whose decision is the set D of
+ *     ranks out, and, for a grow, how many of the processes waiting at
+ *     the join service (held by the lowest rank alive) come in: the
+ *     holder contributes that count, the others 0, and the maximum is
+ *     decided.  The agreement is uniform (every rank that gets a decision
+ *     gets the same one) and needs a majority (LOOM_QUORUM);
+ *  2. build: every rank not in D creates its part of the new
+ *     communicator and sends its address (ADDR) to the lowest of them;
+ *     it answers with everyone's (ALL), admitted joiners included, and
+ *     all connect and measure the new group.  A rank that gives up here
+ *     tells the others (GIVEUP), and every wait of this step ends when a
+ *     rank of the new group fails or gives up (the guard, core/util.c);
+ *  3. commit: an agreement on whether every rank built its part (the
+ *     minimum of 0/1).  On 1 every rank keeps the new communicator; on 0
+ *     every rank discards it and the next attempt begins.
+ * The commit is what makes the outcome all or nothing: without it a
+ * rank whose part completed kept a communicator the others, failing a
+ * moment later, had given up, and went on in a group of its own.
+ * Everything has LOOM_TIMEOUT as its deadline: at worst shrink fails, it
+ * never hangs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,63 +40,28 @@
 #include "topo/select.h"
 #include "topo/topo.h"
 
-enum { ST_DONE = 0, ST_RESTART = 1, ST_ERROR = 2, ST_NOTHING = 3 };
+/* Messages of step 2 (type, arg): ADDR (the sender's new rank; a member
+ * giving up before it has one sends GIVEUP instead), ALL (the new size;
+ * 0 with no payload: the round is given up; to a joiner after step 3,
+ * ALL_COMMIT or 0), GIVEUP.  Their epoch is the attempt's round number. */
+#define ALL_COMMIT LOOMI_CTRL_ALL_COMMIT
 
 struct shrink {
     struct loom_comm *old;
     struct loomi_ctrl *ctrl;
     int n, me;
-    uint32_t epoch;
+    uint32_t round;           /* the attempt (messages of others are stale) */
     uint64_t deadline;
-    unsigned char *failed; /* [n] the current view */
-    unsigned gen;
-    unsigned char *proposed; /* [n] proposed to this rank as coordinator */
-    struct loomi_cmsg *stash; /* messages of a later epoch, oldest first */
-    struct loom_comm *nc;     /* the new communicator, being built */
-    loom_result_t err;
-    int grow;                 /* loom_comm_grow: admit joiners, keep comm if nothing to do */
-    int nj, slots[LOOMI_CTRL_MAX_JOINERS]; /* joiners admitted (coordinator) */
-    unsigned char *decided;   /* [n] the decision this rank built on */
-    unsigned char *left;      /* [n] ranks some rank saw leave with a goodbye */
+    unsigned char *D;         /* [n] the membership decision: ranks out */
     unsigned char *seen;      /* [n] the failed set, as the guard reads it */
+    struct loom_comm *nc;     /* the new communicator, being built */
+    int newrank, newn, coord; /* this rank in it, its size, step 2's coordinator */
+    loom_result_t err;
+    int grow;
+    int holder;               /* this rank admitted the joiners (it holds the service) */
+    int nj, slots[LOOMI_CTRL_MAX_JOINERS]; /* joiners: the decided count; the holder's slots */
     const char *fn;
 };
-
-/* This rank's view, with the departures others told of. */
-static void refresh(struct shrink *s)
-{
-    loomi_ctrl_failed(s->ctrl, s->failed, &s->gen);
-    for (int q = 0; q < s->n; q++)
-        if (s->failed[q] && s->left[q]) s->failed[q] = LOOMI_OUT_LEFT;
-}
-
-static int coordinator(const struct shrink *s)
-{
-    for (int q = 0; q < s->n; q++)
-        if (!s->failed[q]) return q;
-    return -1;
-}
-
-static void stash_front(struct shrink *s, struct loomi_cmsg *m)
-{
-    m->next = s->stash;
-    s->stash = m;
-}
-
-/* The next message: stashed ones of this epoch first. */
-static struct loomi_cmsg *next_msg(struct shrink *s)
-{
-    for (struct loomi_cmsg **l = &s->stash; *l; l = &(*l)->next)
-        if ((*l)->epoch <= s->epoch) {
-            struct loomi_cmsg *m = *l;
-            *l = m->next;
-            m->next = NULL;
-            return m;
-        }
-    uint64_t d = loomi_now_ms() + 100;
-    if (d > s->deadline) d = s->deadline;
-    return loomi_ctrl_recv(s->ctrl, s->gen, d, LOOMI_CMSG_SHRINK);
-}
 
 static int alive_count(const unsigned char *D, int n)
 {
@@ -96,63 +70,49 @@ static int alive_count(const unsigned char *D, int n)
     return k;
 }
 
-/* Whether the ranks not in D may go on (LOOM_QUORUM); when not, the
- * error, blamed on `who`. */
-static int quorum(struct shrink *s, const unsigned char *D, const char *who)
+/* A round given up: every rank of the new group hears it. */
+static void give_up(struct shrink *s, const char *why)
 {
-    if (loomi_ctrl_quorum(D, s->n, s->old->set.quorum_any)) return 1;
-    int left = 0;
-    for (int q = 0; q < s->n; q++) left += D[q] == LOOMI_OUT_LEFT;
-    char also[48] = "";
-    if (left) snprintf(also, sizeof also, " (%d more left the job)", left);
-    s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
-                        "%s: %s only %d of the %d ranks%s: no majority, so this group may not "
-                        "go on as the job (LOOM_QUORUM=majority); this rank must leave it",
-                        s->fn, who, alive_count(D, s->n), s->n - left, also);
-    return 0;
+    LOOMI_INFO(s->me, "%s: round %u given up: %s", s->fn, s->round, why);
+    for (int q = 0; q < s->n; q++)
+        if (q != s->me && !s->D[q])
+            loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_GIVEUP, s->round, 0, NULL, 0);
 }
 
-/* Take a sender's failed set (PROPOSE, DECIDE: its first n bytes) into
- * this rank's view. */
-static int merge(struct shrink *s, const struct loomi_cmsg *m)
+/* A GIVEUP of this round in the mailbox (taken out of it). */
+static int given_up(struct shrink *s)
 {
-    if (m->len < (uint32_t)s->n) return -1;
-    for (int q = 0; q < s->n; q++) {
-        if (m->data[q] != 0 && m->data[q] != LOOMI_OUT && m->data[q] != LOOMI_OUT_LEFT)
-            return -1;
-        if (m->data[q] == LOOMI_OUT_LEFT) s->left[q] = 1;
-        if (m->data[q] && !s->failed[q]) {
-            char why[96];
-            snprintf(why, sizeof why, "reported failed by rank %d while shrinking", m->src);
-            loomi_ctrl_mark_failed(s->ctrl, q, why);
-        }
+    for (;;) {
+        struct loomi_cmsg *m = loomi_ctrl_take(s->ctrl, LOOMI_CMSG_GIVEUP, 0);
+        if (!m) return 0;
+        int now = m->epoch == s->round;
+        free(m);
+        if (now) return 1;
     }
-    return 0;
 }
 
-/* The guard of the new communicator's connection (loomi_guard_set): a
- * rank of the decision failed, a joiner being admitted left, or a later
- * round began: its connections will never all come. */
+/* The guard of step 2 (loomi_guard_set): a rank of the new group failed,
+ * a joiner being admitted left, or a rank gave the round up: its
+ * connections will never all come. */
 static int doomed(void *arg, char *msg, size_t n)
 {
     struct shrink *s = arg;
     loomi_ctrl_failed(s->ctrl, s->seen, NULL);
-    /* A departure is no news: a faster member done with the new
-     * communicator destroys the old one. */
+    /* A departure is no news: a faster rank done with the new group
+     * destroys the old communicator. */
     for (int q = 0; q < s->n; q++)
-        if (!s->decided[q] && s->seen[q] == LOOMI_OUT) {
+        if (!s->D[q] && s->seen[q] == LOOMI_OUT) {
             snprintf(msg, n, "rank %d failed while the new communicator was being connected", q);
             return 1;
         }
-    for (int j = 0; j < s->nj; j++)
+    for (int j = 0; s->holder && j < s->nj; j++)
         if (!loomi_ctrl_joiner_alive(s->ctrl, s->slots[j])) {
             snprintf(msg, n, "a process being admitted left while the new communicator was "
                              "being connected");
             return 1;
         }
-    if (loomi_ctrl_newer(s->ctrl, LOOMI_CMSG_SHRINK, s->epoch)) {
-        snprintf(msg, n, "the coordinator started another round while the new communicator "
-                         "was being connected");
+    if (loomi_ctrl_newer(s->ctrl, LOOMI_CMSG_BIT(LOOMI_CMSG_GIVEUP), s->round - 1)) {
+        snprintf(msg, n, "another rank gave the round up");
         return 1;
     }
     return 0;
@@ -173,21 +133,21 @@ static void drop_new(struct shrink *s)
     s->nc = NULL;
 }
 
-/* Create this rank's part of the communicator of the ranks not in D. */
-static loom_result_t make_new(struct shrink *s, const unsigned char *D, int nj,
-                              unsigned char *addr, int *newrank, int *newn)
+/* Create this rank's part of the communicator of the ranks not in D and
+ * the nj joiners; its address in addr. */
+static loom_result_t make_new(struct shrink *s, unsigned char *addr)
 {
     struct loom_comm *o = s->old;
     int k = 0, mine = -1;
     for (int q = 0; q < s->n; q++)
-        if (!D[q]) {
+        if (!s->D[q]) {
             if (q == s->me) mine = k;
             k++;
         }
-    k += nj; /* joiners come after the members */
+    k += s->nj; /* joiners come after the members */
     drop_new(s);
     struct loom_comm *c = calloc(1, sizeof *c);
-    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
+    if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "%s: out of memory", s->fn);
     c->rank = mine;
     c->nranks = k;
     c->failed_rank = -1;
@@ -201,323 +161,240 @@ static loom_result_t make_new(struct shrink *s, const unsigned char *D, int nj,
     c->rdv_addr = o->rdv_addr;
     c->rdv_len = o->rdv_len;
     s->nc = c;
-    *newrank = mine;
-    *newn = k;
+    s->newrank = mine;
+    s->newn = k;
     return loomi_comm_prepare(c, &o->topo->ranks[o->rank], addr);
 }
 
-static int member(struct shrink *s, int coord)
+/* The next message of step 2 for this round (stale ones dropped), or
+ * NULL after a short wait. */
+static struct loomi_cmsg *next_msg(struct shrink *s)
 {
-    const int n = s->n;
-    uint32_t e = s->epoch;
-    s->nj = 0; /* joiners are the coordinator's (this rank may have been one) */
-    if (loomi_ctrl_send(s->ctrl, coord, LOOMI_CMSG_PROPOSE, e, 0, s->failed, (uint32_t)n) !=
-        LOOM_SUCCESS)
-        return ST_RESTART; /* it failed meanwhile */
-    int newrank = -1, newn = 0;
-    unsigned char addr[LOOMI_ADDR_BYTES];
     for (;;) {
-        struct loomi_cmsg *m = next_msg(s);
-        if (!m) {
-            if (loomi_now_ms() >= s->deadline) {
-                s->err = loomi_fail(LOOM_ERR_TIMEOUT, s->me,
-                                    "loom_comm_shrink: no decision from rank %d within "
-                                    "LOOM_TIMEOUT (%d ms)",
-                                    coord, s->old->set.timeout_ms);
-                return ST_ERROR;
-            }
-            refresh(s);
-            if (s->failed[s->me] || s->failed[coord]) return ST_RESTART;
-            continue;
-        }
-        if (m->epoch > e) { /* the others moved on: follow */
-            s->epoch = m->epoch;
-            stash_front(s, m);
-            return ST_RESTART;
-        }
-        int bad = 0;
-        switch (m->type) {
-        case LOOMI_CMSG_PROPOSE:
-            /* Someone takes this rank for the coordinator: its view has
-             * failures this one lacks.  Keep it for when that is so. */
-            bad = merge(s, m);
-            if (!bad) {
-                s->proposed[m->src] = 1; /* counted when this rank coordinates */
-                free(m);
-                refresh(s);
-                if (coordinator(s) != coord) return ST_RESTART;
-                continue;
-            }
-            break;
-        case LOOMI_CMSG_DECIDE:
-            if (m->epoch < e) break; /* stale */
-            if (m->src != coord) {
-                refresh(s);
-                if (coordinator(s) != m->src) break; /* not ours (yet) */
-                coord = m->src;
-            }
-            if (m->len != (uint32_t)n && m->len != (uint32_t)n + 4) {
-                bad = 1;
-                break;
-            }
-            bad = merge(s, m);
-            if (bad) break;
-            if (m->arg == 1) { /* grow with nothing to do: keep the communicator */
-                free(m);
-                return ST_NOTHING;
-            }
-            if (!quorum(s, m->data, "the coordinator found") || m->arg == 2) {
-                if (s->err == LOOM_SUCCESS) /* its rule differs: uniform.c refuses that */
-                    s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
-                                        "%s: the coordinator found no quorum", s->fn);
-                free(m);
-                return ST_ERROR;
-            }
-            uint32_t nj = 0;
-            if (m->len == (uint32_t)n + 4)
-                nj = (uint32_t)m->data[n] | (uint32_t)m->data[n + 1] << 8 |
-                     (uint32_t)m->data[n + 2] << 16 | (uint32_t)m->data[n + 3] << 24;
-            if (nj > LOOMI_CTRL_MAX_JOINERS) {
-                bad = 1;
-                break;
-            }
-            if (m->data[s->me]) {
-                s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
-                                    "loom_comm_shrink: the survivors counted this rank as failed");
-                free(m);
-                return ST_ERROR;
-            }
-            s->err = make_new(s, m->data, (int)nj, addr, &newrank, &newn);
-            if (s->err != LOOM_SUCCESS) {
-                free(m);
-                return ST_ERROR;
-            }
-            memcpy(s->decided, m->data, (size_t)n);
-            if (loomi_ctrl_send(s->ctrl, coord, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr,
-                                LOOMI_ADDR_BYTES) != LOOM_SUCCESS) {
-                free(m);
-                return ST_RESTART;
-            }
-            break;
-        case LOOMI_CMSG_ALL:
-            if (m->epoch < e || m->src != coord || !s->nc) break;
-            if (m->len != (uint32_t)newn * LOOMI_ADDR_BYTES || m->arg != (uint64_t)newn ||
-                memcmp(m->data + (size_t)newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES)) {
-                bad = 1;
-                break;
-            }
-            s->err = finish_new(s, m->data);
-            free(m);
-            if (s->err != LOOM_SUCCESS) {
-                LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
-                           loom_get_last_error());
-                drop_new(s);
-                return ST_RESTART;
-            }
-            return ST_DONE;
-        default:
-            break; /* ADDR: only coordinators take them */
-        }
-        if (bad) {
-            char why[96];
-            snprintf(why, sizeof why, "sent a malformed shrink message (type %u)", m->type);
-            loomi_ctrl_mark_failed(s->ctrl, m->src, why);
-        }
+        uint64_t d = loomi_now_ms() + 20;
+        if (d > s->deadline) d = s->deadline;
+        unsigned gen;
+        loomi_ctrl_failed(s->ctrl, NULL, &gen);
+        struct loomi_cmsg *m = loomi_ctrl_recv(s->ctrl, gen, d, LOOMI_CMSG_SHRINK);
+        if (!m || m->epoch == s->round) return m;
         free(m);
     }
 }
 
-static int coordinate(struct shrink *s)
+/* Why waiting in step 2 is over, or NULL to go on waiting. */
+static const char *wait_over(struct shrink *s, char *why, size_t n)
 {
-    const int n = s->n;
-    uint32_t e = s->epoch;
-    unsigned char *D = malloc((size_t)n + 4), *have = calloc((size_t)n, 1);
-    unsigned char *all = NULL;
-    unsigned char addr[LOOMI_ADDR_BYTES];
-    int jhave[LOOMI_CTRL_MAX_JOINERS];
-    int newrank = -1, newn = 0, alive = 0, decided = 0, st = ST_ERROR;
-    if (!D || !have) {
-        s->err = loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
+    if (loomi_now_ms() >= s->deadline) return "LOOM_TIMEOUT passed";
+    if (doomed(s, why, n)) return why;
+    return NULL;
+}
+
+/* Step 2 on the lowest rank of the new group: collect the addresses,
+ * send everyone's, connect. */
+static loom_result_t build_coordinator(struct shrink *s, const unsigned char *addr)
+{
+    const size_t ab = LOOMI_ADDR_BYTES;
+    unsigned char *all = calloc((size_t)s->newn, ab), *have = calloc((size_t)s->newn, 1);
+    loom_result_t r = LOOM_SUCCESS;
+    if (!all || !have) {
+        r = loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "%s: out of memory", s->fn);
         goto out;
     }
+    memcpy(all + (size_t)s->newrank * ab, addr, ab);
+    have[s->newrank] = 1;
+    const int members = s->newn - s->nj;
+    /* Joiners learn their rank, the links (measured once) and the
+     * settings they must share (join.c checks them). */
+    if (s->nj) {
+        struct loomi_join_accept acc;
+        memset(&acc, 0, sizeof acc);
+        acc.links = *s->old->links;
+        loomi_uniform_fill(&acc.uniform, &s->old->set, s->old->algo_forced, s->old->route_mask,
+                           0);
+        for (int j = 0; j < s->nj; j++) {
+            uint64_t arg = (uint64_t)(members + j) | (uint64_t)s->newn << 32;
+            loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ACCEPT, s->round, arg, &acc,
+                            (uint32_t)sizeof acc);
+        }
+    }
     for (;;) {
-        refresh(s);
-        if (s->failed[s->me]) {
-            st = ST_RESTART;
+        int missing = 0;
+        for (int k = 0; k < s->newn; k++) missing += !have[k];
+        if (!missing) break;
+        char why[200];
+        const char *over = wait_over(s, why, sizeof why);
+        if (over) {
+            r = loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: %d address(es) of the new group "
+                           "missing: %s", s->fn, missing, over);
             goto out;
         }
-        if (decided) {
-            /* A member of the new group failed before every address was
-             * in: decide again, at the next epoch. */
-            for (int q = 0; q < n; q++)
-                if (!D[q] && s->failed[q]) {
-                    st = ST_RESTART;
-                    goto out;
-                }
-            for (int j = 0; j < s->nj; j++)
-                if (!jhave[j] && !loomi_ctrl_joiner_alive(s->ctrl, s->slots[j])) {
-                    LOOMI_WARN(s->me, "shrink: a joiner left during its admission; again");
-                    st = ST_RESTART;
-                    goto out;
-                }
-        } else {
-            int waiting = 0;
-            for (int q = 0; q < n; q++)
-                if (q != s->me && !s->failed[q] && !s->proposed[q]) waiting = 1;
-            if (!waiting) {
-                memcpy(D, s->failed, (size_t)n);
-                alive = alive_count(D, n);
-                s->nj = 0;
-                if (s->grow) {
-                    int k = loomi_ctrl_admit(s->ctrl, s->slots, LOOMI_CTRL_MAX_JOINERS);
-                    for (int j = 0; j < k; j++)
-                        if (loomi_ctrl_joiner_alive(s->ctrl, s->slots[j]))
-                            s->slots[s->nj++] = s->slots[j];
-                }
-                /* Growing with nobody failed and nobody to admit: keep comm. */
-                int nothing = s->grow && alive == n && s->nj == 0;
-                /* A minority is told so, and nobody goes on. */
-                int minority = !quorum(s, D, "this rank, coordinating, reaches");
-                if (minority) s->nj = 0;
-                uint32_t nj = (uint32_t)s->nj;
-                for (int i = 0; i < 4; i++) D[n + i] = (unsigned char)(nj >> (8 * i));
-                for (int q = 0; q < n; q++)
-                    if (q != s->me && !D[q])
-                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_DECIDE, e,
-                                        minority ? 2 : nothing ? 1 : 0, D, (uint32_t)n + 4);
-                if (minority) goto out;
-                if (nothing) {
-                    st = ST_NOTHING;
-                    goto out;
-                }
-                memcpy(s->decided, D, (size_t)n);
-                s->err = make_new(s, D, s->nj, addr, &newrank, &newn);
-                if (s->err != LOOM_SUCCESS) goto out;
-                /* Joiners learn their rank, the links (measured once) and
-                 * the settings they must share (join.c checks them). */
-                struct loomi_join_accept acc;
-                memset(&acc, 0, sizeof acc);
-                acc.links = *s->old->links;
-                loomi_uniform_fill(&acc.uniform, &s->old->set, s->old->algo_forced, s->old->route_mask,
-                                   0);
-                for (int j = 0; j < s->nj; j++) {
-                    jhave[j] = 0;
-                    uint64_t arg = (uint64_t)(alive + j) | (uint64_t)newn << 32;
-                    loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ACCEPT, e, arg, &acc,
-                                    (uint32_t)sizeof acc);
-                }
-                free(all);
-                all = malloc((size_t)newn * LOOMI_ADDR_BYTES);
-                if (!all) {
-                    s->err = loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "loom_comm_shrink: out of memory");
-                    goto out;
-                }
-                memset(have, 0, (size_t)n);
-                memcpy(all + (size_t)newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES);
-                have[s->me] = 1;
-                decided = 1;
-            }
-        }
-        if (decided) {
-            int missing = 0;
-            for (int q = 0; q < n; q++)
-                if (!D[q] && !have[q]) missing = 1;
-            for (int j = 0; j < s->nj; j++)
-                if (!jhave[j]) missing = 1;
-            if (!missing) {
-                for (int q = 0; q < n; q++)
-                    if (q != s->me && !D[q])
-                        loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_ALL, e, (uint64_t)newn, all,
-                                        (uint32_t)((size_t)newn * LOOMI_ADDR_BYTES));
-                for (int j = 0; j < s->nj; j++)
-                    loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ALL, e, (uint64_t)newn, all,
-                                    (uint32_t)((size_t)newn * LOOMI_ADDR_BYTES));
-                s->err = finish_new(s, all);
-                if (s->err != LOOM_SUCCESS) {
-                    LOOMI_WARN(s->me, "shrink: connecting the new communicator failed (%s); again",
-                               loom_get_last_error());
-                    drop_new(s);
-                    st = ST_RESTART;
-                    goto out;
-                }
-                loomi_ctrl_joiners_done(s->ctrl);
-                st = ST_DONE;
-                goto out;
-            }
-        }
         struct loomi_cmsg *m = next_msg(s);
-        if (!m) {
-            if (loomi_now_ms() >= s->deadline) {
-                s->err = loomi_fail(LOOM_ERR_TIMEOUT, s->me,
-                                    "loom_comm_shrink: the survivors did not all answer within "
-                                    "LOOM_TIMEOUT (%d ms)",
-                                    s->old->set.timeout_ms);
-                goto out;
-            }
-            continue;
+        if (!m) continue;
+        int bad = 0;
+        if (m->type == LOOMI_CMSG_GIVEUP) {
+            free(m);
+            r = loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: a rank of the new group gave up", s->fn);
+            goto out;
         }
-        if (m->src >= n) { /* a joiner's address */
-            int j = 0;
-            while (j < s->nj && s->slots[j] != m->src) j++;
-            if (decided && m->epoch == e && j < s->nj && m->type == LOOMI_CMSG_ADDR &&
-                m->len == LOOMI_ADDR_BYTES && m->arg == (uint64_t)(alive + j)) {
-                memcpy(all + (size_t)(alive + j) * LOOMI_ADDR_BYTES, m->data, LOOMI_ADDR_BYTES);
-                jhave[j] = 1;
+        if (m->type == LOOMI_CMSG_ADDR) {
+            int k = -1;
+            if (m->src >= s->n) { /* a joiner: its slot says which */
+                for (int j = 0; s->holder && j < s->nj; j++)
+                    if (s->slots[j] == m->src) k = members + j;
+            } else if (!s->D[m->src]) {
+                k = 0;
+                for (int q = 0; q < m->src; q++) k += !s->D[q];
             }
+            if (k < 0 || m->len != ab || m->arg != (uint64_t)k) bad = 1;
+            else {
+                memcpy(all + (size_t)k * ab, m->data, ab);
+                have[k] = 1;
+            }
+        }
+        if (bad && m->src < s->n) {
+            char w[96];
+            snprintf(w, sizeof w, "sent a malformed shrink message (type %u)", m->type);
+            loomi_ctrl_mark_failed(s->ctrl, m->src, w);
+        }
+        free(m);
+    }
+    for (int q = 0; q < s->n; q++)
+        if (q != s->me && !s->D[q])
+            loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_ALL, s->round, (uint64_t)s->newn, all,
+                            (uint32_t)((size_t)s->newn * ab));
+    for (int j = 0; j < s->nj; j++)
+        loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ALL, s->round, (uint64_t)s->newn, all,
+                        (uint32_t)((size_t)s->newn * ab));
+    r = finish_new(s, all);
+out:
+    free(all);
+    free(have);
+    return r;
+}
+
+/* Step 2 on the other ranks of the new group. */
+static loom_result_t build_member(struct shrink *s, const unsigned char *addr)
+{
+    if (loomi_ctrl_send(s->ctrl, s->coord, LOOMI_CMSG_ADDR, s->round, (uint64_t)s->newrank, addr,
+                        LOOMI_ADDR_BYTES) != LOOM_SUCCESS)
+        return loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: rank %d, which gathers the addresses, "
+                          "failed", s->fn, s->coord);
+    for (;;) {
+        char why[200];
+        const char *over = wait_over(s, why, sizeof why);
+        if (over)
+            return loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: no addresses from rank %d: %s", s->fn,
+                              s->coord, over);
+        struct loomi_cmsg *m = next_msg(s);
+        if (!m) continue;
+        if (m->type == LOOMI_CMSG_GIVEUP) {
+            free(m);
+            return loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: a rank of the new group gave up",
+                              s->fn);
+        }
+        if (m->type != LOOMI_CMSG_ALL || m->src != s->coord) {
             free(m);
             continue;
         }
-        if (m->epoch > e) {
-            s->epoch = m->epoch;
-            stash_front(s, m);
-            st = ST_RESTART;
-            goto out;
+        if (m->arg != (uint64_t)s->newn || m->len != (uint32_t)s->newn * LOOMI_ADDR_BYTES ||
+            memcmp(m->data + (size_t)s->newrank * LOOMI_ADDR_BYTES, addr, LOOMI_ADDR_BYTES)) {
+            free(m);
+            loomi_ctrl_mark_failed(s->ctrl, s->coord, "sent malformed addresses in a shrink");
+            return loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: rank %d sent malformed addresses",
+                              s->fn, s->coord);
         }
-        int bad = 0;
-        switch (m->type) {
-        case LOOMI_CMSG_PROPOSE:
-            bad = m->len != (uint32_t)n || merge(s, m);
-            if (!bad) s->proposed[m->src] = 1;
-            break;
-        case LOOMI_CMSG_DECIDE:
-            /* From a rank that takes itself for the coordinator: its view
-             * has failures this one lacks (merged: the next pass sees
-             * whether this rank still coordinates). */
-            if (m->epoch == e) bad = merge(s, m);
-            break;
-        case LOOMI_CMSG_ADDR: {
-            if (!decided || m->epoch != e) break;
-            int q = m->src, k = 0;
-            for (int i = 0; i < q; i++) k += !D[i];
-            if (D[q] || m->len != LOOMI_ADDR_BYTES || m->arg != (uint64_t)k) {
-                bad = 1;
-                break;
-            }
-            memcpy(all + (size_t)k * LOOMI_ADDR_BYTES, m->data, LOOMI_ADDR_BYTES);
-            have[q] = 1;
-            break;
-        }
-        default:
-            break;
-        }
-        if (bad) {
-            char why[96];
-            snprintf(why, sizeof why, "sent a malformed shrink message (type %u)", m->type);
-            loomi_ctrl_mark_failed(s->ctrl, m->src, why);
-        }
+        loom_result_t r = finish_new(s, m->data);
         free(m);
-        /* Still the coordinator? */
-        refresh(s);
-        if (coordinator(s) != s->me) {
-            st = ST_RESTART;
-            goto out;
-        }
+        return r;
     }
-out:
-    free(D);
-    free(have);
-    free(all);
-    return st;
+}
+
+/* One attempt: returns 1 (done: s->nc, or NULL for a grow with nothing to
+ * do), 0 (go again) or -1 (error in s->err). */
+static int attempt(struct shrink *s)
+{
+    /* 1. Membership.  The holder of the join service admits the waiting
+     * processes now, before it knows whether it coordinates. */
+    uint64_t nj = 0;
+    s->holder = 0;
+    s->nj = 0;
+    if (s->grow) {
+        int k = loomi_ctrl_admit(s->ctrl, s->slots, LOOMI_CTRL_MAX_JOINERS), live = 0;
+        for (int j = 0; j < k; j++)
+            if (loomi_ctrl_joiner_alive(s->ctrl, s->slots[j])) s->slots[live++] = s->slots[j];
+        s->holder = live > 0;
+        s->nj = live;
+        nj = (uint64_t)live;
+    }
+    loom_result_t r = loomi_agree(s->old, &nj, LOOM_MAX, s->D, s->deadline, s->fn);
+    if (r != LOOM_SUCCESS) {
+        s->err = r;
+        return -1;
+    }
+    s->round = (uint32_t)s->old->agree_seq;
+    if (s->D[s->me]) {
+        s->err = loomi_fail(LOOM_ERR_REVOKED, s->me,
+                            "%s: the survivors counted this rank as failed", s->fn);
+        return -1;
+    }
+    if (nj > LOOMI_CTRL_MAX_JOINERS) {
+        s->err = loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: %llu joiners decided", s->fn,
+                            (unsigned long long)nj);
+        return -1;
+    }
+    const int held = s->holder ? (int)s->nj : 0; /* this rank's admitted joiners */
+    s->nj = (int)nj;
+    if (s->grow && alive_count(s->D, s->n) == s->n && s->nj == 0) return 1; /* nothing to do */
+    s->coord = 0;
+    while (s->D[s->coord]) s->coord++;
+
+    /* 2. Build. */
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    r = make_new(s, addr);
+    if (r == LOOM_SUCCESS) {
+        /* The joiners are the holder's to gather: it must be the lowest
+         * of the new group, and hold as many as were decided (else the
+         * holder that admitted them failed, and they with it). */
+        if (s->nj && (s->coord == s->me) != (held == s->nj))
+            r = loomi_fail(LOOM_ERR_REMOTE, s->me, "%s: the %d process(es) being admitted are "
+                           "not held by rank %d, which gathers the addresses", s->fn, s->nj,
+                           s->coord);
+        else if (s->coord == s->me)
+            r = build_coordinator(s, addr);
+        else
+            r = build_member(s, addr);
+    }
+    int built = r == LOOM_SUCCESS;
+    if (!built) {
+        s->err = r;
+        give_up(s, loom_get_last_error());
+    }
+
+    s->holder = s->holder && s->coord == s->me && held == s->nj;
+
+    /* 3. Commit, or not, everywhere alike. */
+    uint64_t ok = (uint64_t)built;
+    r = loomi_agree(s->old, &ok, LOOM_MIN, NULL, s->deadline, s->fn);
+    if (r == LOOM_SUCCESS && ok) {
+        if (s->holder)
+            for (int j = 0; j < s->nj; j++)
+                loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ALL, s->round, ALL_COMMIT, NULL,
+                                0);
+        if (s->holder) loomi_ctrl_joiners_done(s->ctrl);
+        return 1;
+    }
+    if (s->holder)
+        for (int j = 0; j < s->nj; j++)
+            loomi_ctrl_send(s->ctrl, s->slots[j], LOOMI_CMSG_ALL, s->round, 0, NULL, 0);
+    drop_new(s);
+    if (r != LOOM_SUCCESS) {
+        s->err = r;
+        return -1;
+    }
+    LOOMI_INFO(s->me, "%s: round %u: not every rank built the new communicator; again", s->fn,
+               s->round);
+    (void)given_up(s);
+    return 0;
 }
 
 static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
@@ -554,74 +431,40 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
     s.me = comm->rank;
     s.deadline = t0 + (uint64_t)comm->set.timeout_ms;
     s.fn = fn;
-    s.failed = malloc((size_t)s.n);
-    s.proposed = calloc((size_t)s.n, 1);
-    s.decided = malloc((size_t)s.n);
-    s.left = calloc((size_t)s.n, 1);
+    s.grow = grow;
+    s.D = malloc((size_t)s.n);
     s.seen = malloc((size_t)s.n);
-    if (!s.failed || !s.proposed || !s.decided || !s.left || !s.seen) {
-        free(s.failed);
-        free(s.proposed);
-        free(s.decided);
-        free(s.left);
+    if (!s.D || !s.seen) {
+        free(s.D);
         free(s.seen);
         return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
     }
-    s.epoch = comm->shrink_epoch + 1;
-    s.grow = grow;
-    int st;
-    int coord = -1;
+    int st, attempts = 0;
     do {
-        refresh(&s);
-        if (s.failed[s.me]) {
-            s.err = loomi_fail(LOOM_ERR_REVOKED, s.me,
-                               "%s: the other ranks declared this rank failed", fn);
-            st = ST_ERROR;
-            break;
+        attempts++;
+        st = attempt(&s);
+        if (st == 0 && loomi_now_ms() >= s.deadline) {
+            s.err = loomi_fail(LOOM_ERR_TIMEOUT, s.me, "%s: no new communicator within "
+                               "LOOM_TIMEOUT (%d ms)", fn, comm->set.timeout_ms);
+            st = -1;
         }
-        /* Failed sets only grow: a view without a quorum never gets one. */
-        if (!quorum(&s, s.failed, "this rank reaches")) {
-            st = ST_ERROR;
-            break;
-        }
-        coord = coordinator(&s);
-        uint32_t e = s.epoch;
-        st = coord == s.me ? coordinate(&s) : member(&s, coord);
-        /* A round that failed goes again at the next epoch (unless it
-         * followed the others to a later one already). */
-        if (st == ST_RESTART && s.epoch == e) s.epoch++;
-        if (st == ST_RESTART && loomi_now_ms() >= s.deadline) {
-            s.err = loomi_fail(LOOM_ERR_TIMEOUT, s.me, "%s: no agreement within LOOM_TIMEOUT (%d ms)",
-                               fn, comm->set.timeout_ms);
-            st = ST_ERROR;
-        }
-    } while (st == ST_RESTART);
-    comm->shrink_epoch = s.epoch;
-    while (s.stash) {
-        struct loomi_cmsg *m = s.stash;
-        s.stash = m->next;
-        free(m);
-    }
-    free(s.failed);
-    free(s.proposed);
-    free(s.left);
+    } while (st == 0);
     free(s.seen);
-    if (st == ST_NOTHING) {
-        free(s.decided);
-        drop_new(&s);
-        return LOOM_SUCCESS; /* *newcomm stays NULL */
-    }
-    if (st != ST_DONE) {
-        free(s.decided);
+    if (st < 0) {
+        free(s.D);
         drop_new(&s);
         /* Out of the job: comm says so from now on (loom_comm_get_error). */
         return loomi_comm_out(comm, s.err != LOOM_SUCCESS ? s.err : LOOM_ERR_INTERNAL);
     }
+    if (!s.nc) { /* a grow with nothing to do */
+        free(s.D);
+        return LOOM_SUCCESS;
+    }
     free(comm->agreed_failed);
-    comm->agreed_failed = s.decided;
-    LOOMI_INFO(comm->rank, "%s: rank %d is rank %d of %d in the new communicator "
-               "(epoch %u, coordinator %d, %llu ms)",
-               fn, comm->rank, s.nc->rank, s.nc->nranks, s.epoch, coord,
+    comm->agreed_failed = s.D;
+    LOOMI_INFO(comm->rank, "%s: rank %d is rank %d of %d in the new communicator (%d "
+               "attempt(s), %llu ms)",
+               fn, comm->rank, s.nc->rank, s.nc->nranks, attempts,
                (unsigned long long)(loomi_now_ms() - t0));
     *newcomm = s.nc->handle;
     return LOOM_SUCCESS;

@@ -36,10 +36,9 @@
  *      gives for a job it could not enter (LOOM_ERR_TIMEOUT,
  *      LOOM_ERR_CONNECT); the line "LEFT ..." on standard error says which
  *   4  a shrink gave it a communicator that is not a majority of the one
- *      it shrank from (more than half of the ranks that did not leave it
- *      with loom_comm_destroy, or exactly half with the lowest of them):
- *      "MINORITY ..." on standard error; the driver counts these as jobs
- *      of one
+ *      it shrank from (more than half, or exactly half with the old rank
+ *      0): "MINORITY ..." on standard error; the driver counts these as
+ *      jobs of one
  *   1  a wrong result, ranks that disagree, or a result that the call's
  *      man page does not give: "BAD ..." on standard error
  * and it never dies of a signal the driver did not send; crash.h prints
@@ -318,25 +317,21 @@ int main(int argc, char **argv)
                 break;
             }
             /* A majority of the old communicator, or this process must
-             * not go on (a partitioned job's minority): loom_comm_shrink(3)
-             * weighs the ranks that did not leave with loom_comm_destroy,
-             * which are the survivors and the failed ranks it lists. */
-            int failed[256], nf = 0, n2 = 0;
-            loom_comm_get_failed(comm, failed, 256, &nf);
+             * not go on (a partitioned job's minority): more than half,
+             * or exactly half with the old rank 0 (loom_comm_shrink(3)). */
+            int n2 = 0;
             loom_comm_size(small, &n2);
-            const int base = n2 + nf;
-            int lowest = 1; /* the lowest of those is among the survivors */
-            if (2 * n2 == base &&
+            int had0 = 1;
+            if (2 * n2 == size &&
                 loom_allreduce(&low, &low, 1, LOOM_INT32, LOOM_MIN, small) == LOOM_SUCCESS)
-                lowest = !nf || low < failed[0];
+                had0 = low == 0;
             loom_comm_destroy(comm);
             comm = small;
             shrinks++;
             EVENT("shrink in %.0f ms: %d -> %d ranks", now_ms() - t0, size, n2);
-            if (!(2 * n2 > base || (2 * n2 == base && lowest))) {
-                fprintf(stderr, "MINORITY pid %d: shrank from %d ranks (%d of them failed, %d "
-                                "left) to %d\n",
-                        (int)getpid(), size, nf, size - base, n2);
+            if (!(2 * n2 > size || (2 * n2 == size && had0))) {
+                fprintf(stderr, "MINORITY pid %d: shrank from %d ranks to %d\n", (int)getpid(),
+                        size, n2);
                 rc = 4;
                 break;
             }
