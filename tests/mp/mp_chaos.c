@@ -100,7 +100,22 @@ static void progress(uint64_t step, loom_comm_t comm)
     snprintf(t, sizeof t, "%s.tmp", p);
     FILE *f = fopen(t, "w");
     if (!f) return;
-    fprintf(f, "%llu %.0f %d %d\n", (unsigned long long)step, now_ms(), rank, size);
+    /* The fifth field, this process's start time (/proc/self/stat's
+     * 22nd), tells the driver a later process that got the same pid
+     * (pids wrap within a long run) from this one. */
+    static char started[32];
+    if (!started[0]) {
+        FILE *st = fopen("/proc/self/stat", "r");
+        char line[1024] = "";
+        if (st && fgets(line, sizeof line, st)) {
+            const char *q = strrchr(line, ')');
+            for (int k = 2; q && k < 22; k++) q = strchr(q + 1, ' ');
+            if (q) sscanf(q + 1, "%31s", started);
+        }
+        if (st) fclose(st);
+        if (!started[0]) snprintf(started, sizeof started, "0");
+    }
+    fprintf(f, "%llu %.0f %d %d %s\n", (unsigned long long)step, now_ms(), rank, size, started);
     fclose(f);
     rename(t, p);
 }

@@ -56,7 +56,9 @@ export LOOM_TEST_CORE_DIR=$dir/cores LOOM_TIMEOUT=60000
 lpid=$!
 ms() { awk '{printf "%.0f", $1 * 1000}' /proc/uptime; }
 rnd() { awk -v r=$RANDOM -v a="$1" -v b="$2" 'BEGIN{printf "%.0f", a + (b - a) * r / 32767}'; }
-# Processes with progress files that still run and are not stopped by us.
+# Processes with progress files that still run and are not stopped by us
+# (the process that wrote the file: pids wrap in a long run, so its start
+# time, the file's fifth field, must be the running one's).
 alive() {
     local f p
     for f in "$dir"/progress.*; do
@@ -64,6 +66,8 @@ alive() {
         p=${f##*.}
         [ -e "$dir/stopped.$p" ] && continue
         [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" = Z ] && continue
+        [ "$(sed 's/^.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20)" = \
+          "$(cut -d' ' -f5 "$f" 2>/dev/null)" ] || continue
         kill -0 "$p" 2>/dev/null && echo "$p"
     done
 }
