@@ -194,6 +194,23 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
                                const char *why)
 {
     struct loom_comm *c = owner;
+    /* A live peer that gave up its part of an operation (it found the
+     * ranks' calls differ, say) can make this rank's transport fail (an
+     * RDMA write into memory it let go); its control plane tells why a
+     * moment later, or shows the peer gone: wait for that word a short
+     * while, and report the reason it gives when it is not the failure
+     * of a rank. */
+    if (code == LOOM_ERR_REMOTE && failed == peer && c->ctrl && c->error == LOOM_SUCCESS &&
+        loomi_ctrl_wait_word(c->ctrl, peer, LOOMI_PEER_WORD_MS)) {
+        loom_result_t rc;
+        int rf;
+        char rw[8];
+        loomi_ctrl_reason(c->ctrl, &rc, &rf, rw, sizeof rw);
+        if (rc != LOOM_ERR_REMOTE) {
+            (void)loomi_comm_sync(c);
+            return;
+        }
+    }
     if (failed < 0) /* an abort notice naming nobody: a revocation */
         loomi_comm_fail(c, code, -1, "rank %d revoked the communicator (%s)", peer, why);
     else if (failed == peer)
@@ -211,6 +228,7 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
     c->rank = rank;
     c->nranks = nranks;
     c->failed_rank = -1;
+    c->rdv_fd = -1;
     loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
     if (r == LOOM_SUCCESS) r = loomi_algo_parse("LOOM_ALGO", c->set.algo, c->algo_forced, rank);
     if (r != LOOM_SUCCESS) {
@@ -312,7 +330,12 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         r = loomi_ctrl_start(c->ctrl, all + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES,
                              LOOMI_ADDR_BYTES, deadline_ms);
     if (r != LOOM_SUCCESS) return r;
-    if (c->rdv_len) loomi_ctrl_serve_joins(c->ctrl, (struct sockaddr *)&c->rdv_addr, c->rdv_len);
+    if (c->rdv_len)
+        loomi_ctrl_serve_joins(c->ctrl, (struct sockaddr *)&c->rdv_addr, c->rdv_len, c->rdv_fd,
+                               c->rdv_keyed);
+    else if (c->rdv_fd >= 0)
+        close(c->rdv_fd);
+    c->rdv_fd = -1;
     {
         /* Counted per machine, not per host: hosts faked on one machine
          * (LOOM_HOSTNAME, network namespaces) share its cores. */
@@ -364,6 +387,8 @@ void loomi_comm_discard(struct loom_comm *c)
     loomi_progress_stop(c);
     loomi_ctrl_destroy(c->ctrl, 0);
     c->ctrl = NULL;
+    if (c->rdv_fd >= 0) close(c->rdv_fd);
+    c->rdv_fd = -1;
     if (c->tstate) c->tops->destroy(c->tstate);
     c->tstate = NULL;
     comm_free(c, 0);
@@ -386,6 +411,7 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
     const struct loomi_boot_target *t = &tt;
     loomi_timeout_str(&c->set, tt.tmo, sizeof tt.tmo);
     memcpy(c->job_key, t->job_key, 16);
+    c->rdv_keyed = t->keyed;
     r = loomi_route_parse(c->set.transport, &c->route_mask, rank);
     if (r != LOOM_SUCCESS) {
         free(c);
@@ -402,7 +428,8 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         snprintf(port, sizeof port, "%.15s", t->port);
         /* It outlives this rank's own deadline, to answer its question
          * then (which ranks never came) and tell the others. */
-        r = loomi_root_start(t, port, sizeof port, nranks, deadline + 1000, 1, NULL);
+        r = loomi_root_start(t, port, sizeof port, nranks, deadline + 1000, 1, NULL,
+                             &c->rdv_fd);
         if (r != LOOM_SUCCESS) goto fail;
     }
     int bfd = -1;
@@ -483,7 +510,8 @@ loom_result_t loom_get_unique_id(loom_unique_id_t *id)
     memcpy(t.job_key, u.job_key, 16);
     t.keyed = 1;
     loom_result_t r = loomi_root_start(&t, port, sizeof port, 0,
-                                       loomi_now_ms() + (uint64_t)e->timeout_ms + 1000, 1, NULL);
+                                       loomi_now_ms() + (uint64_t)e->timeout_ms + 1000, 1, NULL,
+                                       NULL);
     if (r != LOOM_SUCCESS) return r;
     snprintf(u.port, sizeof u.port, "%.7s", port);
     memcpy(id->internal, &u, sizeof u);

@@ -142,6 +142,8 @@ struct loom_comm {
     struct loomi_cmsg *agree_stash;     /* messages of the next agreement, come early */
     struct sockaddr_storage rdv_addr;   /* the job's rendezvous address (joiners come there) */
     unsigned rdv_len;                   /* 0: unknown */
+    int rdv_fd;                         /* rank 0: the root's listening socket, kept (-1) */
+    int rdv_keyed;                      /* the job has a key of its own (loomi_boot_target) */
 
     /* First failure; once set the communicator is broken. */
     loom_result_t error;
@@ -315,6 +317,9 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
 void loomi_sched_cache_free(struct loomi_sched_cache *sc);
 
 /* The transport's peer_failed callback (owner: the communicator). */
+/* How long a peer's failure reported by a transport waits for the
+ * control plane's word on it (loomi_comm_on_peer_failed). */
+#define LOOMI_PEER_WORD_MS 200
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
                                const char *why);
 
@@ -369,13 +374,31 @@ struct loomi_boot_target {
  * nranks == 0: fixed by the first rank that arrives) on host:port
  * ("0" = ephemeral); the chosen port is written back.  Runs in a thread
  * of its own and ends when every rank has its reply, or at deadline_ms,
- * when it tells every rank registered which ranks never came.  A host
+ * when it tells every rank registered which ranks never came.  With
+ * listen_fd, the caller gets a descriptor of the listening socket of its
+ * own (or -1), which keeps the address bound after the thread ends: the
+ * job's join service takes it over (ctrl.c), so that no other job's rank
+ * 0 can bind the address in between.  A host
  * that is not an address of this machine fails at once
  * (LOOM_ERR_INVALID_ARGUMENT), and so does an address in use (the root
  * of another job there is told, so that the jobs do not merge). */
 loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, size_t portlen,
                                int nranks, uint64_t deadline_ms, int detached,
-                               pthread_t *thread);
+                               pthread_t *thread, int *listen_fd);
+
+/* A connection to a running job's join service (ctrl.c) began with the
+ * `len` bytes in buf: when they are a rendezvous hello (a rank
+ * registering after the job formed, or a second rank 0 that found the
+ * address in use), answer it with LOOM_ERR_MISMATCH.  Returns -1 when
+ * buf is not a hello, 0 when more bytes are needed, 1 when it was
+ * answered and the job goes on (another job's key, or a job with a key
+ * of its own: the process is refused), 2 when it was answered and the
+ * job must be refused too (why, for the revocation): it holds the same
+ * key as a job without a key of its own, so two jobs started by hand
+ * share the address and this one may hold ranks of the other. */
+int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len,
+                          const unsigned char key[16], int keyed, const char *addr, char *why,
+                          size_t whyn);
 
 /* Connect to the root before deadline_ms; `local` receives the address
  * this process used to reach it (the interface to use for data when none

@@ -26,6 +26,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "comm/net.h"
 #include "core/internal.h"
 
@@ -38,6 +39,10 @@
 /* A peer whose unsent bytes pile up beyond this is not reading: it is
  * failed rather than buffered for without bound. */
 #define OUT_LIMIT ((size_t)LOOMI_CTRL_MAX_PAYLOAD + (1u << 20))
+
+/* In a revocation's argument: the job was refused because two jobs
+ * share its rendezvous address (loomi_boot_late_hello). */
+#define REVOKE_TWO_JOBS (UINT64_C(1) << 63)
 
 enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4, T_JOIN = 5, T_PENDING = 6,
        T_AGREE_QUERY = 7 };
@@ -92,6 +97,7 @@ struct loomi_ctrl {
      * rendezvous address, which it binds once the bootstrap root (or the
      * previous holder) has let go of it. */
     int serve;
+    int keyed; /* the job has a key of its own (loomi_ctrl_serve_joins) */
     struct sockaddr_storage jaddr;
     socklen_t jaddr_len;
     int jfd;
@@ -342,11 +348,15 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     case T_REVOKE:
         if (!atomic_load(&c->revoked)) {
             /* arg: the code, and above it the rank held responsible + 1. */
-            uint64_t cv = arg & 0xffffffffu, hv = arg >> 32;
+            uint64_t cv = arg & 0xffffffffu, hv = arg >> 32 & 0x7fffffffu;
             loom_result_t code = cv >= 2 && cv <= 13 ? (loom_result_t)cv : LOOM_ERR_REVOKED;
             int hint = hv >= 1 && hv <= (uint64_t)c->n ? (int)hv - 1 : -1;
-            char why[96];
-            if (hint >= 0)
+            char why[200];
+            if (arg & REVOKE_TWO_JOBS)
+                snprintf(why, sizeof why, "revoked by rank %d: a rank of another job came to "
+                         "this job's root address, which two jobs share (rank %d's error "
+                         "names it)", q, q);
+            else if (hint >= 0)
                 snprintf(why, sizeof why, "reported by rank %d, which revoked the communicator", q);
             else
                 snprintf(why, sizeof why, "revoked by rank %d", q);
@@ -419,6 +429,26 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
         eof = 1; /* acted on after what came before it (a goodbye, say) */
         eno = got < 0 ? errno : 0;
         break;
+    }
+    if (q >= c->n && p->jstate == J_HELLO && p->in_len >= 4 && get32(p->in) != CTRL_MSG_MAGIC) {
+        /* Not a joiner: a rank registering with the rendezvous, after
+         * the job formed (bootstrap.c answers it). */
+        char a[80], why[sizeof c->why];
+        loomi_sockaddr_str((struct sockaddr *)&c->jaddr, a, sizeof a);
+        int k = loomi_boot_late_hello(p->fd, p->in, p->in_len, c->key, c->keyed, a, why,
+                                      sizeof why);
+        if (k == 0 && !eof) return;
+        if (k == 2 && !atomic_load(&c->revoked)) {
+            LOOMI_WARN(c->rank, "control plane: %s", why);
+            set_revoked(c, LOOM_ERR_MISMATCH, -1, why);
+            queue_all(c, T_REVOKE, (uint64_t)LOOM_ERR_MISMATCH | REVOKE_TWO_JOBS);
+            pthread_cond_broadcast(&c->cv);
+        }
+        if (k != -1) {
+            close_peer(p);
+            p->jstate = J_FREE;
+            return;
+        }
     }
     size_t off = 0;
     while (p->in_len - off >= HDR_BYTES) {
@@ -913,6 +943,26 @@ void loomi_ctrl_revoke(struct loomi_ctrl *c, loom_result_t code, int hint, const
     wake(c);
 }
 
+int loomi_ctrl_wait_word(struct loomi_ctrl *c, int rank, int ms)
+{
+    if (rank < 0 || rank >= c->n) return loomi_ctrl_revoked(c);
+    uint64_t deadline = loomi_now_ms() + (uint64_t)ms;
+    pthread_mutex_lock(&c->mu);
+    while (!atomic_load(&c->revoked) && !c->p[rank].failed && c->started && !c->stop) {
+        int left = loomi_ms_left(deadline);
+        if (left == 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)left * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    int r = atomic_load(&c->revoked);
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
 void loomi_ctrl_mark_failed(struct loomi_ctrl *c, int rank, const char *why)
 {
     if (rank < 0 || rank >= c->n) return;
@@ -1055,13 +1105,26 @@ void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id)
 
 /* ------------------------------------------------------------- joiners */
 
-void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len)
+void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len,
+                            int fd, int keyed)
 {
     pthread_mutex_lock(&c->mu);
     if (len <= sizeof c->jaddr) {
         memcpy(&c->jaddr, addr, len);
         c->jaddr_len = len;
         c->serve = 1;
+        c->keyed = keyed;
+    }
+    if (fd >= 0 && c->serve && c->jfd < 0) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        c->jfd = fd;
+        char a[80];
+        loomi_sockaddr_str((struct sockaddr *)&c->jaddr, a, sizeof a);
+        LOOMI_INFO(c->rank, "control plane: admitting joiners at %s (the rendezvous root's "
+                            "socket)", a);
+    } else if (fd >= 0) {
+        close(fd);
     }
     pthread_mutex_unlock(&c->mu);
     wake(c);

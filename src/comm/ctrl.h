@@ -111,6 +111,10 @@ void loomi_ctrl_reason(struct loomi_ctrl *c, loom_result_t *code, int *failed, c
  * reason, not into the failed set, which only the detectors fill. */
 void loomi_ctrl_revoke(struct loomi_ctrl *c, loom_result_t code, int hint, const char *why);
 /* Declare `rank` failed here and tell every peer. */
+/* Wait up to ms for word about `rank` on the control plane: the
+ * communicator revoked (by anyone, with a reason), or the rank failed.
+ * Returns 1 when revoked. */
+int loomi_ctrl_wait_word(struct loomi_ctrl *c, int rank, int ms);
 void loomi_ctrl_mark_failed(struct loomi_ctrl *c, int rank, const char *why);
 /* Out of the membership: failed (LOOMI_OUT), or left with a goodbye
  * (loom_comm_destroy: LOOMI_OUT_LEFT, which never goes on elsewhere). */
@@ -174,10 +178,15 @@ int loomi_ctrl_parse(const unsigned char *hdr, uint16_t *type, uint32_t *epoch, 
 
 /* Joiners.  Every rank names the job's rendezvous address; the lowest
  * rank alive binds it (retrying while the bootstrap root or a previous
- * holder still has it) and takes hellos.  Joiner slots are numbered
+ * holder still has it) and takes hellos.  fd >= 0 is that address's
+ * listening socket, already bound (rank 0 keeps the root's; taken over,
+ * closed here if not used).  A rendezvous hello that comes there
+ * (loomi_boot_late_hello) is refused, and revokes the communicator when
+ * the job has no key of its own (keyed 0): two jobs share the address.  Joiner slots are numbered
  * n .. n + LOOMI_CTRL_MAX_JOINERS - 1, as message sources and for
  * loomi_ctrl_send. */
-void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len);
+void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len,
+                            int fd, int keyed);
 /* Joiners waiting, as the holder last said (cheap: an atomic load). */
 int loomi_ctrl_pending(const struct loomi_ctrl *c);
 /* On the holder: admit up to max joiners (those admitted before first,

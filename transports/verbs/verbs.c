@@ -823,6 +823,9 @@ static void peer_error(struct verbs *t, struct peer *p, loom_result_t code, cons
 }
 
 static void ctl_read(struct verbs *t, struct peer *p);
+static void ctl_wait(struct verbs *t, struct peer *p, int ms);
+/* How long a work completion error waits for the peer's word on why. */
+#define CTL_WHY_WAIT_MS 200
 
 /* ---------------------------------------------------------- posting */
 
@@ -1304,8 +1307,12 @@ static void on_wc(struct verbs *t, const struct ibv_wc *wc)
             return;
         }
         /* A peer that died takes its queue pair along; its control
-         * connection says whether it aborted (naming the failed rank). */
-        if (p->fd >= 0) ctl_read(t, p);
+         * connection says whether it aborted (naming the failed rank and
+         * the reason, a mismatch it found say).  The abort is sent just
+         * before the peer lets its queue pairs and registrations go, and
+         * can trail the error they cause here: wait for it, or for the
+         * connection's close, a short bounded while. */
+        if (p->fd >= 0) ctl_wait(t, p, CTL_WHY_WAIT_MS);
         peer_error(t, p, LOOM_ERR_REMOTE, "work completion error: %s (vendor error 0x%x)",
                    wc_str(wc->status), wc->vendor_err);
         return;
@@ -1371,6 +1378,21 @@ static void ctl_read(struct verbs *t, struct peer *p)
             p->cgot = 0;
             ctl_handle(t, p, &m);
         }
+    }
+}
+
+/* Read the peer's control connection until it says something that ends
+ * the peer (an abort, a close) or ms pass. */
+static void ctl_wait(struct verbs *t, struct peer *p, int ms)
+{
+    uint64_t deadline = loomi_now_ms() + (uint64_t)ms;
+    while (p->fd >= 0 && !p->failed && !p->gone) {
+        int left = loomi_ms_left(deadline);
+        struct pollfd pfd = {.fd = p->fd, .events = POLLIN};
+        int n = poll(&pfd, 1, left);
+        if (n < 0 && errno != EINTR) return;
+        if (n > 0) ctl_read(t, p);
+        if (left <= 0) return;
     }
 }
 
