@@ -15,6 +15,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -405,6 +406,49 @@ out:
     return NULL;
 }
 
+int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len,
+                          const unsigned char key[16], int keyed, const char *addr, char *why,
+                          size_t whyn)
+{
+    struct boot_hello h;
+    uint32_t w[2];
+    if (len < sizeof w) return 0;
+    memcpy(w, buf, sizeof w);
+    if (w[0] != BOOT_MAGIC) return -1;
+    uint64_t d = loomi_now_ms() + 200;
+    if (w[1] != BOOT_VERSION) {
+        send_reply(fd, LOOM_ERR_MISMATCH, 0, d, "a job of another Loom version runs here");
+        return 1;
+    }
+    if (len < sizeof h) return 0;
+    memcpy(&h, buf, sizeof h);
+    h.host[sizeof h.host - 1] = '\0';
+    char who[128];
+    if (h.flags & BOOT_F_CONFLICT)
+        snprintf(who, sizeof who, "a second rank 0 (pid %d on %.64s)", (int)h.pid, h.host);
+    else
+        snprintf(who, sizeof who, "rank %d (pid %d on %.64s)", (int)h.rank, (int)h.pid, h.host);
+    char msg[sizeof ((struct boot_reply *)0)->msg];
+    int same = memcmp(h.job_key, key, 16) == 0;
+    if (!same)
+        snprintf(msg, sizeof msg, "%s carries another job's key: a running job holds %s "
+                 "(two jobs on one root address?)", who, addr);
+    else if (keyed)
+        snprintf(msg, sizeof msg, "%s came to %s after its job had formed without it: the "
+                 "job is running (a rank started twice?)", who, addr);
+    else
+        snprintf(msg, sizeof msg, "%s came to %s after a job with its key had formed "
+                 "without it: two jobs on one root address; the running job is refused too. "
+                 "Give each job its own port, or a LOOM_JOB_KEY of its own", who, addr);
+    LOOMI_WARN(-1, "join service at %s: refusing a registration: %s", addr, msg);
+    send_reply(fd, LOOM_ERR_MISMATCH, 1, d, msg);
+    if (!same || keyed) return 1;
+    snprintf(why, whyn, "%s registered at this job's root address %s after the job had "
+             "formed: two jobs on one root address, and this one may hold ranks of the other; "
+             "give each job its own port, or a LOOM_JOB_KEY of its own", who, addr);
+    return 2;
+}
+
 /* This host's addresses, for a message: "127.0.0.1, 192.0.2.2". */
 static void host_addresses(char *buf, size_t len)
 {
@@ -461,8 +505,9 @@ static void tell_root_in_use(const struct loomi_boot_target *t, const struct soc
 
 loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, size_t portlen,
                                int nranks, uint64_t deadline_ms, int detached,
-                               pthread_t *thread)
+                               pthread_t *thread, int *listen_fd)
 {
+    if (listen_fd) *listen_fd = -1;
     const char *host = t->host;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
@@ -557,6 +602,8 @@ loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, si
                           strerror(rc));
     }
     if (thread) *thread = th;
+    /* The thread holds a's descriptor; this one is the caller's. */
+    if (listen_fd) *listen_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     LOOMI_INFO(-1, "rendezvous root listening on %s:%s", host, port);
     return LOOM_SUCCESS;
 }

@@ -195,6 +195,8 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             c->bind_len = proto->bind_len;
             c->rdv_addr = proto->rdv_addr;
             c->rdv_len = proto->rdv_len;
+            c->rdv_keyed = 1; /* a joiner holds the job's key */
+            c->rdv_fd = -1;
             r = loomi_comm_prepare(c, &me, addr);
             if (r == LOOM_SUCCESS &&
                 send_msg(fd, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr, LOOMI_ADDR_BYTES,

@@ -160,6 +160,8 @@ static loom_result_t make_new(struct shrink *s, unsigned char *addr)
     c->bind_len = o->bind_len;
     c->rdv_addr = o->rdv_addr;
     c->rdv_len = o->rdv_len;
+    c->rdv_keyed = o->rdv_keyed;
+    c->rdv_fd = -1;
     s->nc = c;
     s->newrank = mine;
     s->newn = k;

@@ -7,6 +7,10 @@
  *                           (a loom_result_t number) within MS milliseconds,
  *                           with a message naming LOOM_ROOT's address (for
  *                           LOOM_ERR_CONNECT) and every WORD
+ *   mp_boot train SECONDS   init from the environment, then a small allreduce
+ *                           every 20 ms for SECONDS; the first error is
+ *                           printed ("train: step S: CODE: message") and
+ *                           exits 1
  *   mp_boot uid N           get a unique id, fork N ranks that join with
  *                           loom_comm_init_rank and check an allreduce
  */
@@ -54,6 +58,36 @@ int main(int argc, char **argv)
         int bad = check_allreduce(comm);
         loom_comm_destroy(comm);
         return bad;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "train")) {
+        loom_comm_t comm;
+        loom_result_t r = loom_comm_init_env(&comm, NULL);
+        if (r != LOOM_SUCCESS) {
+            printf("init: %s: %s\n", loom_strerror(r), loom_get_last_error());
+            return 1;
+        }
+        double end = now_ms() + atof(argv[2]) * 1e3;
+        int rank, n;
+        loom_comm_rank(comm, &rank);
+        loom_comm_size(comm, &n);
+        for (long step = 0; now_ms() < end; step++) {
+            int64_t v = rank + 1;
+            r = loom_allreduce(&v, &v, 1, LOOM_INT64, LOOM_SUM, comm);
+            if (r != LOOM_SUCCESS) {
+                printf("train: step %ld: %s: %s\n", step, loom_strerror(r), loom_get_last_error());
+                loom_comm_destroy(comm);
+                return 1;
+            }
+            if (v != (int64_t)n * (n + 1) / 2) {
+                printf("train: step %ld: sum %lld, not %lld\n", step, (long long)v,
+                       (long long)n * (n + 1) / 2);
+                return 1;
+            }
+            usleep(20000);
+        }
+        printf("train: done\n");
+        loom_comm_destroy(comm);
+        return 0;
     }
     if (argc >= 4 && !strcmp(argv[1], "expect")) {
         loom_result_t want = (loom_result_t)atoi(argv[2]);

@@ -159,6 +159,41 @@ check "two jobs on one root port: job B's rank 0 fails on the address in use ($(
 check "two jobs on one root port: job A's rank 0 is refused, told of the second rank 0 ($(grep -m1 -o 'refused the job: .*' "$d5/A0.out" | cut -c1-100))" \
     grep -q "refused the job: a second rank 0 (pid [0-9]* on .*) found this job's root address 127.0.0.1:$p5 in use" "$d5/A0.out"
 rm -rf "$d5"
+# Other orders: job A's rank 0 and job B's rank 1 make a whole job of two,
+# which runs; then the other two come, A's rank 1 or B's rank 0 first.
+# They merged: the mixed job ran to its end and exited 0 (the late two
+# failed, one only at LOOM_TIMEOUT).  Now the root address stays held
+# (the root's socket goes to the join service), and a rendezvous hello
+# there with the job's key is refused at once and revokes the job.
+late_pair() { # late_pair FIRST SECOND: the late ranks' order (A1 B0 or B0 A1)
+    local p d jr mode first=$1
+    p=$(free_port)
+    d=$(mktemp -d)
+    for jr in A0 B1 "$@"; do
+        mode="train 8"
+        case $jr in B0 | A1) mode="expect 0 3500" ;; esac
+        # shellcheck disable=SC2086 # mode is words
+        clean_env LOOM_ROOT=127.0.0.1:$p LOOM_RANK=${jr#?} LOOM_SIZE=2 LOOM_TIMEOUT=3000 \
+            timeout 30 "$prog" $mode >"$d/$jr.out" 2>&1 &
+        echo $! >"$d/$jr.pid"
+        [ $jr = B1 ] && sleep 1
+        sleep 0.3
+    done
+    for jr in A0 B1 A1 B0; do wait "$(cat "$d/$jr.pid")"; echo $? >"$d/$jr.rc"; done
+    local msg="after a job with its key had formed without it: two jobs on one root address"
+    check "two jobs, one formed and running, $first comes: refused at once, told why ($(head -c 220 "$d/$first.out"))" \
+        bash -c 'grep -q "after [0-9]* ms: .*$2" "$1/$3.out" &&
+                 [ "$(sed -n "s/.* after \([0-9]*\) ms.*/\1/p" "$1/$3.out")" -lt 1000 ]' _ "$d" "$msg" "$first"
+    check "... the mixed job that ran is revoked on both its ranks, not left to exit 0 ($(cat "$d/A0.rc" "$d/B1.rc" | tr '\n' ' '); $(cat "$d/A0.out" "$d/B1.out" | cut -c1-140 | tr '\n' ' '))" \
+        bash -c '[ "$(cat "$1/A0.rc")" = 1 ] && [ "$(cat "$1/B1.rc")" = 1 ] &&
+                 grep -q "peers disagree .*two jobs on one root address" "$1/A0.out" &&
+                 grep -q "peers disagree .*revoked by rank 0: .*two jobs share" "$1/B1.out"' _ "$d"
+    check "... and neither late rank gets a communicator (exit codes $(cat "$d/A1.rc" "$d/B0.rc" | tr '\n' ' '))" \
+        bash -c '! grep -q "^success" "$1/A1.out" "$1/B0.out"' _ "$d"
+    rm -rf "$d"
+}
+late_pair A1 B0
+late_pair B0 A1
 # Settings that choose each rank's paths, set differently on one rank of
 # three: every rank is refused at the rendezvous with LOOM_ERR_MISMATCH
 # (12) naming the variable, at once, not after LOOM_TIMEOUT (20 s here:
