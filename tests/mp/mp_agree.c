@@ -136,6 +136,10 @@ static int steps_mode(loom_comm_t comm, int iters, int victim)
             pthread_create(&th, NULL, killer, (void *)(uintptr_t)(rand() % 3000));
             done_kill = 1;
         }
+        /* The killer's moment may come after the last steps (an idle
+         * machine does them in less): the victim goes no further than
+         * two steps on, so that it dies inside the run. */
+        if (orig == victim && done_kill && step >= iters / 2 + 2) pause();
         /* Inputs from the step and the rank's original number, so a rank
          * that redid another step than the others would be seen. */
         for (int i = 0; i < COUNT; i++) buf[i] = (float)(step + 1 + (i % 5));
