@@ -140,6 +140,13 @@ struct loomi_tctx {
      * transport has already failed that peer's posted transfers. */
     void (*peer_failed)(void *owner, int peer, int failed, loom_result_t code,
                         const char *why);
+    /* An error that a live peer can cause by giving up its part of an
+     * operation (an RDMA write into memory it let go, after it found the
+     * ranks' calls differ, say): before reporting the peer failed, the
+     * transport may wait up to ms for the owner's word on why; 1 when the
+     * owner has failed meanwhile for a reason of its own (the report that
+     * follows then changes nothing).  May be NULL. */
+    int (*peer_word)(void *owner, int peer, int ms);
     void *owner;
     /* The check of this rank's collective call of the operation `tag`
      * names, or 0 when it has made no such call (yet), or too long ago

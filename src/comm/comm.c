@@ -194,23 +194,6 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
                                const char *why)
 {
     struct loom_comm *c = owner;
-    /* A live peer that gave up its part of an operation (it found the
-     * ranks' calls differ, say) can make this rank's transport fail (an
-     * RDMA write into memory it let go); its control plane tells why a
-     * moment later, or shows the peer gone: wait for that word a short
-     * while, and report the reason it gives when it is not the failure
-     * of a rank. */
-    if (code == LOOM_ERR_REMOTE && failed == peer && c->ctrl && c->error == LOOM_SUCCESS &&
-        loomi_ctrl_wait_word(c->ctrl, peer, LOOMI_PEER_WORD_MS)) {
-        loom_result_t rc;
-        int rf;
-        char rw[8];
-        loomi_ctrl_reason(c->ctrl, &rc, &rf, rw, sizeof rw);
-        if (rc != LOOM_ERR_REMOTE) {
-            (void)loomi_comm_sync(c);
-            return;
-        }
-    }
     if (failed < 0) /* an abort notice naming nobody: a revocation */
         loomi_comm_fail(c, code, -1, "rank %d revoked the communicator (%s)", peer, why);
     else if (failed == peer)
@@ -218,6 +201,18 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
     else
         loomi_comm_fail(c, code, failed, "rank %d reported that rank %d failed: %s", peer, failed,
                         why);
+}
+
+int loomi_comm_peer_word(void *owner, int peer, int ms)
+{
+    struct loom_comm *c = owner;
+    if (!c->ctrl || c->error != LOOM_SUCCESS || !loomi_ctrl_wait_word(c->ctrl, peer, ms)) return 0;
+    loom_result_t code;
+    int failed;
+    char why[8];
+    loomi_ctrl_reason(c->ctrl, &code, &failed, why, sizeof why);
+    if (code == LOOM_ERR_REMOTE) return 0; /* a rank failed: the transport says how */
+    return loomi_comm_sync(c) != LOOM_SUCCESS;
 }
 
 loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
@@ -264,6 +259,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .bind_hint = &c->bind_addr,
         .bind_hint_len = c->bind_len,
         .peer_failed = loomi_comm_on_peer_failed,
+        .peer_word = loomi_comm_peer_word,
         .owner = c,
         .call_check = comm_call_check,
         .shm_bytes = c->set.shm_bytes,

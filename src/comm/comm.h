@@ -317,9 +317,11 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
 void loomi_sched_cache_free(struct loomi_sched_cache *sc);
 
 /* The transport's peer_failed callback (owner: the communicator). */
-/* How long a peer's failure reported by a transport waits for the
- * control plane's word on it (loomi_comm_on_peer_failed). */
-#define LOOMI_PEER_WORD_MS 200
+/* The transports' ctx.peer_word: wait up to ms for the control plane's
+ * word on peer; 1 when the communicator failed meanwhile for a reason
+ * other than a rank's failure (a mismatch, a revocation), which is then
+ * its error. */
+int loomi_comm_peer_word(void *owner, int peer, int ms);
 void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t code,
                                const char *why);
 

@@ -1306,13 +1306,18 @@ static void on_wc(struct verbs *t, const struct ibv_wc *wc)
                 peer_error(t, p, LOOM_ERR_REMOTE, "queue pair flushed (in error state)");
             return;
         }
-        /* A peer that died takes its queue pair along; its control
-         * connection says whether it aborted (naming the failed rank and
-         * the reason, a mismatch it found say).  The abort is sent just
-         * before the peer lets its queue pairs and registrations go, and
-         * can trail the error they cause here: wait for it, or for the
-         * connection's close, a short bounded while. */
-        if (p->fd >= 0) ctl_wait(t, p, CTL_WHY_WAIT_MS);
+        /* A peer that died takes its queue pair along.  One that is
+         * alive may have given up its part of the operation (found the
+         * ranks' calls differ, say) and let go of memory this rank writes
+         * into; why comes a moment later: over the owner's control plane
+         * (which also sees a dead peer go), or as an abort notice on the
+         * peer's control connection (sent before it lets its queue pairs
+         * go).  Wait for either a short bounded while. */
+        if (t->ctx.peer_word && t->ctx.peer_word(t->ctx.owner, p->rank, CTL_WHY_WAIT_MS)) {
+            /* The owner has its reason; the report below changes nothing. */
+        } else if (p->fd >= 0) {
+            ctl_wait(t, p, CTL_WHY_WAIT_MS);
+        }
         peer_error(t, p, LOOM_ERR_REMOTE, "work completion error: %s (vendor error 0x%x)",
                    wc_str(wc->status), wc->vendor_err);
         return;
