@@ -344,41 +344,50 @@ class Request:
     result buffer (or None); ``test()`` returns True once it completed.
     The buffers it was given are kept alive until it completes; they must
     not be touched meanwhile."""
-    __slots__ = ("_comm", "_h", "_keep", "_result", "done")
+    __slots__ = ("_comm", "_h", "_keep", "_result", "_error", "done")
 
     def __init__(self, comm, handle, keep, result):
         self._comm = comm
         self._h = handle
         self._keep = keep
         self._result = result
+        self._error = None
         self.done = False
 
-    def wait(self):
-        """Block (without the GIL) until the operation completes; raise its
-        error, or return its result buffer."""
-        if self.done:
-            return self._result
-        with self._comm._lock:
-            rc = lib.loom_wait(byref(self._h))
+    def _end(self, rc):
         self.done = True
         self._keep = None
         if rc:
-            _raise(rc)
+            try:
+                _raise(rc)
+            except Error as e:
+                self._error = e
+                raise
+
+    def wait(self):
+        """Block (without the GIL) until the operation completes; raise its
+        error (again, on a later call), or return its result buffer."""
+        if self.done:
+            if self._error is not None:
+                raise self._error
+            return self._result
+        with self._comm._lock:
+            rc = lib.loom_wait(byref(self._h))
+        self._end(rc)
         return self._result
 
     def test(self):
         """Make progress without blocking; True when the operation has
-        completed (its error is raised then)."""
+        completed (its error is raised then, and by wait())."""
         if self.done:
+            if self._error is not None:
+                raise self._error
             return True
         d = ctypes.c_int()
         with self._comm._lock:
             rc = lib.loom_test(byref(self._h), byref(d))
         if d.value or rc:
-            self.done = True
-            self._keep = None
-        if rc:
-            _raise(rc)
+            self._end(rc)
         return bool(d.value)
 
     def is_completed(self):

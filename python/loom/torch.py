@@ -268,6 +268,20 @@ class _Keeper:
             self.works = collections.deque(keep)
 
 
+def _bv(t):
+    """A contiguous tensor as Loom can move it: itself, or its bytes when
+    Loom has no datatype for it (bool, complex: broadcast, gathers,
+    scatters, all-to-all and point-to-point only move data)."""
+    if t is None or str(t.dtype) in _core._TORCH_TYPES:
+        return t
+    return t.reshape(-1).view(torch.uint8)
+
+
+def _esz(t):
+    """Elements of t per element Loom moves (see _bv)."""
+    return 1 if str(t.dtype) in _core._TORCH_TYPES else t.element_size()
+
+
 def _flat(t):
     """t itself when Loom can use it, else a contiguous copy (written back
     by the caller)."""
@@ -394,7 +408,7 @@ class LoomProcessGroup(_PG):
             if f is not t:
                 t.copy_(f)
             return tensors
-        return self._submit(lambda: comm.ibroadcast(f, root), finish)
+        return self._submit(lambda: comm.ibroadcast(_bv(f), root), finish)
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
@@ -424,7 +438,7 @@ class LoomProcessGroup(_PG):
             for i, o in enumerate(outs):
                 o.copy_(flat[i * n:(i + 1) * n].view_as(o))
             return output_tensors
-        return self._submit(lambda: comm.iallgather(f, out=flat), finish)
+        return self._submit(lambda: comm.iallgather(_bv(f), out=_bv(flat)), finish)
 
     def _allgather_base(self, output, input, opts=None):
         f, o = _flat(input), _flat(output)
@@ -434,7 +448,7 @@ class LoomProcessGroup(_PG):
             if o is not output:
                 output.copy_(o)
             return [output]
-        return self._submit(lambda: comm.iallgather(f, out=o), finish)
+        return self._submit(lambda: comm.iallgather(_bv(f), out=_bv(o)), finish)
 
     allgather_into_tensor = _allgather_base
 
@@ -486,7 +500,7 @@ class LoomProcessGroup(_PG):
                 for i, o in enumerate(output_tensors[0]):
                     o.copy_(flat[i * n:(i + 1) * n].view_as(o))
             return output_tensors
-        return self._submit(lambda: comm.igather(f, root, out=flat), finish)
+        return self._submit(lambda: comm.igather(_bv(f), root, out=_bv(flat)), finish)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "scatter")
@@ -501,26 +515,26 @@ class LoomProcessGroup(_PG):
             if o is not out:
                 out.copy_(o)
             return output_tensors
-        return self._submit(lambda: comm.iscatter(flat, o, root), finish)
+        return self._submit(lambda: comm.iscatter(_bv(flat), _bv(o), root), finish)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         comm = self.comm
         f, o = _flat(input), _flat(output)
         if not output_split_sizes and not input_split_sizes:
             def start():
-                return comm.ialltoall(f, out=o)
+                return comm.ialltoall(_bv(f), out=_bv(o))
         else:
             row_in = f[0].numel() if f.dim() > 0 and f.shape[0] else 1
             row_out = o[0].numel() if o.dim() > 0 and o.shape[0] else 1
             isz = list(input_split_sizes) or [f.shape[0] // comm.size] * comm.size
             osz = list(output_split_sizes) or [o.shape[0] // comm.size] * comm.size
-            sc = [s * row_in for s in isz]
-            rc = [s * row_out for s in osz]
+            sc = [s * row_in * _esz(f) for s in isz]
+            rc = [s * row_out * _esz(o) for s in osz]
             sd = [sum(sc[:i]) for i in range(comm.size)]
             rd = [sum(rc[:i]) for i in range(comm.size)]
 
             def start():
-                return comm.ialltoallv(f, sc, sd, o, rc, rd)
+                return comm.ialltoallv(_bv(f), sc, sd, _bv(o), rc, rd)
 
         def finish():
             if o is not output:
@@ -536,12 +550,15 @@ class LoomProcessGroup(_PG):
         flat_out = flat_in.new_empty(sum(rc))
         sd = [sum(sc[:i]) for i in range(comm.size)]
         rd = [sum(rc[:i]) for i in range(comm.size)]
+        k = _esz(flat_in)
 
         def finish():
             for i, t in enumerate(output_tensors):
                 t.copy_(flat_out[rd[i]:rd[i] + rc[i]].view_as(t))
             return output_tensors
-        return self._submit(lambda: comm.ialltoallv(flat_in, sc, sd, flat_out, rc, rd), finish)
+        return self._submit(lambda: comm.ialltoallv(
+            _bv(flat_in), [c * k for c in sc], [d * k for d in sd], _bv(flat_out),
+            [c * k for c in rc], [d * k for d in rd]), finish)
 
     def barrier(self, opts=None):
         comm = self.comm
@@ -556,7 +573,7 @@ class LoomProcessGroup(_PG):
         t = _one(tensors, "send")
         f = _flat(t)
         comm = self.comm
-        return self._submit(lambda: comm.isend(f, dstRank), lambda: tensors)
+        return self._submit(lambda: comm.isend(_bv(f), dstRank), lambda: tensors)
 
     def recv(self, tensors, srcRank, tag=0):
         t = _one(tensors, "recv")
@@ -567,7 +584,7 @@ class LoomProcessGroup(_PG):
             if f is not t:
                 t.copy_(f)
             return tensors
-        return self._submit(lambda: comm.irecv(f, srcRank), finish)
+        return self._submit(lambda: comm.irecv(_bv(f), srcRank), finish)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("loom backend: receiving from any source is not supported")

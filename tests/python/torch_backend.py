@@ -131,6 +131,18 @@ def calls():
     dist.all_to_all(outs, [torch.full((rank + 1,), float(rank * 10 + r)) for r in range(size)])
     check(all(torch.equal(outs[r], torch.full((r + 1,), float(r * 10 + rank)))
               for r in range(size)), "all_to_all of tensors of different sizes")
+    # Types Loom does not reduce are still moved, as bytes.
+    b = torch.tensor([True, False, rank % 2 == 0])
+    dist.broadcast(b, 0)
+    check(eq(b, torch.tensor([True, False, True])), "broadcast of a bool tensor")
+    outs = [torch.empty(2, dtype=torch.complex64) for _ in range(size)]
+    dist.all_gather(outs, torch.full((2,), complex(rank, -rank), dtype=torch.complex64))
+    check(all(eq(outs[r], torch.full((2,), complex(r, -r), dtype=torch.complex64))
+              for r in range(size)), "all_gather of complex64 tensors")
+    o = torch.empty(size, dtype=torch.bool)
+    dist.all_to_all_single(o, torch.tensor([(rank + r) % 2 == 0 for r in range(size)]))
+    check(eq(o, torch.tensor([(r + rank) % 2 == 0 for r in range(size)])),
+          "all_to_all_single of bool")
     dist.barrier()
     check(True, "barrier")
     if size > 1:
