@@ -63,15 +63,27 @@ if me == 2:
     os.kill(os.getpid(), signal.SIGKILL)
 
 t0 = time.time()
-err = None
+err = req = None
 while time.time() - t0 < 30:
     try:
-        comm.allreduce(np.ones(1024, np.float32))
+        req = comm.iallreduce(np.ones(1024, np.float32))
+        while not req.test():
+            pass
     except loom.Error as e:
         err = e
         break
 check(isinstance(err, (loom.RemoteError, loom.RevokedError)),
       "the failure raised %s after %.1f s: %s" % (type(err).__name__, time.time() - t0, err))
+if req is not None and req.done:
+    # test() saw the failure: wait() raises it again.
+    try:
+        req.wait()
+        again = None
+    except loom.Error as e:
+        again = e
+    check(again is err, "wait() after a failed test() raises the same error")
+else:
+    check(True, "the failure came from iallreduce itself")
 res, who = comm.get_error()
 check(res in (loom.ERR_REMOTE, loom.ERR_REVOKED), "get_error(): %d, rank %d" % (res, who))
 flag = comm.agree(1, loom.MIN)

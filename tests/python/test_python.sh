@@ -72,11 +72,11 @@ all=$(printf '%s\n' "$out" "$(cat "$tmp/joiner")")
 nok=$(grep -c '^ok ' <<<"$all")
 check "elastic: loomrun reports rank 2 killed (exit $rc)" [ "$rc" = 137 ]
 check "elastic: the newcomer exits 0 (exit $jrc)" [ "$jrc" = 0 ]
-# 3 before the failure + 10 on each survivor + 3 on the newcomer.
-if [ "$nok" -eq 26 ] && ! grep -q '^FAIL' <<<"$all"; then
+# 3 before the failure + 11 on each survivor + 3 on the newcomer.
+if [ "$nok" -eq 28 ] && ! grep -q '^FAIL' <<<"$all"; then
     ok "elastic: failure seen, shrink, join, grow, state_sync ($nok checks)"
 else
-    bad "elastic: $nok checks passed of 26"
+    bad "elastic: $nok checks passed of 28"
     grep -v '^ok ' <<<"$all" | tail -20
 fi
 finish
