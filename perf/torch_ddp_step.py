@@ -8,7 +8,9 @@ largest difference between the two models' parameters at the end.
 
 Run under loomrun or torchrun (env://), e.g.
     loomrun -n 4 python3 perf/torch_ddp_step.py --width 2048 --layers 4
-A communication-bound model: wide layers, a batch of one.
+A communication-bound model: wide layers, a batch of one; or an
+embedding table (--embed ROWS), whose dense gradient is all to send for
+little computation.
 """
 import argparse
 import os
@@ -24,6 +26,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--width", type=int, default=2048)
 p.add_argument("--layers", type=int, default=4)
 p.add_argument("--batch", type=int, default=1)
+p.add_argument("--embed", type=int, default=0,
+               help="rows of an embedding table in front (dense gradients), 0: none")
 p.add_argument("--steps", type=int, default=5, help="steps per block")
 p.add_argument("--blocks", type=int, default=6, help="blocks per backend, interleaved")
 p.add_argument("--bucket-mb", type=float, default=25)
@@ -39,17 +43,29 @@ comm = loom.torch.communicator()
 
 def make():
     torch.manual_seed(0)
-    layers = []
+    layers = [torch.nn.Embedding(o.embed, o.width)] if o.embed else []
     for _ in range(o.layers):
         layers += [torch.nn.Linear(o.width, o.width), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers)
 
 
+kw = dict(bucket_cap_mb=o.bucket_mb, gradient_as_bucket_view=True)
 models = {
-    "loom": torch.nn.parallel.DistributedDataParallel(make(), bucket_cap_mb=o.bucket_mb),
-    "gloo": torch.nn.parallel.DistributedDataParallel(make(), process_group=gloo,
-                                                      bucket_cap_mb=o.bucket_mb),
+    "loom": torch.nn.parallel.DistributedDataParallel(make(), **kw),
+    "gloo": torch.nn.parallel.DistributedDataParallel(make(), process_group=gloo, **kw),
+    # The floor: DDP whose hook sends nothing (every rank keeps its own
+    # gradients), so what the others take more is their communication.
+    "none": torch.nn.parallel.DistributedDataParallel(make(), **kw),
 }
+
+
+def no_comm(state, bucket):
+    f = torch.futures.Future()
+    f.set_result(bucket.buffer())
+    return f
+
+
+models["none"].register_comm_hook(None, no_comm)
 opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
 nparams = sum(p.numel() for p in models["loom"].parameters())
 steps_done = {k: 0 for k in models}
@@ -57,7 +73,10 @@ steps_done = {k: 0 for k in models}
 
 def step(k):
     g = torch.Generator().manual_seed(1000 * steps_done[k] + rank)
-    x = torch.randn(o.batch, o.width, generator=g)
+    if o.embed:
+        x = torch.randint(0, o.embed, (o.batch,), generator=g)
+    else:
+        x = torch.randn(o.batch, o.width, generator=g)
     m, opt = models[k], opts[k]
     opt.zero_grad()
     m(x).square().mean().backward()
@@ -70,7 +89,7 @@ for k in models:  # warm-up (and DDP's first-iteration bucket rebuild)
     for _ in range(2):
         step(k)
 for b in range(o.blocks):
-    order = ["loom", "gloo"] if b % 2 == 0 else ["gloo", "loom"]
+    order = ["loom", "gloo", "none"] if b % 2 == 0 else ["none", "gloo", "loom"]
     for k in order:
         for _ in range(o.steps):
             comm.barrier()
@@ -83,6 +102,7 @@ pg = torch.cat([p.detach().reshape(-1) for p in models["gloo"].parameters()])
 diff = (pl - pg).abs().max().item()
 if rank == 0:
     ml, mg = statistics.median(times["loom"]), statistics.median(times["gloo"])
+    mn = statistics.median(times["none"])
     print("ddp_step: ranks=%d params=%d (%.1f MB of gradients) batch=%d steps=%d each, "
           "interleaved in %d blocks" % (size, nparams, nparams * 4 / 2 ** 20, o.batch,
                                          len(times["loom"]), o.blocks))
@@ -90,5 +110,7 @@ if rank == 0:
           "max |param difference| after %d steps: %.3g (largest |param| %.3g)" % (
               1e3 * ml, 1e3 * mg, mg / ml, steps_done["loom"], diff, pg.abs().max().item()),
           flush=True)
+    print("ddp_step: without communication %.1f ms: communication adds loom %.1f ms, "
+          "gloo %.1f ms" % (1e3 * mn, 1e3 * (ml - mn), 1e3 * (mg - mn)), flush=True)
 dist.destroy_process_group()
 os._exit(0)
