@@ -144,9 +144,11 @@ class _Driver(threading.Thread):
         if threading.current_thread() is not self:
             self.join(60)
 
+    SPINS = 20
+
     def run(self):
         inflight = []
-        delay = 0.0
+        delay, spins = 0.0, 0
         while True:
             with self.cv:
                 if not self.queue:
@@ -184,7 +186,15 @@ class _Driver(threading.Thread):
                 else:
                     still.append(op)
             inflight = still
-            delay = 0.0 if progressed else min(max(2 * delay, 2e-5), 1e-3)
+            # Small operations end within microseconds: test again at once
+            # a few times (the GIL is free during each test), then sleep
+            # longer and longer.
+            if progressed:
+                delay, spins = 0.0, 0
+            elif spins < self.SPINS:
+                spins += 1
+            else:
+                delay = min(max(2 * delay, 2e-5), 1e-3)
 
     @staticmethod
     def _complete(op):

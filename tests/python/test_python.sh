@@ -57,6 +57,29 @@ for n in $ranks; do
     fi
 done
 
+# Communicator.from_env() under the other launchers' variables: Slurm's
+# (two processes started here as srun would) and a real mpirun.
+prog='import loom, numpy as np
+c = loom.Communicator.from_env()
+x = np.ones(1)
+c.allreduce(x)
+print("rank %d of %d: %g" % (c.rank, c.size, x[0]))'
+clean() { env -u LOOM_ROOT -u LOOM_RANK -u LOOM_SIZE -u LOOM_JOB_KEY -u RANK -u WORLD_SIZE \
+    -u MASTER_ADDR -u MASTER_PORT "$@"; }
+job=$$.$RANDOM
+out=$(for r in 0 1; do
+    clean SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_STEP_NODELIST=127.0.0.1 SLURM_JOB_ID=$job \
+        timeout 60 "$PY" -c "$prog" &
+done; wait)
+check "from_env() under Slurm's variables ($(sort <<<"$out" | tr '\n' ' '))" \
+    [ "$(sort <<<"$out" | tr '\n' ' ')" = "rank 0 of 2: 2 rank 1 of 2: 2 " ]
+if command -v mpirun >/dev/null 2>&1; then
+    out=$(clean OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
+        mpirun --oversubscribe -np 3 "$PY" -c "$prog" 2>&1)
+    check "from_env() under mpirun ($(grep '^rank' <<<"$out" | sort | tr '\n' ' '))" \
+        [ "$(grep '^rank' <<<"$out" | sort | tr '\n' ' ')" = "rank 0 of 3: 3 rank 1 of 3: 3 rank 2 of 3: 3 " ]
+fi
+
 # A failure and a newcomer.
 port=$(free_port)
 key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')

@@ -54,6 +54,15 @@ check(dist.get_backend() == "loom" and isinstance(loom.torch.communicator(), loo
 
 
 def calls():
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        # torchrun's variables alone (MASTER_PORT + 1: torch's store is on
+        # MASTER_PORT) make a communicator too.
+        c = loom.Communicator.from_env()
+        v = torch.ones(2)
+        c.allreduce(v)
+        check(c.size == size and c.rank == rank and bool((v == size).all()),
+              "loom.Communicator.from_env() under torchrun: %r" % c)
+        c.close()
     R = dist.ReduceOp
     ops = [(R.SUM, "SUM", lambda s: s.sum(0)), (R.PRODUCT, "PRODUCT", lambda s: s.prod(0)),
            (R.MIN, "MIN", lambda s: s.min(0).values), (R.MAX, "MAX", lambda s: s.max(0).values)]
