@@ -22,8 +22,10 @@ the project ships: its man pages.
   --mode ddp      torch DistributedDataParallel, AdamW every step, over
                   --backend gloo (torch's) or loom (import loom.torch).
 
-  --elastic       (diloco) a worker that dies is dropped (shrink, the
-                  round's sum redone among the survivors); processes
+  --elastic       (diloco) a worker that dies is dropped: after each
+                  sum the workers agree (loom_comm_agree) whether it
+                  succeeded everywhere, and if not they shrink and sum
+                  again among the survivors; processes
                   started with --join (LOOM_ROOT and LOOM_JOB_KEY of the
                   job) are admitted between rounds (grow), and receive the
                   global parameters, the outer momentum and the round
@@ -58,6 +60,8 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import loom  # noqa: E402
+
+FAILURES = (loom.RemoteError, loom.RevokedError, loom.TimeoutError)
 
 
 def parse():
@@ -355,16 +359,6 @@ class Worker:
         self.log.rank = self.comm.rank
         self.reshard()
 
-    def robust(self, fn):
-        """fn(comm); after a failure, shrink and call it again."""
-        while True:
-            try:
-                return fn(self.comm)
-            except (loom.RemoteError, loom.RevokedError, loom.TimeoutError) as e:
-                if not self.o.elastic:
-                    raise
-                self.shrink(e)
-
     def sync_state(self, joiner=False):
         """Hand the newcomers the global state (members: revision = round + 1)."""
         st = [self.glob, self.mom, self.round]
@@ -387,14 +381,15 @@ class Worker:
                 want = gw
         t0 = time.time()
         while True:
-            waiting = self.robust(lambda c: c.agree(c.pending_joins(), loom.MIN))
+            # Fault tolerant: a failure now is found at the next sum.
+            waiting = self.comm.agree(self.comm.pending_joins(), loom.MIN)
             if waiting or want is None or self.comm.size >= want or time.time() - t0 > 120:
                 break
             time.sleep(0.2)
         if not waiting:
             return
         before = self.comm.size
-        new = self.robust(lambda c: c.grow())
+        new = self.comm.grow()
         if new is None:
             return
         self.comm.close()
@@ -412,29 +407,42 @@ class Worker:
     def start_sum(self, delta, contributors):
         out = torch.empty_like(delta)
         send = delta.clone()
-
-        def go(c):
-            return c.iallreduce(send, "sum", out=out, codec=self.codec)
-        req = self.robust(go)
+        try:
+            req = self.comm.iallreduce(send, "sum", out=out, codec=self.codec)
+        except FAILURES:
+            if not self.o.elastic:
+                raise
+            req = None  # finish_sum() sees it and recovers
         self.pending = [req, send, out, contributors]
         self.log.sent_model += 2 * (self.comm.size - 1) * self.enc_bytes // self.comm.size
 
     def finish_sum(self):
-        """Wait for the round in flight; redo it among the survivors if a
-        worker died meanwhile.  Returns the average delta."""
+        """Wait for the sum in flight and return the average delta.  With
+        --elastic the workers then agree (fault tolerant) whether it
+        succeeded everywhere; if not, they shrink and all sum again, among
+        the survivors, so that every one applies the same average."""
         req, send, out, k = self.pending
         self.pending = None
         t = time.time()
         while True:
+            ok = 1
             try:
-                req.wait()
-                break
-            except (loom.RemoteError, loom.RevokedError, loom.TimeoutError) as e:
+                if req is None:
+                    ok = 0
+                else:
+                    req.wait()
+            except FAILURES:
                 if not self.o.elastic:
                     raise
-                self.shrink(e)
-                k = self.comm.size
-                req = self.robust(lambda c: c.iallreduce(send, "sum", out=out, codec=self.codec))
+                ok = 0
+            if not self.o.elastic or self.comm.agree(ok, loom.MIN) == 1:
+                break
+            self.shrink("a sum failed")
+            k = self.comm.size
+            try:
+                req = self.comm.iallreduce(send, "sum", out=out, codec=self.codec)
+            except FAILURES:
+                req = None
         self.log.comm_wait += time.time() - t
         return out / k
 
@@ -459,7 +467,7 @@ class Worker:
         rounds = (o.steps + o.inner - 1) // o.inner
         if not o.join:
             self.log.row(0, float("nan"), self.model, self.batches)
-            self.robust(lambda c: c.barrier())
+            self.comm.barrier()
         elif o.overlap:
             # The members start the sum of the round that just ended: a
             # newcomer takes part with zeros.
