@@ -354,6 +354,24 @@ report(c2.size == size and c2.rank == size - 1 - rank and v[0] == size * (size -
 raises(loom.InvalidArgument, lambda: loom.Communicator.from_unique_id(b"x" * 128, 0, 1),
        "a unique id that is not one", "unique")
 
+# ------------------------------------------------------------ mismatch
+# The last rank passes another count: every rank raises MismatchError
+# (LOOM_ERR_MISMATCH), whose message names that call, on a communicator
+# of its own (the difference breaks it).
+if size > 1:
+    uid = np.zeros(128, np.uint8)
+    if rank == 0:
+        uid[:] = np.frombuffer(loom.get_unique_id(), np.uint8)
+    comm.broadcast(uid, 0)
+    cm = loom.Communicator.from_unique_id(uid.tobytes(), rank, size, timeout=30)
+    n = 5 if rank == size - 1 else 4
+    e = raises(loom.MismatchError, lambda: cm.allreduce(np.ones(n, np.float32)),
+               "an allreduce of 5 elements on rank %d, 4 on the others" % (size - 1),
+               "loom_allreduce(count=5")
+    report(e is not None and e.result == loom.ERR_MISMATCH
+           and e.name == "LOOM_ERR_MISMATCH", "MismatchError carries LOOM_ERR_MISMATCH")
+    cm.close()
+
 # ----------------------------------------------------------- membership
 def quiet_barrier(c):
     """A barrier that a rank already past it may revoke on this one."""
