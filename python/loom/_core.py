@@ -108,7 +108,8 @@ class UnsupportedError(Error):
 
 
 class MismatchError(Error):
-    """LOOM_ERR_MISMATCH: peers disagree (job, size, version, setting)."""
+    """LOOM_ERR_MISMATCH: peers disagree (job, size, version, settings,
+    or the collective calls they make)."""
 
 
 class ConnectError(Error):
@@ -923,7 +924,9 @@ class Communicator:
 
     def shrink(self):
         """Collective over the survivors: a new communicator of the ranks
-        not failed (this one is revoked and must still be closed)."""
+        not failed (this one is revoked and must still be closed).  Raises
+        RevokedError in a group of survivors without a quorum
+        (LOOM_QUORUM) and on a rank the others declared failed."""
         nh = ctypes.c_void_p()
         with self._lock:
             _check(lib.loom_comm_shrink(self._handle(), byref(nh)))
