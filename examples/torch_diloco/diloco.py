@@ -25,7 +25,8 @@ the project ships: its man pages.
   --elastic       (diloco) a worker that dies is dropped: after each
                   sum the workers agree (loom_comm_agree) whether it
                   succeeded everywhere, and if not they shrink and sum
-                  again among the survivors; processes
+                  again among the survivors (who need a quorum:
+                  LOOM_QUORUM in loom(7)); processes
                   started with --join (LOOM_ROOT and LOOM_JOB_KEY of the
                   job) are admitted between rounds (grow), and receive the
                   global parameters, the outer momentum and the round
