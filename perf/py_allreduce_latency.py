@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """py_allreduce_latency.py - the time of a small allreduce called from
 Python: loom.Communicator.allreduce on a NumPy array (and, with --torch,
-torch.distributed.all_reduce over the "loom" backend), the median of
---batches batches of --iters calls, as all_reduce_perf -S does from C.
+torch.distributed.all_reduce over the "loom" backend and over gloo), the
+median of --batches batches of --iters calls, as all_reduce_perf -S does from C.
 
     loomrun -n 4 python3 perf/py_allreduce_latency.py --bytes 8
     loomrun -n 4 all_reduce_perf -b 8 -e 8 -n 2000 -w 200 -S 10 -c 0
@@ -55,5 +55,11 @@ if o.torch:
     if comm.rank == 0:
         print("py_allreduce: ranks=%d bytes=%d torch.distributed.all_reduce (backend loom): "
               "%.1f us" % (comm.size, o.bytes, t_t), flush=True)
+    # The same over torch's gloo, a group of the same ranks.
+    gloo = dist.new_group(backend="gloo")
+    t_g = bench(lambda: dist.all_reduce(t, group=gloo))
+    if comm.rank == 0:
+        print("py_allreduce: ranks=%d bytes=%d torch.distributed.all_reduce (backend gloo): "
+              "%.1f us" % (comm.size, o.bytes, t_g), flush=True)
     dist.destroy_process_group()
 comm.close()
