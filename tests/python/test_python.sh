@@ -59,11 +59,13 @@ done
 
 # Communicator.from_env() under the other launchers' variables: Slurm's
 # (two processes started here as srun would) and a real mpirun.
-prog='import loom, numpy as np
+# One write per line (print() makes two under PYTHONUNBUFFERED=1, and the
+# processes share the pipe).
+prog='import loom, numpy as np, os
 c = loom.Communicator.from_env()
 x = np.ones(1)
 c.allreduce(x)
-print("rank %d of %d: %g" % (c.rank, c.size, x[0]))'
+os.write(1, ("rank %d of %d: %g\n" % (c.rank, c.size, x[0])).encode())'
 clean() { env -u LOOM_ROOT -u LOOM_RANK -u LOOM_SIZE -u LOOM_JOB_KEY -u RANK -u WORLD_SIZE \
     -u MASTER_ADDR -u MASTER_PORT "$@"; }
 job=$$.$RANDOM
