@@ -12,8 +12,10 @@
 #                                R ranks per host (rank = h*R + i) with
 #                                LOOM_HOSTNAME=host<h>, rank r bound to CPU
 #                                r mod (CPUs) as loomrun --bind core does
-#                                (NOBIND=1: not bound); prints rank 0's
-#                                output; exit status: the first failure
+#                                (NOBIND=1: not bound), and torch's env://
+#                                variables (MASTER_ADDR, RANK, ...); prints
+#                                rank 0's output; exit status: the first
+#                                failure
 #   netns_hosts.sh down          remove them
 set -eu
 pre=loomh br=loombr
@@ -62,18 +64,24 @@ run)
     pids=()
     ncpu=$(nproc)
     bind() { [ -n "${NOBIND:-}" ] || echo "taskset -c $(($1 % ncpu))"; }
+    # torch's env:// rendezvous (rank 0's store on the next port) and
+    # gloo's interface, for programs that use torch.distributed.
+    torchenv() { # HOST LOCAL_RANK RANK
+        echo "MASTER_ADDR=10.78.0.1 MASTER_PORT=$((port + 1)) RANK=$3 WORLD_SIZE=$n" \
+            "LOCAL_RANK=$2 LOCAL_WORLD_SIZE=$R GLOO_SOCKET_IFNAME=veth$1"
+    }
     for ((h = H - 1; h >= 0; h--)); do
         for ((i = R - 1; i >= 0; i--)); do
             r=$((h * R + i))
             [ $r -eq 0 ] && continue
             ip netns exec $pre$h $(bind $r) env LOOM_ROOT=10.78.0.1:$port LOOM_RANK=$r \
-                LOOM_SIZE=$n LOOM_JOB_KEY=$key LOOM_HOSTNAME=host$h "$@" >/dev/null &
+                LOOM_SIZE=$n LOOM_JOB_KEY=$key LOOM_HOSTNAME=host$h $(torchenv $h $i $r) "$@" >/dev/null &
             pids+=($!)
         done
     done
     rc=0
     ip netns exec ${pre}0 $(bind 0) env LOOM_ROOT=10.78.0.1:$port LOOM_RANK=0 LOOM_SIZE=$n \
-        LOOM_JOB_KEY=$key LOOM_HOSTNAME=host0 "$@" >"$out" || rc=$?
+        LOOM_JOB_KEY=$key LOOM_HOSTNAME=host0 $(torchenv 0 0 0) "$@" >"$out" || rc=$?
     for p in "${pids[@]}"; do wait "$p" || { [ $rc -eq 0 ] && rc=$?; }; done
     cat "$out"
     rm -f "$out"

@@ -77,9 +77,13 @@ struct options {
     char **prog_argv;
 };
 
+/* The job's variables: Loom's, and those of torch's env:// rendezvous
+ * (torch.distributed.init_process_group), which a rank's torch store
+ * uses.  LOOM_JOB_KEY, MASTER_ADDR and MASTER_PORT may be set with -x. */
 static const char *const managed_vars[] = {
-    "LOOM_ROOT",       "LOOM_RANK",    "LOOM_SIZE", "LOOM_LOCAL_RANK",
-    "LOOM_LOCAL_SIZE", "LOOM_JOB_KEY",
+    "LOOM_ROOT",       "LOOM_RANK",    "LOOM_SIZE",   "LOOM_LOCAL_RANK",
+    "LOOM_LOCAL_SIZE", "LOOM_JOB_KEY", "MASTER_ADDR", "MASTER_PORT",
+    "RANK",            "WORLD_SIZE",   "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
 };
 #define N_MANAGED (sizeof managed_vars / sizeof managed_vars[0])
 
@@ -267,6 +271,12 @@ static bool var_is(const char *entry, const char *name)
     return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
+static bool user_may_set(const char *name)
+{
+    return strcmp(name, "LOOM_JOB_KEY") == 0 || strcmp(name, "MASTER_ADDR") == 0 ||
+           strcmp(name, "MASTER_PORT") == 0;
+}
+
 static void check_xvar(const char *v)
 {
     size_t n = var_name_len(v);
@@ -283,10 +293,10 @@ static void check_xvar(const char *v)
               (c >= '0' && c <= '9')))
             usage_error("invalid variable name in -x '%s'", v);
     }
-    /* LOOM_JOB_KEY may be chosen by the user; the others describe the job. */
+    /* LOOM_JOB_KEY and torch's rendezvous address may be chosen by the
+     * user; the others describe the job. */
     for (i = 0; i < N_MANAGED; i++)
-        if (var_is(v, managed_vars[i]) &&
-            strcmp(managed_vars[i], "LOOM_JOB_KEY") != 0)
+        if (var_is(v, managed_vars[i]) && !user_may_set(managed_vars[i]))
             usage_error("-x %.*s: loomrun sets this variable itself%s",
                         (int)n, v,
                         strcmp(managed_vars[i], "LOOM_ROOT") == 0
@@ -1200,22 +1210,29 @@ setup_failed:
     return false;
 }
 
+/* The entries of the environment rewritten for each rank: the value
+ * (11 characters wide) after the name and '='. */
+enum { PR_LOOM_RANK, PR_LOOM_LOCAL, PR_RANK, PR_LOCAL, N_PER_RANK };
+static const char *const per_rank_vars[N_PER_RANK] = {"LOOM_RANK", "LOOM_LOCAL_RANK", "RANK",
+                                                      "LOCAL_RANK"};
+
 /* Environment of the ranks: ours minus the variables we set, then -x,
- * then the LOOM_* variables.  The two per-rank entries are rewritten in
+ * then the job's variables.  The per-rank entries are rewritten in
  * place before each start (posix_spawn has copied them by then). */
-static char **build_env(char **owned, int *nowned, char **rank_var,
-                        char **local_var)
+static char **build_env(char **owned, int *nowned, char *per_rank[N_PER_RANK])
 {
     const char *key_env = getenv("LOOM_JOB_KEY");
-    bool x_key = false;
+    bool x_key = false, x_addr = false, x_port = false;
     size_t nenv = 0, n = 0, i;
     int k;
     char key[33];
     char **envp;
 
-    for (k = 0; k < opt.nx; k++)
-        if (var_is(opt.xvars[k], "LOOM_JOB_KEY"))
-            x_key = true;
+    for (k = 0; k < opt.nx; k++) {
+        x_key |= var_is(opt.xvars[k], "LOOM_JOB_KEY");
+        x_addr |= var_is(opt.xvars[k], "MASTER_ADDR");
+        x_port |= var_is(opt.xvars[k], "MASTER_PORT");
+    }
     while (environ[nenv])
         nenv++;
     envp = xmalloc(sizeof(char *) * (nenv + (size_t)opt.nx + N_MANAGED + 1));
@@ -1262,10 +1279,28 @@ static char **build_env(char **owned, int *nowned, char **rank_var,
     ADD_OWNED("LOOM_LOCAL_SIZE=%d", opt.nranks);
     if (!x_key)
         ADD_OWNED("LOOM_JOB_KEY=%s", key_env);
-    ADD_OWNED("LOOM_RANK=%-11d", 0);
-    *rank_var = envp[n - 1];
-    ADD_OWNED("LOOM_LOCAL_RANK=%-11d", 0);
-    *local_var = envp[n - 1];
+    /* torch's env:// store listens on MASTER_PORT in rank 0: another port
+     * than Loom's root, which a rank may open too.  With --root's port,
+     * the next one (the host may not be this one's to probe). */
+    if (!x_addr)
+        ADD_OWNED("MASTER_ADDR=%s", opt.bind_host);
+    if (!x_port) {
+        int mport;
+        if (opt.root_port > 0) {
+            mport = port < 65535 ? port + 1 : port - 1;
+        } else {
+            mport = find_free_port(opt.bind_host);
+            for (int tries = 0; mport == port && tries < 8; tries++)
+                mport = find_free_port(opt.bind_host);
+        }
+        ADD_OWNED("MASTER_PORT=%d", mport);
+    }
+    ADD_OWNED("WORLD_SIZE=%d", opt.nranks);
+    ADD_OWNED("LOCAL_WORLD_SIZE=%d", opt.nranks);
+    for (int v = 0; v < N_PER_RANK; v++) {
+        ADD_OWNED("%s=%-11d", per_rank_vars[v], 0);
+        per_rank[v] = envp[n - 1] + strlen(per_rank_vars[v]) + 1;
+    }
 #undef ADD_OWNED
     envp[n] = NULL;
     return envp;
@@ -1280,7 +1315,7 @@ int main(int argc, char **argv)
     struct sigaction sa;
     char *owned[N_MANAGED];
     int nowned = 0, sfd, nullfd, i, status;
-    char *rank_var, *local_var;
+    char *per_rank[N_PER_RANK];
     char **envp;
 
     parse_args(argc, argv, &opt);
@@ -1317,7 +1352,7 @@ int main(int argc, char **argv)
         fatal("cannot open /dev/null: %s", strerror(errno));
     if (opt.outdir)
         make_dirs(opt.outdir);
-    envp = build_env(owned, &nowned, &rank_var, &local_var);
+    envp = build_env(owned, &nowned, per_rank);
 
     posix_spawnattr_init(&attr);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
@@ -1343,8 +1378,8 @@ int main(int argc, char **argv)
         for (int c = 0; c < CPU_SETSIZE; c++)
             if (CPU_ISSET(c, &allowed)) cpus[ncpu++] = c;
     for (i = 0; i < opt.nranks; i++) {
-        snprintf(rank_var + 10, 12, "%d", i);
-        snprintf(local_var + 16, 12, "%d", i);
+        for (int v = 0; v < N_PER_RANK; v++)
+            snprintf(per_rank[v], 12, "%d", i);
         if (ncpu) {
             cpu_set_t one;
             CPU_ZERO(&one);

@@ -153,6 +153,20 @@ t_env() {
     if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then fail "port $port"; fi
     [[ $key =~ ^[0-9a-f]{32}$ ]] || fail "LOOM_JOB_KEY '$key'"
 
+    # torch's env:// variables: RANK and LOCAL_RANK equal LOOM_RANK, the
+    # sizes LOOM_SIZE, MASTER_ADDR the root's host and MASTER_PORT
+    # another port.
+    lr -n 3 bash -c 'echo "$LOOM_RANK $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT ${LOOM_ROOT##*:}"' "$TAG"
+    expect_rc 0
+    awk '$1 != $2 || $1 != $3 || $4 != 3 || $5 != 3 || $6 != "127.0.0.1" || $7 !~ /^[0-9]+$/ || $7 == $8 { bad = 1 }
+        END { exit bad || NR != 3 }' "$D/out" || fail "torch's variables: $(cat "$D/out")"
+    [ "$(cut -d' ' -f7 "$D/out" | sort -u | wc -l)" -eq 1 ] || fail "ranks see different MASTER_PORT"
+    lr -n 1 --root 127.0.0.1:4567 -x MASTER_ADDR=elsewhere bash -c 'echo "$MASTER_ADDR:$MASTER_PORT"' "$TAG"
+    expect_rc 0
+    [ "$(cat "$D/out")" = "elsewhere:4568" ] || fail "MASTER_ADDR by -x, MASTER_PORT after --root's: $(cat "$D/out")"
+    lr -n 1 -x RANK=3 true
+    expect_rc 2
+
     # A second launch gets a fresh key.
     lr -n 1 bash -c 'echo "$LOOM_JOB_KEY"' "$TAG"
     expect_rc 0

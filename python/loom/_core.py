@@ -1,0 +1,973 @@
+"""The loom package's classes over libloom (see loom-python(7))."""
+import builtins
+import contextlib
+import ctypes
+import os
+import threading
+
+from . import _lib
+from ._lib import lib
+
+byref = ctypes.byref
+
+# ---------------------------------------------------------------- constants
+SUCCESS = 0
+ERR_SYSTEM = 2
+ERR_INTERNAL = 3
+ERR_INVALID_ARGUMENT = 4
+ERR_INVALID_USAGE = 5
+ERR_REMOTE = 6
+IN_PROGRESS = 7
+ERR_TIMEOUT = 8
+ERR_NO_MEMORY = 9
+ERR_REVOKED = 10
+ERR_UNSUPPORTED = 11
+ERR_MISMATCH = 12
+ERR_CONNECT = 13
+
+INT8, UINT8, INT32, UINT32, INT64, UINT64 = 0, 1, 2, 3, 4, 5
+FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 6, 7, 8, 9
+
+SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
+_OPS = {"sum": SUM, "prod": PROD, "product": PROD, "max": MAX, "min": MIN, "avg": AVG,
+        "mean": AVG}
+
+REVISION_NONE = (1 << 64) - 1
+
+_ELEM = {INT8: 1, UINT8: 1, INT32: 4, UINT32: 4, INT64: 8, UINT64: 8, FLOAT16: 2,
+         FLOAT32: 4, FLOAT64: 8, BFLOAT16: 2}
+_NUMPY_TYPES = {"int8": INT8, "uint8": UINT8, "int32": INT32, "uint32": UINT32,
+                "int64": INT64, "uint64": UINT64, "float16": FLOAT16, "float32": FLOAT32,
+                "float64": FLOAT64}
+_TORCH_TYPES = {"torch.int8": INT8, "torch.uint8": UINT8, "torch.int32": INT32,
+                "torch.int64": INT64, "torch.float16": FLOAT16, "torch.float32": FLOAT32,
+                "torch.float64": FLOAT64, "torch.bfloat16": BFLOAT16}
+
+
+# ------------------------------------------------------------------- errors
+class Error(Exception):
+    """A Loom call failed.
+
+    ``result`` is the ``loom_result_t`` (an int, one of the ``loom.ERR_*``
+    constants), ``name`` its C name and ``message`` the library's detailed
+    message (``loom_get_last_error``), which names the argument, peer or
+    address involved.
+    """
+
+    def __init__(self, result, message=""):
+        self.result = int(result)
+        self.name = _RESULT_NAMES.get(self.result, "loom_result_t %d" % self.result)
+        self.message = message or strerror(self.result)
+        super().__init__(self.result, self.message)
+
+    def __str__(self):
+        return "%s (%s)" % (self.message, self.name)
+
+
+class SystemCallError(Error):
+    """LOOM_ERR_SYSTEM: a system call failed."""
+
+
+class InternalError(Error):
+    """LOOM_ERR_INTERNAL: a bug in Loom."""
+
+
+class InvalidArgument(Error, ValueError):
+    """LOOM_ERR_INVALID_ARGUMENT: a bad argument; nothing was touched.
+
+    Also raised by the package itself for a buffer Loom cannot take (not
+    contiguous, not on the CPU, a type Loom has no datatype for, sizes that
+    do not match)."""
+
+
+class InvalidUsage(Error):
+    """LOOM_ERR_INVALID_USAGE: a call out of order or on a wrong object."""
+
+
+class RemoteError(Error):
+    """LOOM_ERR_REMOTE: a peer failed, closed or sent garbage."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """LOOM_ERR_TIMEOUT: a deadline passed."""
+
+    def __str__(self):
+        return Error.__str__(self)
+
+
+class NoMemoryError(Error, MemoryError):
+    """LOOM_ERR_NO_MEMORY: an allocation failed."""
+
+
+class RevokedError(Error):
+    """LOOM_ERR_REVOKED: the communicator was revoked or aborted."""
+
+
+class UnsupportedError(Error):
+    """LOOM_ERR_UNSUPPORTED: not available in this build or here."""
+
+
+class MismatchError(Error):
+    """LOOM_ERR_MISMATCH: peers disagree (job, size, version, settings,
+    or the collective calls they make)."""
+
+
+class ConnectError(Error):
+    """LOOM_ERR_CONNECT: could not reach an address."""
+
+
+_RESULT_NAMES = {0: "LOOM_SUCCESS", 2: "LOOM_ERR_SYSTEM", 3: "LOOM_ERR_INTERNAL",
+                 4: "LOOM_ERR_INVALID_ARGUMENT", 5: "LOOM_ERR_INVALID_USAGE",
+                 6: "LOOM_ERR_REMOTE", 7: "LOOM_IN_PROGRESS", 8: "LOOM_ERR_TIMEOUT",
+                 9: "LOOM_ERR_NO_MEMORY", 10: "LOOM_ERR_REVOKED", 11: "LOOM_ERR_UNSUPPORTED",
+                 12: "LOOM_ERR_MISMATCH", 13: "LOOM_ERR_CONNECT"}
+_ERRORS = {2: SystemCallError, 3: InternalError, 4: InvalidArgument, 5: InvalidUsage,
+           6: RemoteError, 8: TimeoutError, 9: NoMemoryError, 10: RevokedError,
+           11: UnsupportedError, 12: MismatchError, 13: ConnectError}
+
+
+def strerror(result):
+    """The static text of a result code (``loom_strerror``)."""
+    return lib.loom_strerror(int(result)).decode()
+
+
+def _raise(rc):
+    msg = lib.loom_get_last_error()
+    raise _ERRORS.get(rc, Error)(rc, msg.decode(errors="replace") if msg else "")
+
+
+def _check(rc):
+    if rc:
+        _raise(rc)
+
+
+def _bad(msg):
+    return InvalidArgument(ERR_INVALID_ARGUMENT, msg)
+
+
+def version():
+    """The library's version as a tuple (major, minor, patch)."""
+    a, b, c = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    _check(lib.loom_get_version(byref(a), byref(b), byref(c)))
+    return (a.value, b.value, c.value)
+
+
+# ------------------------------------------------------------------ buffers
+class _Buf:
+    """A contiguous CPU buffer: its address, element count and datatype."""
+    __slots__ = ("obj", "ptr", "count", "dtype", "nbytes")
+
+    def __init__(self, obj, ptr, count, dtype):
+        self.obj = obj
+        self.ptr = ptr
+        self.count = count
+        self.dtype = dtype
+        self.nbytes = count * _ELEM[dtype]
+
+    def end(self):
+        return self.ptr + self.nbytes
+
+
+def _buf(obj, what, writable=False):
+    """Describe obj (a NumPy array or a torch CPU tensor) without copying."""
+    mod = type(obj).__module__
+    if mod.startswith("torch"):
+        if obj.device.type != "cpu":
+            raise _bad("%s: a tensor on %s; Loom takes CPU tensors" % (what, obj.device))
+        dt = _TORCH_TYPES.get(str(obj.dtype))
+        if dt is None:
+            raise _bad("%s: torch dtype %s has no Loom datatype" % (what, obj.dtype))
+        if not obj.is_contiguous():
+            raise _bad("%s: the tensor is not contiguous (Loom works on the tensor's own "
+                       "memory; pass t.contiguous() and copy the result back)" % what)
+        n = obj.numel()
+        return _Buf(obj, obj.data_ptr() if n else 0, n, dt)
+    if mod == "numpy":
+        if not obj.flags.c_contiguous:
+            raise _bad("%s: the array is not C-contiguous (Loom works on the array's own "
+                       "memory; pass numpy.ascontiguousarray(a) and copy the result back)"
+                       % what)
+        if writable and not obj.flags.writeable:
+            raise _bad("%s: the array is read-only and Loom writes into it" % what)
+        dt = _NUMPY_TYPES.get(obj.dtype.name)
+        if dt is None or not obj.dtype.isnative:
+            raise _bad("%s: NumPy dtype %s has no Loom datatype" % (what, obj.dtype))
+        n = obj.size
+        return _Buf(obj, obj.ctypes.data if n else 0, n, dt)
+    raise _bad("%s: a %s.%s, not a NumPy array or a torch CPU tensor"
+               % (what, mod, type(obj).__name__))
+
+
+def _same_type(a, b, fn):
+    if a.dtype != b.dtype:
+        raise _bad("%s: the send and receive buffers have different types" % fn)
+
+
+def _empty(like, count, shape):
+    """A new buffer of count elements of like's type, shaped shape if it fits."""
+    mod = type(like.obj).__module__
+    if mod.startswith("torch"):
+        t = like.obj.new_empty(count)
+        return t.view(shape) if shape is not None else t
+    import numpy
+    a = numpy.empty(count, dtype=like.obj.dtype)
+    return a.reshape(shape) if shape is not None else a
+
+
+def _op(op):
+    if isinstance(op, str):
+        v = _OPS.get(op.lower())
+        if v is None:
+            raise _bad("unknown op %r (sum, prod, max, min or avg)" % op)
+        return v
+    if op in (SUM, PROD, MAX, MIN, AVG):
+        return int(op)
+    raise _bad("unknown op %r (sum, prod, max, min or avg)" % (op,))
+
+
+# ------------------------------------------------------------------- codecs
+_codec_cache = {}
+
+
+class Codec:
+    """A codec instance (``loom_codec_find``): ``Codec("int8")``,
+    ``Codec("topk:0.01")``.  Usable as ``codec=`` and to encode and decode
+    float32 buffers by hand."""
+
+    def __init__(self, spec):
+        spec = str(spec)
+        p = _codec_cache.get(spec)
+        if p is None:
+            ptr = ctypes.c_void_p()
+            _check(lib.loom_codec_find(spec.encode(), byref(ptr)))
+            p = _codec_cache.setdefault(spec, ptr.value)
+        self.spec = spec
+        self._ptr = p
+
+    def __repr__(self):
+        return "loom.Codec(%r)" % self.spec
+
+    def max_encoded_bytes(self, count):
+        """The largest encoding of count values, in bytes."""
+        n = ctypes.c_size_t()
+        _check(lib.loom_codec_max_encoded_bytes(self._ptr, count, byref(n)))
+        return n.value
+
+    def encode(self, src, decoded=None):
+        """Encode a float32 buffer; returns a NumPy uint8 array of the
+        encoding.  decoded, if given, receives the decoded encoding."""
+        import numpy
+        s = _buf(src, "src")
+        if s.dtype != FLOAT32:
+            raise _bad("Codec.encode: src must be float32")
+        out = numpy.empty(self.max_encoded_bytes(s.count), dtype=numpy.uint8)
+        d = _buf(decoded, "decoded", True).ptr if decoded is not None else None
+        if decoded is not None and _buf(decoded, "decoded").count != s.count:
+            raise _bad("Codec.encode: decoded has another size than src")
+        n = ctypes.c_size_t()
+        _check(lib.loom_codec_encode(self._ptr, s.ptr, s.count, out.ctypes.data, out.size,
+                                     byref(n), d))
+        return out[:n.value]
+
+    def decode(self, data, out, accumulate=False):
+        """out[:] = the values encoded in data (a uint8 array or bytes), or
+        out += them with accumulate=True; returns out."""
+        import numpy
+        enc = numpy.frombuffer(data, dtype=numpy.uint8) if isinstance(data, (bytes, bytearray)) \
+            else data
+        e = _buf(enc, "data")
+        o = _buf(out, "out", True)
+        if o.dtype != FLOAT32:
+            raise _bad("Codec.decode: out must be float32")
+        f = lib.loom_codec_decode_accumulate if accumulate else lib.loom_codec_decode
+        _check(f(self._ptr, e.ptr, e.nbytes, o.ptr, o.count))
+        return out
+
+
+def _codec_ptr(codec):
+    if codec is None:
+        return None
+    if isinstance(codec, Codec):
+        return codec._ptr
+    return Codec(codec)._ptr
+
+
+class CodecState:
+    """Error-feedback residuals of many tensors (``loom_codec_state_t``),
+    each named by an integer key; pass it as ``state=`` with ``key=`` to a
+    collective with a codec."""
+
+    def __init__(self):
+        h = ctypes.c_void_p()
+        _check(lib.loom_codec_state_create(byref(h)))
+        self._h = h.value
+
+    def close(self):
+        """Free the residuals."""
+        if self._h:
+            h, self._h = self._h, None
+            _check(lib.loom_codec_state_destroy(h))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def commit(self, key):
+        _check(lib.loom_codec_state_commit(self._h, key))
+
+    def rollback(self, key):
+        _check(lib.loom_codec_state_rollback(self._h, key))
+
+    def reset(self, key):
+        """Forget tensor key (its residual restarts from zero)."""
+        _check(lib.loom_codec_state_reset(self._h, key))
+
+    def residual(self, key, out):
+        """Copy the committed residual of tensor key into out (float32)."""
+        o = _buf(out, "out", True)
+        _check(lib.loom_codec_state_residual(self._h, key, o.ptr, o.count))
+        return out
+
+
+def _opts(codec, state, key):
+    if codec is None and state is None:
+        return None
+    o = _lib.CollOptions(ctypes.sizeof(_lib.CollOptions), _codec_ptr(codec),
+                         state._h if state is not None else None, int(key))
+    return o
+
+
+# ----------------------------------------------------------------- requests
+class Request:
+    """A non-blocking operation.  ``wait()`` completes it and returns its
+    result buffer (or None); ``test()`` returns True once it completed.
+    The buffers it was given are kept alive until it completes; they must
+    not be touched meanwhile."""
+    __slots__ = ("_comm", "_h", "_keep", "_result", "_error", "done")
+
+    def __init__(self, comm, handle, keep, result):
+        self._comm = comm
+        self._h = handle
+        self._keep = keep
+        self._result = result
+        self._error = None
+        self.done = False
+
+    def _end(self, rc):
+        self.done = True
+        self._keep = None
+        if rc:
+            try:
+                _raise(rc)
+            except Error as e:
+                self._error = e
+                raise
+
+    def wait(self):
+        """Block (without the GIL) until the operation completes; raise its
+        error (again, on a later call), or return its result buffer."""
+        if self.done:
+            if self._error is not None:
+                raise self._error
+            return self._result
+        with self._comm._lock:
+            rc = lib.loom_wait(byref(self._h))
+        self._end(rc)
+        return self._result
+
+    def test(self):
+        """Make progress without blocking; True when the operation has
+        completed (its error is raised then, and by wait())."""
+        if self.done:
+            if self._error is not None:
+                raise self._error
+            return True
+        d = ctypes.c_int()
+        with self._comm._lock:
+            rc = lib.loom_test(byref(self._h), byref(d))
+        if d.value or rc:
+            self._end(rc)
+        return bool(d.value)
+
+    def is_completed(self):
+        return self.done
+
+
+def wait_all(requests):
+    """Wait for every request; raise the first failure after all are done."""
+    first = None
+    for r in requests:
+        try:
+            r.wait()
+        except Error as e:
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+
+
+_tls = threading.local()
+
+
+@contextlib.contextmanager
+def group():
+    """``with loom.group():`` queues the blocking collectives, sends and
+    receives of this thread and runs them together at the end of the
+    block (``loom_group_start`` / ``loom_group_end``), so sends and
+    receives never deadlock whatever their order."""
+    _check(lib.loom_group_start())
+    keep = getattr(_tls, "keep", None)
+    if keep is None:
+        keep = _tls.keep = []
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        _tls.depth -= 1
+        rc = lib.loom_group_end()
+        if _tls.depth == 0:
+            keep.clear()
+        if ok:
+            _check(rc)
+
+
+def _in_group():
+    return getattr(_tls, "depth", 0) > 0
+
+
+# ------------------------------------------------------------ communicators
+def get_unique_id():
+    """Create a job identity (128 bytes) and start its rendezvous service
+    in this process (``loom_get_unique_id``); pass it to every rank."""
+    u = _lib.UniqueIdStruct()
+    _check(lib.loom_get_unique_id(byref(u)))
+    return ctypes.string_at(ctypes.addressof(u), _lib.UNIQUE_ID_BYTES)
+
+
+def _config(timeout=None, tcp_streams=None, chunk_bytes=None, socket_ifname=None, algo=None,
+            transport=None):
+    c = _lib.Config()
+    _check(lib.loom_config_init(byref(c)))
+    if timeout is not None:
+        ms = int(round(float(timeout) * 1000))
+        if ms < 1:
+            raise _bad("timeout %r: at least 0.001 s" % (timeout,))
+        c.timeout_ms = min(ms, 86400000)
+    if tcp_streams is not None:
+        c.tcp_streams = int(tcp_streams)
+    if chunk_bytes is not None:
+        c.chunk_bytes = int(chunk_bytes)
+    if socket_ifname is not None:
+        c.socket_ifname = socket_ifname.encode()
+    if algo is not None:
+        c.algo = algo.encode()
+    if transport is not None:
+        c.transport = transport.encode()
+    return c
+
+
+class Communicator:
+    """A Loom communicator.
+
+    Create one with :meth:`from_env` (under loomrun, torchrun, Slurm or
+    mpirun), :meth:`from_unique_id`, :meth:`from_store` (a torch
+    ``Store`` or anything with ``set(key, bytes)`` and ``get(key)``) or
+    :meth:`join`.  Keyword settings (``timeout`` in seconds,
+    ``tcp_streams``, ``chunk_bytes``, ``socket_ifname``, ``algo``,
+    ``transport``) fill ``loom_config_t``; those not given come from the
+    ``LOOM_*`` environment variables.
+
+    Buffers are NumPy arrays or torch CPU tensors, used in place
+    (contiguous; :class:`InvalidArgument` otherwise).  Every method
+    releases the GIL while Loom runs.  One thread at a time uses a
+    communicator: a lock per communicator makes other threads wait.
+    """
+
+    def __init__(self, handle):
+        self._h = handle
+        self._lock = threading.RLock()
+        r, s = ctypes.c_int(), ctypes.c_int()
+        _check(lib.loom_comm_rank(handle, byref(r)))
+        _check(lib.loom_comm_size(handle, byref(s)))
+        self.rank = r.value
+        self.size = s.value
+
+    # -- creation
+    @classmethod
+    def from_env(cls, **settings):
+        """Join the job the launcher's environment describes
+        (``loom_comm_init_env``)."""
+        c = _config(**settings)
+        h = ctypes.c_void_p()
+        _check(lib.loom_comm_init_env(byref(h), byref(c)))
+        return cls(h)
+
+    @classmethod
+    def from_unique_id(cls, unique_id, rank, size, **settings):
+        """Join the job named by unique_id (from :func:`get_unique_id`) as
+        rank of size (``loom_comm_init_rank``)."""
+        b = bytes(unique_id)
+        if len(b) != _lib.UNIQUE_ID_BYTES:
+            raise _bad("unique_id: %d bytes, not %d" % (len(b), _lib.UNIQUE_ID_BYTES))
+        u = _lib.UniqueIdStruct()
+        ctypes.memmove(byref(u), b, len(b))
+        c = _config(**settings)
+        h = ctypes.c_void_p()
+        _check(lib.loom_comm_init_rank(byref(h), int(size), byref(u), int(rank), byref(c)))
+        return cls(h)
+
+    @classmethod
+    def from_store(cls, store, rank, size, prefix="loom", **settings):
+        """Rank 0 makes a unique id and publishes it in store under
+        ``prefix + "/unique_id"``; the others read it (torch's
+        ``Store.get`` waits for it), then all join."""
+        key = prefix + "/unique_id"
+        if int(rank) == 0:
+            uid = get_unique_id()
+            store.set(key, uid)
+        else:
+            uid = bytes(store.get(key))
+        return cls.from_unique_id(uid, rank, size, **settings)
+
+    @classmethod
+    def join(cls, root=None, key=None, **settings):
+        """Enter a running job as a new rank (``loom_comm_join``): waits
+        until the members call :meth:`grow`.  root ("host:port") and key
+        default to ``LOOM_ROOT`` and ``LOOM_JOB_KEY``; given, they are put
+        into the environment first."""
+        if root is not None:
+            os.environ["LOOM_ROOT"] = str(root)
+        if key is not None:
+            os.environ["LOOM_JOB_KEY"] = str(key)
+        c = _config(**settings)
+        h = ctypes.c_void_p()
+        _check(lib.loom_comm_join(byref(h), byref(c)))
+        return cls(h)
+
+    def __repr__(self):
+        return "<loom.Communicator rank %d of %d%s>" % (self.rank, self.size,
+                                                       "" if self._h else " (closed)")
+
+    # -- lifetime
+    def close(self):
+        """Release the communicator (``loom_comm_destroy``; not collective).
+        Non-blocking operations must be complete."""
+        with self._lock:
+            if self._h:
+                _check(lib.loom_comm_destroy(self._h))
+                self._h = None
+
+    destroy = close
+
+    def abort(self):
+        """Drop every operation now and release the communicator
+        (``loom_comm_abort``); peers see their operations fail."""
+        with self._lock:
+            if self._h:
+                h, self._h = self._h, None
+                _check(lib.loom_comm_abort(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h and lib is not None:
+            try:
+                if lib.loom_comm_destroy(h):
+                    lib.loom_comm_abort(h)
+            except Exception:
+                pass
+
+    def _handle(self):
+        h = self._h
+        if not h:
+            raise InvalidUsage(ERR_INVALID_USAGE, "the communicator was closed")
+        return h
+
+    # -- settings
+    def set_algo(self, spec):
+        """Force algorithms (``loom_comm_set_algo``); None: automatic."""
+        with self._lock:
+            _check(lib.loom_comm_set_algo(self._handle(), spec.encode() if spec else None))
+
+    def set_codec(self, codec):
+        """The codec plain float32 sum/avg allreduces use (None: exact)."""
+        with self._lock:
+            _check(lib.loom_comm_set_codec(self._handle(), _codec_ptr(codec)))
+
+    def get_error(self):
+        """(result, failed_rank): the first error that broke the
+        communicator (0 while healthy) and the rank found responsible
+        (-1 when none is known)."""
+        r = ctypes.c_int(-1)
+        with self._lock:
+            rc = lib.loom_comm_get_error(self._handle(), byref(r))
+        return rc, r.value
+
+    # -- the calls
+    def _run(self, fn, args, nonblocking, keep, result):
+        """Call fn(*args) (+ a request pointer when nonblocking)."""
+        h = self._handle()
+        if nonblocking:
+            if _in_group():
+                raise InvalidUsage(ERR_INVALID_USAGE,
+                                   "non-blocking calls are not allowed in a loom.group()")
+            req = ctypes.c_void_p()
+            with self._lock:
+                rc = fn(*args, h, byref(req))
+            if rc:
+                _raise(rc)
+            return Request(self, req, keep, result)
+        if _in_group():
+            _tls.keep.append(keep)
+        with self._lock:
+            rc = fn(*args, h)
+        if rc:
+            _raise(rc)
+        return result
+
+    def _run_opts(self, fn_opts, args, opts, nonblocking, keep, result):
+        h = self._handle()
+        if nonblocking:
+            if _in_group():
+                raise InvalidUsage(ERR_INVALID_USAGE,
+                                   "non-blocking calls are not allowed in a loom.group()")
+            req = ctypes.c_void_p()
+            with self._lock:
+                rc = fn_opts(*args, h, byref(opts) if opts is not None else None, byref(req))
+            if rc:
+                _raise(rc)
+            return Request(self, req, (keep, opts), result)
+        if _in_group():
+            _tls.keep.append((keep, opts))
+        with self._lock:
+            rc = fn_opts(*args, h, byref(opts) if opts is not None else None)
+        if rc:
+            _raise(rc)
+        return result
+
+    def _allreduce(self, x, op, out, codec, state, key, nb):
+        s = _buf(x, "sendbuf", out is None)
+        if out is None or out is x:
+            r = s
+        else:
+            r = _buf(out, "out", True)
+            _same_type(s, r, "allreduce")
+            if r.count != s.count:
+                raise _bad("allreduce: out has %d elements, the input %d" % (r.count, s.count))
+        opts = _opts(codec, state, key)
+        res = r.obj
+        if opts is None:
+            f = lib.loom_iallreduce if nb else lib.loom_allreduce
+            return self._run(f, (s.ptr, r.ptr, s.count, s.dtype, _op(op)), nb, (s, r), res)
+        f = lib.loom_iallreduce_opts if nb else lib.loom_allreduce_opts
+        return self._run_opts(f, (s.ptr, r.ptr, s.count, s.dtype, _op(op)), opts, nb, (s, r),
+                              res)
+
+    def allreduce(self, x, op=SUM, *, out=None, codec=None, state=None, key=0):
+        """out = op over all ranks of x (in place when out is None);
+        returns the result.  codec (a spec such as "int8" or a
+        :class:`Codec`) encodes the traffic (float32 sum/avg only); state
+        and key add error feedback (:class:`CodecState`)."""
+        return self._allreduce(x, op, out, codec, state, key, False)
+
+    def iallreduce(self, x, op=SUM, *, out=None, codec=None, state=None, key=0):
+        """Non-blocking :meth:`allreduce`: returns a :class:`Request`."""
+        return self._allreduce(x, op, out, codec, state, key, True)
+
+    def _reduce_scatter(self, x, op, out, codec, state, key, nb):
+        s = _buf(x, "sendbuf")
+        if out is None:
+            if s.count % self.size:
+                raise _bad("reduce_scatter: %d elements do not split into %d blocks"
+                           % (s.count, self.size))
+            shape = None
+            sh = tuple(x.shape)
+            if sh and sh[0] % self.size == 0:
+                shape = (sh[0] // self.size,) + sh[1:]
+            out = _empty(s, s.count // self.size, shape)
+        r = _buf(out, "out", True)
+        _same_type(s, r, "reduce_scatter")
+        if s.count != r.count * self.size:
+            raise _bad("reduce_scatter: the input has %d elements, not %d x out's %d"
+                       % (s.count, self.size, r.count))
+        opts = _opts(codec, state, key)
+        f = lib.loom_ireduce_scatter_opts if nb else lib.loom_reduce_scatter_opts
+        return self._run_opts(f, (s.ptr, r.ptr, r.count, s.dtype, _op(op)), opts, nb, (s, r),
+                              out)
+
+    def reduce_scatter(self, x, op=SUM, *, out=None, codec=None, state=None, key=0):
+        """out = block ``rank`` of op over all ranks of x (size blocks of
+        out's length); out None: a new buffer.  In place: out is the view
+        of block ``rank`` of x.  codec/state/key as :meth:`allreduce`."""
+        return self._reduce_scatter(x, op, out, codec, state, key, False)
+
+    def ireduce_scatter(self, x, op=SUM, *, out=None, codec=None, state=None, key=0):
+        """Non-blocking :meth:`reduce_scatter`."""
+        return self._reduce_scatter(x, op, out, codec, state, key, True)
+
+    def _allgather(self, x, out, codec, state, key, nb):
+        s = _buf(x, "sendbuf")
+        if out is None:
+            out = _empty(s, s.count * self.size, (self.size,) + tuple(x.shape))
+        r = _buf(out, "out", True)
+        _same_type(s, r, "allgather")
+        if r.count != s.count * self.size:
+            raise _bad("allgather: out has %d elements, not %d x the input's %d"
+                       % (r.count, self.size, s.count))
+        opts = _opts(codec, state, key)
+        f = lib.loom_iallgather_opts if nb else lib.loom_allgather_opts
+        return self._run_opts(f, (s.ptr, r.ptr, s.count, s.dtype), opts, nb, (s, r), out)
+
+    def allgather(self, x, *, out=None, codec=None, state=None, key=0):
+        """Block r of out = rank r's x; out None: a new buffer of shape
+        (size,) + x.shape.  In place: x is the view of block ``rank`` of
+        out.  codec/state/key as :meth:`allreduce`."""
+        return self._allgather(x, out, codec, state, key, False)
+
+    def iallgather(self, x, *, out=None, codec=None, state=None, key=0):
+        """Non-blocking :meth:`allgather`."""
+        return self._allgather(x, out, codec, state, key, True)
+
+    def _alltoall(self, x, out, nb):
+        s = _buf(x, "sendbuf", out is None)
+        r = s if out is None else _buf(out, "out", True)
+        _same_type(s, r, "alltoall")
+        if s.count != r.count or s.count % self.size:
+            raise _bad("alltoall: the buffers must be equal and split into %d blocks "
+                       "(%d and %d elements)" % (self.size, s.count, r.count))
+        f = lib.loom_ialltoall if nb else lib.loom_alltoall
+        return self._run(f, (s.ptr, r.ptr, s.count // self.size, s.dtype), nb, (s, r), r.obj)
+
+    def alltoall(self, x, *, out=None):
+        """Block r of out = block ``rank`` of rank r's x (size equal
+        blocks); in place when out is None."""
+        return self._alltoall(x, out, False)
+
+    def ialltoall(self, x, *, out=None):
+        """Non-blocking :meth:`alltoall`."""
+        return self._alltoall(x, out, True)
+
+    def _alltoallv(self, x, sendcounts, sdispls, out, recvcounts, rdispls, nb):
+        s = _buf(x, "sendbuf")
+        r = _buf(out, "out", True)
+        _same_type(s, r, "alltoallv")
+        arr = ctypes.c_size_t * self.size
+        vs = []
+        for name, v in (("sendcounts", sendcounts), ("sdispls", sdispls),
+                        ("recvcounts", recvcounts), ("rdispls", rdispls)):
+            v = [int(i) for i in v]
+            if len(v) != self.size:
+                raise _bad("alltoallv: %s has %d entries, not %d" % (name, len(v), self.size))
+            if min(v) < 0:
+                raise _bad("alltoallv: %s has a negative entry" % name)
+            vs.append(arr(*v))
+        for c, d, b, name in ((vs[0], vs[1], s, "sendbuf"), (vs[2], vs[3], r, "out")):
+            if any(c[i] + d[i] > b.count for i in range(self.size)):
+                raise _bad("alltoallv: a block lies beyond the end of %s (%d elements)"
+                           % (name, b.count))
+        f = lib.loom_ialltoallv if nb else lib.loom_alltoallv
+        return self._run(f, (s.ptr, vs[0], vs[1], r.ptr, vs[2], vs[3], s.dtype), nb,
+                         (s, r, vs), out)
+
+    def alltoallv(self, x, sendcounts, sdispls, out, recvcounts, rdispls):
+        """MPI_Alltoallv: sendcounts[r] elements of x from sdispls[r] go to
+        rank r, which receives them into out at its rdispls[rank]."""
+        return self._alltoallv(x, sendcounts, sdispls, out, recvcounts, rdispls, False)
+
+    def ialltoallv(self, x, sendcounts, sdispls, out, recvcounts, rdispls):
+        """Non-blocking :meth:`alltoallv`."""
+        return self._alltoallv(x, sendcounts, sdispls, out, recvcounts, rdispls, True)
+
+    def _broadcast(self, x, root, out, nb):
+        s = _buf(x, "sendbuf", out is None)
+        r = s if out is None else _buf(out, "out", True)
+        _same_type(s, r, "broadcast")
+        if s.count != r.count:
+            raise _bad("broadcast: out has %d elements, the input %d" % (r.count, s.count))
+        f = lib.loom_ibroadcast if nb else lib.loom_broadcast
+        return self._run(f, (s.ptr, r.ptr, s.count, s.dtype, int(root)), nb, (s, r), r.obj)
+
+    def broadcast(self, x, root=0, *, out=None):
+        """out on every rank = x of root (in place: x, when out is None)."""
+        return self._broadcast(x, root, out, False)
+
+    def ibroadcast(self, x, root=0, *, out=None):
+        """Non-blocking :meth:`broadcast`."""
+        return self._broadcast(x, root, out, True)
+
+    def _reduce(self, x, op, root, out, nb):
+        s = _buf(x, "sendbuf", out is None and self.rank == root)
+        r = s if out is None else _buf(out, "out", True)
+        _same_type(s, r, "reduce")
+        if s.count != r.count:
+            raise _bad("reduce: out has %d elements, the input %d" % (r.count, s.count))
+        f = lib.loom_ireduce if nb else lib.loom_reduce
+        res = r.obj if self.rank == root else None
+        return self._run(f, (s.ptr, r.ptr, s.count, s.dtype, _op(op), int(root)), nb, (s, r),
+                         res)
+
+    def reduce(self, x, op=SUM, root=0, *, out=None):
+        """out on root = op over all ranks of x (in place when out is
+        None); returns it on root, None elsewhere."""
+        return self._reduce(x, op, root, out, False)
+
+    def ireduce(self, x, op=SUM, root=0, *, out=None):
+        """Non-blocking :meth:`reduce`."""
+        return self._reduce(x, op, root, out, True)
+
+    def _gather(self, x, root, out, nb):
+        s = _buf(x, "sendbuf")
+        is_root = self.rank == int(root)
+        if is_root:
+            if out is None:
+                out = _empty(s, s.count * self.size, (self.size,) + tuple(x.shape))
+            r = _buf(out, "out", True)
+            _same_type(s, r, "gather")
+            if r.count != s.count * self.size:
+                raise _bad("gather: out has %d elements, not %d x the input's %d"
+                           % (r.count, self.size, s.count))
+            rp = r.ptr
+        else:
+            r, rp, out = None, None, None
+        f = lib.loom_igather if nb else lib.loom_gather
+        return self._run(f, (s.ptr, rp, s.count, s.dtype, int(root)), nb, (s, r), out)
+
+    def gather(self, x, root=0, *, out=None):
+        """Block r of out on root = rank r's x; out None on root: a new
+        buffer of shape (size,) + x.shape.  Returns it on root, None
+        elsewhere."""
+        return self._gather(x, root, out, False)
+
+    def igather(self, x, root=0, *, out=None):
+        """Non-blocking :meth:`gather`."""
+        return self._gather(x, root, out, True)
+
+    def _scatter(self, x, out, root, nb):
+        r = _buf(out, "out", True)
+        if self.rank == int(root):
+            s = _buf(x, "sendbuf")
+            _same_type(s, r, "scatter")
+            if s.count != r.count * self.size:
+                raise _bad("scatter: the input has %d elements, not %d x out's %d"
+                           % (s.count, self.size, r.count))
+            sp = s.ptr
+        else:
+            s, sp = None, None
+        f = lib.loom_iscatter if nb else lib.loom_scatter
+        return self._run(f, (sp, r.ptr, r.count, r.dtype, int(root)), nb, (s, r), out)
+
+    def scatter(self, x, out, root=0):
+        """out of rank r = block r of root's x (read on root only; x may be
+        None elsewhere); returns out."""
+        return self._scatter(x, out, root, False)
+
+    def iscatter(self, x, out, root=0):
+        """Non-blocking :meth:`scatter`."""
+        return self._scatter(x, out, root, True)
+
+    def barrier(self):
+        """Return once every rank has entered the barrier."""
+        return self._run(lib.loom_barrier, (), False, None, None)
+
+    def ibarrier(self):
+        """Non-blocking :meth:`barrier`."""
+        return self._run(lib.loom_ibarrier, (), True, None, None)
+
+    def send(self, x, peer):
+        """Send x to rank peer (matched in order with its :meth:`recv`)."""
+        b = _buf(x, "buf")
+        return self._run(lib.loom_send, (b.ptr, b.count, b.dtype, int(peer)), False, b, None)
+
+    def recv(self, x, peer):
+        """Receive into x from rank peer; returns x."""
+        b = _buf(x, "buf", True)
+        return self._run(lib.loom_recv, (b.ptr, b.count, b.dtype, int(peer)), False, b, x)
+
+    def isend(self, x, peer):
+        """Non-blocking :meth:`send`."""
+        b = _buf(x, "buf")
+        return self._run(lib.loom_isend, (b.ptr, b.count, b.dtype, int(peer)), True, b, None)
+
+    def irecv(self, x, peer):
+        """Non-blocking :meth:`recv`."""
+        b = _buf(x, "buf", True)
+        return self._run(lib.loom_irecv, (b.ptr, b.count, b.dtype, int(peer)), True, b, x)
+
+    # -- membership
+    def revoke(self):
+        """Make every rank's pending and later operations on this
+        communicator fail with :class:`RevokedError`."""
+        with self._lock:
+            _check(lib.loom_comm_revoke(self._handle()))
+
+    def get_failed(self):
+        """The ranks known here to have failed, ascending."""
+        n = ctypes.c_int()
+        with self._lock:
+            h = self._handle()
+            _check(lib.loom_comm_get_failed(h, None, 0, byref(n)))
+            while True:
+                cap = max(n.value, 1)
+                arr = (ctypes.c_int * cap)()
+                _check(lib.loom_comm_get_failed(h, arr, cap, byref(n)))
+                if n.value <= cap:
+                    return list(arr[:n.value])
+
+    def shrink(self):
+        """Collective over the survivors: a new communicator of the ranks
+        not failed (this one is revoked and must still be closed).  Raises
+        RevokedError in a group of survivors without a quorum
+        (LOOM_QUORUM) and on a rank the others declared failed."""
+        nh = ctypes.c_void_p()
+        with self._lock:
+            _check(lib.loom_comm_shrink(self._handle(), byref(nh)))
+        return Communicator(nh)
+
+    def agree(self, value, op=MIN):
+        """Fault-tolerant agreement on an unsigned 64-bit value: the
+        minimum (op MIN; of flags: AND) or maximum (MAX: OR) of the
+        contributions, the same on every rank that returns."""
+        v = ctypes.c_uint64(int(value))
+        with self._lock:
+            _check(lib.loom_comm_agree(self._handle(), byref(v), _op(op)))
+        return v.value
+
+    def pending_joins(self):
+        """How many processes wait to join (no communication)."""
+        n = ctypes.c_int()
+        with self._lock:
+            _check(lib.loom_comm_pending_joins(self._handle(), byref(n)))
+        return n.value
+
+    def grow(self):
+        """Collective over the members: admit the processes waiting to join
+        (and leave out failed ranks).  Returns the new communicator, or
+        None when nothing changed (this one goes on); otherwise close this
+        one."""
+        nh = ctypes.c_void_p()
+        with self._lock:
+            _check(lib.loom_comm_grow(self._handle(), byref(nh)))
+        return Communicator(nh) if nh.value else None
+
+    def state_sync(self, tensors, revision=0):
+        """Collective: make every rank hold the same list of tensors (the
+        newest revision wins; see loom_state_sync(3)).  Returns the
+        winning revision."""
+        bufs = [_buf(t, "tensors[%d]" % i, True) for i, t in enumerate(tensors)]
+        arr = (_lib.Tensor * max(len(bufs), 1))()
+        for i, b in enumerate(bufs):
+            arr[i].data = b.ptr
+            arr[i].bytes = b.nbytes
+        rev = ctypes.c_uint64(int(revision))
+        with self._lock:
+            _check(lib.loom_state_sync(self._handle(), arr, len(bufs), byref(rev)))
+        return rev.value

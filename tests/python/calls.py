@@ -1,0 +1,468 @@
+"""Every call of the loom package against NumPy references, on the ranks
+of a loomrun job (tests/python/test_python.sh runs it on 1 to 4 ranks).
+
+Each rank's input is a function of (seed, rank), so every rank computes
+the reference of every call itself.  Prints "ok - ..." / "FAIL - ..."
+lines and "N passed, M failed" from rank 0 (the others print failures
+only), and exits non-zero on a failure.  With torch (argument --torch)
+the calls run on torch CPU tensors too, bfloat16 included.
+"""
+import ctypes
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+import loom
+
+comm = loom.Communicator.from_env()
+rank, size = comm.rank, comm.size
+use_torch = "--torch" in sys.argv
+passed = failed = 0
+
+
+def report(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+        if rank == 0:
+            print("ok   - %s" % what)
+    else:
+        failed += 1
+        os.write(1, ("FAIL - [rank %d of %d] %s\n" % (rank, size, what)).encode())
+
+
+def same(a, b, what, tol=0.0):
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape != b.shape:
+        report(False, "%s: shape %s, expected %s" % (what, a.shape, b.shape))
+        return
+    if tol:
+        ok = np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol, atol=tol)
+    else:
+        ok = np.array_equal(a, b)
+    report(ok, what if ok else "%s: %s, expected %s" % (what, a.ravel()[:6], b.ravel()[:6]))
+
+
+def raises(exc, fn, what, contains=None):
+    try:
+        fn()
+    except exc as e:
+        ok = contains is None or contains in str(e)
+        report(ok, "%s raises %s (%s)" % (what, exc.__name__, e))
+        return e
+    except Exception as e:  # noqa: BLE001
+        report(False, "%s raised %s: %s, not %s" % (what, type(e).__name__, e, exc.__name__))
+        return None
+    report(False, "%s did not raise %s" % (what, exc.__name__))
+    return None
+
+
+INTS = ["int8", "uint8", "int32", "uint32", "int64", "uint64"]
+FLOATS = ["float16", "float32", "float64"]
+OPS = ["sum", "prod", "max", "min", "avg"]
+
+
+def data(r, n, dtype, op="sum", salt=0):
+    """Rank r's input: small values, so no sum or product overflows."""
+    g = np.random.default_rng(1000 * r + 7 * n + salt)
+    if op == "prod":
+        v = g.integers(1, 3, n)
+    elif dtype.startswith("u"):
+        v = g.integers(0, 10, n)
+    else:
+        v = g.integers(-10, 10, n)
+    if dtype in FLOATS:
+        v = v + g.integers(0, 4, n) * 0.25
+    return v.astype(dtype)
+
+
+def reference(op, arrays, dtype):
+    a = np.stack([x.astype(np.float64) for x in arrays])
+    if op == "sum":
+        r = a.sum(0)
+    elif op == "prod":
+        r = a.prod(0)
+    elif op == "max":
+        r = a.max(0)
+    elif op == "min":
+        r = a.min(0)
+    else:
+        r = a.sum(0) / len(arrays)
+        if dtype in INTS:
+            r = np.trunc(r)
+    return r.astype(dtype)
+
+
+def tol(dtype):
+    return {"float16": 2e-3, "float32": 1e-5, "float64": 1e-12}.get(dtype, 0.0)
+
+
+# ---------------------------------------------------------------- allreduce
+for dtype in INTS + FLOATS:
+    for op in OPS:
+        n = 37
+        x = data(rank, n, dtype, op)
+        ref = reference(op, [data(r, n, dtype, op) for r in range(size)], dtype)
+        out = np.empty_like(x)
+        y = x.copy()
+        res = comm.allreduce(x, op, out=out)
+        ok = res is out and np.array_equal(x, y)
+        report(ok, "allreduce %s %s out of place returns out, input untouched" % (dtype, op))
+        same(out, ref, "allreduce %s %s out of place" % (dtype, op), tol(dtype))
+        comm.allreduce(y, op)
+        same(y, ref, "allreduce %s %s in place" % (dtype, op), tol(dtype))
+x = data(rank, 1000, "float32")
+ref = reference("sum", [data(r, 1000, "float32") for r in range(size)], "float32")
+req = comm.iallreduce(x, loom.SUM)
+spins = 0
+while not req.test():
+    spins += 1
+same(x, ref, "iallreduce + test() loop (%d tests)" % spins, 1e-5)
+report(req.wait() is x, "wait() after test() returns the buffer")
+x = data(rank, 1000, "float64")
+same(comm.iallreduce(x, "max").wait(), reference("max", [data(r, 1000, "float64")
+                                                         for r in range(size)], "float64"),
+     "iallreduce max, wait()")
+z = np.empty(0, np.float32)
+same(comm.allreduce(z), z, "allreduce of 0 elements")
+same(comm.allreduce(np.float32(3) * np.ones((2, 3), np.float32)),
+     np.full((2, 3), 3.0 * size, np.float32), "allreduce of a 2-D array")
+
+# ------------------------------------------------------------------- codecs
+n = 3360
+g = [np.random.default_rng(50 + r).standard_normal(n).astype(np.float32) for r in range(size)]
+exact = np.sum(g, axis=0)
+for spec, rel in (("int8", 0.05), ("int4", 0.5), ("bf16", 0.02)):
+    x = g[rank].copy()
+    comm.allreduce(x, codec=spec)
+    err = np.abs(x - exact).max() / np.abs(exact).max()
+    report(err < rel, "allreduce codec=%s: max error %.4f of the largest sum (< %g)"
+           % (spec, err, rel))
+    allx = comm.allgather(x)
+    report(all(np.array_equal(allx[r], allx[0]) for r in range(size)),
+           "allreduce codec=%s leaves identical bytes on every rank" % spec)
+c8 = loom.Codec("int8")
+x = g[rank].copy()
+y = comm.iallreduce(x, "avg", codec=c8).wait()
+report(np.abs(y - exact / size).max() / np.abs(exact / size).max() < 0.05,
+       "iallreduce avg with a loom.Codec object")
+enc = c8.encode(g[0])
+dec = c8.decode(enc, np.empty(n, np.float32))
+report(len(enc) < n * 4 // 3 and np.abs(dec - g[0]).max() < 0.05 * np.abs(g[0]).max(),
+       "Codec.encode/decode round trip (%d bytes for %d floats)" % (len(enc), n))
+st = loom.CodecState()
+x = g[rank].copy()
+comm.allreduce(x, codec="int4", state=st, key=11)
+if size > 1:
+    resid = st.residual(11, np.empty(n, np.float32))
+    report(np.abs(resid).max() > 0, "error feedback keeps a residual (state=, key=)")
+st.close()
+rs = comm.reduce_scatter(g[rank], codec="int8")
+blk = exact.reshape(size, -1)[rank]
+report(np.abs(rs - blk).max() < 0.05 * np.abs(exact).max(), "reduce_scatter codec=int8")
+ag = comm.allgather(g[rank], codec="bf16")
+report(all(np.abs(ag[r] - g[r]).max() < 0.01 * np.abs(g[r]).max() + 1e-6 for r in range(size)),
+       "allgather codec=bf16")
+raises(loom.InvalidArgument, lambda: comm.allreduce(np.ones(4, np.int32), codec="int8"),
+       "a codec on int32 data", "LOOM_FLOAT32")
+raises(loom.InvalidArgument, lambda: comm.allreduce(np.ones(4, np.float32), codec="nope"),
+       "an unknown codec", "nope")
+
+# ------------------------------------------------------------ reduce_scatter
+for dtype in ["int32", "float32", "float64"]:
+    m = 5
+    x = data(rank, m * size, dtype)
+    full = reference("sum", [data(r, m * size, dtype) for r in range(size)], dtype)
+    blk = full[rank * m:(rank + 1) * m]
+    same(comm.reduce_scatter(x), blk, "reduce_scatter %s, new buffer" % dtype, tol(dtype))
+    out = np.empty(m, dtype)
+    same(comm.reduce_scatter(x, out=out), blk, "reduce_scatter %s out=" % dtype, tol(dtype))
+    y = x.copy()
+    comm.reduce_scatter(y, out=y[rank * m:(rank + 1) * m])
+    same(y[rank * m:(rank + 1) * m], blk, "reduce_scatter %s in place" % dtype, tol(dtype))
+    same(comm.ireduce_scatter(x, "max").wait(),
+         reference("max", [data(r, m * size, dtype) for r in range(size)], dtype)
+         [rank * m:(rank + 1) * m], "ireduce_scatter %s max" % dtype)
+x = data(rank, 2 * size * 3, "float32").reshape(2 * size, 3)
+report(comm.reduce_scatter(x).shape == (2, 3), "reduce_scatter of (2*size, 3) gives (2, 3)")
+if size > 1:
+    raises(loom.InvalidArgument, lambda: comm.reduce_scatter(np.ones(size * 2 + 1, np.float32)),
+           "reduce_scatter of a count not divisible by size", "blocks")
+raises(loom.InvalidArgument,
+       lambda: comm.reduce_scatter(np.ones(3 * size, np.float32), out=np.ones(2, np.float32)),
+       "reduce_scatter with out of another size")
+
+# ----------------------------------------------------------------- allgather
+for dtype in ["uint8", "int64", "float16"]:
+    x = data(rank, 6, dtype)
+    ref = np.stack([data(r, 6, dtype) for r in range(size)])
+    same(comm.allgather(x), ref, "allgather %s, new buffer" % dtype)
+    out = np.empty(6 * size, dtype)
+    same(comm.allgather(x, out=out), ref.ravel(), "allgather %s out=" % dtype)
+    buf = np.zeros(6 * size, dtype)
+    buf[rank * 6:(rank + 1) * 6] = x
+    comm.allgather(buf[rank * 6:(rank + 1) * 6], out=buf)
+    same(buf, ref.ravel(), "allgather %s in place" % dtype)
+    same(comm.iallgather(x).wait(), ref, "iallgather %s" % dtype)
+
+# ------------------------------------------------------- alltoall(v)
+m = 3
+x = (np.arange(m * size) + 100 * rank).astype(np.int32)
+ref = np.concatenate([(np.arange(m * size) + 100 * r).astype(np.int32)[rank * m:(rank + 1) * m]
+                      for r in range(size)])
+same(comm.alltoall(x, out=np.empty_like(x)), ref, "alltoall out=")
+y = x.copy()
+same(comm.alltoall(y), ref, "alltoall in place")
+same(comm.ialltoall(x, out=np.empty_like(x)).wait(), ref, "ialltoall")
+# Rank s sends s + r + 1 elements to rank r, valued 1000 s + r.
+sc = [rank + r + 1 for r in range(size)]
+sd = list(np.cumsum([0] + sc[:-1]))
+rc = [s + rank + 1 for s in range(size)]
+rd = list(np.cumsum([0] + rc[:-1]))
+x = np.concatenate([np.full(sc[r], 1000 * rank + r, np.float64) for r in range(size)])
+out = np.empty(sum(rc), np.float64)
+ref = np.concatenate([np.full(rc[s], 1000 * s + rank, np.float64) for s in range(size)])
+same(comm.alltoallv(x, sc, sd, out, rc, rd), ref, "alltoallv")
+out[:] = 0
+same(comm.ialltoallv(x, sc, sd, out, rc, rd).wait(), ref, "ialltoallv")
+raises(loom.InvalidArgument, lambda: comm.alltoallv(x, sc[:-1] + [10 ** 6], sd, out, rc, rd),
+       "alltoallv with a block beyond the buffer")
+
+# ----------------------------------------------------------- rooted calls
+for root in range(size):
+    x = data(rank, 9, "int64")
+    ref = data(root, 9, "int64")
+    y = x.copy()
+    same(comm.broadcast(y, root), ref, "broadcast from %d in place" % root)
+    same(comm.broadcast(x, root, out=np.empty_like(x)), ref, "broadcast from %d out=" % root)
+    same(comm.ibroadcast(x.copy(), root).wait(), ref, "ibroadcast from %d" % root)
+    fref = reference("sum", [data(r, 9, "float32") for r in range(size)], "float32")
+    x = data(rank, 9, "float32")
+    res = comm.reduce(x.copy(), "sum", root)
+    if rank == root:
+        same(res, fref, "reduce to %d in place" % root, 1e-5)
+    else:
+        report(res is None, "reduce to %d returns None on rank %d" % (root, rank))
+    out = np.zeros_like(x)
+    comm.reduce(x, "min", root, out=out)
+    if rank == root:
+        same(out, reference("min", [data(r, 9, "float32") for r in range(size)], "float32"),
+             "reduce min to %d out=" % root)
+    res = comm.ireduce(x.copy(), "sum", root).wait()
+    if rank == root:
+        same(res, fref, "ireduce to %d" % root, 1e-5)
+    g1 = comm.gather(data(rank, 4, "int32"), root)
+    if rank == root:
+        same(g1, np.stack([data(r, 4, "int32") for r in range(size)]), "gather to %d" % root)
+    else:
+        report(g1 is None, "gather returns None off root")
+    g2 = comm.igather(data(rank, 4, "int32"), root).wait()
+    if rank == root:
+        same(g2, np.stack([data(r, 4, "int32") for r in range(size)]), "igather to %d" % root)
+    src = np.arange(5 * size, dtype=np.float32) * (root + 1) if rank == root else None
+    out = np.empty(5, np.float32)
+    same(comm.scatter(src, out, root), np.arange(5 * rank, 5 * rank + 5, dtype=np.float32)
+         * (root + 1), "scatter from %d" % root)
+    out[:] = 0
+    same(comm.iscatter(src, out, root).wait(), np.arange(5 * rank, 5 * rank + 5,
+                                                         dtype=np.float32) * (root + 1),
+         "iscatter from %d" % root)
+
+comm.barrier()
+comm.ibarrier().wait()
+report(True, "barrier and ibarrier return")
+
+# ------------------------------------------------------------ point to point
+if size > 1:
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    x = np.full(10, rank, np.float32)
+    r = np.empty(10, np.float32)
+    reqs = [comm.irecv(r, prv), comm.isend(x, nxt)]
+    loom.wait_all(reqs)
+    same(r, np.full(10, prv, np.float32), "isend/irecv round the ring")
+    r[:] = -1
+    with loom.group():
+        comm.send(x, nxt)
+        comm.recv(r, prv)
+    same(r, np.full(10, prv, np.float32), "send/recv in a loom.group()")
+    if rank == 0:
+        comm.send(x * 2, 1)
+    elif rank == 1:
+        same(comm.recv(np.empty(10, np.float32), 0), np.zeros(10, np.float32),
+             "blocking send/recv")
+x = np.full(3, rank, np.int32)
+r = np.empty(3, np.int32)
+rr = comm.irecv(r, rank)
+comm.isend(x, rank).wait()
+same(rr.wait(), x, "non-blocking send to oneself")
+
+# ------------------------------------------------------------------- errors
+e = raises(loom.InvalidArgument, lambda: comm.send(np.ones(2), size + 3), "send to no rank",
+           "peer %d" % (size + 3))
+report(e is not None and e.result == loom.ERR_INVALID_ARGUMENT and isinstance(e, ValueError)
+       and "loom_send" in e.message, "the error carries the result code and the library's message")
+raises(loom.InvalidArgument, lambda: comm.allreduce(np.ones((4, 4), np.float32)[:, 0]),
+       "a non-contiguous array", "not C-contiguous")
+raises(loom.InvalidArgument, lambda: comm.allreduce(np.ones(4, bool)), "a bool array",
+       "no Loom datatype")
+raises(loom.InvalidArgument, lambda: comm.allreduce([1.0, 2.0]), "a list",
+       "not a NumPy array or a torch CPU tensor")
+ro = np.ones(4, np.float32)
+ro.flags.writeable = False
+raises(loom.InvalidArgument, lambda: comm.allreduce(ro), "a read-only array in place",
+       "read-only")
+raises(loom.InvalidArgument, lambda: comm.allreduce(np.ones(4), "xor"), "an unknown op", "xor")
+raises(loom.InvalidArgument, lambda: comm.allreduce(np.ones(4), out=np.ones(5)),
+       "out of another size")
+raises(loom.InvalidArgument, lambda: comm.broadcast(np.ones(4), size), "broadcast root = size")
+
+# ---------------------------------------------------------------- the GIL
+if size > 1:
+    # Rank 0 enters a blocking allreduce that rank 1 joins 0.5 s later;
+    # meanwhile rank 0's main thread must go on running Python.
+    ticks = [0]
+    x = np.ones(4, np.float32)
+    if rank == 0:
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (comm.allreduce(x), done.set()))
+        t.start()
+        t0 = time.time()
+        while not done.is_set() and time.time() - t0 < 30:
+            ticks[0] += 1
+        t.join()
+        report(ticks[0] > 10000 and time.time() - t0 >= 0.3,
+               "a blocking call releases the GIL (%d loops of Python meanwhile)" % ticks[0])
+    else:
+        if rank == 1:
+            time.sleep(0.5)
+        comm.allreduce(x)
+
+# ---------------------------------------------------- from a unique id
+uid = np.zeros(128, np.uint8)
+if rank == 0:
+    uid[:] = np.frombuffer(loom.get_unique_id(), np.uint8)
+comm.broadcast(uid, 0)
+c2 = loom.Communicator.from_unique_id(uid.tobytes(), size - 1 - rank, size, timeout=30)
+v = np.array([c2.rank], np.int64)
+c2.allreduce(v)
+report(c2.size == size and c2.rank == size - 1 - rank and v[0] == size * (size - 1) // 2,
+       "a communicator from a unique id, ranks reversed (%r)" % c2)
+raises(loom.InvalidArgument, lambda: loom.Communicator.from_unique_id(b"x" * 128, 0, 1),
+       "a unique id that is not one", "unique")
+
+# ------------------------------------------------------------ mismatch
+# The last rank passes another count: every rank raises MismatchError
+# (LOOM_ERR_MISMATCH), whose message names that call, on a communicator
+# of its own (the difference breaks it).
+if size > 1:
+    uid = np.zeros(128, np.uint8)
+    if rank == 0:
+        uid[:] = np.frombuffer(loom.get_unique_id(), np.uint8)
+    comm.broadcast(uid, 0)
+    cm = loom.Communicator.from_unique_id(uid.tobytes(), rank, size, timeout=30)
+    n = 5 if rank == size - 1 else 4
+    e = raises(loom.MismatchError, lambda: cm.allreduce(np.ones(n, np.float32)),
+               "an allreduce of 5 elements on rank %d, 4 on the others" % (size - 1),
+               "loom_allreduce(count=5")
+    report(e is not None and e.result == loom.ERR_MISMATCH
+           and e.name == "LOOM_ERR_MISMATCH", "MismatchError carries LOOM_ERR_MISMATCH")
+    cm.close()
+
+# ----------------------------------------------------------- membership
+def quiet_barrier(c):
+    """A barrier that a rank already past it may revoke on this one."""
+    try:
+        c.barrier()
+    except loom.RevokedError:
+        pass
+
+
+report(c2.get_failed() == [], "get_failed() on a healthy communicator: []")
+report(c2.pending_joins() == 0, "pending_joins() == 0")
+report(c2.agree(10 + rank, loom.MIN) == 10 and c2.agree(10 + rank, "max") == 10 + size - 1,
+       "agree min and max")
+report(c2.grow() is None, "grow() with nobody waiting returns None")
+st = [np.zeros(5, np.float32), np.zeros(3, np.int64)]
+if c2.rank == 0:
+    st[0][:] = 1.5
+    st[1][:] = 7
+c2.barrier()
+revision = c2.state_sync(st, 4 if c2.rank == 0 else 0)
+report(revision == 4 and np.all(st[0] == 1.5) and np.all(st[1] == 7),
+       "state_sync: every rank holds revision 4 of rank 0 (got %d)" % revision)
+res, who = c2.get_error()
+report(res == 0 and who == -1, "get_error() on a healthy communicator")
+# shrink() revokes first: a rank still finishing the call before would
+# see it fail.  The barrier completes only once everyone is in it.
+quiet_barrier(c2)
+c3 = c2.shrink()
+report(c3.size == size, "shrink() of a healthy communicator keeps %d ranks (%d)" % (size, c3.size))
+raises(loom.RevokedError, lambda: c2.allreduce(np.ones(2)), "an operation after shrink()")
+c2.close()
+# Likewise the ranks still creating c3 inside shrink() must be done
+# before it is revoked (else they build it anew without the others).
+quiet_barrier(c3)
+c3.revoke()
+raises(loom.RevokedError, lambda: c3.allreduce(np.ones(2)), "an operation after revoke()")
+c3.close()
+raises(loom.InvalidUsage, lambda: c3.barrier(), "a closed communicator", "closed")
+
+# ------------------------------------------------------------------- torch
+if use_torch:
+    import torch
+    t = torch.arange(6, dtype=torch.float32) + rank
+    p = t.data_ptr()
+    comm.allreduce(t)
+    report(t.data_ptr() == p and torch.equal(t, torch.arange(6, dtype=torch.float32) * size
+                                             + size * (size - 1) / 2),
+           "allreduce of a torch tensor, in place")
+    for dt in (torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.int8):
+        t = torch.full((8,), rank + 1, dtype=dt)
+        out = torch.empty_like(t)
+        comm.allreduce(t, "max", out=out)
+        report(torch.equal(out, torch.full((8,), size, dtype=dt)), "allreduce %s max" % dt)
+    b = torch.full((5,), float(rank), dtype=torch.bfloat16)
+    same(comm.allgather(b).float().numpy(), np.repeat(np.arange(size, dtype=np.float32), 5)
+         .reshape(size, 5), "allgather of bfloat16 tensors")
+    t = torch.ones(4, 4)
+    raises(loom.InvalidArgument, lambda: comm.allreduce(t[:, 1]), "a non-contiguous tensor",
+           "not contiguous")
+    raises(loom.InvalidArgument, lambda: comm.allreduce(torch.ones(3, dtype=torch.bool)),
+           "a bool tensor", "no Loom datatype")
+    raises(loom.InvalidArgument, lambda: comm.allreduce(torch.ones(3), out=np.ones(3, np.float32)
+                                                        .astype(np.float64)),
+           "tensor in, float64 array out", "different types")
+    g = torch.from_numpy(np.random.default_rng(5 + rank).standard_normal(1000)
+                         .astype(np.float32))
+    ex = torch.zeros(1000)
+    for r in range(size):
+        ex += torch.from_numpy(np.random.default_rng(5 + r).standard_normal(1000)
+                               .astype(np.float32))
+    comm.iallreduce(g, codec="int8").wait()
+    report(float((g - ex).abs().max() / ex.abs().max()) < 0.05,
+           "iallreduce of a tensor with codec=int8")
+    rs = comm.reduce_scatter(torch.ones(size * 2, 3))
+    report(tuple(rs.shape) == (2, 3) and bool((rs == size).all()),
+           "reduce_scatter of a tensor gives a new tensor")
+    t = torch.full((4,), float(rank))
+    if size > 1:
+        with loom.group():
+            comm.send(t, (rank + 1) % size)
+            comm.recv(torch.empty(4), (rank - 1) % size)
+        report(True, "send/recv of tensors in a group")
+    st = [torch.zeros(4), torch.zeros(2, dtype=torch.float64)]
+    if rank == 0:
+        st[0] += 3
+        st[1] += 2
+    rev = comm.state_sync(st, 1 if rank == 0 else 0)
+    report(rev == 1 and bool((st[0] == 3).all()) and bool((st[1] == 2).all()),
+           "state_sync of tensors")
+
+comm.close()
+if rank == 0:
+    print("%d passed, %d failed" % (passed, failed), flush=True)
+sys.exit(1 if failed else 0)
