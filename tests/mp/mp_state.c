@@ -76,13 +76,29 @@ static int lost(loom_comm_t comm, int rank, int mib)
         free(t);
     }
     loom_tensor_t t = {b, bytes};
+    /* How long the sync takes here (one first, the same state to the
+     * same receivers; the slowest rank's time), so that the donors die
+     * inside the next one on a fast machine and a loaded one alike. */
+    uint64_t rev0 = rev;
+    double t0 = now_ms();
+    loom_result_t r = loom_state_sync(comm, &t, 1, &rev);
+    double took = now_ms() - t0;
+    if (r != LOOM_SUCCESS ||
+        loom_allreduce(&took, &took, 1, LOOM_FLOAT64, LOOM_MAX, comm) != LOOM_SUCCESS) {
+        printf("FAIL lost: the first sync: %s\n", loom_get_last_error());
+        return 1;
+    }
+    rev = rev0;
+    for (size_t i = 0; i < bytes; i++) b[i] = val((int)rev, i);
     loom_barrier(comm);
     if (rank < 2) {
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        /* Between 10% and 90% of the way. */
+        double at = took * (0.1 + 0.8 * rand() / (double)RAND_MAX);
         pthread_t th;
-        pthread_create(&th, NULL, killer, (void *)(uintptr_t)(20000 + rand() % 230000));
+        pthread_create(&th, NULL, killer, (void *)(uintptr_t)(at * 1000));
     }
-    loom_result_t r = loom_state_sync(comm, &t, 1, &rev);
+    r = loom_state_sync(comm, &t, 1, &rev);
     if (r == LOOM_SUCCESS) {
         printf("SKIP lost: the sync completed before the donors died\n");
         return 0;
