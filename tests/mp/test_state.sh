@@ -31,7 +31,7 @@ fi
 hits=0 tries=0 why=""
 want=3
 [ "${LOOM_TEST_QUICK:-0}" = 1 ] && want=1
-while [ $hits -lt $want ] && [ $tries -lt 12 ]; do
+while [ $hits -lt $want ] && [ $tries -lt 20 ]; do
     tries=$((tries + 1))
     rm -rf "$tmp/out"
     timeout 120 "$LOOMRUN" -n 5 --keep-going --timeout 100 --output "$tmp/out" "$prog" lost 48 >/dev/null 2>&1
