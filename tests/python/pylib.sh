@@ -24,8 +24,26 @@ need_python() {
             echo "$PY cannot import $m (Debian: python3-$m): skipping"; exit 77; }
     done
 }
-# free_port: a TCP port nobody listens on now.
+# free_port: a TCP port that nobody uses now, nor the one after it (under
+# torchrun the store takes the port and Loom's rendezvous the next), from
+# below the ephemeral range: a port the kernel hands out for port-0 binds
+# and outgoing connections (a unique id's root, the store's clients) could
+# otherwise be the next one, and a job's root find it taken.
 free_port() {
-    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    "$PY" -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(500):
+    p = random.randrange(10000, max(10002, lo - 2))
+    try:
+        held = []
+        for q in (p, p + 1):
+            s = socket.socket()
+            s.bind(("127.0.0.1", q))
+            held.append(s)
+    except OSError:
+        continue
+    print(p)
+    break'
 }
 quick() { [ "${LOOM_TEST_QUICK:-0}" = 1 ]; }

@@ -37,7 +37,10 @@ for n in $sizes; do
         ok "torchrun, $n ranks: $modes ($(grep -c '^ok ' <<<"$out") checks on rank 0)"
     else
         bad "torchrun, $n ranks: $modes (exit $rc)"
-        grep -v '^ok ' "$tmp/out.$n" | grep -v '^\s*$' | tail -25
+        # The checks that failed and the exceptions first, then the end.
+        grep -E 'FAIL|Traceback|Error|Exception' "$tmp/out.$n" |
+            grep -vE 'ChildFailedError|torch/distributed/(run|launcher)' | head -20
+        grep -v '^ok ' "$tmp/out.$n" | grep -v '^\s*$' | tail -12
     fi
     # What the DDP comparison measured.
     grep -E "DDP loom vs gloo|compress_hook\('int8'\): par" <<<"$out" | sed 's/^/# /'

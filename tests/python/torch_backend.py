@@ -308,6 +308,6 @@ for m in mode.split(","):
 if "kill" not in mode:
     dist.destroy_process_group()
 if rank == 0:
-    print("%s: %s" % (mode, "all passed" if not fails else "%d failed" % fails), flush=True)
+    os.write(1, ("%s: %s\n" % (mode, "all passed" if not fails else "%d failed" % fails)).encode())
 sys.stdout.flush()
 os._exit(1 if fails else 0)
