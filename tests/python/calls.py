@@ -364,6 +364,9 @@ if size > 1:
         uid[:] = np.frombuffer(loom.get_unique_id(), np.uint8)
     comm.broadcast(uid, 0)
     cm = loom.Communicator.from_unique_id(uid.tobytes(), rank, size, timeout=30)
+    # Every rank's creation over first: a rank still finishing it when
+    # the others' calls differ has its creation fail, with the same error.
+    cm.barrier()
     n = 5 if rank == size - 1 else 4
     e = raises(loom.MismatchError, lambda: cm.allreduce(np.ones(n, np.float32)),
                "an allreduce of 5 elements on rank %d, 4 on the others" % (size - 1),
