@@ -496,12 +496,16 @@ static void admit(trainer_t *t)
         }
     }
     for (;;) {
-        /* The count announced to each rank may lag: agree on it first. */
+        /* The count announced to each rank may lag: agree on it first,
+         * with loom_comm_agree (an allreduce may fail on some ranks only,
+         * which would then shrink while the others grow). */
         int32_t n = 0;
         check(loom_comm_pending_joins(t->comm, &n), "loom_comm_pending_joins");
-        loom_result_t r = loom_allreduce(&n, &n, 1, LOOM_INT32, LOOM_MAX, t->comm);
+        uint64_t un = (uint64_t)(n > 0 ? n : 0);
+        loom_result_t r = loom_comm_agree(t->comm, &un, LOOM_MAX);
+        n = (int32_t)un;
         if (peer_failed(r)) { shrink(t, "the join count", r); continue; }
-        check(r, "loom_allreduce (join count)");
+        check(r, "loom_comm_agree (join count)");
         if (n == 0) return;
         loom_comm_t g = NULL;
         int before = t->nranks;
