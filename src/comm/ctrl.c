@@ -148,6 +148,17 @@ static void wake(struct loomi_ctrl *c)
 }
 
 /* Append one message to a peer's output (under mu). */
+/* Wait on cv (under mu) for at most ms milliseconds. */
+static void cv_wait_ms(struct loomi_ctrl *c, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
 static int queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t epoch, uint64_t arg,
                      const void *data, uint32_t len)
 {
@@ -951,12 +962,7 @@ int loomi_ctrl_wait_word(struct loomi_ctrl *c, int rank, int ms)
     while (!atomic_load(&c->revoked) && !c->p[rank].failed && c->started && !c->stop) {
         int left = loomi_ms_left(deadline);
         if (left == 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)left * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        cv_wait_ms(c, left);
     }
     int r = atomic_load(&c->revoked);
     pthread_mutex_unlock(&c->mu);
@@ -1017,12 +1023,7 @@ static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, uint64_t 
     while (!*mb_find(c, mask) && (!gen || c->gen == *gen)) {
         int left = deadline_ms ? loomi_ms_left(deadline_ms) : 0;
         if (left == 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(left > 100 ? 100 : left) * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        cv_wait_ms(c, left > 100 ? 100 : left);
     }
     struct loomi_cmsg **l = mb_find(c, mask);
     if (*l) {
