@@ -298,6 +298,16 @@ def _flat(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _copy_back(t, f, result):
+    """The completion of a call made on f, a contiguous copy of t (or t
+    itself): copy f back into t, then give result."""
+    def finish():
+        if f is not t:
+            t.copy_(f)
+        return result
+    return finish
+
+
 def _one(tensors, what):
     if len(tensors) != 1:
         raise ValueError("loom backend: %s takes one tensor per process, not %d"
@@ -386,11 +396,7 @@ class LoomProcessGroup(_PG):
     def _allreduce(self, t, op, codec, result, state=None, key=0):
         f = _flat(t)
         comm = self.comm
-
-        def finish():
-            if f is not t:
-                t.copy_(f)
-            return result
+        finish = _copy_back(t, f, result)
         return self._submit(lambda: comm.iallreduce(f, op, codec=codec, state=state, key=key),
                             finish)
 
@@ -413,11 +419,7 @@ class LoomProcessGroup(_PG):
         root = opts.rootRank if opts is not None else 0
         f = _flat(t)
         comm = self.comm
-
-        def finish():
-            if f is not t:
-                t.copy_(f)
-            return tensors
+        finish = _copy_back(t, f, tensors)
         return self._submit(lambda: comm.ibroadcast(_bv(f), root), finish)
 
     def reduce(self, tensors, opts=None):
@@ -589,11 +591,7 @@ class LoomProcessGroup(_PG):
         t = _one(tensors, "recv")
         f = _flat(t)
         comm = self.comm
-
-        def finish():
-            if f is not t:
-                t.copy_(f)
-            return tensors
+        finish = _copy_back(t, f, tensors)
         return self._submit(lambda: comm.irecv(_bv(f), srcRank), finish)
 
     def recv_anysource(self, tensors, tag=0):
