@@ -65,6 +65,12 @@ alive() {
         [ -e "$f" ] || continue
         p=${f##*.}
         [ -e "$dir/stopped.$p" ] && continue
+        if [ -e "$dir/doomed.$p" ]; then
+            # Back for good once it completed a step after the continue.
+            [ "$(cut -d' ' -f2 "$f" 2>/dev/null | cut -d. -f1)" -gt \
+              "$(cat "$dir/doomed.$p" 2>/dev/null || echo 0)" ] 2>/dev/null || continue
+            rm -f "$dir/doomed.$p"
+        fi
         [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" = Z ] && continue
         [ "$(sed 's/^.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20)" = \
           "$(cut -d' ' -f5 "$f" 2>/dev/null)" ] || continue
@@ -88,23 +94,31 @@ rank0() {
 }
 kills=0 stops=0 groups=0 with0=0 conts=0 stopkills=0 tokens=0 joins=0 hang=0
 killed=" "
-# Pending continues: lines "DUE_MS PID cont|kill" in $dir/due.
+# Pending continues: lines "DUE_MS PID cont|kill STOPPED_MS" in $dir/due.
+# A process continued after DOOM_MS stopped may have been declared
+# failed (the limit is 3 s; a busy host's heartbeats come late): it
+# leaves the job once it finds out, so it counts as gone (doomed.PID,
+# holding the time of the continue) until it completes a step.  Counted as running, it let the driver stop or kill
+# others until fewer than half of the communicator could go on; they
+# then rightly left, as if falsely declared failed (two 600 s runs).
+DOOM_MS=2000
 : >"$dir/due"
 run_due() {
     local t
     t=$(ms)
     local keep=() line d p a
-    while read -r d p a; do
+    while read -r d p a s; do
         [ -z "$d" ] && continue
         if [ "$d" -le "$t" ]; then
             if [ "$a" = kill ]; then
                 kill -9 "$p" 2>/dev/null; killed="$killed$p "; stopkills=$((stopkills + 1))
             else
                 kill -CONT "$p" 2>/dev/null; conts=$((conts + 1))
+                [ $((t - s)) -ge $DOOM_MS ] && echo "$t" >"$dir/doomed.$p"
             fi
             rm -f "$dir/stopped.$p"
         else
-            keep+=("$d $p $a")
+            keep+=("$d $p $a $s")
         fi
     done <"$dir/due"
     printf '%s\n' "${keep[@]}" | grep . >"$dir/due.new"
@@ -180,7 +194,7 @@ while [ "$(ms)" -lt "$t_end" ]; do
             kill -STOP "$v" 2>/dev/null; stops=$((stops + 1))
             a=cont
             [ $((RANDOM % 7)) = 0 ] && a=kill
-            echo "$(( $(ms) + $(rnd 500 6000) )) $v $a" >>"$dir/due"
+            echo "$(( $(ms) + $(rnd 500 6000) )) $v $a $(ms)" >>"$dir/due"
         done
     elif [ "$room" -ge 1 ] && [ "$ntok" = 0 ] && [ $dice -lt 65 ]; then
         ph=(shrink grow sync)
@@ -198,10 +212,10 @@ done
 touch "$dir/stop"
 # What is still stopped comes back now (and leaves, if it was declared
 # failed); tokens not taken are withdrawn.
-while read -r d p a; do
+while read -r d p a s; do
     [ -n "$p" ] && kill -CONT "$p" 2>/dev/null && rm -f "$dir/stopped.$p" && conts=$((conts + 1))
 done <"$dir/due"
-rm -f "$dir"/die.*
+rm -f "$dir"/die.* "$dir"/doomed.*
 for _ in $(seq 120); do [ -z "$(alive)" ] && break; sleep 0.5; done
 left_running=$(alive | wc -l)
 if [ "$left_running" -gt 0 ]; then
