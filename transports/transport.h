@@ -80,12 +80,20 @@ static inline int loomi_call_conflict(uint64_t ta, uint32_t ca, uint64_t tb, uin
            ((ta ^ tb) >> LOOMI_TAG_SIG_SHIFT || ca != cb);
 }
 
-/* The error text for a conflict (engine.c): the peer's schedule (tag
- * `theirs`) against this rank's (`mine`), and the usual causes. */
-void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, char *buf, size_t n);
+/* Names a schedule's signature (the 8 bits a collective tag carries
+ * above LOOMI_TAG_SIG_SHIFT) for a message, "(allreduce, ring)"; the
+ * layers above give one in loomi_tctx.name_sig, as the transports know
+ * no collective. */
+typedef void (*loomi_sig_namer)(unsigned sig, char *buf, size_t n);
+
+/* The error text for a conflict (tags.c): the peer's schedule (tag
+ * `theirs`) against this rank's (`mine`), named by name_sig (NULL: by
+ * number), and the usual causes. */
+void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, loomi_sig_namer name_sig, char *buf,
+                            size_t n);
 /* The same for a conflict of calls or schedules (loomi_call_conflict). */
 void loomi_call_conflict_why(uint64_t theirs, uint32_t theirs_chk, uint64_t mine,
-                             uint32_t mine_chk, char *buf, size_t n);
+                             uint32_t mine_chk, loomi_sig_namer name_sig, char *buf, size_t n);
 
 #define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
 #define LOOMI_TCAP_WRITE_IMM 0x2u  /* iwrite: one-sided write + signal */
@@ -154,6 +162,8 @@ struct loomi_tctx {
      * find no receive posted: one whose check differs is a mismatch even
      * where this rank posts no receive from its sender. */
     uint32_t (*call_check)(void *owner, uint64_t tag);
+    /* Names schedules in the text of a conflict (may be NULL). */
+    loomi_sig_namer name_sig;
     /* Shared memory: bytes of this rank's shared arena (shared_map), and
      * the message size from which a single-copy path is used (0: never). */
     size_t shm_bytes;

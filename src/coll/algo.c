@@ -1,11 +1,9 @@
-/* algo.c - algorithm names, generators, LOOM_ALGO parsing and selection. */
+/* algo.c - algorithm names, generators, LOOM_ALGO parsing and defaults. */
 #include <stdio.h>
 #include <string.h>
 
 #include "coll/coll.h"
-#include "comm/comm.h"
 #include "core/internal.h"
-#include "topo/select.h"
 
 static const char *const coll_names[LOOMI_NUM_COLLS] = {
     "allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv",
@@ -64,6 +62,15 @@ const char *loomi_algo_name(int algo)
     return algo >= 0 && algo < LOOMI_NUM_ALGOS ? algo_names[algo] : "?";
 }
 
+void loomi_sched_sig_name(unsigned sig, char *buf, size_t n)
+{
+    const int coll1 = (int)(sig >> 4), algo = (int)(sig & 15);
+    if (coll1 > 0 && coll1 <= LOOMI_NUM_COLLS)
+        snprintf(buf, n, "(%s, %s)", loomi_coll_name(coll1 - 1), loomi_algo_name(algo));
+    else
+        snprintf(buf, n, "(internal %u)", sig);
+}
+
 unsigned loomi_coll_algos(int coll)
 {
     unsigned m = 0;
@@ -77,7 +84,7 @@ unsigned loomi_coll_algos(int coll)
  * is no selection table (the in-process communicators of the tests) and
  * for the flat phases of the hierarchical and shared algorithms; every
  * other communicator chooses from the table its cost model built
- * (topo/select.c, loomi_algo_for). */
+ * (topo/select.c; api/collectives.c, algo_for). */
 int loomi_algo_default(int coll, int nranks, size_t bytes)
 {
     (void)nranks;
@@ -184,32 +191,28 @@ loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LO
     return LOOM_SUCCESS;
 }
 
-int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
-                   loom_datatype_t dtype, loom_op_t op, size_t *chunk)
+int loomi_red_classes_valid(const struct loomi_red_classes *rc)
 {
-    if (chunk) *chunk = 0;
-    if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
-    if (!comm->sel) return loomi_algo_default(coll, comm->nranks, bytes);
-    const struct loomi_ranges *t = &comm->sel->coll[coll];
-    /* Once the host's ranks share windows, an allreduce is costed as if
-     * its buffers were in them: a choice that every rank makes alike
-     * whatever its own buffers, so that a rank with plain ones runs the
-     * same algorithm and the shared one's check names the mismatch.  In
-     * place (which every rank is, or none) from a table of its own: the
-     * window form then saves what it overwrites and reads lines the
-     * peers have just written (2 ranks, 64K: 18 us against the ring's
-     * 10), but from about 1M it beats algorithms that copy RECV aside
-     * first. */
-    if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared) {
-        t = &comm->sel->window[inplace != 0];
-    } else if (coll == LOOMI_COLL_ALLREDUCE) {
-        /* Slower reductions than the fp32 sums that tune.c timed with
-         * have tables of their own. */
-        const int cls = loomi_red_class(comm, dtype, op);
-        if (cls > 0 && cls < LOOMI_RED_CLASSES) t = &comm->sel->allreduce_red[cls];
+    int seen[LOOMI_RED_CLASSES] = {0};
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
+        for (int op = 0; op < LOOM_NUM_OPS; op++) {
+            if (rc->cls[dt][op] >= LOOMI_RED_CLASSES) return 0;
+            seen[rc->cls[dt][op]] = 1;
+        }
+    if (rc->cls[LOOM_FLOAT32][LOOM_SUM] != 0) return 0;
+    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
+        if (rc->cls[dt][LOOM_AVG] != rc->cls[dt][LOOM_SUM]) return 0;
+    for (int k = 0; k < LOOMI_RED_CLASSES; k++) {
+        const uint8_t *r = rc->rep[k];
+        /* Class 0 costs nothing more; the others, finite and below a
+         * microsecond a byte. */
+        if (!(rc->excess[k] >= 0 && rc->excess[k] < 1000) || (!k && rc->excess[k] != 0))
+            return 0;
+        if (!k || !seen[k]) {
+            if (r[0] != 0xff || r[1] != 0xff) return 0;
+        } else if (r[0] >= LOOM_NUM_DATATYPES || r[1] >= LOOM_NUM_OPS || rc->cls[r[0]][r[1]] != k) {
+            return 0;
+        }
     }
-    const struct loomi_range *e = loomi_ranges_find(t, bytes);
-    if (!e) return loomi_algo_default(coll, comm->nranks, bytes);
-    if (chunk) *chunk = e->chunk;
-    return e->algo;
+    return 1;
 }

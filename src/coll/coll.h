@@ -40,7 +40,7 @@
 #define LOOMI_COLL_H
 
 #include "sched/sched.h"
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 
 /* Collectives and algorithms by name (LOOM_ALGO). */
 enum loomi_coll {
@@ -173,6 +173,10 @@ typedef loom_result_t (*loomi_gen_fn)(struct loomi_sched *s, const struct loomi_
 loomi_gen_fn loomi_algo_gen(int coll, int algo);
 const char *loomi_coll_name(int coll);
 const char *loomi_algo_name(int algo);
+/* A schedule's signature in its tags (the engine's: collective + 1 and
+ * algorithm, 4 bits each) as "(allreduce, ring)": the transports'
+ * loomi_tctx.name_sig. */
+void loomi_sched_sig_name(unsigned sig, char *buf, size_t n);
 /* Algorithms whose schedule depends on which ranks share a host: model.h's
  * closed forms (one link class) leave them out; select.c costs them. */
 #define LOOMI_TOPO_ALGOS ((1u << LOOMI_ALGO_HIERARCHICAL) | (1u << LOOMI_ALGO_SHARED))
@@ -279,11 +283,6 @@ struct loom_comm;
  * and lists the valid ones. */
 loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LOOMI_NUM_COLLS],
                                int rank);
-/* The algorithm to run for this collective and size, in place or not;
- * *chunk (when not NULL) gets the chunk its table names for it, 0 for
- * LOOM_CHUNK_SIZE (always where LOOM_ALGO forces the algorithm). */
-int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
-                   loom_datatype_t dtype, loom_op_t op, size_t *chunk);
 
 /* ----------------------------------------- small collectives (small.c) */
 
@@ -312,7 +311,7 @@ struct loomi_red_classes {
     uint8_t rep[LOOMI_RED_CLASSES][2];
 };
 /* Whether classes that came over the network are in range and
- * consistent (1) before use. */
+ * consistent (1) before use (algo.c). */
 int loomi_red_classes_valid(const struct loomi_red_classes *rc);
 /* redclass.c: rank 0 times every reduction kernel and tells the others
  * each pair's class (collective over comm; none with LOOM_PROBE=0); a

@@ -30,7 +30,7 @@
  * leaf's whole half has arrived (into its unexpected-message buffer), and
  * the pipeline runs level by level instead of all at once, slower the
  * deeper the tree (tests/unit/test_model.c compares the simulation of
- * these schedules with the closed form of src/sched/model.c).
+ * these schedules with the closed form of src/topo/model.c).
  */
 #include <stdlib.h>
 

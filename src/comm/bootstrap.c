@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/net.h"
+#include "transports/net.h"
 
 #define BOOT_MAGIC 0x4c4d4254u /* "LMBT" */
 #define BOOT_QUERY 0x4c4d4251u /* "LMBQ": a registered rank's deadline passed */

@@ -10,8 +10,8 @@
 #include "comm/comm.h"
 #include "comm/ctrl.h"
 #include "topo/topo.h"
-#include "comm/net.h"
-#include "comm/route.h"
+#include "transports/net.h"
+#include "transports/route.h"
 #include "topo/select.h"
 #include "sched/sched.h"
 
@@ -262,6 +262,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .peer_word = loomi_comm_peer_word,
         .owner = c,
         .call_check = comm_call_check,
+        .name_sig = loomi_sched_sig_name,
         .shm_bytes = c->set.shm_bytes,
         .shm_cma_min = c->set.shm_cma_min,
         .nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL,
@@ -319,7 +320,7 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         if (!c->hosts) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "communicator: out of memory");
     }
     if (r == LOOM_SUCCESS) {
-        loomi_route_set_hosts(c->tstate, c->hosts);
+        loomi_route_set_hosts(c->tstate, c->hosts->host_of);
         r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline_ms);
     }
     if (r == LOOM_SUCCESS)
@@ -695,4 +696,34 @@ loom_result_t loom_comm_get_failed(loom_comm_t h, int *ranks, int capacity, int 
     }
     *count = k;
     return LOOM_SUCCESS;
+}
+
+int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
+                   loom_datatype_t dtype, loom_op_t op, size_t *chunk)
+{
+    if (chunk) *chunk = 0;
+    if (comm->algo_forced[coll] != LOOMI_ALGO_AUTO) return comm->algo_forced[coll];
+    if (!comm->sel) return loomi_algo_default(coll, comm->nranks, bytes);
+    const struct loomi_ranges *t = &comm->sel->coll[coll];
+    /* Once the host's ranks share windows, an allreduce is costed as if
+     * its buffers were in them: a choice that every rank makes alike
+     * whatever its own buffers, so that a rank with plain ones runs the
+     * same algorithm and the shared one's check names the mismatch.  In
+     * place (which every rank is, or none) from a table of its own: the
+     * window form then saves what it overwrites and reads lines the
+     * peers have just written (2 ranks, 64K: 18 us against the ring's
+     * 10), but from about 1M it beats algorithms that copy RECV aside
+     * first. */
+    if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared) {
+        t = &comm->sel->window[inplace != 0];
+    } else if (coll == LOOMI_COLL_ALLREDUCE) {
+        /* Slower reductions than the fp32 sums that tune.c timed with
+         * have tables of their own. */
+        const int cls = loomi_red_class(comm, dtype, op);
+        if (cls > 0 && cls < LOOMI_RED_CLASSES) t = &comm->sel->allreduce_red[cls];
+    }
+    const struct loomi_range *e = loomi_ranges_find(t, bytes);
+    if (!e) return loomi_algo_default(coll, comm->nranks, bytes);
+    if (chunk) *chunk = e->chunk;
+    return e->algo;
 }

@@ -258,6 +258,11 @@ loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm *
  * only that comm is a communicator (loomi_comm_live), so that a call
  * that finds the communicator broken counts among this rank's calls. */
 loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn);
+/* The algorithm to run for this collective and size, in place or not;
+ * *chunk (when not NULL) gets the chunk its table names for it, 0 for
+ * LOOM_CHUNK_SIZE (always where LOOM_ALGO forces the algorithm). */
+int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inplace,
+                   loom_datatype_t dtype, loom_op_t op, size_t *chunk);
 /* Make c live: give it its handle and magic (LOOM_ERR_NO_MEMORY when no
  * handle is left).  Withdraw: its handle names nothing from now on
  * (nothing when it has none).  Every communicator that was published is

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/net.h"
+#include "transports/net.h"
 #include "core/internal.h"
 
 #define CTRL_ADDR_MAGIC 0x4c4d4341u  /* "LMCA" */

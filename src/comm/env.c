@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "comm/net.h"
+#include "transports/net.h"
 
 static const char *env(const char *name)
 {

@@ -20,8 +20,8 @@
 
 #include "comm/comm.h"
 #include "comm/ctrl.h"
-#include "comm/net.h"
-#include "comm/route.h"
+#include "transports/net.h"
+#include "transports/route.h"
 #include "topo/select.h"
 #include "topo/topo.h"
 

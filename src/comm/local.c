@@ -10,8 +10,8 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
-#include "topo/hostmap.h"
-#include "sched/simulate.h"
+#include "core/hostmap.h"
+#include "comm/local.h"
 
 loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
                                       const loom_config_t *cfg,
@@ -36,6 +36,7 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
         .streams = 1,
         .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
+        .name_sig = loomi_sched_sig_name,
         .shm_bytes = c->set.shm_bytes,
     };
     if (tops->shared_map) c->shared_bytes = c->set.shm_bytes;
@@ -54,6 +55,12 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
                nranks, tops->name, c->set.chunk_bytes);
     *out = c->handle;
     return LOOM_SUCCESS;
+}
+
+int loomi_comm_busy(loom_comm_t h)
+{
+    const struct loom_comm *c = loomi_comm_get(h);
+    return c && c->nlive;
 }
 
 void loomi_comm_force_algo(loom_comm_t h, int coll, int algo)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "comm/route.h"
+#include "transports/route.h"
 #include "core/internal.h"
 
 /* A handle is only ever found by its address in comm->regs, so it needs

@@ -48,7 +48,7 @@
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "sched/sched.h"
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 
 #define SEG_DIR "/dev/shm/"
 #define PAGE ((size_t)4096)

@@ -28,7 +28,7 @@
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "compress/compress.h"
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 #include "reduce/reduce.h"
 #include "sched/sched.h"
 
@@ -38,40 +38,6 @@ _Static_assert(LOOMI_NUM_COLLS < 16 && LOOMI_NUM_ALGOS <= 16, "signature: 4 bits
 static unsigned sched_sig(const struct loomi_sched *s)
 {
     return (unsigned)(s->coll1 & 15) << 4 | (unsigned)(s->algo & 15);
-}
-
-static void sig_what(unsigned sig, char *buf, size_t n)
-{
-    const int coll1 = (int)(sig >> 4), algo = (int)(sig & 15);
-    if (coll1 > 0 && coll1 <= LOOMI_NUM_COLLS)
-        snprintf(buf, n, "(%s, %s)", loomi_coll_name(coll1 - 1), loomi_algo_name(algo));
-    else
-        snprintf(buf, n, "(internal %u)", sig);
-}
-
-void loomi_tag_conflict_why(uint64_t theirs, uint64_t mine, char *buf, size_t n)
-{
-    char a[48], b[48];
-    sig_what((unsigned)(theirs >> LOOMI_TAG_SIG_SHIFT) & 0xffu, a, sizeof a);
-    sig_what((unsigned)(mine >> LOOMI_TAG_SIG_SHIFT) & 0xffu, b, sizeof b);
-    snprintf(buf, n,
-             "ran operation %llu as %s where this rank runs %s: do all ranks call the same "
-             "collectives in the same order with the same loom_comm_set_algo?",
-             (unsigned long long)(mine >> 32 & ((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) - 1)), a, b);
-}
-
-void loomi_call_conflict_why(uint64_t theirs, uint32_t theirs_chk, uint64_t mine,
-                             uint32_t mine_chk, char *buf, size_t n)
-{
-    if ((theirs ^ mine) >> LOOMI_TAG_SIG_SHIFT) {
-        loomi_tag_conflict_why(theirs, mine, buf, n);
-        return;
-    }
-    snprintf(buf, n,
-             "made collective call %llu with other arguments than this rank (call check %08x "
-             "there, %08x here): do all ranks make the same collective calls in the same order "
-             "with the same count, datatype, op and root?",
-             (unsigned long long)loomi_tag_op(mine), (unsigned)theirs_chk, (unsigned)mine_chk);
 }
 
 struct loomi_op {

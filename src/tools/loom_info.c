@@ -1,7 +1,7 @@
 /*
  * loom-info - what this build of Loom is, what the environment makes of
  * it, and what its algorithms would cost (the alpha-beta-gamma model of
- * src/sched/model.h).  Linked statically: it calls library internals.
+ * src/topo/model.h).  Linked statically: it calls library internals.
  */
 #include <errno.h>
 #include <math.h>
@@ -14,8 +14,8 @@
 #include "core/internal.h"
 #include "reduce/reduce.h"
 #include "comm/comm.h"
-#include "comm/route.h"
-#include "sched/model.h"
+#include "transports/route.h"
+#include "topo/model.h"
 #include "topo/select.h"
 #include "topo/topo.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "sched/model.h"
+#include "topo/model.h"
 #include "topo/select.h"
 
 /* Shared memory between two processes of one host: a cache line handed

@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "coll/coll.h"
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 
 enum { LOOMI_LINK_INTRA = 0, LOOMI_LINK_INTER = 1, LOOMI_LINKS = 2 };
 /* LOOMI_SRC_TIMED: the probe's figure, raised to what the allreduce's

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "core/internal.h"
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 
 #define LOOMI_TOPO_MAX_NICS 8
 #define LOOMI_TOPO_MAX_GPUS 16

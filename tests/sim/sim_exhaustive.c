@@ -50,8 +50,9 @@
 #include "core/internal.h"
 #include "loom.h"
 #include "reduce/reduce.h"
-#include "sched/simulate.h"
-#include "transports/sim/sim.h"
+#include "coll/validate.h"
+#include "comm/local.h"
+#include "tests/sim/harness.h"
 
 #define GUARD 64  /* bytes checked on each side of every buffer */
 #define MAXP 64

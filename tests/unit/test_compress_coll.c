@@ -18,8 +18,9 @@
 #include <string.h>
 
 #include "loom.h"
-#include "sched/simulate.h"
-#include "transports/sim/sim.h"
+#include "coll/validate.h"
+#include "comm/local.h"
+#include "tests/sim/harness.h"
 
 #define PMAX 9
 

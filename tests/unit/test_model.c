@@ -23,7 +23,7 @@
 
 #include "coll/coll.h"
 #include "core/internal.h"
-#include "sched/model.h"
+#include "topo/model.h"
 
 static void quiet(void)
 {
@@ -421,7 +421,7 @@ Test(model, big_buffers_sit_on_huge_page_boundaries)
 
 /* ------------------------------------------- selection across hosts */
 
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 #include "topo/select.h"
 
 /* Built-in figures, with shared memory between the host's ranks as

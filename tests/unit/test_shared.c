@@ -14,10 +14,11 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
-#include "sched/simulate.h"
-#include "topo/hostmap.h"
+#include "coll/validate.h"
+#include "comm/local.h"
+#include "core/hostmap.h"
 #include "topo/select.h"
-#include "transports/sim/sim.h"
+#include "tests/sim/harness.h"
 
 /* host_of for H hosts of L ranks, blocked (0,0,1,1) or interleaved (0,1,0,1). */
 static void layout(int *host_of, int H, int L, int interleave)

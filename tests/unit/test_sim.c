@@ -14,8 +14,9 @@
 
 #include "coll/coll.h"
 #include "loom.h"
-#include "sched/simulate.h"
-#include "transports/sim/sim.h"
+#include "coll/validate.h"
+#include "comm/local.h"
+#include "tests/sim/harness.h"
 
 static void quiet(void) { setenv("LOOM_DEBUG", "none", 1); }
 

@@ -450,7 +450,7 @@ static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint32_t th
                      uint64_t mine, uint32_t mine_chk)
 {
     char why[256];
-    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, why, sizeof why);
+    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, t->ctx.name_sig, why, sizeof why);
     peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
 }
 

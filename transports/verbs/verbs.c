@@ -128,7 +128,7 @@ const struct loomi_transport_ops loomi_verbs_ops = {
 
 #include <infiniband/verbs.h>
 
-#include "comm/net.h"
+#include "transports/net.h"
 
 /* ------------------------------------------------------- libibverbs */
 
@@ -1048,7 +1048,8 @@ static struct tc q_conflict(const struct opq *q, uint64_t tag, uint32_t chk)
 static void conflict(struct verbs *t, struct peer *p, struct tc theirs, struct tc mine)
 {
     char why[256];
-    loomi_call_conflict_why(theirs.tag, theirs.chk, mine.tag, mine.chk, why, sizeof why);
+    loomi_call_conflict_why(theirs.tag, theirs.chk, mine.tag, mine.chk, t->ctx.name_sig, why,
+                            sizeof why);
     peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
 }
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "coll/group.h"
+#include "api/group.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/net.h"
+#include "transports/net.h"
 #include "core/internal.h"
 
 int loomi_sockaddr_to_wire(const struct sockaddr *sa, struct loomi_wire_addr *w)

@@ -1,4 +1,4 @@
-/* net.h - socket helpers shared by the bootstrap and the TCP transport. */
+/* net.h - socket helpers shared by the transports and the bootstrap. */
 #ifndef LOOMI_NET_H
 #define LOOMI_NET_H
 

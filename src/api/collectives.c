@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/group.h"
 #include "coll/coll.h"
 #include "coll/coll_util.h"
-#include "coll/group.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 

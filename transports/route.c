@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/route.h"
+#include "transports/route.h"
 #include "core/internal.h"
 #include "transports/shm/shm.h"
 #include "transports/verbs/verbs.h"
@@ -38,7 +38,7 @@ struct route {
     unsigned char *via;     /* [nranks]: the transport carrying data to each peer */
     unsigned char *both;    /* [nranks]: verbs and TCP both reach the peer */
     int nvia[T_N];          /* peers carried by each */
-    const struct loomi_hostmap *hosts;
+    const int *host_of; /* [nranks]: which ranks share a host (the caller's), or NULL */
     const uint64_t *events;
     unsigned polls; /* progress calls, to poll idle sockets only now and then */
 };
@@ -138,9 +138,9 @@ static loom_result_t route_local_addr(void *state, void *buf, size_t *len)
     return LOOM_SUCCESS;
 }
 
-void loomi_route_set_hosts(void *state, const struct loomi_hostmap *hosts)
+void loomi_route_set_hosts(void *state, const int *host_of)
 {
-    ((struct route *)state)->hosts = hosts;
+    ((struct route *)state)->host_of = host_of;
 }
 
 static int all_zero(const unsigned char *p, size_t n)
@@ -162,7 +162,7 @@ static loom_result_t route_connect_all(void *state, const unsigned char *addrs, 
     for (int q = 0; q < n; q++) {
         if (q == me) continue;
         const unsigned char *a = addrs + (size_t)q * addr_len;
-        int same = r->hosts && r->hosts->host_of[q] == r->hosts->host_of[me];
+        int same = r->host_of && r->host_of[q] == r->host_of[me];
         if (same && r->ops[T_SHM] && !all_zero(a + slot_off[T_SHM], slot_len[T_SHM]))
             r->via[q] = T_SHM;
         else if (r->ops[T_VERBS] && !all_zero(a + slot_off[T_VERBS], slot_len[T_VERBS])) {

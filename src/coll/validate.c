@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "sched/simulate.h"
+#include "coll/validate.h"
 
 #define NONE UINT32_MAX
 /* Reachability searches of the hazard check, per validation. */

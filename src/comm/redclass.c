@@ -144,32 +144,6 @@ static loom_result_t measure_kernels(struct loomi_red_classes *rc)
     return LOOM_SUCCESS;
 }
 
-int loomi_red_classes_valid(const struct loomi_red_classes *rc)
-{
-    int seen[LOOMI_RED_CLASSES] = {0};
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
-        for (int op = 0; op < LOOM_NUM_OPS; op++) {
-            if (rc->cls[dt][op] >= LOOMI_RED_CLASSES) return 0;
-            seen[rc->cls[dt][op]] = 1;
-        }
-    if (rc->cls[LOOM_FLOAT32][LOOM_SUM] != 0) return 0;
-    for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
-        if (rc->cls[dt][LOOM_AVG] != rc->cls[dt][LOOM_SUM]) return 0;
-    for (int k = 0; k < LOOMI_RED_CLASSES; k++) {
-        const uint8_t *r = rc->rep[k];
-        /* Class 0 costs nothing more; the others, finite and below a
-         * microsecond a byte. */
-        if (!(rc->excess[k] >= 0 && rc->excess[k] < 1000) || (!k && rc->excess[k] != 0))
-            return 0;
-        if (!k || !seen[k]) {
-            if (r[0] != 0xff || r[1] != 0xff) return 0;
-        } else if (r[0] >= LOOM_NUM_DATATYPES || r[1] >= LOOM_NUM_OPS || rc->cls[r[0]][r[1]] != k) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 void loomi_red_class_describe(const struct loom_comm *c, int k, char *buf, size_t len)
 {
     size_t u = 0;

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topo/hostmap.h"
+#include "core/hostmap.h"
 
 struct loomi_hostmap *loomi_hostmap_build(int nranks, const int *host_of)
 {

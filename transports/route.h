@@ -4,7 +4,6 @@
 
 #include <stdio.h>
 
-#include "topo/hostmap.h"
 #include "transports/transport.h"
 
 /* A route address: each sub-transport's address in a 64-byte slot. */
@@ -24,8 +23,10 @@ loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank);
  * as soon as it moves. */
 loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
                                  const uint64_t *events, void **state);
-/* Which ranks share a host; must be called before connect_all. */
-void loomi_route_set_hosts(void *state, const struct loomi_hostmap *hosts);
+/* Which ranks share a host: host_of[r], the same number for ranks of one
+ * host (kept, not copied: it must outlive the route); before
+ * connect_all. */
+void loomi_route_set_hosts(void *state, const int *host_of);
 /* "shm+tcp (3 peer(s) over shm, 4 over tcp)" */
 const char *loomi_route_describe(void *state, char *buf, size_t n);
 /* Index of the transport carrying data to peer (0 tcp, 1 shm, 2 verbs), -1 for self. */

@@ -22,9 +22,9 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
-#include "comm/route.h"
+#include "transports/route.h"
 #include "core/internal.h"
-#include "sched/model.h"
+#include "topo/model.h"
 #include "topo/select.h"
 #include "topo/topo.h"
 

@@ -22,7 +22,7 @@
 #include "coll/coll_util.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
-#include "sched/model.h"
+#include "topo/model.h"
 
 void loomi_model_defaults(struct loomi_model_params *m)
 {
