@@ -106,7 +106,7 @@ for b in $binaries; do
     expect_ok "${b%%:*}_perf on 4 ranks, -d int8 -z 0 -r all: #wrong 0"
 done
 # Blocking calls of a few bytes on one host take the arenas' slots
-# (src/coll/small.c), bypassing the engine: every root, 1-byte elements,
+# (src/comm/small.c), bypassing the engine: every root, 1-byte elements,
 # in place and out of place, and sizes past the slots.
 for b in $binaries; do
     run 4 "${b%%:*}_perf" -b 1 -e 128K -f 8 -n 3 -w 1 -c 1 -d int8 -z 1 -r all
