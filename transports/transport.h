@@ -9,7 +9,7 @@
  * shared memory implement what they can and say so in `caps`; the engine
  * uses what each transport offers.
  *
- * Nothing on the data path blocks: isend/irecv/iwrite only queue work;
+ * Nothing on the data path blocks: isend/irecv only queue work;
  * progress() moves it and calls completion callbacks.  All calls for one
  * communicator come from one thread at a time (the communicator's owner).
  */
@@ -96,9 +96,7 @@ void loomi_call_conflict_why(uint64_t theirs, uint32_t theirs_chk, uint64_t mine
                              uint32_t mine_chk, loomi_sig_namer name_sig, char *buf, size_t n);
 
 #define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
-#define LOOMI_TCAP_WRITE_IMM 0x2u  /* iwrite: one-sided write + signal */
 #define LOOMI_TCAP_MEM_REG 0x4u    /* mem_register does real work */
-#define LOOMI_TCAP_DEVICE_MEM 0x8u /* can move GPU memory */
 
 enum loomi_mem_kind { LOOMI_MEM_HOST = 0, LOOMI_MEM_CUDA = 1 };
 
@@ -117,7 +115,7 @@ struct loomi_mr {
 
 /* One posted transfer.  The engine owns the memory and fills the first
  * block; the transport owns the rest until it calls complete(), exactly
- * once, from inside isend/irecv/iwrite or progress(). */
+ * once, from inside isend/irecv or progress(), unless it is cancelled. */
 struct loomi_xfer {
     int peer;
     uint64_t tag; /* matched between isend and irecv (two-sided) */
@@ -138,11 +136,6 @@ struct loomi_xfer {
 struct loomi_tctx {
     int rank, nranks;
     const unsigned char *job_key; /* 16 bytes: checked in every handshake */
-    int streams;                   /* connections per peer, where that applies */
-    size_t sockbuf;                /* socket buffer size, where that applies */
-    const char *ifname;            /* interface selection (LOOM_SOCKET_IFNAME) */
-    const void *bind_hint;         /* struct sockaddr * for the local address, or NULL */
-    unsigned bind_hint_len;
     /* A peer failed (connection broken, protocol violation, or it sent an
      * abort notice naming `failed`).  Called from progress(); the
      * transport has already failed that peer's posted transfers. */
@@ -164,14 +157,24 @@ struct loomi_tctx {
     uint32_t (*call_check)(void *owner, uint64_t tag);
     /* Names schedules in the text of a conflict (may be NULL). */
     loomi_sig_namer name_sig;
-    /* Shared memory: bytes of this rank's shared arena (shared_map), and
-     * the message size from which a single-copy path is used (0: never). */
-    size_t shm_bytes;
-    size_t shm_cma_min;
-    /* RDMA: the device the topology gives this rank (the NIC closest to
-     * its GPU or cores), or NULL; LOOM_IB_HCA overrides it.  Read only
-     * during create(). */
-    const char *nic_hint;
+    /* Each transport's own options; the others ignore them.  Read only
+     * during create() (strings and the address are the caller's). */
+    struct {
+        int streams;          /* tcp: connections per peer */
+        size_t sockbuf;       /* tcp: socket buffer size (0: the system's) */
+        const char *ifname;   /* tcp, verbs' connection setup: LOOM_SOCKET_IFNAME */
+        const void *bind_hint; /* tcp, verbs: struct sockaddr of the local address, or NULL */
+        unsigned bind_hint_len;
+    } sock;
+    struct {
+        size_t bytes;   /* this rank's shared arena (shared_map) */
+        size_t cma_min; /* messages from this size go single-copy (0: never) */
+    } shm;
+    struct {
+        /* The device the topology gives this rank (the NIC closest to its
+         * GPU or cores), or NULL; LOOM_IB_HCA overrides it. */
+        const char *nic_hint;
+    } verbs;
 };
 
 struct loomi_transport_ops {
@@ -195,17 +198,13 @@ struct loomi_transport_ops {
      * per chunk (the engine caches).  NULL when caps lacks MEM_REG. */
     loom_result_t (*mem_register)(void *state, void *addr, size_t len,
                                   enum loomi_mem_kind kind, struct loomi_mr *mr);
+    /* Undo mem_register (init or teardown time; may block while the
+     * device lets go).  Not while a transfer still uses the region. */
     void (*mem_deregister)(void *state, struct loomi_mr *mr);
     /* Queue a send / a receive.  Never blocks.  Errors: REMOTE if the peer
      * is already known failed (complete() is then not called). */
     loom_result_t (*isend)(void *state, struct loomi_xfer *x);
     loom_result_t (*irecv)(void *state, struct loomi_xfer *x);
-    /* One-sided write of x->buf to the peer's region `remote` (a desc
-     * from its mem_register) at `offset`, delivering `imm` to the peer as
-     * a completed irecv with tag imm.  NULL when caps lacks WRITE_IMM. */
-    loom_result_t (*iwrite)(void *state, struct loomi_xfer *x,
-                            const struct loomi_mr *remote, size_t offset,
-                            uint64_t imm);
     /* Move data and call completions.  Waits up to timeout_ms (0: poll)
      * for something to happen.  Errors: SYSTEM (the transport itself is
      * broken); peer trouble goes through ctx->peer_failed instead. */
@@ -219,13 +218,25 @@ struct loomi_transport_ops {
      * message streamed through a FIFO for milliseconds completes nothing
      * until its end, and must not wait for a nap to end between cells. */
     uint64_t (*moved)(void *state);
-    /* Withdraw a posted transfer without completing it (abort path). */
+    /* Withdraw a posted transfer (the engine's abort path): complete()
+     * is not called for it, and once cancel returns the caller may free
+     * or reuse x->buf.  tcp finishes a message already half on the wire
+     * from a copy of its own (the stream would lose its framing
+     * otherwise); shm tells the receiver to drop a message it holds in
+     * part; verbs drops the registration it took for x, but work
+     * requests already handed to the device complete on their own and
+     * may still read the buffer until then.  Never blocks; a transfer
+     * the transport no longer holds is ignored. */
     void (*cancel)(void *state, struct loomi_xfer *x);
     /* Tell every reachable peer that this communicator failed because of
      * `failed` (best effort, bounded by a short deadline), then close
      * every connection. */
     void (*abort_all)(void *state, int failed, loom_result_t code);
-    /* Close politely (peers see a goodbye, not a failure) and free. */
+    /* Close politely (peers see a goodbye, not a failure) and free.
+     * Transfers still posted are not completed: the caller cancelled
+     * them or gives up on them.  Bounded by a deadline (tcp waits up to
+     * 10 s for the peers to close their ends); no
+     * callback runs after it returns. */
     void (*destroy)(void *state);
     /* Shared arena: the address at which this process sees `rank`'s
      * arena (its own or a connected peer's on the same host) and its

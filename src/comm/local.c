@@ -33,11 +33,11 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
         .rank = rank,
         .nranks = nranks,
         .job_key = c->job_key,
-        .streams = 1,
         .peer_failed = loomi_comm_on_peer_failed,
         .owner = c,
         .name_sig = loomi_sched_sig_name,
-        .shm_bytes = c->set.shm_bytes,
+        .sock = {.streams = 1},
+        .shm = {.bytes = c->set.shm_bytes},
     };
     if (tops->shared_map) c->shared_bytes = c->set.shm_bytes;
     r = make(arg, &ctx, &c->tstate);

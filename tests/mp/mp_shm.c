@@ -574,10 +574,9 @@ static int child(const struct jobspec *j, int r, const unsigned char *key, int u
         .rank = r,
         .nranks = j->n,
         .job_key = key,
-        .streams = 1,
         .peer_failed = on_fail,
-        .shm_bytes = 1u << 20,
-        .shm_cma_min = j->cma_min,
+        .sock = {.streams = 1},
+        .shm = {.bytes = 1u << 20, .cma_min = j->cma_min},
     };
     if (ops->create(&ctx, &st) != LOOM_SUCCESS) {
         fprintf(stderr, "[%s] rank %d: create: %s\n", job, r, loom_get_last_error());

@@ -11,7 +11,7 @@
  *   rings       one inbound FIFO per local peer: a control block (the
  *               consumer's tail; the producer's "I mapped it" flag, each
  *               on its own cache line) and `ncells` cells of `cell_bytes`
- *   arena       ctx->shm_bytes, page aligned: the shared arena
+ *   arena       ctx->shm.bytes, page aligned: the shared arena
  *
  * A FIFO is single-producer (the peer) / single-consumer (the owner).  A
  * cell is a 32-byte header then its payload; the producer fills it and
@@ -29,7 +29,7 @@
  * is posted late.  Control cells (ack, no-CMA) may sit between the cells
  * of a message.
  *
- * Large messages (>= ctx->shm_cma_min) are single-copy: the sender posts a
+ * Large messages (>= ctx->shm.cma_min) are single-copy: the sender posts a
  * descriptor (its address, length, tag, an id); once the receive is
  * posted, the receiver reads the sender's memory with process_vm_readv in
  * pieces and returns an ack, on which the sender's isend completes.  When
@@ -596,7 +596,7 @@ static struct peer *xfer_peer(struct shm *t, struct loomi_xfer *x, loom_result_t
  * whole FIFO when the ranks share cores). */
 static size_t cells_max(const struct shm *t, const struct peer *p)
 {
-    size_t m = t->ctx.shm_cma_min ? t->ctx.shm_cma_min - 1 : SIZE_MAX;
+    size_t m = t->ctx.shm.cma_min ? t->ctx.shm.cma_min - 1 : SIZE_MAX;
     size_t fifo = (size_t)p->out_ncells * p->out_cell_bytes;
     return t->crowded && m < fifo ? fifo : m;
 }
@@ -1373,7 +1373,7 @@ static loom_result_t build_segment(struct shm *t, int k)
     size_t rings_off = slots_off + align_up((size_t)k * 4 + 4, PAGE);
     size_t stride = align_up(sizeof(struct ring_ctl) + (size_t)t->ncells * t->cell_bytes, PAGE);
     size_t arena_off = rings_off + (size_t)k * stride;
-    size_t arena_bytes = align_up(t->ctx.shm_bytes, PAGE);
+    size_t arena_bytes = align_up(t->ctx.shm.bytes, PAGE);
     size_t total = arena_off + arena_bytes;
     if (total > MAX_SEG)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, me, "shm: segment of %zu bytes is too large",
@@ -1659,7 +1659,7 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
         if (t->peers[q].want) t->peers[q].connected = 1;
     LOOMI_INFO(me, "shm: connected to %d local peer(s); FIFOs of %u cells of %u bytes, arena %zu "
                "bytes, single copy from %zu bytes",
-               k, t->ncells, t->cell_bytes, t->arena_len, t->ctx.shm_cma_min);
+               k, t->ncells, t->cell_bytes, t->arena_len, t->ctx.shm.cma_min);
     return LOOM_SUCCESS;
 }
 
@@ -1758,7 +1758,6 @@ const struct loomi_transport_ops loomi_shm_ops = {
     .mem_deregister = NULL,
     .isend = shm_isend,
     .irecv = shm_irecv,
-    .iwrite = NULL,
     .progress = shm_progress,
     .wait_fd = shm_wait_fd,
     .moved = shm_moved,

@@ -446,7 +446,7 @@ static void *sim_shared_map(void *state, int rank, size_t *len)
 {
     struct endpoint *ep = state;
     struct loomi_sim_world *w = ep->w;
-    size_t want = ep->ctx.shm_bytes;
+    size_t want = ep->ctx.shm.bytes;
     if (rank < 0 || rank >= w->nranks || !want) return NULL;
     if (!w->arena) {
         w->arena = calloc((size_t)w->nranks, sizeof *w->arena);
@@ -480,7 +480,6 @@ const struct loomi_transport_ops loomi_sim_ops = {
     .mem_deregister = NULL,
     .isend = sim_isend,
     .irecv = sim_irecv,
-    .iwrite = NULL,
     .progress = sim_progress,
     .wait_fd = sim_wait_fd,
     .cancel = sim_cancel,

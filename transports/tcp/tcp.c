@@ -140,8 +140,8 @@ static void set_sock_opts(struct tcp *t, int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (t->ctx.sockbuf) {
-        int b = (int)LOOMI_MIN(t->ctx.sockbuf, (size_t)1 << 30);
+    if (t->ctx.sock.sockbuf) {
+        int b = (int)LOOMI_MIN(t->ctx.sock.sockbuf, (size_t)1 << 30);
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
     }
@@ -824,7 +824,7 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
     struct tcp *t = calloc(1, sizeof *t);
     if (!t) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "tcp: out of memory");
     t->ctx = *ctx;
-    t->nstreams = ctx->streams < 1 ? 1 : ctx->streams;
+    t->nstreams = ctx->sock.streams < 1 ? 1 : ctx->sock.streams;
     t->lfd = t->epfd = -1;
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
     if (!t->peers) goto nomem;
@@ -840,13 +840,13 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
     }
     *state = t; /* from here on, destroy() cleans up */
     const char *why = NULL;
-    if (ctx->ifname) {
-        if (loomi_pick_address(ctx->ifname, &t->laddr, &t->laddr_len, NULL, 0, &why))
+    if (ctx->sock.ifname) {
+        if (loomi_pick_address(ctx->sock.ifname, &t->laddr, &t->laddr_len, NULL, 0, &why))
             return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, ctx->rank, "tcp: LOOM_SOCKET_IFNAME=%s: %s",
-                              ctx->ifname, why);
-    } else if (ctx->bind_hint && ctx->bind_hint_len <= sizeof t->laddr) {
-        memcpy(&t->laddr, ctx->bind_hint, ctx->bind_hint_len);
-        t->laddr_len = (socklen_t)ctx->bind_hint_len;
+                              ctx->sock.ifname, why);
+    } else if (ctx->sock.bind_hint && ctx->sock.bind_hint_len <= sizeof t->laddr) {
+        memcpy(&t->laddr, ctx->sock.bind_hint, ctx->sock.bind_hint_len);
+        t->laddr_len = (socklen_t)ctx->sock.bind_hint_len;
     } else if (loomi_pick_address(NULL, &t->laddr, &t->laddr_len, NULL, 0, &why)) {
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: no usable interface: %s", why);
     }
@@ -1085,7 +1085,6 @@ const struct loomi_transport_ops loomi_tcp_ops = {
     .mem_deregister = NULL,
     .isend = tcp_isend,
     .irecv = tcp_irecv,
-    .iwrite = NULL,
     .progress = tcp_progress,
     .wait_fd = tcp_wait_fd,
     .cancel = tcp_cancel,

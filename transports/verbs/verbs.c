@@ -1769,7 +1769,7 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
     *state = NULL;
     char why[256];
     struct dev_choice d;
-    struct ibv_context *c = open_choice(&d, ctx->nic_hint, ctx->rank, why, sizeof why);
+    struct ibv_context *c = open_choice(&d, ctx->verbs.nic_hint, ctx->rank, why, sizeof why);
     if (!c) {
         LOOMI_INFO(ctx->rank, "verbs: not available: %s", why);
         return loomi_fail(LOOM_ERR_UNSUPPORTED, ctx->rank, "verbs: not available: %s", why);
@@ -1821,13 +1821,13 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: epoll_ctl: %s", strerror(errno));
     /* The listener for the queue pair exchange, as tcp.c chooses it. */
     const char *w = NULL;
-    if (ctx->ifname) {
-        if (loomi_pick_address(ctx->ifname, &t->laddr, &t->laddr_len, NULL, 0, &w))
+    if (ctx->sock.ifname) {
+        if (loomi_pick_address(ctx->sock.ifname, &t->laddr, &t->laddr_len, NULL, 0, &w))
             return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, ctx->rank,
-                              "verbs: LOOM_SOCKET_IFNAME=%s: %s", ctx->ifname, w);
-    } else if (ctx->bind_hint && ctx->bind_hint_len <= sizeof t->laddr) {
-        memcpy(&t->laddr, ctx->bind_hint, ctx->bind_hint_len);
-        t->laddr_len = (socklen_t)ctx->bind_hint_len;
+                              "verbs: LOOM_SOCKET_IFNAME=%s: %s", ctx->sock.ifname, w);
+    } else if (ctx->sock.bind_hint && ctx->sock.bind_hint_len <= sizeof t->laddr) {
+        memcpy(&t->laddr, ctx->sock.bind_hint, ctx->sock.bind_hint_len);
+        t->laddr_len = (socklen_t)ctx->sock.bind_hint_len;
     } else if (loomi_pick_address(NULL, &t->laddr, &t->laddr_len, NULL, 0, &w)) {
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: no usable interface: %s", w);
     }
@@ -2254,7 +2254,6 @@ const struct loomi_transport_ops loomi_verbs_ops = {
     .mem_deregister = verbs_mem_deregister,
     .isend = verbs_isend,
     .irecv = verbs_irecv,
-    .iwrite = NULL,
     .progress = verbs_progress,
     .wait_fd = verbs_wait_fd,
     .cancel = verbs_cancel,
