@@ -59,7 +59,12 @@ struct piece {
     struct loomi_xfer *x; /* NULL: control message */
     struct wire_hdr h;
     size_t hdr_sent, sent;
+    /* The payload's byte k (k >= data_off) is data[k - data_off]: the
+     * transfer's buffer, or `own` (data_off: what was sent by then) once
+     * the transfer was cancelled with the piece half on the wire. */
     const char *data;
+    size_t data_off;
+    char *own;
     struct piece *next;
 };
 
@@ -158,6 +163,8 @@ static struct piece *piece_new(struct tcp *t)
 
 static void piece_free(struct tcp *t, struct piece *p)
 {
+    free(p->own);
+    p->own = NULL;
     p->next = t->free_pieces;
     t->free_pieces = p;
 }
@@ -347,7 +354,7 @@ static void stream_flush(struct tcp *t, struct stream *s)
                 iov[n++].iov_len = sizeof pc->h - pc->hdr_sent;
             }
             if (pc->sent < pc->h.len) {
-                iov[n].iov_base = (char *)pc->data + pc->sent;
+                iov[n].iov_base = (char *)pc->data + (pc->sent - pc->data_off);
                 iov[n++].iov_len = pc->h.len - pc->sent;
             }
         }
@@ -771,7 +778,27 @@ static void tcp_cancel(void *state, struct loomi_xfer *x)
                 piece_free(t, pc);
                 continue;
             }
-            if (pc->x == x) pc->x = NULL;
+            if (pc->x == x) {
+                /* x's buffer is the caller's again once cancel returns
+                 * (transport.h): the bytes still to send are kept here. */
+                size_t left = (size_t)pc->h.len - pc->sent;
+                if (left && !pc->own) {
+                    pc->own = malloc(left);
+                    if (pc->own) {
+                        memcpy(pc->own, pc->data + (pc->sent - pc->data_off), left);
+                        pc->data = pc->own;
+                        pc->data_off = pc->sent;
+                    } else {
+                        /* Nothing to finish it with: the connection
+                         * ends (the peer sees it break), and no byte
+                         * of x is read again. */
+                        shutdown(s->fd, SHUT_RDWR);
+                        pc->sent = pc->h.len;
+                        pc->hdr_sent = sizeof pc->h;
+                    }
+                }
+                pc->x = NULL;
+            }
             prev = pc;
             l = &pc->next;
         }
