@@ -235,8 +235,8 @@ struct loomi_transport_ops {
     /* Close politely (peers see a goodbye, not a failure) and free.
      * Transfers still posted are not completed: the caller cancelled
      * them or gives up on them.  Bounded by a deadline (tcp waits up to
-     * 10 s for the peers to close their ends); no
-     * callback runs after it returns. */
+     * 10 s for the peers to close their ends); no callback runs after it
+     * returns. */
     void (*destroy)(void *state);
     /* Shared arena: the address at which this process sees `rank`'s
      * arena (its own or a connected peer's on the same host) and its
