@@ -84,7 +84,7 @@ unsigned loomi_coll_algos(int coll)
  * is no selection table (the in-process communicators of the tests) and
  * for the flat phases of the hierarchical and shared algorithms; every
  * other communicator chooses from the table its cost model built
- * (topo/select.c; api/collectives.c, algo_for). */
+ * (topo/select.c; loomi_algo_for in comm/comm.c). */
 int loomi_algo_default(int coll, int nranks, size_t bytes)
 {
     (void)nranks;

@@ -147,7 +147,6 @@ static void wake(struct loomi_ctrl *c)
     (void)w; /* a full pipe already wakes the thread */
 }
 
-/* Append one message to a peer's output (under mu). */
 /* Wait on cv (under mu) for at most ms milliseconds. */
 static void cv_wait_ms(struct loomi_ctrl *c, int ms)
 {
@@ -159,6 +158,7 @@ static void cv_wait_ms(struct loomi_ctrl *c, int ms)
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 
+/* Append one message to a peer's output (under mu). */
 static int queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t epoch, uint64_t arg,
                      const void *data, uint32_t len)
 {

@@ -98,9 +98,10 @@ killed=" "
 # A process continued after DOOM_MS stopped may have been declared
 # failed (the limit is 3 s; a busy host's heartbeats come late): it
 # leaves the job once it finds out, so it counts as gone (doomed.PID,
-# holding the time of the continue) until it completes a step.  Counted as running, it let the driver stop or kill
-# others until fewer than half of the communicator could go on; they
-# then rightly left, as if falsely declared failed (two 600 s runs).
+# holding the time of the continue) until it completes a step.  Counted
+# as running, it let the driver stop or kill others until fewer than
+# half of the communicator could go on; they then rightly left, as if
+# falsely declared failed (two 600 s runs).
 DOOM_MS=2000
 : >"$dir/due"
 run_due() {
