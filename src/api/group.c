@@ -1,255 +1,23 @@
 /*
- * group.c - point-to-point calls and loom_group_start/end.
- *
- * A group is per thread, as NCCL's: calls made between start and the
- * outermost end are checked and built into schedules at once, queued, and
- * started together at the end.  Every queued send and receive is then
- * posted to the transport before anything waits, so the order in which
- * ranks queued them cannot deadlock.
+ * group.c - the public point-to-point calls and loom_group_start/end: the
+ * door to comm/group.c, which checks and runs them.
  */
-#include <poll.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "coll/coll.h"
-#include "api/group.h"
-#include "comm/comm.h"
+#include "comm/collectives.h"
 #include "core/internal.h"
 
-struct queued {
-    loom_comm_t h; /* looked up again at the end: it may be gone by then */
-    struct loom_comm *comm;
-    struct loomi_sched s;
-    const void *sendbuf;
-    void *recvbuf;
-    int inplace;
-};
+loom_result_t loom_group_start(void) { return loomi_group_start(); }
 
-struct group {
-    int depth;
-    struct queued *q;
-    size_t n, cap;
-};
-
-static _Thread_local struct group grp;
-
-int loomi_group_active(void) { return grp.depth > 0; }
-
-loom_result_t loomi_group_queue(struct loom_comm *comm, struct loomi_sched *s,
-                                const void *sendbuf, void *recvbuf, int inplace)
-{
-    if (grp.n == grp.cap) {
-        size_t cap = grp.cap ? grp.cap * 2 : 16;
-        struct queued *q = realloc(grp.q, cap * sizeof *q);
-        if (!q) {
-            loomi_sched_free(s);
-            return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "group: out of memory");
-        }
-        grp.q = q;
-        grp.cap = cap;
-    }
-    struct queued *e = &grp.q[grp.n++];
-    e->h = comm->handle;
-    e->comm = comm;
-    e->s = *s;
-    memset(s, 0, sizeof *s);
-    e->sendbuf = sendbuf;
-    e->recvbuf = recvbuf;
-    e->inplace = inplace;
-    return LOOM_SUCCESS;
-}
-
-loom_result_t loom_group_start(void)
-{
-    grp.depth++;
-    return LOOM_SUCCESS;
-}
-
-/* Wait for every started operation.  With one communicator, waiting on
- * each in turn progresses all of them; with several, each must be
- * progressed in turn or one could wait on a peer that waits on another. */
-static loom_result_t wait_all(struct loomi_op **ops, struct loom_comm **comms, size_t n)
-{
-    loom_result_t first = LOOM_SUCCESS;
-    int one_comm = 1;
-    for (size_t i = 1; i < n; i++) one_comm &= comms[i] == comms[0];
-    if (one_comm) {
-        for (size_t i = 0; i < n; i++) {
-            loom_result_t r = loomi_op_wait(ops[i]);
-            if (first == LOOM_SUCCESS) first = r;
-        }
-        return first;
-    }
-    size_t left = n;
-    struct pollfd *pf = calloc(n ? n : 1, sizeof *pf);
-    while (left) {
-        size_t npf = 0;
-        int blind = 0; /* a transport with no descriptor: poll it soon */
-        for (size_t i = 0; i < n; i++) {
-            if (!ops[i]) continue;
-            int done = 0;
-            loom_result_t r = loomi_op_test(ops[i], &done);
-            if (done) {
-                ops[i] = NULL;
-                left--;
-                if (first == LOOM_SUCCESS) first = r;
-                continue;
-            }
-            int fd = comms[i]->tops->wait_fd(comms[i]->tstate);
-            if (pf && fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
-            else blind = 1;
-        }
-        /* Sleep until some transport has work; short, since a transport
-         * without a descriptor can only be polled. */
-        if (left) poll(pf, npf, npf && !blind ? 10 : 1);
-    }
-    free(pf);
-    return first;
-}
-
-static int is_recv(const struct loomi_sched *s)
-{
-    return s->p2p && s->nsteps == 1 && s->steps[0].kind == LOOMI_STEP_RECV;
-}
-
-loom_result_t loom_group_end(void)
-{
-    if (grp.depth <= 0)
-        return loomi_fail(LOOM_ERR_INVALID_USAGE, -1,
-                          "loom_group_end: no group is open (call loom_group_start first)");
-    if (--grp.depth > 0) return LOOM_SUCCESS;
-    size_t n = grp.n;
-    struct queued *q = grp.q;
-    grp.q = NULL;
-    grp.n = grp.cap = 0;
-    if (!n) {
-        free(q);
-        return LOOM_SUCCESS;
-    }
-    struct loomi_op **ops = calloc(n, sizeof *ops);
-    struct loom_comm **comms = calloc(n, sizeof *comms);
-    loom_result_t first = LOOM_SUCCESS;
-    size_t started = 0;
-    if (!ops || !comms) first = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_group_end: out of memory");
-    /* Receives first: a message that finds its receive posted lands in
-     * place, one that comes early is copied through a buffer.  Only
-     * point-to-point ops move; collectives keep their order. */
-    size_t *order = malloc(n * sizeof *order), k = 0;
-    if (!order) first = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_group_end: out of memory");
-    for (int pass = 0; pass < 2 && order; pass++)
-        for (size_t i = 0; i < n; i++)
-            if (is_recv(&q[i].s) == !pass) order[k++] = i;
-    for (size_t j = 0; j < n; j++) {
-        size_t i = order ? order[j] : j;
-        if (first != LOOM_SUCCESS) {
-            loomi_sched_free(&q[i].s); /* never started */
-            continue;
-        }
-        /* A communicator broken by an earlier call of this group fails
-         * the rest at once. */
-        struct loom_comm *qc;
-        loom_result_t r = loomi_comm_check(q[i].h, "loom_group_end", &qc);
-        if (r == LOOM_SUCCESS)
-            r = loomi_op_start(qc, &q[i].s, q[i].sendbuf, q[i].recvbuf, q[i].inplace,
-                               &ops[started]);
-        else
-            loomi_sched_free(&q[i].s);
-        if (r != LOOM_SUCCESS) {
-            first = r;
-            continue;
-        }
-        comms[started++] = qc;
-    }
-    free(q);
-    free(order);
-    loom_result_t w = ops && comms ? wait_all(ops, comms, started) : LOOM_SUCCESS;
-    if (first == LOOM_SUCCESS) first = w;
-    free(ops);
-    free(comms);
-    return first;
-}
-
-/* ------------------------------------------------------- point to point */
-
-static loom_result_t p2p(const char *fn, int is_send, const void *sbuf, void *rbuf, size_t count,
-                         loom_datatype_t dtype, int peer, loom_comm_t h, loom_request_t *req)
-{
-    struct loom_comm *comm;
-    loom_result_t r = loomi_comm_check(h, fn, &comm);
-    if (r != LOOM_SUCCESS) return r;
-    size_t es = loom_datatype_size(dtype);
-    if (!es)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
-                          "%s: dtype %d is not a valid datatype", fn, (int)dtype);
-    if (peer < 0 || peer >= comm->nranks)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
-                          "%s: peer %d is not a rank of this communicator (size %d)", fn, peer,
-                          comm->nranks);
-    if (count > SIZE_MAX / 4 / es)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: count %zu is too large",
-                          fn, count);
-    if (count && !(is_send ? sbuf : (const void *)rbuf))
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: buf is NULL", fn);
-    if (req && loomi_group_active())
-        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
-                          "%s: non-blocking calls are not allowed between loom_group_start and "
-                          "loom_group_end (use the blocking form: loom_group_end completes it)",
-                          fn);
-    /* A blocking send to oneself could only wait for a receive that the
-     * same thread can never post. */
-    if (peer == comm->rank && !req && !loomi_group_active())
-        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
-                          "%s: peer %d is the calling rank itself: a transfer with oneself must "
-                          "be in a group with its counterpart, or non-blocking",
-                          fn, peer);
-    if (!comm->p2p_seq) {
-        comm->p2p_seq = calloc(2 * (size_t)comm->nranks, sizeof *comm->p2p_seq);
-        if (!comm->p2p_seq)
-            return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
-    }
-    struct loomi_sched s;
-    loomi_sched_init(&s, comm->rank, comm->nranks, dtype, LOOM_SUM);
-    s.p2p = 1;
-    uint32_t tag = comm->p2p_seq[2 * (size_t)peer + (is_send ? 0 : 1)]++;
-    if (is_send) {
-        s.buf_bytes[LOOMI_BUF_SEND] = count * es;
-        loomi_sched_send(&s, peer, tag, LOOMI_BUF_SEND, 0, count, NULL, 0);
-    } else {
-        s.buf_bytes[LOOMI_BUF_RECV] = count * es;
-        loomi_sched_recv(&s, peer, tag, LOOMI_BUF_RECV, 0, count, NULL, 0);
-    }
-    if (loomi_group_active()) return loomi_group_queue(comm, &s, sbuf, rbuf, 0);
-    struct loomi_op *op;
-    uintptr_t rh = 0;
-    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
-        loomi_sched_free(&s);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
-                          "%s: no request handle left (too many requests not yet waited for)",
-                          fn);
-    }
-    r = loomi_op_start(comm, &s, sbuf, rbuf, 0, &op);
-    if (r != LOOM_SUCCESS) {
-        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
-        return r;
-    }
-    if (req) {
-        loomi_op_set_request(op, rh);
-        *req = (loom_request_t)rh;
-        return LOOM_SUCCESS;
-    }
-    return loomi_op_wait(op);
-}
+loom_result_t loom_group_end(void) { return loomi_group_end(); }
 
 loom_result_t loom_send(const void *buf, size_t count, loom_datatype_t dtype, int peer,
                         loom_comm_t comm)
 {
-    return p2p("loom_send", 1, buf, NULL, count, dtype, peer, comm, NULL);
+    return loomi_call_p2p("loom_send", 1, buf, NULL, count, dtype, peer, comm, NULL);
 }
 
-loom_result_t loom_recv(void *buf, size_t count, loom_datatype_t dtype, int peer,
-                        loom_comm_t comm)
+loom_result_t loom_recv(void *buf, size_t count, loom_datatype_t dtype, int peer, loom_comm_t comm)
 {
-    return p2p("loom_recv", 0, NULL, buf, count, dtype, peer, comm, NULL);
+    return loomi_call_p2p("loom_recv", 0, NULL, buf, count, dtype, peer, comm, NULL);
 }
 
 loom_result_t loom_isend(const void *buf, size_t count, loom_datatype_t dtype, int peer,
@@ -257,13 +25,13 @@ loom_result_t loom_isend(const void *buf, size_t count, loom_datatype_t dtype, i
 {
     if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_isend: req is NULL");
     *req = LOOM_REQUEST_NULL;
-    return p2p("loom_isend", 1, buf, NULL, count, dtype, peer, comm, req);
+    return loomi_call_p2p("loom_isend", 1, buf, NULL, count, dtype, peer, comm, req);
 }
 
-loom_result_t loom_irecv(void *buf, size_t count, loom_datatype_t dtype, int peer,
-                         loom_comm_t comm, loom_request_t *req)
+loom_result_t loom_irecv(void *buf, size_t count, loom_datatype_t dtype, int peer, loom_comm_t comm,
+                         loom_request_t *req)
 {
     if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_irecv: req is NULL");
     *req = LOOM_REQUEST_NULL;
-    return p2p("loom_irecv", 0, NULL, buf, count, dtype, peer, comm, req);
+    return loomi_call_p2p("loom_irecv", 0, NULL, buf, count, dtype, peer, comm, req);
 }

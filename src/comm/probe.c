@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "comm/collectives.h"
 #include "comm/comm.h"
 #include "transports/route.h"
 #include "core/internal.h"
@@ -56,19 +57,21 @@ static loom_result_t stream(struct loom_comm *c, int other, unsigned char *buf, 
         int posted = 0;
         uint64_t t0 = loomi_now_ns();
         for (; posted < pieces && r == LOOM_SUCCESS; posted++)
-            r = c->rank == 0 ? loom_isend(buf + posted * piece, piece, LOOM_UINT8, other,
-                                          c->handle, &req[posted])
-                             : loom_irecv(buf + posted * piece, piece, LOOM_UINT8, other,
-                                          c->handle, &req[posted]);
+            r = c->rank == 0 ? loomi_call_p2p("loom_isend", 1, buf + posted * piece, NULL, piece,
+                                              LOOM_UINT8, other, c->handle, &req[posted])
+                             : loomi_call_p2p("loom_irecv", 0, NULL, buf + posted * piece, piece,
+                                              LOOM_UINT8, other, c->handle, &req[posted]);
         if (r != LOOM_SUCCESS) posted--;
         /* Every posted request is waited for, even after a failure. */
         for (int k = 0; k < posted; k++) {
-            loom_result_t w = loom_wait(&req[k]);
+            loom_result_t w = loomi_req_wait(&req[k]);
             if (r == LOOM_SUCCESS) r = w;
         }
         if (r == LOOM_SUCCESS)
-            r = c->rank == 0 ? loom_recv(buf, 8, LOOM_UINT8, other, c->handle)
-                             : loom_send(buf, 8, LOOM_UINT8, other, c->handle);
+            r = c->rank == 0 ? loomi_call_p2p("loom_recv", 0, NULL, buf, 8, LOOM_UINT8, other,
+                                              c->handle, NULL)
+                             : loomi_call_p2p("loom_send", 1, buf, NULL, 8, LOOM_UINT8, other,
+                                              c->handle, NULL);
         double dt = (double)(loomi_now_ns() - t0) * 1e-9;
         if (i >= 0 && dt < *best) *best = dt;
     }
@@ -87,11 +90,15 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     for (int i = -2; i < PROBE_SMALL && r == LOOM_SUCCESS; i++) {
         uint64_t t0 = loomi_now_ns();
         if (me == 0) {
-            r = loom_send(buf, 8, LOOM_UINT8, other, c->handle);
-            if (r == LOOM_SUCCESS) r = loom_recv(buf, 8, LOOM_UINT8, other, c->handle);
+            r = loomi_call_p2p("loom_send", 1, buf, NULL, 8, LOOM_UINT8, other, c->handle, NULL);
+            if (r == LOOM_SUCCESS)
+                r = loomi_call_p2p("loom_recv", 0, NULL, buf, 8, LOOM_UINT8, other, c->handle,
+                                   NULL);
         } else {
-            r = loom_recv(buf, 8, LOOM_UINT8, other, c->handle);
-            if (r == LOOM_SUCCESS) r = loom_send(buf, 8, LOOM_UINT8, other, c->handle);
+            r = loomi_call_p2p("loom_recv", 0, NULL, buf, 8, LOOM_UINT8, other, c->handle, NULL);
+            if (r == LOOM_SUCCESS)
+                r = loomi_call_p2p("loom_send", 1, buf, NULL, 8, LOOM_UINT8, other, c->handle,
+                                   NULL);
         }
         if (i >= 0) t[i] = (double)(loomi_now_ns() - t0) * 1e-9;
     }
@@ -99,11 +106,17 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     for (int i = -1; i < PROBE_BIG && r == LOOM_SUCCESS; i++) {
         uint64_t t0 = loomi_now_ns();
         if (me == 0) {
-            r = loom_send(buf, bytes, LOOM_UINT8, other, c->handle);
-            if (r == LOOM_SUCCESS) r = loom_recv(buf, bytes, LOOM_UINT8, other, c->handle);
+            r = loomi_call_p2p("loom_send", 1, buf, NULL, bytes, LOOM_UINT8, other, c->handle,
+                               NULL);
+            if (r == LOOM_SUCCESS)
+                r = loomi_call_p2p("loom_recv", 0, NULL, buf, bytes, LOOM_UINT8, other, c->handle,
+                                   NULL);
         } else {
-            r = loom_recv(buf, bytes, LOOM_UINT8, other, c->handle);
-            if (r == LOOM_SUCCESS) r = loom_send(buf, bytes, LOOM_UINT8, other, c->handle);
+            r = loomi_call_p2p("loom_recv", 0, NULL, buf, bytes, LOOM_UINT8, other, c->handle,
+                               NULL);
+            if (r == LOOM_SUCCESS)
+                r = loomi_call_p2p("loom_send", 1, buf, NULL, bytes, LOOM_UINT8, other, c->handle,
+                                   NULL);
         }
         double dt = (double)(loomi_now_ns() - t0) * 1e-9;
         if (i >= 0 && dt < best) best = dt;
@@ -268,7 +281,8 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         /* Rank 0's figures, as they are: every rank runs the same build. */
         struct loomi_links msg = l;
         if (r == LOOM_SUCCESS)
-            r = loom_broadcast(&msg, &msg, sizeof msg, LOOM_UINT8, 0, c->handle);
+            r = loomi_call_broadcast("loom_broadcast", &msg, &msg, sizeof msg, LOOM_UINT8, 0,
+                                     c->handle, NULL);
         if (r != LOOM_SUCCESS)
             return loomi_fail(r, c->rank, "measuring the links: %s", loom_get_last_error());
         /* Range-check what came over the network before using it. */

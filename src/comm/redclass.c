@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "comm/collectives.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
@@ -193,7 +194,8 @@ loom_result_t loomi_red_classes_measure(struct loom_comm *c)
                        loom_get_last_error());
             no_classes(&rc);
         }
-        loom_result_t r = loom_broadcast(&rc, &rc, sizeof rc, LOOM_UINT8, 0, c->handle);
+        loom_result_t r = loomi_call_broadcast("loom_broadcast", &rc, &rc, sizeof rc, LOOM_UINT8, 0,
+                                               c->handle, NULL);
         if (r == LOOM_SUCCESS && !loomi_red_classes_valid(&rc))
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
                            "rank 0 sent out-of-range classes of reductions");

@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "coll/coll.h"
+#include "comm/collectives.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
@@ -168,11 +169,15 @@ static loom_result_t tune_call(struct loom_comm *c, int coll, loom_datatype_t dt
     const size_t per = count / (size_t)c->nranks; /* a block: reduce-scatter, alltoall */
     switch (coll) {
     case LOOMI_COLL_ALLREDUCE:
-        return loom_allreduce(a, a, bytes / loom_datatype_size(dt), dt, op, c->handle);
-    case LOOMI_COLL_ALLGATHER: return loom_allgather(a, b, count, LOOM_FLOAT32, c->handle);
+        return loomi_call_allreduce("loom_allreduce", a, a, bytes / loom_datatype_size(dt), dt, op,
+                                    c->handle, NULL, NULL);
+    case LOOMI_COLL_ALLGATHER:
+        return loomi_call_allgather("loom_allgather", a, b, count, LOOM_FLOAT32, c->handle, NULL,
+                                    NULL);
     case LOOMI_COLL_REDUCE_SCATTER:
-        return loom_reduce_scatter(a, b, per, LOOM_FLOAT32, LOOM_SUM, c->handle);
-    default: return loom_alltoall(a, b, per, LOOM_FLOAT32, c->handle);
+        return loomi_call_reduce_scatter("loom_reduce_scatter", a, b, per, LOOM_FLOAT32, LOOM_SUM,
+                                         c->handle, NULL, NULL);
+    default: return loomi_call_alltoall("loom_alltoall", a, b, per, LOOM_FLOAT32, c->handle, NULL);
     }
 }
 
@@ -213,7 +218,9 @@ static loom_result_t sweep(struct loom_comm *c, int k, loom_datatype_t dt, loom_
         uint8_t stop = 0;
         if (tz[1] > tz[0]) stop = 1;
         else if (z + 1 < ns && loomi_now_ns() - start > TUNE_BUDGET_NS) stop = 2;
-        if (r == LOOM_SUCCESS) r = loom_broadcast(&stop, &stop, 1, LOOM_UINT8, 0, c->handle);
+        if (r == LOOM_SUCCESS)
+            r = loomi_call_broadcast("loom_broadcast", &stop, &stop, 1, LOOM_UINT8, 0, c->handle,
+                                     NULL);
         if (r != LOOM_SUCCESS) break;
         if (stop > 2) {
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
@@ -295,7 +302,7 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     uint8_t go = 0;
     if (r == LOOM_SUCCESS) {
         go = cut == LOOMI_SMALL_TUNED && loomi_now_ns() - start < TUNE_BUDGET_NS;
-        r = loom_broadcast(&go, &go, 1, LOOM_UINT8, 0, c->handle);
+        r = loomi_call_broadcast("loom_broadcast", &go, &go, 1, LOOM_UINT8, 0, c->handle, NULL);
         if (r == LOOM_SUCCESS && go > 1)
             r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
                            "small allreduce: rank 0 sent %u for whether to time the slower "

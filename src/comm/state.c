@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/collectives.h"
 #include "comm/comm.h"
 
 #define REC_HEAD 16 /* revision, tensor count, reserved */
@@ -59,7 +60,8 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
     /* Every rank must describe as many tensors: agree on that first, so a
      * mismatch is an error everywhere rather than a failed exchange. */
     int64_t span[2] = {ntensors, -(int64_t)ntensors};
-    r = loom_allreduce(span, span, 2, LOOM_INT64, LOOM_MAX, comm);
+    r = loomi_call_allreduce("loom_allreduce", span, span, 2, LOOM_INT64, LOOM_MAX, comm, NULL,
+                             NULL);
     if (r != LOOM_SUCCESS) return r;
     if (span[0] != -span[1])
         return loomi_fail(LOOM_ERR_MISMATCH, me,
@@ -85,7 +87,7 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
         memcpy(mine + REC_HEAD + (size_t)t * REC_TENSOR + 8, &h, 8);
     }
     uint64_t t_hash = loomi_now_ns();
-    r = loom_allgather(mine, all, rec, LOOM_UINT8, comm);
+    r = loomi_call_allgather("loom_allgather", mine, all, rec, LOOM_UINT8, comm, NULL, NULL);
     if (r != LOOM_SUCCESS) goto out;
 #define REV(q) get64(all + (size_t)(q) * rec)
 #define BYTES(q, t) get64(all + (size_t)(q) * rec + REC_HEAD + (size_t)(t) * REC_TENSOR)
@@ -142,7 +144,7 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
      * is LOOM_REVISION_NONE, so that they can never win a later sync. */
     for (int t = 0; t < ntensors; t++)
         if (HASH(me, t) != win[t].hash && win[t].bytes) writes = 1;
-    loom_group_start();
+    loomi_group_start();
     for (int t = 0; t < ntensors; t++) {
         const struct version *w = &win[t];
         int nd = 0, nr = 0;
@@ -167,14 +169,16 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
             unsigned char *base = tensors[t].data;
             if (d == me) {
                 for (int q = 0; q < n; q++)
-                    if (HASH(q, t) != w->hash) loom_send(base + off, len, LOOM_UINT8, q, comm);
+                    if (HASH(q, t) != w->hash)
+                        loomi_call_p2p("loom_send", 1, base + off, NULL, len, LOOM_UINT8, q, comm,
+                                       NULL);
             } else if (mine_lacks) {
-                loom_recv(base + off, len, LOOM_UINT8, d, comm);
+                loomi_call_p2p("loom_recv", 0, NULL, base + off, len, LOOM_UINT8, d, comm, NULL);
                 received += len;
             }
         }
     }
-    r = loom_group_end();
+    r = loomi_group_end();
 
     /* Receivers prove what they got; every rank learns the outcome. */
     int32_t bad[2] = {0, -1}; /* worst: 1 transfer failed, 2 hash differs; the tensor */
@@ -191,7 +195,8 @@ loom_result_t loom_state_sync(loom_comm_t comm, const loom_tensor_t *tensors, in
     char why[256];
     snprintf(why, sizeof why, "%s", r != LOOM_SUCCESS ? loom_get_last_error() : "");
     int32_t worst[2] = {bad[0], bad[1]};
-    loom_result_t r2 = loom_allreduce(worst, worst, 2, LOOM_INT32, LOOM_MAX, comm);
+    loom_result_t r2 = loomi_call_allreduce("loom_allreduce", worst, worst, 2, LOOM_INT32, LOOM_MAX,
+                                            comm, NULL, NULL);
     if (r2 != LOOM_SUCCESS) {
         r = r2;
         goto out;

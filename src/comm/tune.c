@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "comm/collectives.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "topo/select.h"
@@ -51,7 +52,8 @@
 static loom_result_t from_rank0(struct loom_comm *c, uint8_t *v, size_t n, const char *what,
                                 int (*ok)(const uint8_t *, size_t))
 {
-    loom_result_t r = loom_broadcast(v, v, n, LOOM_UINT8, 0, c->handle);
+    loom_result_t r =
+        loomi_call_broadcast("loom_broadcast", v, v, n, LOOM_UINT8, 0, c->handle, NULL);
     if (r == LOOM_SUCCESS && !ok(v, n))
         r = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s: rank 0 sent an out-of-range %s",
                        loomi_coll_name(COLL), what);
@@ -193,8 +195,8 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
                 c->algo_forced[coll] = cand[i];
                 uint64_t t0 = loomi_now_ns();
                 for (int q = 0; q < (bt < 0 ? 1 : TUNE_BATCH) && r == LOOM_SUCCESS; q++)
-                    r = loom_allreduce(a, b, s / sizeof(float), LOOM_FLOAT32, LOOM_SUM,
-                                       c->handle);
+                    r = loomi_call_allreduce("loom_allreduce", a, b, s / sizeof(float),
+                                             LOOM_FLOAT32, LOOM_SUM, c->handle, NULL, NULL);
                 uint64_t dt = (loomi_now_ns() - t0) / TUNE_BATCH;
                 if (bt >= 0 && dt < best[i]) best[i] = dt;
             }

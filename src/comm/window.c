@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/collectives.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "sched/sched.h"
@@ -202,7 +203,8 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     if (!all) {
         r = loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "%s: out of memory", fn);
     } else {
-        r = loom_allgather(&me, all, sizeof me, LOOM_UINT8, comm);
+        r = loomi_call_allgather("loom_allgather", &me, all, sizeof me, LOOM_UINT8, comm, NULL,
+                                 NULL);
         if (r != LOOM_SUCCESS) snprintf(why, sizeof why, "%s", loom_get_last_error());
     }
     /* Check what came over the network, then map the host's others. */
@@ -235,7 +237,9 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     /* Everyone has mapped (or failed): the names can go. */
     uint32_t all_ok = ok;
     loom_result_t r2 = LOOM_SUCCESS;
-    if (r == LOOM_SUCCESS) r2 = loom_allreduce(&ok, &all_ok, 1, LOOM_UINT32, LOOM_MIN, comm);
+    if (r == LOOM_SUCCESS)
+        r2 = loomi_call_allreduce("loom_allreduce", &ok, &all_ok, 1, LOOM_UINT32, LOOM_MIN, comm,
+                                  NULL, NULL);
     if (fd >= 0) {
         unlink(path);
         close(fd);

@@ -1,0 +1,725 @@
+/*
+ * collectives.c - the collective calls' bodies (the public door is
+ * src/api/collectives.c): check the arguments, pick the algorithm, build
+ * the schedule, then run it now (blocking), hand back a request
+ * (non-blocking) or queue it (inside a group); and the calls on requests.
+ *
+ * Every check happens before anything is touched, so a call rejected for
+ * its arguments leaves every buffer as it was.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "coll/coll_util.h"
+#include "comm/collectives.h"
+#include "comm/comm.h"
+#include "comm/group.h"
+#include "core/internal.h"
+
+/* What one call asks for, after its arguments were checked. */
+struct call {
+    const char *fn;
+    struct loom_comm *comm;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    const void *sendbuf;
+    void *recvbuf;
+    struct loomi_coll_args a;
+    struct loomi_cz cz; /* compression (cz.codec NULL: none) */
+};
+
+static loom_result_t bad(const struct call *c, const char *fmt, const char *what)
+{
+    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->comm->rank, fmt, c->fn, what);
+}
+
+/* Checks every call shares: the communicator (which h names: set in
+ * c->comm), the type, the op (for reductions), the root, and that
+ * blocks + per_rank * nranks blocks of count elements fit. */
+static loom_result_t check_common(struct call *c, loom_comm_t h, int reduces, int rooted,
+                                  size_t count, size_t blocks, size_t per_rank)
+{
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, c->fn, &comm);
+    if (r != LOOM_SUCCESS) return r;
+    c->comm = comm;
+    blocks += per_rank * (size_t)comm->nranks;
+    size_t es = loom_datatype_size(c->dtype);
+    if (!es)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: dtype %d is not a valid datatype", c->fn, (int)c->dtype);
+    if (reduces && (unsigned)c->op >= LOOM_NUM_OPS)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: op %d is not a valid reduction op", c->fn, (int)c->op);
+    if (rooted && (c->a.root < 0 || c->a.root >= comm->nranks))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: root %d is not a rank of this communicator (size %d)", c->fn,
+                          c->a.root, comm->nranks);
+    if (blocks && count > SIZE_MAX / 4 / es / blocks)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: count %zu is too large", c->fn, count);
+    return LOOM_SUCCESS;
+}
+
+static int overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* sendbuf (slen bytes) and recvbuf (rlen) must be non-NULL where they have
+ * bytes, and must not overlap unless the call is in place. */
+static loom_result_t check_bufs(const struct call *c, size_t slen, size_t rlen, int inplace)
+{
+    if (slen && !c->sendbuf) return bad(c, "%s: %s is NULL", "sendbuf");
+    if (rlen && !c->recvbuf) return bad(c, "%s: %s is NULL", "recvbuf");
+    if (!inplace && overlap(c->sendbuf, slen, c->recvbuf, rlen))
+        return bad(c, "%s: %s overlap without being the in-place form",
+                   "sendbuf and recvbuf");
+    return LOOM_SUCCESS;
+}
+
+/* Schedules of small operations, kept per communicator: building one
+ * (allocations, dependency lists) costs as much as running it.  Entries
+ * are never evicted, so an operation may borrow one for as long as the
+ * communicator lives; when the cache is full, new shapes are built each
+ * time.  Only the calling thread of a communicator touches it. */
+#define SCHED_CACHE_SLOTS 32
+#define SCHED_CACHE_MAX_BYTES ((size_t)64 << 10)
+/* What makes two calls' schedules the same (zeroed, then filled, so that
+ * memcmp sees no padding). */
+struct sched_key {
+    int coll, algo, inplace, root;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    size_t count, chunk, shared, stream;
+    int saves, copyin;
+    uint64_t win;
+    size_t win_send, win_recv;
+    const void *hosts; /* tests change these on a live communicator */
+};
+
+struct loomi_sched_cache {
+    int n;
+    struct {
+        struct sched_key k;
+        struct loomi_sched s;
+    } e[SCHED_CACHE_SLOTS];
+};
+
+void loomi_sched_cache_free(struct loomi_sched_cache *sc)
+{
+    if (!sc) return;
+    for (int i = 0; i < sc->n; i++) loomi_sched_free(&sc->e[i].s);
+    free(sc);
+}
+
+/* The schedule for c with algo, from the cache or built (and cached). */
+static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int algo,
+                               struct loomi_sched *s)
+{
+    size_t es = loom_datatype_size(c->dtype);
+    int cacheable = c->a.coll != LOOMI_COLL_ALLTOALLV && c->a.count * es <= SCHED_CACHE_MAX_BYTES;
+    struct sched_key k;
+    memset(&k, 0, sizeof k);
+    k.coll = c->a.coll;
+    k.algo = algo;
+    k.inplace = c->a.inplace;
+    k.root = c->a.root;
+    k.dtype = c->dtype;
+    k.op = c->op;
+    k.count = c->a.count;
+    k.chunk = c->a.chunk_bytes;
+    k.shared = c->a.shared_bytes;
+    k.stream = c->a.stream_bytes;
+    k.saves = c->a.stream_saves;
+    k.copyin = c->a.stream_copyin;
+    k.win = c->a.win_id;
+    k.win_send = c->a.win_send_off;
+    k.win_recv = c->a.win_recv_off;
+    k.hosts = c->a.hosts;
+    struct loomi_sched_cache *sc = comm->sched_cache;
+    if (cacheable && sc)
+        for (int i = 0; i < sc->n; i++)
+            if (!memcmp(&sc->e[i].k, &k, sizeof k)) {
+                *s = sc->e[i].s;
+                s->borrowed = 1;
+                return LOOM_SUCCESS;
+            }
+    loom_result_t r = loomi_coll_build(s, comm->rank, comm->nranks, c->dtype, c->op, &c->a, algo);
+    if (r != LOOM_SUCCESS || !cacheable) return r;
+    if (!sc) sc = comm->sched_cache = calloc(1, sizeof *sc);
+    if (!sc || sc->n == SCHED_CACHE_SLOTS) return LOOM_SUCCESS;
+    r = loomi_sched_finish(s);
+    if (r != LOOM_SUCCESS) {
+        loomi_sched_free(s);
+        return r;
+    }
+    sc->e[sc->n].k = k;
+    sc->e[sc->n++].s = *s;
+    s->borrowed = 1;
+    return LOOM_SUCCESS;
+}
+
+/* The schedule of a compressed call (compressed.c). */
+static loom_result_t build_cz(struct loom_comm *comm, const struct call *c, struct loomi_sched *s)
+{
+    loomi_sched_init(s, comm->rank, comm->nranks, c->dtype, c->op);
+    loom_result_t r;
+    switch (c->a.coll) {
+    case LOOMI_COLL_ALLREDUCE: r = loomi_gen_allreduce_cz(s, &c->a, &c->cz); break;
+    case LOOMI_COLL_REDUCE_SCATTER: r = loomi_gen_reduce_scatter_cz(s, &c->a, &c->cz); break;
+    case LOOMI_COLL_ALLGATHER: r = loomi_gen_allgather_cz(s, &c->a, &c->cz); break;
+    default: r = loomi_fail(LOOM_ERR_INTERNAL, comm->rank, "%s: no compressed form", c->fn);
+    }
+    if (r != LOOM_SUCCESS) loomi_sched_free(s);
+    return r;
+}
+
+/* Is codec one that loom_codec_find returned? */
+static int codec_ok(const loom_codec_t *codec)
+{
+    size_t b;
+    return codec && loom_codec_max_encoded_bytes(codec, 1, &b) == LOOM_SUCCESS;
+}
+
+/* Check a call's options (after check_common) and set c->cz.  opts NULL:
+ * the communicator's codec, for allreduce on fp32 SUM/AVG. */
+static loom_result_t check_opts(struct call *c, const loom_coll_options_t *o)
+{
+    struct loom_comm *comm = c->comm;
+    int reduces = c->a.coll != LOOMI_COLL_ALLGATHER;
+    int fits = c->dtype == LOOM_FLOAT32 && (!reduces || c->op == LOOM_SUM || c->op == LOOM_AVG);
+    if (!o) {
+        if (c->a.coll == LOOMI_COLL_ALLREDUCE && comm->codec && fits) c->cz.codec = comm->codec;
+        return LOOM_SUCCESS;
+    }
+    if (o->size < sizeof *o)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: opts->size %zu is less than sizeof(loom_coll_options_t) %zu "
+                          "(initialise with LOOM_COLL_OPTIONS_INITIALIZER)",
+                          c->fn, o->size, sizeof *o);
+    if (!o->codec) {
+        if (o->state)
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                              "%s: opts->state is set but opts->codec is NULL", c->fn);
+        return LOOM_SUCCESS;
+    }
+    if (!codec_ok(o->codec))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: opts->codec is not a codec found by loom_codec_find", c->fn);
+    if (c->dtype != LOOM_FLOAT32)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: dtype %s: opts->codec %s compresses LOOM_FLOAT32 data only",
+                          c->fn, loomi_dtype_name(c->dtype), o->codec->name);
+    if (!fits)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: op %d: opts->codec %s compresses LOOM_SUM and LOOM_AVG only",
+                          c->fn, (int)c->op, o->codec->name);
+    c->cz.codec = o->codec;
+    c->cz.state = o->state;
+    c->cz.key = o->key;
+    return LOOM_SUCCESS;
+}
+
+/* loom_comm_set_codec and loom_comm_set_algo are local settings: they
+ * work on a broken communicator too (a rank that sets one around a call
+ * that fails must be able to put it back, or the communicator that shrink
+ * makes from comm inherits it on this rank alone). */
+loom_result_t loom_comm_set_codec(loom_comm_t h, const loom_codec_t *codec)
+{
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_set_codec", &comm);
+    if (r != LOOM_SUCCESS) return r;
+    if (codec && !codec_ok(codec))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "loom_comm_set_codec: codec is not a codec found by loom_codec_find");
+    comm->codec = codec;
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loom_comm_set_algo(loom_comm_t h, const char *spec)
+{
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, "loom_comm_set_algo", &comm);
+    if (r != LOOM_SUCCESS) return r;
+    /* Parsed aside, so that a bad spec leaves the setting as it was. */
+    int forced[LOOMI_MAX_COLLS];
+    for (int c = 0; c < LOOMI_MAX_COLLS; c++) forced[c] = LOOMI_ALGO_AUTO;
+    r = loomi_algo_parse("loom_comm_set_algo: spec", spec, forced, comm->rank);
+    if (r != LOOM_SUCCESS) return r;
+    memcpy(comm->algo_forced, forced, sizeof comm->algo_forced);
+    return LOOM_SUCCESS;
+}
+
+/* Build the schedule and run it, hand it out as a request, or queue it. */
+static loom_result_t launch(struct call *c, loom_request_t *req)
+{
+    struct loom_comm *comm = c->comm;
+    int group = loomi_group_active();
+    if (req && group)
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: non-blocking calls are not allowed between loom_group_start and "
+                          "loom_group_end (use the blocking form: loom_group_end completes it)",
+                          c->fn);
+    size_t es = loom_datatype_size(c->dtype);
+    /* The call's number and check, whatever path it takes (calls.h). */
+    const struct loomi_call d = loomi_call_make(c->a.coll, c->a.count, c->dtype, c->op,
+                                                c->a.root, c->cz.codec != NULL);
+    uint32_t chk;
+    const uint64_t no = loomi_call_begin(comm, &d, &chk);
+    /* A broken communicator fails the call (it counts among this rank's
+     * calls: a mismatch's verdict sees it). */
+    loom_result_t r = LOOM_SUCCESS;
+    if (comm->pt || comm->error != LOOM_SUCCESS) r = loomi_comm_check_call(comm, c->fn);
+    if (r != LOOM_SUCCESS) return r;
+    /* Small blocking calls on one host: the arenas' slots (small.c). */
+    if (!req && !group && !c->cz.codec &&
+        loomi_small_fits(comm, c->a.coll, c->a.count * es, c->dtype, c->op))
+        return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
+                                c->op, c->fn, no, chk);
+    /* A rooted collective can complete on a rank that never hears from
+     * a peer that made it otherwise: the next small calls look at the
+     * transport for that peer's messages (small.c). */
+    if (c->a.coll == LOOMI_COLL_BROADCAST || c->a.coll == LOOMI_COLL_REDUCE ||
+        c->a.coll == LOOMI_COLL_GATHER || c->a.coll == LOOMI_COLL_SCATTER)
+        comm->poll_slots = LOOMI_CALL_POLL_SLOTS;
+    size_t chunk;
+    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op,
+                              &chunk);
+    /* The model did not weigh compressed schedules: LOOM_CHUNK_SIZE for them. */
+    c->a.chunk_bytes = chunk && !c->cz.codec ? chunk : comm->set.chunk_bytes;
+    c->a.hosts = comm->hosts;
+    c->a.shared_bytes = comm->shared_bytes;
+    c->a.stream_bytes = comm->set.shm_stream;
+    /* Shared allreduces: streamed or cached stores where the first such
+     * blocking calls measure which (coll.h): in place past LOOM_SHM_STREAM
+     * the saves, staged the copy-in.  One at a time: while the saves are
+     * on trial, the copy-in keeps what its size has (cached if nothing
+     * yet), or the two would alternate together and neither could be
+     * told from the other. */
+    struct loomi_mode_tuner *tune = NULL;
+    if (algo == LOOMI_ALGO_SHARED && c->a.coll == LOOMI_COLL_ALLREDUCE && !c->cz.codec &&
+        comm->hosts) {
+        const struct loomi_hostmap *m = comm->hosts;
+        const int L = loomi_host_size(m, m->host_of[comm->rank]);
+        const int trial = !req && !group && !comm->timing;
+        const size_t n = c->a.count * es;
+        if (c->a.inplace && loomi_shared_streams(c->a.stream_bytes, L, n)) {
+            int fixed = comm->set.shm_stream_saves; /* LOOM_SHM_STREAM_SAVES */
+            c->a.stream_saves = fixed >= 0 ? fixed : loomi_tuner_mode(&comm->saves);
+            if (fixed < 0 && trial && !comm->saves.decided) tune = &comm->saves;
+        }
+        struct loomi_mode_tuner *t = loomi_copyin_tuner_for(&comm->copyin, c->a.inplace, n);
+        int fixed = comm->set.shm_stream_copyin; /* LOOM_SHM_STREAM_COPYIN */
+        if (c->a.win_id || !t) {
+            /* The window form copies nothing in; small vectors stay cached. */
+        } else if (fixed >= 0) {
+            c->a.stream_copyin = fixed;
+        } else if (tune || !trial || t->decided) {
+            c->a.stream_copyin = t->decided ? t->mode : 0;
+        } else {
+            c->a.stream_copyin = loomi_tuner_mode(t);
+            tune = t;
+        }
+    }
+    struct loomi_sched s;
+    /* Queued group members are handed over (the group frees them).
+     * Compressed schedules are built each time (not cached: they carry
+     * the codec and the error-feedback state). */
+    r = c->cz.codec ? build_cz(comm, c, &s)
+                      : group     ? loomi_coll_build(&s, comm->rank, comm->nranks, c->dtype,
+                                                     c->op, &c->a, algo)
+                                  : get_sched(comm, c, algo, &s);
+    if (r != LOOM_SUCCESS) return r;
+    if (c->cz.codec) algo = LOOMI_ALGO_RING;
+    s.coll1 = c->a.coll + 1;
+    s.algo = algo;
+    s.call = no;
+    s.chk = chk;
+    LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, chunks of %zu, %u steps%s%s", c->fn,
+                c->a.count, loomi_dtype_name(c->dtype), loomi_algo_name(algo), c->a.chunk_bytes,
+                s.nsteps,
+                c->a.inplace ? ", in place" : "", s.win_id ? ", from the window" : "");
+    /* The engine saves RECV and puts it back if the operation fails, where
+     * RECV holds input the operation overwrites.  In-place allgather,
+     * gather and broadcast never write their input (the caller's own
+     * block, the root's buffer), so they skip that copy. */
+    int coll = c->a.coll;
+    int save = c->a.inplace && (coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_REDUCE_SCATTER ||
+                                coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
+    if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
+    struct loomi_op *op;
+    const uint64_t t0 = tune ? loomi_now_ns() : 0;
+    uintptr_t rh = 0;
+    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
+        loomi_sched_free(&s);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
+                          "%s: no request handle left (too many requests not yet waited for)",
+                          c->fn);
+    }
+    r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
+    if (r != LOOM_SUCCESS) {
+        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
+        return r;
+    }
+    if (req) {
+        loomi_op_set_request(op, rh);
+        *req = (loom_request_t)rh;
+        return LOOM_SUCCESS;
+    }
+    r = loomi_op_wait(op);
+    if (tune && r == LOOM_SUCCESS) {
+        const int saves = tune == &comm->saves;
+        loomi_tuner_record(tune, saves ? c->a.stream_saves : c->a.stream_copyin, c->a.count * es,
+                           (double)(loomi_now_ns() - t0));
+        if (tune->decided)
+            LOOMI_INFO(comm->rank, "shared allreduce of %zu bytes%s: %s %s (best %.3f ns/B "
+                       "streamed, %.3f cached)", c->a.count * es,
+                       c->a.inplace ? ", in place" : "", tune->mode ? "streamed" : "cached",
+                       saves ? "saves" : "copy-in", tune->best[1], tune->best[0]);
+    }
+    return r;
+}
+
+int loomi_tuner_mode(const struct loomi_mode_tuner *t)
+{
+    return t->decided ? t->mode : t->calls % 2;
+}
+
+void loomi_tuner_record(struct loomi_mode_tuner *t, int mode, size_t bytes, double ns)
+{
+    if (t->decided || !bytes || ns <= 0 || mode < 0 || mode > 1) return;
+    double v = ns / (double)bytes;
+    if (t->best[mode] == 0 || v < t->best[mode]) t->best[mode] = v;
+    if (++t->calls < LOOMI_TUNER_TRIALS) return;
+    t->decided = 1;
+    t->mode = t->best[0] > 0 && t->best[1] > 0 && t->best[1] < 0.95 * t->best[0];
+}
+
+struct loomi_mode_tuner *loomi_copyin_tuner_for(struct loomi_copyin_tuner *c, int inplace,
+                                                size_t bytes)
+{
+    if (bytes < LOOMI_COPYIN_MIN) return NULL;
+    int k = 0;
+    for (size_t b = bytes / LOOMI_COPYIN_MIN; b > 1 && k < LOOMI_COPYIN_SIZES - 1; b /= 2) k++;
+    return &c->t[inplace != 0][k];
+}
+
+static struct call call_init(const char *fn, int coll, const void *sendbuf, void *recvbuf,
+                             size_t count, loom_datatype_t dtype, loom_op_t op, int root)
+{
+    struct call c;
+    memset(&c, 0, sizeof c);
+    c.fn = fn;
+    c.dtype = dtype;
+    c.op = op;
+    c.sendbuf = sendbuf;
+    c.recvbuf = recvbuf;
+    c.a.coll = coll;
+    c.a.count = count;
+    c.a.root = root;
+    return c;
+}
+
+/* Allreduce: both buffers in one loom_mem_alloc window, which shared.c
+ * then reads from the peers (c->a.win_*). */
+static void find_window(struct call *c, size_t n)
+{
+    uint64_t ws, wr;
+    size_t os, orv, wb;
+    if (c->comm->wins && n && loomi_mem_window_find(c->comm, c->recvbuf, n, &wr, &orv, &wb) &&
+        loomi_mem_window_find(c->comm, c->sendbuf, n, &ws, &os, &wb) && ws == wr) {
+        c->a.win_id = wr;
+        c->a.win_send_off = os;
+        c->a.win_recv_off = orv;
+        c->a.win_bytes = wb;
+    }
+}
+
+/* ------------------------------------------------------------ allreduce */
+
+loom_result_t loomi_call_allreduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                   loom_datatype_t dtype, loom_op_t op, loom_comm_t h,
+                                   const loom_coll_options_t *opts, loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0);
+    loom_result_t r = check_common(&c, h, 1, 0, count, 2, 0);
+    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
+    if (r != LOOM_SUCCESS) return r;
+    size_t n = count * loom_datatype_size(dtype);
+    c.a.inplace = sendbuf == recvbuf;
+    if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    find_window(&c, n);
+    return launch(&c, req);
+}
+
+/* ------------------------------------------------------- reduce_scatter */
+
+loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
+                                        size_t recvcount, loom_datatype_t dtype, loom_op_t op,
+                                        loom_comm_t h, const loom_coll_options_t *opts,
+                                        loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
+    loom_result_t r = check_common(&c, h, 1, 0, recvcount, 1, 1);
+    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = recvcount * loom_datatype_size(dtype);
+    c.a.inplace = sendbuf && (const char *)sendbuf + (size_t)comm->rank * n == recvbuf;
+    if ((r = check_bufs(&c, n * (size_t)comm->nranks, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+/* ------------------------------------------------------------ allgather */
+
+loom_result_t loomi_call_allgather(const char *fn, const void *sendbuf, void *recvbuf,
+                                   size_t sendcount, loom_datatype_t dtype, loom_comm_t h,
+                                   const loom_coll_options_t *opts, loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, sendcount, 1, 1);
+    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = sendcount * loom_datatype_size(dtype);
+    c.a.inplace = recvbuf && (const char *)recvbuf + (size_t)comm->rank * n == sendbuf;
+    if ((r = check_bufs(&c, n, n * (size_t)comm->nranks, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+/* ------------------------------------------------------------- alltoall */
+
+loom_result_t loomi_call_alltoall(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                  loom_datatype_t dtype, loom_comm_t h, loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, count, 0, 2);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = count * loom_datatype_size(dtype) * (size_t)comm->nranks;
+    c.a.inplace = sendbuf == recvbuf;
+    if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+/* ------------------------------------------------------------ alltoallv */
+
+loom_result_t loomi_call_alltoallv(const char *fn, const void *sendbuf, const size_t *sendcounts,
+                                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                   const size_t *rdispls, loom_datatype_t dtype, loom_comm_t h,
+                                   loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, 0, 0, 0);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    if (!sendcounts) return bad(&c, "%s: %s is NULL", "sendcounts");
+    if (!sdispls) return bad(&c, "%s: %s is NULL", "sdispls");
+    if (!recvcounts) return bad(&c, "%s: %s is NULL", "recvcounts");
+    if (!rdispls) return bad(&c, "%s: %s is NULL", "rdispls");
+    size_t es = loom_datatype_size(dtype);
+    size_t se, re, lim = SIZE_MAX / 4 / es;
+    int ok1 = loomi_vextent(sendcounts, sdispls, comm->nranks, lim, &se) < 0;
+    int ok2 = loomi_vextent(recvcounts, rdispls, comm->nranks, lim, &re) < 0;
+    if (!ok1) return bad(&c, "%s: %s reach beyond the address space", "sendcounts + sdispls");
+    if (!ok2) return bad(&c, "%s: %s reach beyond the address space", "recvcounts + rdispls");
+    /* Receive blocks must not overlap each other: two peers would write
+     * the same bytes in an order nobody chose. */
+    for (int i = 0; i < comm->nranks; i++)
+        for (int j = i + 1; j < comm->nranks && recvcounts[i]; j++)
+            if (recvcounts[j] && rdispls[i] < rdispls[j] + recvcounts[j] &&
+                rdispls[j] < rdispls[i] + recvcounts[i])
+                return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                                  "%s: rdispls: the blocks of ranks %d and %d overlap", fn, i, j);
+    if ((r = check_bufs(&c, se * es, re * es, 0)) != LOOM_SUCCESS) return r;
+    c.a.counts = sendcounts;
+    c.a.displs = sdispls;
+    c.a.rcounts = recvcounts;
+    c.a.rdispls = rdispls;
+    c.a.count = se > re ? se : re; /* for the algorithm choice */
+    return launch(&c, req);
+}
+
+/* ------------------------------------------------------------ broadcast */
+
+loom_result_t loomi_call_broadcast(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                   loom_datatype_t dtype, int root, loom_comm_t h,
+                                   loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM,
+                              root);
+    loom_result_t r = check_common(&c, h, 0, 1, count, 2, 0);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = count * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && sendbuf == recvbuf;
+    if (!is_root) c.sendbuf = NULL; /* read on root only */
+    if ((r = check_bufs(&c, is_root ? n : 0, n, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+/* --------------------------------------------------------------- reduce */
+
+loom_result_t loomi_call_reduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t h,
+                                loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+    loom_result_t r = check_common(&c, h, 1, 1, count, 2, 0);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = count * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && sendbuf == recvbuf;
+    if (!is_root) c.recvbuf = NULL; /* used on root only */
+    if ((r = check_bufs(&c, n, is_root ? n : 0, c.a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+/* --------------------------------------------------------------- gather */
+
+loom_result_t loomi_call_gather(const char *fn, const void *sendbuf, void *recvbuf,
+                                size_t sendcount, loom_datatype_t dtype, int root, loom_comm_t h,
+                                loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root);
+    loom_result_t r = check_common(&c, h, 0, 1, sendcount, 1, 1);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = sendcount * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && recvbuf && (const char *)recvbuf + (size_t)root * n == sendbuf;
+    if (!is_root) c.recvbuf = NULL;
+    if ((r = check_bufs(&c, n, is_root ? n * (size_t)comm->nranks : 0, c.a.inplace)) !=
+        LOOM_SUCCESS)
+        return r;
+    return launch(&c, req);
+}
+
+/* -------------------------------------------------------------- scatter */
+
+loom_result_t loomi_call_scatter(const char *fn, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, loom_datatype_t dtype, int root, loom_comm_t h,
+                                 loom_request_t *req)
+{
+    struct call c =
+        call_init(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root);
+    loom_result_t r = check_common(&c, h, 0, 1, recvcount, 1, 1);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    size_t n = recvcount * loom_datatype_size(dtype);
+    int is_root = comm->rank == root;
+    c.a.inplace = is_root && sendbuf && (const char *)sendbuf + (size_t)root * n == recvbuf;
+    if (!is_root) c.sendbuf = NULL;
+    if ((r = check_bufs(&c, is_root ? n * (size_t)comm->nranks : 0, n, c.a.inplace)) !=
+        LOOM_SUCCESS)
+        return r;
+    return launch(&c, req);
+}
+
+/* -------------------------------------------------------------- barrier */
+
+loom_result_t loomi_call_barrier(const char *fn, loom_comm_t h, loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_BARRIER, NULL, NULL, 0, LOOM_UINT8, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, 0, 0, 0);
+    if (r != LOOM_SUCCESS) return r;
+    return launch(&c, req);
+}
+
+/* ------------------------------------------------------------- requests */
+
+/* The operation request req names, or LOOM_ERR_INVALID_ARGUMENT naming
+ * fn and why. */
+static loom_result_t request_op(const char *fn, const char *what, loom_request_t req,
+                                struct loomi_op **op)
+{
+    enum loomi_handle_state why;
+    *op = loomi_request_op(req, &why);
+    if (*op) return LOOM_SUCCESS;
+    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                      why == LOOMI_HANDLE_GONE
+                          ? "%s: %s is not a live request (completed already: a request is "
+                            "waited for, or tested done, once; or released by loom_comm_abort)"
+                          : "%s: %s is not a request (never returned by a Loom call)",
+                      fn, what);
+}
+
+static loom_result_t check_reqs(const char *fn, loom_request_t *reqs, int n)
+{
+    if (n < 0) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: n %d is negative", fn, n);
+    if (n > 0 && !reqs)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: reqs is NULL with n %d", fn, n);
+    /* Every entry before anything waits: a stale one is refused, not
+     * taken for whatever operation now lives at its old address. */
+    for (int i = 0; i < n; i++) {
+        struct loomi_op *o;
+        char what[32];
+        snprintf(what, sizeof what, "reqs[%d]", i);
+        if (reqs[i] != LOOM_REQUEST_NULL && request_op(fn, what, reqs[i], &o) != LOOM_SUCCESS)
+            return LOOM_ERR_INVALID_ARGUMENT;
+    }
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_req_wait(loom_request_t *req)
+{
+    if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_wait: req is NULL");
+    if (*req == LOOM_REQUEST_NULL) return LOOM_SUCCESS;
+    struct loomi_op *o;
+    loom_result_t r = request_op("loom_wait", "*req", *req, &o);
+    if (r != LOOM_SUCCESS) return r;
+    *req = LOOM_REQUEST_NULL;
+    return loomi_op_wait(o);
+}
+
+loom_result_t loomi_req_test(loom_request_t *req, int *done)
+{
+    if (!req) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_test: req is NULL");
+    if (!done) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "loom_test: done is NULL");
+    if (*req == LOOM_REQUEST_NULL) {
+        *done = 1;
+        return LOOM_SUCCESS;
+    }
+    struct loomi_op *o;
+    loom_result_t r = request_op("loom_test", "*req", *req, &o);
+    if (r != LOOM_SUCCESS) return r;
+    r = loomi_op_test(o, done);
+    if (*done) *req = LOOM_REQUEST_NULL;
+    return r;
+}
+
+loom_result_t loomi_req_wait_any(loom_request_t *reqs, int n, int *index)
+{
+    const char *fn = "loom_wait_any";
+    if (!index) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1, "%s: index is NULL", fn);
+    *index = -1;
+    loom_result_t r = check_reqs(fn, reqs, n);
+    if (r != LOOM_SUCCESS) return r;
+    int i = 0;
+    while (i < n && reqs[i] == LOOM_REQUEST_NULL) i++;
+    if (i == n) return LOOM_SUCCESS;
+    return loomi_op_wait_any(reqs, n, index);
+}
+
+loom_result_t loomi_req_wait_all(loom_request_t *reqs, int n)
+{
+    const char *fn = "loom_wait_all";
+    loom_result_t r = check_reqs(fn, reqs, n), first = LOOM_SUCCESS;
+    if (r != LOOM_SUCCESS) return r;
+    for (;;) {
+        int i;
+        r = loomi_req_wait_any(reqs, n, &i);
+        if (i < 0) break;
+        if (first == LOOM_SUCCESS) first = r;
+    }
+    return first;
+}

@@ -1,0 +1,62 @@
+/*
+ * collectives.h - the bodies of the public collective, point-to-point,
+ * group and request calls (comm/collectives.c, comm/group.c).
+ *
+ * src/api/ is the door: each public call passes its own name (fn, used
+ * in every error message) and its arguments here.  The library's own
+ * services on a communicator (link probes, tuning, state sync, windows)
+ * call these directly, below the public API.  opts and req may be NULL
+ * (no options; blocking).
+ */
+#ifndef LOOMI_COLLECTIVES_H
+#define LOOMI_COLLECTIVES_H
+
+#include <stddef.h>
+
+#include "loom.h"
+
+loom_result_t loomi_call_allreduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                   loom_datatype_t dtype, loom_op_t op, loom_comm_t h,
+                                   const loom_coll_options_t *opts, loom_request_t *req);
+loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
+                                        size_t recvcount, loom_datatype_t dtype, loom_op_t op,
+                                        loom_comm_t h, const loom_coll_options_t *opts,
+                                        loom_request_t *req);
+loom_result_t loomi_call_allgather(const char *fn, const void *sendbuf, void *recvbuf,
+                                   size_t sendcount, loom_datatype_t dtype, loom_comm_t h,
+                                   const loom_coll_options_t *opts, loom_request_t *req);
+loom_result_t loomi_call_alltoall(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                  loom_datatype_t dtype, loom_comm_t h, loom_request_t *req);
+loom_result_t loomi_call_alltoallv(const char *fn, const void *sendbuf, const size_t *sendcounts,
+                                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                   const size_t *rdispls, loom_datatype_t dtype, loom_comm_t h,
+                                   loom_request_t *req);
+loom_result_t loomi_call_broadcast(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                   loom_datatype_t dtype, int root, loom_comm_t h,
+                                   loom_request_t *req);
+loom_result_t loomi_call_reduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                                loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t h,
+                                loom_request_t *req);
+loom_result_t loomi_call_gather(const char *fn, const void *sendbuf, void *recvbuf,
+                                size_t sendcount, loom_datatype_t dtype, int root, loom_comm_t h,
+                                loom_request_t *req);
+loom_result_t loomi_call_scatter(const char *fn, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, loom_datatype_t dtype, int root, loom_comm_t h,
+                                 loom_request_t *req);
+loom_result_t loomi_call_barrier(const char *fn, loom_comm_t h, loom_request_t *req);
+
+/* A send (is_send) of sbuf or a receive into rbuf: loom_send(3) and
+ * friends; inside a group it is queued. */
+loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void *rbuf,
+                             size_t count, loom_datatype_t dtype, int peer, loom_comm_t h,
+                             loom_request_t *req);
+loom_result_t loomi_group_start(void);
+loom_result_t loomi_group_end(void);
+
+/* loom_wait(3), loom_test(3), loom_wait_any(3), loom_wait_all(3). */
+loom_result_t loomi_req_wait(loom_request_t *req);
+loom_result_t loomi_req_test(loom_request_t *req, int *done);
+loom_result_t loomi_req_wait_any(loom_request_t *reqs, int n, int *index);
+loom_result_t loomi_req_wait_all(loom_request_t *reqs, int n);
+
+#endif
