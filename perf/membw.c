@@ -7,26 +7,28 @@
  *
  * On x86 it also copies with streaming (non-temporal) stores, which do
  * not read a line before overwriting it: glibc's memcpy uses them only
- * past a threshold derived from the cache size (190 MB on this 480 MB
- * L3 VM), so below it a memcpy moves three bytes through memory per byte
- * copied but counts two, like STREAM's Copy.  The second line is the
- * traffic the memory sustains when nothing is read for ownership.  The
- * third copies two streams at once per thread, which some memories
- * sustain faster than one.
+ * past a threshold derived from the cache size (a large part of the L3;
+ * see perf/NOTES.md, "membw.c"), so below it a memcpy moves three bytes
+ * through memory per byte copied but counts two, like STREAM's Copy.
+ * The second line is the traffic the memory sustains when nothing is
+ * read for ownership.  The third copies two streams at once per thread,
+ * which some memories sustain faster than one.
  *
  * Then one process reads another's buffer with the kernel's single copy
  * (process_vm_readv, what shared memory uses for large messages between
  * heap buffers), in 2 MiB pieces: the best of R rounds, and the first
  * round apart, which writes into pages the kernel had not yet written.
- * On one paravirtualized VM (its kernel's symbols say PVM, which shadows
- * page tables), that first round ran at 0.7 GB/s against 8-11 after: the
- * kernel's first write to each page of the new buffer took about 5 us.
+ * On a paravirtualized VM (its kernel's symbols say PVM, which shadows
+ * page tables), that first round can run an order of magnitude slower
+ * than the others: the kernel's first write to each page of the new
+ * buffer is dear there (perf/NOTES.md, "membw.c").
  *
  * With two CPUs or more, the last line gives how long CPUs 0 and 1 take
  * to hand a cache line back and forth: what a rank waits to read what
- * another has just written.  On one 2-core VM it read 126 ns at times and
- * 400-1000 ns at others (the hypervisor moves its cores), and the
- * allreduce's share of the bound moved with it.
+ * another has just written.  On a VM it can change several times over
+ * from one run to the next (the hypervisor moves its cores), and the
+ * allreduce's share of the bound moves with it (perf/NOTES.md,
+ * "membw.c").
  *
  *   membw [SIZE [THREADS [ROUNDS]]]    defaults: 64M, the online CPUs, 10
  */

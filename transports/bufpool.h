@@ -3,10 +3,12 @@
  * A transport copies a message whose receive is not posted yet into a
  * buffer of its own.  A peer that starts the next collective first sends
  * into such buffers every time, and a fresh large allocation is a fresh
- * mapping that page-faults on every message (64 MiB: 16K faults, 160 ms
- * on a VM whose faults cost 10 us).  So the transports keep the buffers
- * they are done with, up to a total, and hand them out again.  One pool
- * per transport instance; not thread-safe (the transport's lock). */
+ * mapping that page-faults on every message (16K faults for 64 MiB in 4K
+ * pages, which on a VM with dear faults cost far more than the copy; see
+ * perf/NOTES.md, "bufpool.h, page faults").  So the transports keep the
+ * buffers they are done with, up to a total, and hand them out again.
+ * One pool per transport instance; not thread-safe (the transport's
+ * lock). */
 #ifndef LOOM_BUFPOOL_H
 #define LOOM_BUFPOOL_H
 

@@ -262,7 +262,8 @@ static loom_result_t route_progress(void *state, int timeout_ms)
          * naps on the sockets in short slices instead of burning the
          * core.  (A message streamed through a FIFO moves for
          * milliseconds before it completes: napping then left the FIFO
-         * full for a slice at a time, 0.4 GB/s for 32 MiB.) */
+         * full for a slice at a time, and such a message crawled; see
+         * perf/NOTES.md, "route.c, napping".) */
         for (int i = 0; i < T_N; i++) {
             if (!r->ops[i] || i == napper) continue;
             if ((rc = r->ops[i]->progress(r->st[i], 0)) != LOOM_SUCCESS) return rc;

@@ -119,8 +119,8 @@ static inline int loomi_shared_streams(size_t stream_bytes, int L, size_t bytes)
 /* The shared broadcast's copies out all read the same lines of the root's
  * arena, which stay in the caches; only the receive buffers go to
  * memory, and they stream from a quarter of the allreduce's threshold
- * (4 ranks, 8 MiB: 1.82 ms against 2.35 cached; 2 ranks, 8 MiB: 1.31
- * against 1.82). */
+ * (streamed was the faster at 8 MiB on 2 and 4 ranks: perf/NOTES.md,
+ * "coll.h, streamed broadcast"). */
 static inline int loomi_bcast_streams(size_t stream_bytes, int L, size_t bytes)
 {
     return bytes > SIZE_MAX / 4 ? stream_bytes != 0
@@ -133,9 +133,9 @@ static inline int loomi_bcast_streams(size_t stream_bytes, int L, size_t bytes)
  * alternate the two (all ranks alike: their calls come in the same
  * order), each timed; then the faster, by its best time per byte, is
  * kept, cached unless streamed beat it by 5%.
- * - The saves of in-place shared allreduces past stream_bytes (2 ranks,
- *   64 MiB in place, heap buffers: streamed 26% faster on one Intel VM,
- *   cached 20% faster on one AMD VM).
+ * - The saves of in-place shared allreduces past stream_bytes (streamed
+ *   was the faster on one Intel VM, cached on one AMD VM: perf/NOTES.md,
+ *   "coll.h, streamed or cached saves").
  * - The staged shared allreduce's copy of its input into its arena,
  *   which the host's other ranks then read (loomi_copyin_tuner). */
 #define LOOMI_TUNER_TRIALS 6
@@ -155,9 +155,10 @@ void loomi_tuner_record(struct loomi_mode_tuner *t, int mode, size_t bytes, doub
  * about one size, and jobs call few sizes, over and over.  Streamed, the
  * copy goes to memory and the peers read it from there; cached, they
  * read it from this core's caches, which on some machines is the slower
- * way (an AMD VM whose two cores answer each other in 400-950 ns: 4
- * ranks, 8 MiB in place, 0.77 of the cached time; 64 MiB out of place
- * 0.87-0.90), and on 2 ranks of the same VM no faster out of place. */
+ * way (an AMD VM whose two cores hand each other cache lines slowly:
+ * streamed faster on 4 ranks, in place and out of place; on 2 ranks of
+ * the same VM no faster out of place; perf/NOTES.md, "coll.h, streamed
+ * copy-in"). */
 #define LOOMI_COPYIN_MIN ((size_t)64 << 10)
 #define LOOMI_COPYIN_SIZES 24
 struct loomi_copyin_tuner {

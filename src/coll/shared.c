@@ -36,15 +36,13 @@
  * the machine.  So does the copy-in (a->stream_copyin, measured per size:
  * loomi_copyin_tuner): streamed, the peers read it from memory instead
  * of from this core's caches, which is faster where cores are far apart.
- * Saves streamed against cached, in place: on an AMD VM, 2 ranks,
- * 64 MiB, window 10.9-13.1 ms against 7.7-7.9, staged 13.0-13.4 against
- * 10.5-10.6 (128 MiB and 4 ranks alike); on an Intel VM, 2 ranks, 64 MiB,
- * staged 17.8-18.8 against 22.3-25.6, window 14.0-16.2 against
- * 15.8-18.0, 4 ranks staged 42.4-48.1 against 50.2-55.3.  The one
- * exception is the separate save of my slice with rails, which the
- * engine always streams (a copy from RECV to SCRATCH in a saves_input
- * schedule): cached, it made 2 x 2 ranks over veth slower in place at
- * 64M (70.6-77.1 ms against 67.0-68.4) and no faster at 1M-8M.
+ * Saves streamed against cached, in place: on an AMD VM cached won, on
+ * an Intel VM streamed, windows and staged alike (perf/NOTES.md,
+ * "shared.c, streamed or cached saves").  The one exception is the
+ * separate save of my slice with rails, which the engine always streams
+ * (a copy from RECV to SCRATCH in a saves_input schedule): cached, it
+ * made 2 x 2 ranks over veth slower in place at 64M and no faster at
+ * 1M-8M.
  *
  * With a loom_mem_alloc window (a->win_id: SEND and RECV at the same
  * offsets of every rank's window), nothing is staged: the shared ids

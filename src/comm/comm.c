@@ -710,9 +710,9 @@ int loomi_algo_for(const struct loom_comm *comm, int coll, size_t bytes, int inp
      * same algorithm and the shared one's check names the mismatch.  In
      * place (which every rank is, or none) from a table of its own: the
      * window form then saves what it overwrites and reads lines the
-     * peers have just written (2 ranks, 64K: 18 us against the ring's
-     * 10), but from about 1M it beats algorithms that copy RECV aside
-     * first. */
+     * peers have just written, which makes it slower than the ring on
+     * small vectors, but from about 1M it beats algorithms that copy
+     * RECV aside first (perf/NOTES.md, "comm.c, windows in place"). */
     if (coll == LOOMI_COLL_ALLREDUCE && comm->win_shared) {
         t = &comm->sel->window[inplace != 0];
     } else if (coll == LOOMI_COLL_ALLREDUCE) {

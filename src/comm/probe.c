@@ -7,11 +7,12 @@
  * a few 8-byte round trips; bandwidth: the best of a few round trips of
  * PROBE_BYTES less the latency; the price of a chunk: PROBE_BYTES sent as
  * PROBE_PIECES messages against one (select.c weighs chunk sizes with
- * it).  Rank 0 also times a reduction and a copy,
- * then broadcasts everything, so every rank builds the same selection
- * table.  The whole probe takes about 10 ms on one host (4 ranks on a
- * 2-core VM, 2 of them the timing of the reduction) and a few tens over
- * a 1 Gbit/s link (PROBE_BYTES at that rate is 2 ms a way).
+ * it).  Rank 0 also times a reduction and a copy, then broadcasts
+ * everything, so every rank builds the same selection table.  The whole
+ * probe takes a small part of INIT_BUDGET_NS on one host (a good part of
+ * it the timing of the reduction) and more over a 1 Gbit/s link
+ * (PROBE_BYTES at that rate is 2 ms a way); see perf/NOTES.md,
+ * "probe.c, the probe's time".
  *
  * Where RDMA verbs and TCP both reach the other hosts, the inter-host
  * pair is measured over each, and the one faster at
@@ -41,7 +42,8 @@
  * the reductions' classes, the slots (small.c, which stop at 50 ms of
  * their own) and the allreduce's table (tune.c, which gets what is
  * left).  Counted from the probe, not after it: on a loaded host the
- * probe took 12-16 ms instead of 10, and 85 ms after it made 105. */
+ * probe itself takes longer, and a budget counted after it let init run
+ * past the total (perf/NOTES.md, "probe.c, the probe's time"). */
 #define INIT_BUDGET_NS 100000000u
 
 /* `bytes` from rank 0 to `other` in `pieces` messages posted together,
@@ -130,11 +132,11 @@ static loom_result_t pingpong(struct loom_comm *c, int peer, unsigned char *buf,
     qsort(t, PROBE_SMALL, sizeof t[0], loomi_cmp_double);
     /* The first quartile, not the median: where ranks outnumber cores a
      * third or more of the round trips wait for a rank outside the pair
-     * to give up its core (4 ranks on 2 cores here: 12.6-13 us against
-     * 36), and the median moved between the two from job to job (alpha
-     * 6.3-12 us), and with it every crossover to shared that its
-     * synchronisations price: the reduce-scatter's at 64K a rank went to
-     * halving-doubling, 1.3 times shared's time, in one job of three. */
+     * to give up its core, and take several times as long; the median
+     * moved between the two kinds from job to job, and with it every
+     * crossover to shared that its synchronisations price: some jobs
+     * gave the reduce-scatter at 64K a rank to halving-doubling, well
+     * slower than shared there (perf/NOTES.md, "probe.c, latency"). */
     *alpha = t[PROBE_SMALL / 4] / 2;
     /* The bandwidth from the fastest of each kind: the big round trips
      * are the best of a few, so the latency they include is the best

@@ -18,19 +18,18 @@
  * The datatype and the op matter to the allreduce: through the slots
  * every rank reduces the whole vector of every peer, (p-1)n, where the
  * engine's algorithms reduce (p-1)n/p, so a reduction slower than the
- * fp32 sum that the sweep times moves the crossover down.  4 ranks here,
- * 16K: bf16 sums through the slots 20.8 us against halving-doubling's
- * 13.4, fp32 max 20.9 against 13.6, bf16 max 33.0 against 16.4 (at 8K
- * 17.7 against 12.4), but int32 max 13.1 against 12.6.  In cache, per
- * byte, those kernels take 2.5, 2.5, 7 and 1.8 times as long as fp32
- * sums.  So rank 0 times every kernel and puts each pair in a class by
- * that ratio, above each of CLASS_FROM; each class but the first gets
+ * fp32 sum that the sweep times moves the crossover down: on 4 ranks at
+ * 16K, bf16 sums, fp32 max and bf16 max were far slower through the
+ * slots than by halving-doubling, int32 max about as fast, much as their
+ * kernels ranked against fp32 sums in cache (perf/NOTES.md, "redclass.c,
+ * classes").  So rank 0 times every kernel and puts each pair in a class
+ * by that ratio, above each of CLASS_FROM; each class but the first gets
  * its own slot limit, swept with its slowest pair (which errs towards
  * the engine for the others in it), and its own allreduce table: the
  * model's, with reductions dearer by that pair's excess, and the spans
  * that the timing at init gives it.  (The model's table for fp32 sums
  * ran recursive doubling for bf16 max at 8K on 4 ranks, which reduces
- * twice the vector: 14.3 us against halving-doubling's 12.7.)
+ * twice the vector and was slower there than halving-doubling.)
  */
 static const double CLASS_FROM[LOOMI_RED_CLASSES] = {0, 1.25, 2, 4};
 #define KERNEL_BYTES ((size_t)32 << 10)

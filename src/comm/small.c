@@ -143,13 +143,13 @@ int loomi_small_fits(const struct loom_comm *c, int coll, size_t n, loom_datatyp
 /* Where the slots stop paying, per collective.  Every rank reads every
  * slot, the engine's algorithms read less but pay per round; where the
  * two cross depends on the caches, on how many ranks share a core and
- * on the collective, which the cost model does not capture well
- * (allreduce on 2 cores here: about 3K for 2 ranks, 16K for 4; allgather
- * on 2 ranks, which each had a core: slots 1.2-1.6 times the engine's
- * time from 8K a rank to 64K).  So it is measured: each size of slot
- * from TUNE_FIRST up to small_max, both ways.  Every rank makes the same
- * calls; rank 0 decides and tells the others, so they all take the same
- * path. */
+ * on the collective, which the cost model does not capture well (on 2
+ * cores the allreduce's crossing came at a few KiB for 2 ranks and
+ * higher for 4, and the allgather's slots were slower than the engine
+ * from 8K a rank: perf/NOTES.md, "small.c, the slots' limit").  So it
+ * is measured: each size of slot from TUNE_FIRST up to small_max, both
+ * ways.  Every rank makes the same calls; rank 0 decides and tells the
+ * others, so they all take the same path. */
 #define TUNE_FIRST 1024
 #define TUNE_WARM 4
 #define TUNE_BATCH 8
@@ -157,7 +157,8 @@ int loomi_small_fits(const struct loom_comm *c, int coll, size_t n, loom_datatyp
 /* Past this, rank 0 ends the measuring: what is left keeps the slots up
  * to small_max, as it would unmeasured.  Ranks taking turns on few cores
  * make every call slow, and win with the slots anyway (16 ranks on 2
- * cores: slots faster at every size, 145 ms for all four). */
+ * cores: slots faster at every size, and measuring all four
+ * collectives took well past this budget). */
 #define TUNE_BUDGET_NS 50000000u
 
 /* One call of the collective with `bytes` of slot: floats and sums,

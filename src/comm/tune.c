@@ -6,17 +6,18 @@
  * vectors larger than the caches (what the big collectives meet), and
  * shared-memory messages at one rate, whether they go through the FIFO
  * cells or in one kernel copy.  Vectors that the caches hold break both:
- * 2 ranks here, recursive doubling's one 128K message is a single copy
- * and its reduction runs in cache, 12.2 us against the 19.6 of the ring
- * that the table chose (whose 64K halves go through the cells), and 22.8
- * against 38.3 at 256K.  Modelling that moves every crossover on the
- * host, which the model's other terms were calibrated against.  So the
- * choice is measured instead, in that range only: each power of two from
- * above the slots' limit up to TUNE_TOP, the table's algorithm against
- * every other that the model puts within TUNE_SPAN of it, in turns.
- * Rank 0 decides and tells the others (every rank then runs the same
- * algorithm): another one takes the sizes from there to the next power
- * of two where it was faster by TUNE_MARGIN.
+ * on 2 ranks, recursive doubling's one 128K message is a single copy
+ * and its reduction runs in cache, and it beat the ring that the table
+ * chose (whose 64K halves go through the cells) clearly at 128K and
+ * 256K (perf/NOTES.md, "tune.c, why the allreduce is timed").
+ * Modelling that moves every crossover on the host, which the model's
+ * other terms were calibrated against.  So the choice is measured
+ * instead, in that range only: each power of two from TUNE_LOW, or from
+ * above the slots' limit where that is higher, up to TUNE_TOP, the
+ * table's algorithm against every other that the model puts within
+ * TUNE_SPAN of it, in turns.  Rank 0 decides and tells the others (every
+ * rank then runs the same algorithm): another one takes the sizes from
+ * there to the next power of two where it was faster by TUNE_MARGIN.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,8 @@
 
 /* Only the allreduce.  Not the broadcast: its calls overlap back to
  * back, and short batches of them timed otherwise than the perf binary's
- * long ones (4 ranks, 64K: scatter-allgather 9.1-9.4 us against the
- * tree's 10.2-10.3 at init, 19.7-21.4 against 16.3-18.2 in
- * broadcast_perf). */
+ * long ones (4 ranks, 64K: scatter-allgather ahead of the tree at init,
+ * behind it in broadcast_perf; perf/NOTES.md, "tune.c, the broadcast"). */
 #define COLL LOOMI_COLL_ALLREDUCE
 
 /* Rank 0's word on every rank: the others check what came (`what`
@@ -102,21 +102,21 @@ static int beta_ok(const uint8_t *v, size_t n)
 /* The probe's intra-host beta, against the allreduce's messages as the
  * timing met them at size s: the probe times one pair's round trips
  * while the host's other ranks wait, and where ranks take turns on
- * cores that pair can run as it never does in a collective.  On this
- * 2-core VM, in the spells when the hypervisor puts its two CPUs close
- * (a cache line handed back and forth in 110-130 ns instead of 450-550),
- * the probe's beta halves (0.039-0.048 ns/B against 0.085-0.10), but
- * halving-doubling's 512K allreduce on 4 ranks takes 172 us against
- * 176-206: a third of the jobs then chose it over shared (105 us) at
- * 512K-768K and 2M-4M, and the ring at 12M.  So beta is fitted to each
- * message algorithm timed (not shared, which sends no data in messages)
- * that ran slower than the model by more than TUNE_FIT
+ * cores that pair can run as it never does in a collective.  On a
+ * 2-core VM whose hypervisor at times puts its two CPUs close (a cache
+ * line handed over several times faster), the probe's beta halved while
+ * halving-doubling's allreduce on 4 ranks hardly sped up: a third of
+ * the jobs then chose it over a shared allreduce that was faster at
+ * 512K-768K and 2M-4M, and the ring at 12M (perf/NOTES.md, "tune.c,
+ * the probe's beta").  So beta is fitted to each message algorithm
+ * timed (not shared, which sends no data in messages) that ran slower
+ * than the model by more than TUNE_FIT
  * (loomi_select_fit_beta; the others keep the probe's), and the lower
  * median of those figures stands: one algorithm that the model prices
- * badly (recursive doubling at 256K on 4 ranks: 176-422 us, estimated
- * 144) neither raises it alone nor, matching its estimate by luck,
- * keeps it (the tree's 59.5 us at 128K, in a job whose probe was made
- * to read half its beta).  Returns the new beta, or 0. */
+ * badly (recursive doubling at 256K on 4 ranks, whose times varied far
+ * above its estimate) neither raises it alone nor, matching its
+ * estimate by luck, keeps it (as the tree did at 128K in a job whose
+ * probe was made to read half its beta).  Returns the new beta, or 0. */
 static double fit_beta(const struct loom_comm *c, const struct loomi_job_shape *j, size_t s,
                        const uint8_t *cand, const uint64_t *best, int nc)
 {
@@ -206,9 +206,9 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
          * slower class's pick.  Those were timed with fp32 sums; their
          * own reductions add the bytes each candidate reduces at the
          * class's slowest kernel's excess (2 ranks: recursive doubling
-         * reduces the whole vector, the ring half of it: with bf16 max at
-         * 256K, 61.9 us against the ring's 44.8, where fp32 sums took
-         * 22.8 against 38.3). */
+         * reduces the whole vector, the ring half of it, and with bf16
+         * max at 256K the ring won where with fp32 sums recursive
+         * doubling had: perf/NOTES.md, "tune.c, slower reductions"). */
         uint8_t v[3 + LOOMI_RED_CLASSES - 1] = {0, 0, (uint8_t)nc};
         memset(v + 3, KEEP, LOOMI_RED_CLASSES - 1);
         /* Each class's own table's algorithm here (class 0: the list's first). */
@@ -232,11 +232,11 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
             /* The margin stands against the noise of the timing, which
              * the fp32 sums' verdict has passed; the reductions' excess
              * is the model's and shifts every candidate: the sums' pick
-             * stays where it still comes out ahead.  (2 ranks, 128K:
-             * halving-doubling 18.4 us against recursive doubling's 15.7
-             * at init, a clear win that fp16 sums' 2.7 against 1.3 us
-             * more would have undone; measured in fp16, 19.7 against
-             * 13.4.) */
+             * stays where it still comes out ahead.  (2 ranks, 128K: a
+             * clear win for recursive doubling at init that fp16 sums'
+             * excess, larger for it, would have undone in the estimate;
+             * measured in fp16, it won by more: perf/NOTES.md, "tune.c,
+             * slower reductions".) */
             else if (q && v[0] && tq[v[0]] < tq[b])
                 *pick = v[0];
         }

@@ -25,11 +25,11 @@ int loomi_cmp_double(const void *a, const void *b)
 
 /* Big buffers get transparent huge pages where the kernel gives them on
  * request: the in-place shared allreduce streams its saves through all of
- * SCRATCH, and with 4K pages the TLB misses cost (2 ranks, 64 MiB in
- * place, alternating builds: 16.1 against 17.4 ms, 4 ranks 37.1 against
- * 40.7); and a fresh buffer faults in a page at a time, which on a VM can
- * cost more than the work (init's 8 MiB for the reduction's rate: 22 of
- * 24 ms, against 1 ms with huge pages, on a 2-core PVM guest). */
+ * SCRATCH, and with 4K pages the TLB misses show in a large allreduce's
+ * time; and a fresh buffer faults in a page at a time, which on a VM can
+ * cost more than the work (most of the time init spends timing the
+ * reduction, on a PVM guest).  See perf/NOTES.md, "util.c, huge
+ * pages". */
 #define BIG_PAGE ((size_t)2 << 20)
 void *loomi_big_alloc(size_t len)
 {

@@ -165,8 +165,8 @@ static void init_tables(void)
     /* 256-bit kernels unless asked for more: the 512-bit ones were no
      * faster on the Xeon measured (2 ranks, float32 and bfloat16 sums of
      * 1K-4M), and slower where ranks take turns on the cores (2 x 2
-     * ranks on 2 cores, recursive-doubling allreduce: 64 bytes 12.2
-     * against 11.0 us, 64K 45 against 41). */
+     * ranks on 2 cores, recursive-doubling allreduce); see perf/NOTES.md,
+     * "reduce.c, 512-bit kernels". */
     int best = ISA_AVX2;
     const char *env = getenv("LOOM_REDUCE_ISA");
     if (env && *env) {

@@ -118,8 +118,8 @@ static double overlap(double alpha, int k)
 /* An in-place allreduce that does not save as it goes (all but shared)
  * has the engine copy RECV aside first, to restore it if the operation
  * fails: charged only where shared's window form is weighed in place,
- * which saves as it goes (2 ranks, ring in place against out of place:
- * 1M 216 against 119 us, 16M 3.6 against 2.6 ms). */
+ * which saves as it goes (the copy aside is a large part of the ring's
+ * time in place: see perf/NOTES.md, "select.c, the in-place backup"). */
 static double backup(int coll, double n, const struct loomi_job_shape *j,
                      const struct loomi_links *l, double cf)
 {
@@ -186,14 +186,14 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     /* Three rounds of zero-byte messages to the L-1 others: posted
      * together, their latencies overlap (see overlap()).  Each waits for
      * every rank of the host, so with cf ranks to a core it waits for
-     * their turns on it too: cf times as long (4 ranks on 2 cores here:
-     * about 12 us a round, against 6 for 2 ranks that need not wait;
-     * the ping-pong that measures alpha involves two ranks only).  The
-     * turns are counted per machine: hosts faked on one machine take
-     * them on the same cores (2 x 2 ranks in network namespaces on 2
-     * cores: counted per host, shared was chosen from 64K and measured
-     * 1.10-1.20 times hierarchical's time up to 256K).  The copies and
-     * the reduction cover the n bytes once, whatever the rounds (the
+     * their turns on it too: cf times as long (a round of 4 ranks on 2
+     * cores took about twice as long as one of 2 ranks that need not
+     * wait; the ping-pong that measures alpha involves two ranks only).
+     * The turns are counted per machine: hosts faked on one machine take
+     * them on the same cores (counted per host, hosts faked in network
+     * namespaces chose shared where hierarchical measured faster).  See
+     * perf/NOTES.md, "select.c, shared's rounds".  The copies and the
+     * reduction cover the n bytes once, whatever the rounds (the
      * last one is partial: charging whole rounds made 2M-3M look dear). */
     const double turns = host_turns(j, cf);
     const double per_round = overlap(l->alpha[LOOMI_LINK_INTRA], L - 1) * turns;
@@ -208,9 +208,9 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * Both the reduction and the copy-out read lines that their
          * owner has just written, from its core's cache while they are
          * still there: as slow as a transfer within the host, for up to
-         * PRIVATE_CACHE bytes (2 ranks, ring against shared in place:
-         * 64K 9 against 18 us, 512K 90 against 99, 1M 216 against 173,
-         * 4M 0.80 against 0.49 ms, 16M 3.6 against 2.0). */
+         * PRIVATE_CACHE bytes (on 2 ranks in place the ring beat shared
+         * up to 512K, and shared won from 1M on: perf/NOTES.md,
+         * "select.c, windows in place"). */
         sync = (rounds + 2) * per_round;
         double work = cf * (l->gamma_copy * n * (1.0 / L + 2 * f) + l->gamma * n * f);
         double hot = f * hot_lines(l, 2 * n);
@@ -223,8 +223,9 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * otherwise each rank copies the others' slices out of their
          * RECV: either way (L-1)/L of n copied, streamed past
          * LOOM_SHM_STREAM.  Zero-byte rounds: the descriptors once, "red"
-         * per round, and "out" once unless pushing.  2 ranks: 64K 2.6 us,
-         * 4M 0.30 ms, 64M 6.1 ms (ring 9.5 us, 0.61 ms, 26 ms). */
+         * per round, and "out" once unless pushing.  On 2 ranks it beat
+         * the ring at every size measured, 64K to 64M (perf/NOTES.md,
+         * "select.c, windows out of place"). */
         const int push = j->hosts && j->hosts->nhosts == 1;
         const double copy = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
         sync = (rounds + (push ? 1 : 2)) * per_round;
@@ -234,13 +235,14 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     /* The copy-out with streaming stores (past LOOM_SHM_STREAM) moves two
      * bytes through memory per byte copied where a cached copy moves
      * three (it reads each line before overwriting it): 2/3 of the copy
-     * time.  2 ranks here, 64 MiB: 12.6 ms streamed against 15.1. */
+     * time.  (Streamed was the faster on 2 ranks at 64 MiB: perf/NOTES.md,
+     * "select.c, streamed copy-out".) */
     double out = loomi_shared_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
     double work = cf * (l->gamma_copy * n * (f + out) + l->gamma * n * f);
     /* The three phases of a round wait for each other (only the next
      * round's copy-in overlaps them): on 2 ranks, whose CPU work equals
-     * the ring's, shared measured 3-15% slower than ring and tree from
-     * 512K to 8M.  A tenth more. */
+     * the ring's, shared measured slower than ring and tree from 512K
+     * to 8M, by about a tenth.  A tenth more. */
     work *= 1.1;
     return rounds * sync + work;
 }
@@ -262,13 +264,12 @@ static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
     /* The reduction reads lines that their writers have just written,
      * from those cores' caches, as the window form's does (see
      * shared_intra()): charged as there where each rank has a core of
-     * its own (2 ranks: 1.2-1.4 times the ring's time for blocks of 256K
-     * and 512K, whose transfers are single kernel copies, LOOM_SHM_CMA;
-     * since that is 128K, blocks of 128K too, 15.0 us against
-     * halving-doubling's 11.9; even at 1M, faster from 2M).  Where ranks
-     * take turns on the cores none showed: 4 ranks on 2 cores, shared
-     * fastest from blocks of 32K (24.0 us against halving-doubling's
-     * 26.6) to 16M. */
+     * its own (2 ranks: shared slower than the ring and halving-doubling
+     * for blocks from LOOM_SHM_CMA's size, whose transfers are single
+     * kernel copies, up to 1M, and faster from 2M).  Where ranks take
+     * turns on the cores none showed: 4 ranks on 2 cores, shared fastest
+     * from blocks of 32K to 16M.  See perf/NOTES.md, "select.c, shared
+     * reduce-scatter". */
     const double hot = turns > 1 ? 0 : hot_lines(l, (L - 1) * n);
     return ceil(n / C) * sync + 1.1 * work + hot;
 }
@@ -279,8 +280,9 @@ static double shared_rs_intra(int L, double n, const struct loomi_job_shape *j,
  * one from SEND), streamed as the allreduce's copy-out past
  * LOOM_SHM_STREAM (the host's outputs together), and the same penalty
  * for reading lines that peers have just written as the reduce-scatter.
- * 4 ranks on 2 cores, 64 MiB in all: 11.0 ms against recursive
- * doubling's 19.8; 16 MiB 2.6 against 3.5; 4 MiB the same. */
+ * With ranks taking turns on the cores it beat recursive doubling past
+ * a few MiB in all, and tied at 4 MiB (perf/NOTES.md, "select.c,
+ * shared allgather"). */
 static double shared_ag_intra(int L, double n, const struct loomi_job_shape *j,
                               const struct loomi_links *l, double cf)
 {
@@ -299,9 +301,9 @@ static double shared_ag_intra(int L, double n, const struct loomi_job_shape *j,
  * the root copies the data into its arena (and its RECV in the same
  * pass), every other rank copies it out, streamed as the allgather's.
  * The root's pass sets the pace while each rank has a core; where they
- * take turns, all the copies share the cores.  4 ranks on 2 cores, out
- * of place: 64 MiB 15.8 ms against the tree's 27.6, 16 MiB 3.5 against
- * 5.0 (scatter-allgather), 4 MiB 1.15 against 1.04. */
+ * take turns, all the copies share the cores.  With ranks taking turns
+ * it beat the flat broadcasts out of place from about 16 MiB on, but
+ * not at 4 MiB (perf/NOTES.md, "select.c, shared broadcast"). */
 static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *j,
                                  const struct loomi_links *l, double cf)
 {
@@ -310,8 +312,8 @@ static double shared_bcast_intra(int L, double n, const struct loomi_job_shape *
     const double turns = host_turns(j, cf);
     /* The root's message to the others overlaps; their answers come as
      * each gets its turn, one after another (charged overlapped, it was
-     * chosen from 12K-32K a rank for 3-8 ranks here, where the flat
-     * ones measured up to 1.4 times faster below 64K-256K). */
+     * chosen at tens of KiB a rank, where the flat ones measured faster:
+     * perf/NOTES.md, "select.c, shared broadcast"). */
     const double a = l->alpha[LOOMI_LINK_INTRA];
     const double sync = (overlap(a, L - 1) + a * (L - 1)) * turns;
     const double out = loomi_bcast_streams(j->stream_bytes, L, (size_t)n) ? 2.0 / 3 : 1;
@@ -343,22 +345,22 @@ double loomi_allreduce_reduced(int algo, int p, double n)
  * fold-in round of ranks beyond a power of two reduces it too), and
  * reads the input twice, to send it and to reduce it, where the others
  * read it once: a third more memory traffic, which shows on vectors the
- * caches cannot keep (2 ranks, 4M-64M: 1.22-1.8 times the ring's
- * time, 1.33 at 32M).  The double binary tree: on 2 ranks, the ring's
- * figure (each rank roots half); beyond, a rank sends 2n (up once, down
- * to two children), reduces n and copies n out.
+ * caches cannot keep (2 ranks, 4M-64M: markedly slower than the ring).
+ * The double binary tree: on 2 ranks, the ring's figure (each rank roots
+ * half); beyond, a rank sends 2n (up once, down to two children),
+ * reduces n and copies n out.
  * A reduce-scatter by the ring or halving-doubling sends (p-1) of its
  * n-byte blocks, a copy into the transport, and copies what it receives
  * out (of a FIFO cell, or of the sender's buffer by the kernel) before
- * it reduces it: against shared_rs_intra()'s one copy, 4 ranks here,
- * 64 MiB in all, ring 26.3 ms and shared 19.1; 2 ranks 10.1 and 7.4.
+ * it reduces it: against shared_rs_intra()'s one copy, which is why
+ * shared wins the large reduce-scatters on one host.
  * A broadcast by the tree or scatter-allgather: each byte a rank
  * receives is copied into a cell by its sender and out by itself, or
- * once by the kernel (LOOM_SHM_CMA), which is no faster: 2 ranks, the
- * tree's 4M took 0.148 ns/B, where two copies at gamma_copy (4M, out of
- * L2) are 0.144, and 64M 0.33 ns/B; without the term the table kept the
- * tree or scatter-allgather at 32M-64M, which took 1.8 times shared's
- * time (64M: 22.1 against 12.2 ms).
+ * once by the kernel (LOOM_SHM_CMA), which is no faster: on 2 ranks the
+ * tree's broadcast took about two copies' time a byte; without the term
+ * the table kept the tree or scatter-allgather at 32M-64M, where shared
+ * took far less time.  Figures: perf/NOTES.md, "select.c, flat
+ * algorithms' CPU work".
  * 0 for the others: no CPU term. */
 static double shm_flat_cpu(int coll, int algo, int p, double n, const struct loomi_links *l,
                            double cf)
@@ -423,20 +425,18 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
         /* In their rounds across hosts every rank of a host crosses at
          * once, L of them over the host's link, which the probe timed
          * with one pair alone.  Charged to the reductions, where the
-         * unshared figure chose halving-doubling where it was slowest (2
-         * x 2 over veth: allreduce of 512K, 454 us against shared's 288;
-         * reduce-scatter of 128K a rank, 222 against hierarchical's 186).
-         * The allgather's recursive doubling gets less of it: with the
-         * whole share its crossover to hierarchical came at 4K-48K a
-         * rank, and with none at 48K-1M, as the probe's figures varied
-         * from job to job (inter-host beta 0.21-0.34 ns/B here).  It is
-         * measured between 32K and 64K a rank: 2 x 2 over veth, 32K a
-         * rank 62.8-64.4 us against hierarchical's 64.9-70.1, 64K a rank
-         * 108.8-112.3 against 88.7-97.5.  Half the share put it at
-         * 32K-64K for six of seven probes' figures (96K for the seventh);
-         * three quarters at 24K-48K, but at 4K a rank for the figures of
-         * a host whose shared memory answers in 1.3 us, which measured
-         * recursive doubling faster there (test_model.c). */
+         * unshared figure chose halving-doubling where it was slower
+         * than shared (the allreduce) and hierarchical (the
+         * reduce-scatter), 2 x 2 over veth.  The allgather's recursive
+         * doubling gets less of it: with the whole share its crossover
+         * to hierarchical came too low, and with none too high, both
+         * moving with the probe's figures from job to job.  Measured
+         * (2 x 2 over veth), it lies between 32K and 64K a rank.  Half
+         * the share put it there for almost every probe's figures;
+         * three quarters put it lower, and far too low for the figures
+         * of a host with fast shared memory, where recursive doubling
+         * measured faster (test_model.c).  See perf/NOTES.md,
+         * "select.c, crossing hosts together". */
         /* With RDMA between the hosts each rank crosses through the NIC
          * the job picture gave it: the ranks of a host share that NIC,
          * not one link (2 x 8 ranks on 4 NICs: 2 to a NIC).  Over TCP
@@ -462,8 +462,8 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
          * crosses costs `turns` latencies.  In the round at distance d
          * the last d ranks of each host of L consecutive ones cross, and
          * every rank once d >= L.  (2 x 2 ranks on 2 cores, 8 bytes:
-         * bruck 57-68 us, as slow as pairwise's 59-65, not the 37 that
-         * one latency a round made it.) */
+         * bruck measured as slow as pairwise, far from what one latency
+         * a round made it: perf/NOTES.md, "select.c, the alltoall".) */
         const double turns = host_turns(j, cf);
         double sum = 0;
         int rounds = 0;
@@ -477,13 +477,13 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
             /* Its p-1 exchanges are posted in windows of 8 at once.
              * Across hosts each message pays its whole alpha: system
              * calls on both sides, and over veth the receiver's network
-             * stack on the sender's core (2 x 2 ranks, 8 bytes: 18 us,
-             * against 11.7 for hierarchical, whose three messages wait
-             * for each other).  That puts the switch to pairwise at 48K
-             * a peer.  (Charged three quarters of alpha each past the
-             * first, it came at 32K, where hierarchical measured 5-11%
-             * faster in three runs: 37-40 against 41.5-42 us; at 64K
-             * pairwise was faster in two of them.) */
+             * stack on the sender's core (2 x 2 ranks, 8 bytes: slower
+             * than hierarchical, whose three messages wait for each
+             * other).  That puts the switch to pairwise at 48K a peer.
+             * (Charged three quarters of alpha each past the first, it
+             * came at 32K, where hierarchical measured faster; at 64K
+             * pairwise mostly won.  perf/NOTES.md, "select.c, the
+             * alltoall".) */
             int w = p - 1 < 8 ? p - 1 : 8;
             flat.alpha = overlap(flat.alpha, w) / w;
         }
@@ -492,8 +492,8 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
         if (t >= 0 && H == 1 && l->intra_shm) {
             /* The copies and the transfers overlap, but not wholly: a
              * twentieth of the lesser shows.  Between algorithms of the
-             * same CPU work this prefers the shorter pipeline (2 ranks,
-             * 16 MiB: the tree 2.41-2.88 ms, the ring 2.82-3.39). */
+             * same CPU work this prefers the shorter pipeline (on 2
+             * ranks at 16 MiB the tree measured faster than the ring). */
             double cpu = shm_flat_cpu(coll, algo, p, n, l, cf);
             if (cpu > 0) t = fmax(t, cpu) + 0.05 * fmin(t, cpu);
         }
@@ -519,8 +519,9 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
              * hosts the next one's are copied in and reduced (two rounds
              * in flight, one per half of the arena), so past the first
              * round the slower of the two stages sets the pace.  (2 x 2
-             * over veth, 32M-64M: shared 20% faster than hierarchical,
-             * which the plain sum of the phases had the other way.) */
+             * over veth, 32M-64M: shared measured faster than
+             * hierarchical, which the plain sum of the phases had the
+             * other way.) */
             double s = shared_intra(L, n, j, l, cf);
             t = s < 0 ? -1 : (s + rail) / nrounds + (nrounds - 1) / nrounds * fmax(s, rail);
         } else {
@@ -528,8 +529,8 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
              * in shared_intra()), and are separate sub-schedules, whose
              * rails start together: a quarter more in all.  (2 x 2
              * ranks over veth: charged a tenth more, hierarchical was
-             * chosen up to 3M and measured 2-21% slower than shared
-             * from 256K to 2M, in two runs; 5% faster at 4M.) */
+             * chosen up to 3M, and measured slower than shared from 256K
+             * to 2M; perf/NOTES.md, "select.c, hierarchical".) */
             double rs = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, slice, &in);
             double ag = loomi_model_time(LOOMI_COLL_ALLGATHER, LOOMI_ALGO_RING, L, slice, &in);
             t = 1.25 * (rs + ag) + rail;
@@ -547,8 +548,8 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
          * one per host's run of the input, then the rail's: the bytes of
          * one reduce-scatter of H blocks a rank, with the latency of H
          * (charged one latency, 2 x 2 ranks over veth took hierarchical
-         * from 1.5K a rank: 7-11% slower than halving-doubling up to 16K
-         * in three runs).  Other layouts: hier.c first permutes the p
+         * from 1.5K a rank, where halving-doubling measured faster up to
+         * 16K).  Other layouts: hier.c first permutes the p
          * blocks into SCRATCH, a copy of the whole input, which the flat
          * algorithms do not make, and reduce-scatters them at once. */
         t = loomi_model_time(LOOMI_COLL_REDUCE_SCATTER, LOOMI_ALGO_RING, L, bytes * (size_t)H,
@@ -570,7 +571,7 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
          * with the rail's for the core: charged in full.  (Charging the
          * runs as one allgather of H times the bytes, partly hidden
          * behind the rail, had 2 x 2 ranks over veth take hierarchical
-         * from 4K: 7-14% slower than recursive doubling up to 64K.)
+         * from 4K, where recursive doubling measured faster up to 64K.)
          * Other layouts: one allgather of all H runs after the rail
          * (hier.c), and a copy of the p blocks into rank order. */
         double rail = best_flat(LOOMI_COLL_ALLGATHER, H, bytes, &out);
@@ -597,11 +598,12 @@ static double select_cost(int coll, int algo, size_t bytes, const struct loomi_j
          * (hosts faked on one machine too), the runs' copies take turns
          * with theirs, and only the latencies of the rail and the own run
          * overlap: moving their bytes is the same cores' work.  (2 x 2
-         * ranks on 2 cores, 1M a peer: the rail alone 1.9 ms, the own run
-         * alone 0.2, both at once 2.5-2.8.  Charged as on cores of their
-         * own, the table kept hierarchical up to 128K-1M a peer, where
-         * pairwise measured 14-43% faster from 128K; hierarchical is
-         * 1-23% faster up to 32K.) */
+         * ranks on 2 cores, 1M a peer: the rail and the own run at once
+         * took longer than the two apart added up.  Charged as on cores
+         * of their own, the table kept hierarchical up to 128K-1M a
+         * peer, where pairwise measured faster from 128K; hierarchical
+         * is faster up to 32K.  perf/NOTES.md, "select.c, the
+         * alltoall".) */
         const double turns = host_turns(j, cf);
         struct loomi_model_params inr = in;
         if (turns > 1) inr.beta = l->beta[LOOMI_LINK_INTRA] * turns;
@@ -649,14 +651,13 @@ double loomi_select_cost(int coll, int algo, size_t bytes, const struct loomi_jo
  * Only across hosts, where a NIC moves the bytes while the cores reduce,
  * and only where each rank has a core of its own.  Within a host the
  * cores make the transfers, as copies, and smaller chunks never paid
- * here: 2 ranks, the ring's bf16 max allreduce of 384K, which the
- * model put in 64K chunks, 99-110 us against 66-67 in 2M ones (128K:
- * 87-99); below LOOM_SHM_CMA a chunk is two copies instead of one.
- * Where ranks take turns, the cores that move a chunk are the ones that
- * reduce the next: 2 hosts of 2 ranks faked on this 2-core machine
- * (TCP between them), the ring's allreduce of 1M-4M in the 128K-512K
- * chunks that the model picked took 1.05-1.41, 2.0-5.0 and 4.8-6.0 ms,
- * in 2M chunks 1.04-1.19, 1.8-3.6 and 4.0-5.2. */
+ * where measured (2 ranks: the ring in the model's 64K or 128K chunks
+ * was slower than in 2M ones); below LOOM_SHM_CMA a chunk is two copies
+ * instead of one.  Where ranks take turns, the cores that move a chunk
+ * are the ones that reduce the next: 2 hosts of 2 ranks faked on 2
+ * cores, with TCP between them, ran the ring's allreduce no faster in
+ * the chunks that the model picked than in 2M ones.  See perf/NOTES.md,
+ * "select.c, chunks". */
 size_t loomi_select_chunk(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
                           const struct loomi_links *l)
 {
@@ -687,7 +688,8 @@ size_t loomi_select_chunk(int coll, int algo, size_t bytes, const struct loomi_j
  * for the engine than the model counts: it is taken only where it beats
  * the best flat algorithm by this factor.  Where the two estimates tie
  * (allgather of a few bytes on 2 x 2 ranks: both cost one message inside
- * and one across), the flat one measured 10-20% faster.  (On one host
+ * and one across), the flat one measured faster, by about the margin
+ * below or more.  (On one host
  * `shared` is a single schedule, and no margin applies.) */
 #define PHASED_MARGIN 0.9
 
