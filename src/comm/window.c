@@ -209,6 +209,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     }
     /* Check what came over the network, then map the host's others. */
     uint32_t ok = r == LOOM_SUCCESS && mine == LOOM_SUCCESS;
+    loom_result_t bad = LOOM_ERR_SYSTEM; /* what a failure seen here is */
     for (int q = 0; ok && q < c->nranks; q++) {
         if (all[q].bytes != bytes || all[q].id != w->id) {
             snprintf(why, sizeof why,
@@ -216,6 +217,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
                      "window %llu (every rank must call it alike, in the same order)",
                      fn, q, (unsigned long long)all[q].bytes, (unsigned long long)all[q].id,
                      bytes, (unsigned long long)w->id);
+            bad = LOOM_ERR_MISMATCH;
             ok = 0;
         } else if (!all[q].ok || all[q].pid <= 0) {
             snprintf(why, sizeof why, "%s: rank %d could not make its window", fn, q);
@@ -250,7 +252,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     }
     if (r != LOOM_SUCCESS || !all_ok) {
         win_unmap(w);
-        if (r == LOOM_SUCCESS) r = mine != LOOM_SUCCESS ? mine : LOOM_ERR_SYSTEM;
+        if (r == LOOM_SUCCESS) r = mine != LOOM_SUCCESS ? mine : bad;
         return loomi_fail(r, c->rank, "%s",
                           why[0] ? why : "loom_mem_alloc: another rank could not map the windows");
     }
@@ -282,7 +284,7 @@ loom_result_t loom_mem_free(loom_comm_t h, void *ptr)
      * unmapping here harms nobody; one not yet waited for may still read
      * the mappings, failed or not. */
     loomi_comm_lock(comm);
-    int users = loomi_engine_window_users(comm, w->id);
+    int users = loomi_engine_window_users(&comm->eng, w->id);
     loomi_comm_unlock(comm);
     if (users)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,

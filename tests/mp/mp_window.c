@@ -241,6 +241,21 @@ static void disagree(int offsets, size_t n)
     free(own);
 }
 
+/* Rank 1 asks for another size than the others: every rank fails with
+ * LOOM_ERR_MISMATCH, and those that see the sizes name them. */
+static void sizes(void)
+{
+    void *w = NULL;
+    loom_result_t r = loom_mem_alloc(comm, rank == 1 ? 8192 : 4096, &w);
+    if (r != LOOM_ERR_MISMATCH) {
+        failures++;
+        fprintf(stderr, "rank %d: FAIL sizes: loom_mem_alloc got %s (%s), want %s\n", rank,
+                loom_strerror(r), loom_get_last_error(), loom_strerror(LOOM_ERR_MISMATCH));
+    }
+    printf("rank %d: loom_mem_alloc: %s: %s\n", rank, loom_strerror(r), loom_get_last_error());
+    if (r == LOOM_SUCCESS) loom_mem_free(comm, w);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "check";
@@ -249,6 +264,7 @@ int main(int argc, char **argv)
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &nranks);
     if (!strcmp(mode, "check")) check();
+    else if (!strcmp(mode, "sizes")) sizes();
     else if (!strcmp(mode, "mismatch") || !strcmp(mode, "offsets")) {
         long n = argc > 2 ? atol(argv[2]) : 1 << 16;
         if (n < 1) {
@@ -257,7 +273,7 @@ int main(int argc, char **argv)
         }
         disagree(!strcmp(mode, "offsets"), (size_t)n);
     } else {
-        fprintf(stderr, "usage: mp_window check|mismatch|offsets [COUNT]\n");
+        fprintf(stderr, "usage: mp_window check|sizes|mismatch|offsets [COUNT]\n");
         return 2;
     }
     loom_comm_destroy(comm);

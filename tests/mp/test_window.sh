@@ -30,6 +30,13 @@ out=$(LOOM_SHM_STREAM=4K timeout 300 "$LOOMRUN" -n 3 --timeout 280 "$prog" check
 rc=$?
 check "windows, 3 ranks, streamed results" [ $rc -eq 0 ]
 [ $rc -eq 0 ] || echo "$out" | tail -15
+# Ranks that ask for windows of different sizes: every rank fails with
+# LOOM_ERR_MISMATCH (it used to be LOOM_ERR_SYSTEM, against the page).
+out=$(timeout 120 "$LOOMRUN" -n 3 --timeout 100 "$prog" sizes 2>&1)
+rc=$?
+check "windows of different sizes: LOOM_ERR_MISMATCH on every rank" \
+    [ $rc -eq 0 -a "$(grep -c 'loom_mem_alloc: peers disagree.*asked for' <<<"$out")" -ge 2 ]
+[ $rc -eq 0 ] || echo "$out" | tail -6
 # Ranks that disagree: all fail (mp_window exits 0 only then, its
 # buffers untouched); the rank that saw it says why.
 for m in "mismatch:every rank of a host must use windows alike" \
