@@ -48,14 +48,10 @@ struct loomi_call {
 
 /* Calls remembered per communicator, for probes and verdicts. */
 #define LOOMI_CALL_HIST 64
-/* A wait on a peer with nothing moving for this long sends it a probe
- * (the call this rank is in), once per stall. */
-#define LOOMI_CALL_STALL_MS 20
-/* For this long into a stall, a wait looks at the control plane every
- * LOOMI_CALL_ANSWER_POLL_MS (not every LOOMI_CTRL_POLL_MS): a peer's
- * probe, or its answer to this rank's, is likely to come then. */
-#define LOOMI_CALL_ANSWER_MS 500
-#define LOOMI_CALL_ANSWER_POLL_MS 5
+/* How long a wait on a peer lasts before it probes the peer, and how
+ * often it looks at the control plane early in a stall: the engine's
+ * LOOMI_CALL_STALL_MS, LOOMI_CALL_ANSWER_MS and LOOMI_CALL_ANSWER_POLL_MS
+ * (sched/sched.h). */
 /* After a rooted collective (broadcast, reduce, gather, scatter), which
  * can complete on a rank that never hears from a peer that made it
  * otherwise, this many small calls through the slots look at the

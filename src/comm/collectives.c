@@ -273,7 +273,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     /* A broken communicator fails the call (it counts among this rank's
      * calls: a mismatch's verdict sees it). */
     loom_result_t r = LOOM_SUCCESS;
-    if (comm->pt || comm->error != LOOM_SUCCESS) r = loomi_comm_check_call(comm, c->fn);
+    if (comm->eng.pt || comm->error != LOOM_SUCCESS) r = loomi_comm_check_call(comm, c->fn);
     if (r != LOOM_SUCCESS) return r;
     /* Small blocking calls on one host: the arenas' slots (small.c). */
     if (!req && !group && !c->cz.codec &&
@@ -360,7 +360,7 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
                           "%s: no request handle left (too many requests not yet waited for)",
                           c->fn);
     }
-    r = loomi_op_start(comm, &s, c->sendbuf, c->recvbuf, save, &op);
+    r = loomi_op_start(&comm->eng, &s, c->sendbuf, c->recvbuf, save, &op);
     if (r != LOOM_SUCCESS) {
         loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
         return r;

@@ -167,8 +167,8 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
      * earlier call complete it (a closed TCP connection can take with it
      * what the peer had not read yet), so that its account of its calls
      * reaches the call in question (calls.h). */
-    if (c->tops && c->tstate && !(code == LOOM_ERR_MISMATCH && c->ctrl))
-        c->tops->abort_all(c->tstate, failed_rank, code);
+    if (c->eng.tops && c->eng.tstate && !(code == LOOM_ERR_MISMATCH && c->ctrl))
+        c->eng.tops->abort_all(c->eng.tstate, failed_rank, code);
     /* Ranks whose calls differ: every rank shows the others its last
      * calls, so that each can say which rank differs (calls.h). */
     if (code == LOOM_ERR_MISMATCH) loomi_calls_push(c);
@@ -215,6 +215,77 @@ int loomi_comm_peer_word(void *owner, int peer, int ms)
     return loomi_comm_sync(c) != LOOM_SUCCESS;
 }
 
+/* ------------------------------------------------- the engine's hooks */
+
+static struct loom_comm *owner(struct loomi_engine *e) { return e->owner; }
+
+static void eng_fail(struct loomi_engine *e, loom_result_t code, int peer, const char *msg)
+{
+    loomi_comm_fail(owner(e), code, peer, "%s", msg);
+}
+
+static int eng_revoke_pending(struct loomi_engine *e)
+{
+    return loomi_comm_revoke_pending(owner(e));
+}
+
+static loom_result_t eng_sync(struct loomi_engine *e) { return loomi_comm_sync(owner(e)); }
+
+static void eng_calls_poll(struct loomi_engine *e) { loomi_calls_poll(owner(e)); }
+
+static void eng_calls_probe(struct loomi_engine *e, uint64_t no, const int *peers, int npeers)
+{
+    loomi_calls_probe(owner(e), no, peers, npeers);
+}
+
+static int eng_calls_verdict(struct loomi_engine *e)
+{
+    struct loom_comm *c = owner(e);
+    int found = loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS);
+    c->mismatch_told = 1;
+    return found;
+}
+
+static int eng_window_map(struct loomi_engine *e, uint64_t id, unsigned char **out, int n,
+                          size_t *len)
+{
+    return loomi_mem_window_map(owner(e), id, out, n, len);
+}
+
+static int eng_window_push_begin(struct loomi_engine *e, uint64_t id)
+{
+    return loomi_mem_window_push_begin(owner(e), id);
+}
+
+static void eng_window_push_end(struct loomi_engine *e, uint64_t id)
+{
+    loomi_mem_window_push_end(owner(e), id);
+}
+
+static int eng_window_close(struct loomi_engine *e, uint64_t id, uint64_t deadline_ms)
+{
+    return loomi_mem_window_close(owner(e), id, deadline_ms);
+}
+
+static const struct loomi_engine_hooks comm_hooks = {
+    .fail = eng_fail,
+    .revoke_pending = eng_revoke_pending,
+    .sync = eng_sync,
+    .calls_poll = eng_calls_poll,
+    .calls_probe = eng_calls_probe,
+    .calls_verdict = eng_calls_verdict,
+    .window_map = eng_window_map,
+    .window_push_begin = eng_window_push_begin,
+    .window_push_end = eng_window_push_end,
+    .window_close = eng_window_close,
+};
+
+void loomi_comm_engine_bind(struct loom_comm *c)
+{
+    loomi_engine_bind(&c->eng, c, &comm_hooks, &c->rank, &c->set, &c->error, c->errmsg,
+                      &c->hosts, (void *const *)&c->ctrl, loomi_sched_sig_name);
+}
+
 loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
                                const loom_config_t *cfg, const char *caller)
 {
@@ -224,6 +295,7 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
     c->nranks = nranks;
     c->failed_rank = -1;
     c->rdv_fd = -1;
+    loomi_comm_engine_bind(c);
     loom_result_t r = loomi_settings_resolve(&c->set, cfg, caller);
     if (r == LOOM_SUCCESS) r = loomi_algo_parse("LOOM_ALGO", c->set.algo, c->algo_forced, rank);
     if (r != LOOM_SUCCESS) {
@@ -266,12 +338,12 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .shm = {.bytes = c->set.shm_bytes, .cma_min = c->set.shm_cma_min},
         .verbs = {.nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL},
     };
-    loom_result_t r = loomi_route_create(&ctx, c->route_mask, &c->xfer_events, &c->tstate);
+    loom_result_t r = loomi_route_create(&ctx, c->route_mask, &c->eng.xfer_events, &c->eng.tstate);
     if (r != LOOM_SUCCESS) return r;
     /* The card says which NIC RDMA opened, so that every rank's picture
      * shows the NICs in use. */
     struct loomi_topo_rank card = *me;
-    const char *dev = loomi_route_rdma_device(c->tstate);
+    const char *dev = loomi_route_rdma_device(c->eng.tstate);
     card.nic = -1;
     card.nic_open = 0;
     for (int i = 0; dev && card.nic < 0 && i < card.host.nnics; i++)
@@ -284,7 +356,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
                    "bootstrap address holds the route address, topology card and control address");
     size_t alen = LOOMI_ROUTE_ADDR_BYTES;
     memset(addr, 0, LOOMI_ADDR_BYTES);
-    r = c->tops->local_addr(c->tstate, addr, &alen);
+    r = c->eng.tops->local_addr(c->eng.tstate, addr, &alen);
     if (r != LOOM_SUCCESS) return r;
     loomi_topo_pack(&card, addr + LOOMI_ROUTE_ADDR_BYTES);
     r = loomi_ctrl_create(c->rank, c->nranks, c->job_key, c->set.heartbeat_ms,
@@ -319,8 +391,8 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
         if (!c->hosts) r = loomi_fail(LOOM_ERR_NO_MEMORY, rank, "communicator: out of memory");
     }
     if (r == LOOM_SUCCESS) {
-        loomi_route_set_hosts(c->tstate, c->hosts->host_of);
-        r = c->tops->connect_all(c->tstate, all, LOOMI_ADDR_BYTES, deadline_ms);
+        loomi_route_set_hosts(c->eng.tstate, c->hosts->host_of);
+        r = c->eng.tops->connect_all(c->eng.tstate, all, LOOMI_ADDR_BYTES, deadline_ms);
     }
     if (r == LOOM_SUCCESS)
         r = loomi_ctrl_start(c->ctrl, all + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES,
@@ -337,11 +409,11 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
          * (LOOM_HOSTNAME, network namespaces) share its cores. */
         int cores = c->topo->ranks[rank].host.ncores;
         c->machine_ranks = loomi_topo_machine_ranks(c->topo, rank);
-        c->oversubscribed = cores > 0 && c->machine_ranks > cores;
+        c->eng.oversubscribed = cores > 0 && c->machine_ranks > cores;
         /* Before the probe, which then prices the path the collectives
          * will take. */
-        if (c->oversubscribed && !c->set.shm_cma_fixed && loomi_route_has_shm(c->tstate)) {
-            loomi_route_shm_crowded(c->tstate);
+        if (c->eng.oversubscribed && !c->set.shm_cma_fixed && loomi_route_has_shm(c->eng.tstate)) {
+            loomi_route_shm_crowded(c->eng.tstate);
             LOOMI_INFO(rank, "%d ranks share this machine's %d cores: shared-memory messages "
                        "that fit a FIFO go through its cells, not single-copy",
                        c->machine_ranks, cores);
@@ -380,13 +452,13 @@ void loomi_comm_discard(struct loom_comm *c)
     /* What the measuring at creation made goes too (schedules, buffers,
      * the slots' map): comm_free, after the transport. */
     loomi_comm_withdraw(c);
-    loomi_progress_stop(c);
+    loomi_progress_stop(&c->eng);
     loomi_ctrl_destroy(c->ctrl, 0);
     c->ctrl = NULL;
     if (c->rdv_fd >= 0) close(c->rdv_fd);
     c->rdv_fd = -1;
-    if (c->tstate) c->tops->destroy(c->tstate);
-    c->tstate = NULL;
+    if (c->eng.tstate) c->eng.tops->destroy(c->eng.tstate);
+    c->eng.tstate = NULL;
     comm_free(c, 0);
 }
 
@@ -413,7 +485,7 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
         free(c);
         return r;
     }
-    c->tops = &loomi_route_ops;
+    c->eng.tops = &loomi_route_ops;
     uint64_t deadline = loomi_now_ms() + (uint64_t)c->set.timeout_ms;
     struct loomi_topo_rank me;
     r = loomi_topo_discover(&c->set, rank, &me);
@@ -455,7 +527,7 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
     LOOMI_INFO(rank, "communicator ready: rank %d of %d on host %s (%d host(s)), transport %s, "
                "%d stream(s), chunk %zu, heartbeat %d ms",
                rank, nranks, me.host.name, c->hosts->nhosts,
-               loomi_route_describe(c->tstate, how, sizeof how), c->set.tcp_streams,
+               loomi_route_describe(c->eng.tstate, how, sizeof how), c->set.tcp_streams,
                c->set.chunk_bytes, c->set.heartbeat_ms);
     *out = c->handle;
     return LOOM_SUCCESS;
@@ -558,11 +630,9 @@ loom_result_t loom_comm_init_env(loom_comm_t *comm, const loom_config_t *cfg)
 static void comm_free(struct loom_comm *c, int polite)
 {
     loomi_comm_withdraw(c);
-    loomi_progress_stop(c);
+    loomi_progress_stop(&c->eng);
     loomi_ctrl_destroy(c->ctrl, polite);
     c->ctrl = NULL;
-    free(c->scratch);
-    free(c->backup);
     free(c->p2p_seq);
     free(c->agreed_failed);
     while (c->agree_stash) {
@@ -575,7 +645,7 @@ static void comm_free(struct loom_comm *c, int polite)
     free(c->links);
     free(c->sel);
     loomi_sched_cache_free(c->sched_cache);
-    free(c->spare_op);
+    loomi_engine_release(&c->eng);
     loomi_mem_release_all(c);
     loomi_mem_windows_free_all(c);
     if (c->topo) {
@@ -590,15 +660,15 @@ loom_result_t loom_comm_destroy(loom_comm_t h)
     struct loom_comm *comm;
     loom_result_t r = loomi_comm_live(h, "loom_comm_destroy", &comm);
     if (r != LOOM_SUCCESS) return r;
-    if (comm->nlive)
+    if (comm->eng.nlive)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",
-                          comm->nlive);
-    loomi_progress_stop(comm); /* before the transport goes */
+                          comm->eng.nlive);
+    loomi_progress_stop(&comm->eng); /* before the transport goes */
     /* Goodbye on the control plane first: the peers see a departure. */
     loomi_ctrl_destroy(comm->ctrl, 1);
     comm->ctrl = NULL;
-    comm->tops->destroy(comm->tstate);
+    comm->eng.tops->destroy(comm->eng.tstate);
     comm_free(comm, 1);
     return LOOM_SUCCESS;
 }
@@ -608,14 +678,14 @@ loom_result_t loom_comm_abort(loom_comm_t h)
     struct loom_comm *comm;
     loom_result_t r = loomi_comm_live(h, "loom_comm_abort", &comm);
     if (r != LOOM_SUCCESS) return r;
-    loomi_progress_stop(comm);
+    loomi_progress_stop(&comm->eng);
     loomi_comm_fail(comm, LOOM_ERR_REVOKED, comm->rank, "aborted by loom_comm_abort on rank %d",
                     comm->rank);
-    loomi_engine_free_all(comm);
+    loomi_engine_free_all(&comm->eng);
     /* No goodbye: the peers count this rank as failed. */
     loomi_ctrl_destroy(comm->ctrl, 0);
     comm->ctrl = NULL;
-    comm->tops->destroy(comm->tstate);
+    comm->eng.tops->destroy(comm->eng.tstate);
     comm_free(comm, 0);
     return LOOM_SUCCESS;
 }
@@ -660,7 +730,7 @@ loom_result_t loom_comm_revoke(loom_comm_t h)
     if (loomi_comm_sync(comm) == LOOM_SUCCESS) {
         loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_revoke on rank %d",
                         comm->rank);
-        loomi_engine_fail_all(comm);
+        loomi_engine_fail_all(&comm->eng);
     }
     return LOOM_SUCCESS;
 }

@@ -23,18 +23,6 @@ struct loomi_topo_rank;
 
 #define LOOMI_COMM_MAGIC 0x4c4f4f4du /* "LOOM" */
 
-/* The progress thread of a communicator (LOOM_PROGRESS_THREAD=1; engine.c).
- * `mu` guards the engine state (operations, transport, error) against
- * it: every entry that touches them takes it through loomi_comm_lock. */
-struct loomi_progress {
-    pthread_mutex_t mu;   /* recursive: internal paths nest */
-    pthread_cond_t turn;  /* the thread waits here while a caller wants mu */
-    atomic_int want;      /* callers waiting for mu */
-    pthread_t thread;
-    int wakefd;           /* eventfd: an operation started, or stop */
-    int sleeping;         /* the thread is in poll() (under mu) */
-    int stop;             /* under mu */
-};
 #define LOOMI_MAX_COLLS 16
 
 struct loom_comm {
@@ -48,40 +36,24 @@ struct loom_comm {
     struct loomi_settings set;
     unsigned char job_key[16];
 
-    const struct loomi_transport_ops *tops;
-    void *tstate;
+    /* The engine that runs this communicator's operations over its
+     * transport (eng.tops, eng.tstate), bound to it at allocation
+     * (loomi_comm_engine_bind): its operations, progress thread and
+     * cached buffers (sched.h). */
+    struct loomi_engine eng;
 
-    struct loomi_op *active; /* running operations (doubly linked) */
-    struct loomi_op *live;   /* every operation not yet waited for */
-    int nactive;
-    int nlive; /* operations started and not yet waited for (requests held) */
-    uint64_t last_progress_ms; /* a step completed (the deadline's clock) */
-    int progressed;            /* a transfer completed since last_progress_ms was read */
-    unsigned rounds;           /* polls, to read the clock every so many */
-    uint64_t xfer_events;      /* transfers completed: lets a transport see its progress */
-    struct loomi_op *shq_head; /* shared-arena operations, oldest first (engine.c) */
-    int shq_kick;              /* one of them was released: run it before sleeping */
-    int oversubscribed;        /* this machine has more ranks than cores */
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     struct loomi_mode_tuner saves;         /* in-place shared saves (coll.h); calling thread */
     struct loomi_copyin_tuner copyin;      /* the shared copy-in (coll.h); calling thread */
-    struct loomi_op *spare_op;             /* the last small operation freed, for reuse */
     /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32
      * SUM/AVG (NULL: none).  Set and read by the calling thread only. */
     const loom_codec_t *codec;
-    /* Buffers cached across operations (see engine.c). */
-    void *scratch, *backup;
-    size_t scratch_len, backup_len;
-    int scratch_busy, backup_busy;
 
     /* Point-to-point message counters, allocated on first use: [2q] sent
      * to rank q, [2q+1] received from it (they make the tags, so that
      * messages between two ranks match in the order they were posted). */
     uint32_t *p2p_seq;
-    /* Sends to and receives from this very rank, not yet matched (the
-     * engine pairs them; no transport sees them).  Linked by t_next. */
-    struct loomi_xfer *self_q[2];
 
     /* Which ranks share a host (owned; NULL until known: every rank its
      * own host), and the job's topology where it was discovered. */
@@ -150,10 +122,6 @@ struct loom_comm {
     int failed_rank;
     char errmsg[256];
 
-    /* The progress thread, started with the first operation when
-     * set.progress_thread; NULL: none (then no lock is taken). */
-    struct loomi_progress *pt;
-
     /* loom_mem_register's regions not yet deregistered (mem.c). */
     struct loom_mem *regs;
     /* loom_mem_alloc's windows not yet freed, and how many were made
@@ -173,7 +141,6 @@ struct loom_comm {
     uint32_t last_chk;
     struct loomi_call_rec calls[LOOMI_CALL_HIST];
     unsigned mail_seen;       /* control messages loomi_calls_poll has looked at */
-    uint64_t stall_probed_ms; /* the stall (its last_progress_ms) already probed */
     uint64_t calls_pushed;    /* loomi_calls_push ran (the last call shown + 1) */
     int verdict;              /* loomi_calls_verdict: 0 not yet, 1 found, 2 nothing found */
     int mismatch_told;        /* a call has returned LOOM_ERR_MISMATCH */
@@ -225,22 +192,13 @@ int loomi_mem_window_close(const struct loom_comm *comm, uint64_t id, uint64_t d
 
 /* Take / release the communicator's engine lock (nothing without a
  * progress thread).  Recursive; the caller thread's own calls only. */
-static inline void loomi_comm_lock(const struct loom_comm *c)
-{
-    struct loomi_progress *pt = c->pt;
-    if (!pt) return;
-    atomic_fetch_add_explicit(&pt->want, 1, memory_order_relaxed);
-    pthread_mutex_lock(&pt->mu);
-    atomic_fetch_sub_explicit(&pt->want, 1, memory_order_relaxed);
-}
+static inline void loomi_comm_lock(const struct loom_comm *c) { loomi_engine_lock(&c->eng); }
+static inline void loomi_comm_unlock(const struct loom_comm *c) { loomi_engine_unlock(&c->eng); }
 
-static inline void loomi_comm_unlock(const struct loom_comm *c)
-{
-    struct loomi_progress *pt = c->pt;
-    if (!pt) return;
-    pthread_cond_signal(&pt->turn);
-    pthread_mutex_unlock(&pt->mu);
-}
+/* Point c->eng at c (its rank, settings, failure, host map, control
+ * plane, and the hooks by which the engine fails it, asks its control
+ * plane and reaches its windows): right after allocation. */
+void loomi_comm_engine_bind(struct loom_comm *c);
 
 /* The communicator handle h names, or NULL when it names none (no
  * message). */
@@ -296,10 +254,6 @@ loom_result_t loomi_comm_sync(struct loom_comm *comm);
 /* Whether the control plane holds a revocation that loomi_comm_sync
  * would act on (cheap: an atomic load). */
 int loomi_comm_revoke_pending(const struct loom_comm *comm);
-
-/* Longest the engine sleeps in one wait, so that a revocation arriving
- * on the control plane is acted on promptly. */
-#define LOOMI_CTRL_POLL_MS 50
 
 /* Building a communicator in two halves around an exchange of every
  * rank's LOOMI_ADDR_BYTES address (the bootstrap root, or the control

@@ -97,7 +97,7 @@ static loom_result_t wait_all(struct loomi_op **ops, struct loom_comm **comms, s
                 if (first == LOOM_SUCCESS) first = r;
                 continue;
             }
-            int fd = comms[i]->tops->wait_fd(comms[i]->tstate);
+            int fd = comms[i]->eng.tops->wait_fd(comms[i]->eng.tstate);
             if (pf && fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
             else blind = 1;
         }
@@ -152,7 +152,7 @@ loom_result_t loomi_group_end(void)
         struct loom_comm *qc;
         loom_result_t r = loomi_comm_check(q[i].h, "loom_group_end", &qc);
         if (r == LOOM_SUCCESS)
-            r = loomi_op_start(qc, &q[i].s, q[i].sendbuf, q[i].recvbuf, q[i].inplace,
+            r = loomi_op_start(&qc->eng, &q[i].s, q[i].sendbuf, q[i].recvbuf, q[i].inplace,
                                &ops[started]);
         else
             loomi_sched_free(&q[i].s);
@@ -230,7 +230,7 @@ loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void
                           "%s: no request handle left (too many requests not yet waited for)",
                           fn);
     }
-    r = loomi_op_start(comm, &s, sbuf, rbuf, 0, &op);
+    r = loomi_op_start(&comm->eng, &s, sbuf, rbuf, 0, &op);
     if (r != LOOM_SUCCESS) {
         loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
         return r;

@@ -180,6 +180,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 r = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "%s: out of memory", fn);
                 break;
             }
+            loomi_comm_engine_bind(c);
             newrank = (int)nr;
             newn = (int)nn;
             epoch = e;
@@ -189,7 +190,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             c->set = proto->set;
             memcpy(c->algo_forced, proto->algo_forced, sizeof c->algo_forced);
             memcpy(c->job_key, t.job_key, 16);
-            c->tops = &loomi_route_ops;
+            c->eng.tops = &loomi_route_ops;
             c->route_mask = mask;
             c->bind_addr = proto->bind_addr;
             c->bind_len = proto->bind_len;

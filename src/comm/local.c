@@ -28,7 +28,7 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
     struct loom_comm *c;
     loom_result_t r = loomi_comm_alloc(&c, rank, nranks, cfg, caller);
     if (r != LOOM_SUCCESS) return r;
-    c->tops = tops;
+    c->eng.tops = tops;
     struct loomi_tctx ctx = {
         .rank = rank,
         .nranks = nranks,
@@ -40,14 +40,14 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
         .shm = {.bytes = c->set.shm_bytes},
     };
     if (tops->shared_map) c->shared_bytes = c->set.shm_bytes;
-    r = make(arg, &ctx, &c->tstate);
+    r = make(arg, &ctx, &c->eng.tstate);
     if (r != LOOM_SUCCESS) {
         free(c);
         return r;
     }
     r = loomi_comm_publish(c);
     if (r != LOOM_SUCCESS) {
-        tops->destroy(c->tstate);
+        tops->destroy(c->eng.tstate);
         free(c);
         return r;
     }
@@ -60,7 +60,7 @@ loom_result_t loomi_comm_create_local(loom_comm_t *out, int rank, int nranks,
 int loomi_comm_busy(loom_comm_t h)
 {
     const struct loom_comm *c = loomi_comm_get(h);
-    return c && c->nlive;
+    return c && c->eng.nlive;
 }
 
 void loomi_comm_force_algo(loom_comm_t h, int coll, int algo)

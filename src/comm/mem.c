@@ -36,11 +36,11 @@ loom_result_t loom_mem_register(loom_comm_t h, void *buf, size_t bytes, loom_mem
                           "%s: buf + bytes (%zu) wraps around the address space", fn, bytes);
     struct loom_mem *m = calloc(1, sizeof *m);
     if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
-    if (comm->tops == &loomi_route_ops) {
+    if (comm->eng.tops == &loomi_route_ops) {
         /* The transport is the engine's: not while the progress thread
          * drives it. */
         loomi_comm_lock(comm);
-        r = loomi_route_mem_register(comm->tstate, buf, bytes, &m->mr, &m->in_transport);
+        r = loomi_route_mem_register(comm->eng.tstate, buf, bytes, &m->mr, &m->in_transport);
         loomi_comm_unlock(comm);
         if (r != LOOM_SUCCESS) {
             free(m);
@@ -75,7 +75,7 @@ loom_result_t loom_mem_deregister(loom_comm_t h, loom_mem_t handle)
         /* Transfers using the region keep it until they complete; the
          * cache never hands it out again. */
         loomi_comm_lock(comm);
-        loomi_route_mem_deregister(comm->tstate, &handle->mr);
+        loomi_route_mem_deregister(comm->eng.tstate, &handle->mr);
         loomi_comm_unlock(comm);
     }
     free(handle);

@@ -195,7 +195,7 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
 loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *known)
 {
     struct loomi_links l;
-    const int shm = loomi_route_has_shm(c->tstate);
+    const int shm = loomi_route_has_shm(c->eng.tstate);
     loomi_links_defaults(&l, shm);
     const struct loomi_hostmap *m = c->hosts;
     loom_result_t r = LOOM_SUCCESS;
@@ -205,7 +205,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
          * links, and the same choice between verbs and TCP. */
         l = *known;
         l.intra_shm = shm;
-        if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->tstate, 0);
+        if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->eng.tstate, 0);
     } else if (c->set.tuning_file[0]) {
         /* Every rank reads the file: the launcher gives them all the same. */
         r = loomi_links_read(c->set.tuning_file, &l, c->rank);
@@ -226,7 +226,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
              * twice that is copied once (ranks sharing cores:
              * loomi_shm_crowded; or LOOM_SHM_CMA above PROBE_BYTES).
              * Both ends see the same geometry and LOOM_SHM_CMA. */
-            size_t cm = loomi_route_shm_cells_max(c->tstate, c->rank == 0 ? intra : 0);
+            size_t cm = loomi_route_shm_cells_max(c->eng.tstate, c->rank == 0 ? intra : 0);
             size_t bytes = cm >= PROBE_BYTES && cm < 2 * PROBE_BYTES ? 2 * PROBE_BYTES : PROBE_BYTES;
             r = pingpong(c, intra, buf, bytes, &a, &b, &k);
             if (r == LOOM_SUCCESS && c->rank == 0) {
@@ -239,7 +239,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         if (r == LOOM_SUCCESS && inter > 0 && (c->rank == 0 || c->rank == inter)) {
             const int other = c->rank == 0 ? inter : 0;
             /* Both ends see the same transports, so they agree on this. */
-            const int both = loomi_route_can_switch(c->tstate, other);
+            const int both = loomi_route_can_switch(c->eng.tstate, other);
             r = pingpong(c, inter, buf, PROBE_BYTES, &a, &b, &k);
             if (r == LOOM_SUCCESS && c->rank == 0) {
                 l.alpha[LOOMI_LINK_INTER] = a;
@@ -251,9 +251,9 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
                 /* That was verbs; now the same over TCP.  Each end switches
                  * after its last message of the pair completed. */
                 double ta, tb, tk;
-                loomi_route_switch(c->tstate, other, 0);
+                loomi_route_switch(c->eng.tstate, other, 0);
                 r = pingpong(c, inter, buf, PROBE_BYTES, &ta, &tb, &tk);
-                loomi_route_switch(c->tstate, other, 1);
+                loomi_route_switch(c->eng.tstate, other, 1);
                 if (r == LOOM_SUCCESS && c->rank == 0) {
                     const double s = (double)LOOMI_VERBS_COMPARE_BYTES;
                     l.verbs_compared = 1;
@@ -295,7 +295,7 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
         l = msg;
         /* Every rank applies the choice once it has the figures: its part
          * of the broadcast is over, so nothing of it is left in flight. */
-        if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->tstate, 0);
+        if (l.verbs_compared && !l.inter_verbs) loomi_route_switch_all(c->eng.tstate, 0);
     }
     struct loomi_job_shape j;
     loomi_comm_shape(c, &j);

@@ -148,13 +148,14 @@ static loom_result_t make_new(struct shrink *s, unsigned char *addr)
     drop_new(s);
     struct loom_comm *c = calloc(1, sizeof *c);
     if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "%s: out of memory", s->fn);
+    loomi_comm_engine_bind(c);
     c->rank = mine;
     c->nranks = k;
     c->failed_rank = -1;
     c->set = o->set;
     memcpy(c->algo_forced, o->algo_forced, sizeof c->algo_forced);
     memcpy(c->job_key, o->job_key, sizeof c->job_key);
-    c->tops = o->tops;
+    c->eng.tops = o->eng.tops;
     c->route_mask = o->route_mask;
     c->bind_addr = o->bind_addr;
     c->bind_len = o->bind_len;
@@ -418,11 +419,11 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
         if (loomi_comm_sync(comm) == LOOM_SUCCESS)
             loomi_comm_fail(comm, LOOM_ERR_REVOKED, -1, "revoked by loom_comm_shrink on rank %d",
                             comm->rank);
-        loomi_engine_fail_all(comm);
-    } else if (comm->nlive) {
+        loomi_engine_fail_all(&comm->eng);
+    } else if (comm->eng.nlive) {
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "%s: %d operation(s) still pending; wait for them first", fn,
-                          comm->nlive);
+                          comm->eng.nlive);
     }
 
     struct shrink s;

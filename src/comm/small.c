@@ -85,7 +85,7 @@ static loom_result_t map_regions(struct loom_comm *c)
     if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collective: out of memory");
     for (int q = 0; q < c->nranks; q++) {
         size_t len = 0;
-        unsigned char *a = c->tops->shared_map ? c->tops->shared_map(c->tstate, q, &len) : NULL;
+        unsigned char *a = c->eng.tops->shared_map ? c->eng.tops->shared_map(c->eng.tstate, q, &len) : NULL;
         if (!a || len < c->shared_bytes + c->small_region) {
             free(m);
             return loomi_fail(LOOM_ERR_INTERNAL, c->rank,
@@ -420,23 +420,23 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, uint64_t no, uint
             continue;
         }
         if (slot_mismatch(c, next, v, no, chk, fn)) {
-            loomi_engine_fail_all(c);
+            loomi_engine_fail_all(&c->eng);
             break;
         }
         /* Give the core away between looks when ranks share cores (the
          * rank we wait for may need this one). */
-        if (c->oversubscribed) sched_yield();
+        if (c->eng.oversubscribed) sched_yield();
         if (++spins % 32) continue;
         uint64_t now = loomi_now_ns();
         if (!start) start = now;
         if (!last) last = now;
         /* Past a millisecond, the transport too (see loomi_small_coll). */
-        if (loomi_engine_poll(c, now - last >= 1000000u) != LOOM_SUCCESS) break;
+        if (loomi_engine_poll(&c->eng, now - last >= 1000000u) != LOOM_SUCCESS) break;
         /* A rank stalled in another call may be asking this one. */
         if (c->ctrl) {
             loomi_calls_poll(c);
             if (c->error != LOOM_SUCCESS) {
-                loomi_engine_fail_all(c);
+                loomi_engine_fail_all(&c->eng);
                 break;
             }
         }
@@ -450,7 +450,7 @@ static loom_result_t wait_all(struct loom_comm *c, uint64_t s, uint64_t no, uint
                             "no progress for %d ms (LOOM_TIMEOUT) in a small collective "
                             "through the shared arenas' slots, waiting on rank %d",
                             c->set.timeout_ms, next);
-            loomi_engine_fail_all(c);
+            loomi_engine_fail_all(&c->eng);
             break;
         }
         /* A long wait (a rank still computing) need not burn a core: past
@@ -495,7 +495,7 @@ loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbu
      * themselves for the root), whose message only shows it (calls.h). */
     const int look = c->poll_slots > 0;
     if (look) c->poll_slots--;
-    if (r == LOOM_SUCCESS && loomi_engine_poll(c, look) != LOOM_SUCCESS) {
+    if (r == LOOM_SUCCESS && loomi_engine_poll(&c->eng, look) != LOOM_SUCCESS) {
         if (c->error == LOOM_ERR_MISMATCH) { /* which rank's call differs (calls.h) */
             loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS);
             c->mismatch_told = 1;

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,23 +26,20 @@
 #include <immintrin.h>
 #endif
 
-#include "coll/coll.h"
-#include "comm/comm.h"
 #include "compress/compress.h"
 #include "core/hostmap.h"
 #include "reduce/reduce.h"
 #include "sched/sched.h"
 
-/* A schedule's signature in its tags (transport.h): collective and
- * algorithm, 4 bits each. */
-_Static_assert(LOOMI_NUM_COLLS < 16 && LOOMI_NUM_ALGOS <= 16, "signature: 4 bits each");
+/* A schedule's signature in its tags (transport.h), opaque here: the
+ * owner's two 4-bit numbers (coll1, algo), named by e->name_sig. */
 static unsigned sched_sig(const struct loomi_sched *s)
 {
     return (unsigned)(s->coll1 & 15) << 4 | (unsigned)(s->algo & 15);
 }
 
 struct loomi_op {
-    struct loom_comm *comm;
+    struct loomi_engine *eng;
     struct loomi_sched s;
     unsigned char *bufs[LOOMI_NBUFS];
     unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
@@ -78,41 +76,80 @@ static inline unsigned char *bufp(const struct loomi_op *op, int b)
     return b < LOOMI_NBUFS ? op->bufs[b] : op->shared[b - LOOMI_BUF_SHARED];
 }
 
+/* Break the owner (hooks.fail) with a formatted message. */
+__attribute__((format(printf, 4, 5))) static void engine_fail(struct loomi_engine *e,
+                                                              loom_result_t code, int peer,
+                                                              const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    e->hooks->fail(e, code, peer, msg);
+}
+
+void loomi_engine_bind(struct loomi_engine *e, void *owner, const struct loomi_engine_hooks *hooks,
+                       const int *rank, struct loomi_settings *set, const loom_result_t *error,
+                       const char *errmsg, struct loomi_hostmap *const *hosts, void *const *ctrl,
+                       loomi_sig_namer name_sig)
+{
+    e->owner = owner;
+    e->hooks = hooks;
+    e->rank = rank;
+    e->set = set;
+    e->error = error;
+    e->errmsg = errmsg;
+    e->hosts = hosts;
+    e->ctrl = ctrl;
+    e->name_sig = name_sig;
+}
+
+void loomi_engine_release(struct loomi_engine *e)
+{
+    free(e->spare_op);
+    e->spare_op = NULL;
+    free(e->scratch);
+    free(e->backup);
+    e->scratch = e->backup = NULL;
+    e->scratch_len = e->backup_len = 0;
+}
+
 /* ---------------------------------------------------------------- lists */
 
-static void active_add(struct loom_comm *c, struct loomi_op *op)
+static void active_add(struct loomi_engine *e, struct loomi_op *op)
 {
     op->prev = NULL;
-    op->next = c->active;
-    if (c->active) c->active->prev = op;
-    c->active = op;
-    c->nactive++;
+    op->next = e->active;
+    if (e->active) e->active->prev = op;
+    e->active = op;
+    e->nactive++;
 }
 
 /* Leave the queue of shared-arena operations, letting the next one run. */
-static void shq_remove(struct loom_comm *c, struct loomi_op *op)
+static void shq_remove(struct loomi_engine *e, struct loomi_op *op)
 {
-    struct loomi_op **l = (struct loomi_op **)&c->shq_head;
+    struct loomi_op **l = (struct loomi_op **)&e->shq_head;
     while (*l && *l != op) l = &(*l)->shq_next;
     if (*l) *l = op->shq_next;
     op->in_shq = 0;
     op->shq_next = NULL;
-    struct loomi_op *head = c->shq_head;
+    struct loomi_op *head = e->shq_head;
     if (head && head->held) {
         head->held = 0;
-        c->shq_kick = 1; /* engine_advance must visit it before anything sleeps */
+        e->shq_kick = 1; /* engine_advance must visit it before anything sleeps */
     }
 }
 
-static void active_remove(struct loom_comm *c, struct loomi_op *op)
+static void active_remove(struct loomi_engine *e, struct loomi_op *op)
 {
-    if (op->in_shq) shq_remove(c, op);
+    if (op->in_shq) shq_remove(e, op);
     if (op->prev) op->prev->next = op->next;
-    else if (c->active == op) c->active = op->next;
+    else if (e->active == op) e->active = op->next;
     else return; /* not listed */
     if (op->next) op->next->prev = op->prev;
     op->next = op->prev = NULL;
-    c->nactive--;
+    e->nactive--;
 }
 
 /* -------------------------------------------------------- step handling */
@@ -150,12 +187,12 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
     struct loomi_op *op = x->owner;
     uint32_t i = (uint32_t)(x - op->xfers);
     op->posted[i] = 0;
-    op->comm->xfer_events++;
+    op->eng->xfer_events++;
     if (status != LOOM_SUCCESS) {
         step_failed(op, i, status, "the");
         return;
     }
-    op->comm->progressed = 1; /* the clock is read when the deadline is checked */
+    op->eng->progressed = 1; /* the clock is read when the deadline is checked */
     step_done(op, i);
 }
 
@@ -195,7 +232,7 @@ static loom_result_t run_codec(struct loomi_op *op, const struct loomi_step *st)
         uint64_t len = loomi_le64_load(slot);
         what = "decoding";
         if (len > sb - 8) {
-            r = loomi_fail(LOOM_ERR_REMOTE, op->comm->rank,
+            r = loomi_fail(LOOM_ERR_REMOTE, *op->eng->rank,
                            "an encoded chunk of %zu values announces %llu bytes; codec %s "
                            "makes at most %zu",
                            st->count, (unsigned long long)len, cd->name, sb - 8);
@@ -247,13 +284,13 @@ static void expect_failed(struct loomi_op *op, const struct loomi_step *st)
 /* A point-to-point transfer with this very rank: pair it with the oldest
  * opposite one of the same tag, or queue it.  Completions run at once;
  * they only mark steps done. */
-static loom_result_t self_post(struct loom_comm *c, struct loomi_xfer *x, int is_send)
+static loom_result_t self_post(struct loomi_engine *e, struct loomi_xfer *x, int is_send)
 {
-    struct loomi_xfer **l = &c->self_q[!is_send];
+    struct loomi_xfer **l = &e->self_q[!is_send];
     while (*l && (*l)->tag != x->tag) l = &(*l)->t_next;
     struct loomi_xfer *y = *l;
     if (!y) {
-        struct loomi_xfer **end = &c->self_q[is_send];
+        struct loomi_xfer **end = &e->self_q[is_send];
         while (*end) end = &(*end)->t_next;
         x->t_next = NULL;
         *end = x;
@@ -263,7 +300,7 @@ static loom_result_t self_post(struct loom_comm *c, struct loomi_xfer *x, int is
     struct loomi_xfer *snd = is_send ? x : y, *rcv = is_send ? y : x;
     loom_result_t r = LOOM_SUCCESS;
     if (snd->len != rcv->len)
-        r = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+        r = loomi_fail(LOOM_ERR_MISMATCH, *e->rank,
                        "a send of %zu bytes to this rank itself met a receive of %zu bytes",
                        snd->len, rcv->len);
     else if (snd->len && rcv->buf != snd->buf)
@@ -273,10 +310,10 @@ static loom_result_t self_post(struct loom_comm *c, struct loomi_xfer *x, int is
     return LOOM_SUCCESS;
 }
 
-static void self_cancel(struct loom_comm *c, struct loomi_xfer *x)
+static void self_cancel(struct loomi_engine *e, struct loomi_xfer *x)
 {
     for (int k = 0; k < 2; k++)
-        for (struct loomi_xfer **l = &c->self_q[k]; *l; l = &(*l)->t_next)
+        for (struct loomi_xfer **l = &e->self_q[k]; *l; l = &(*l)->t_next)
             if (*l == x) {
                 *l = x->t_next;
                 return;
@@ -286,12 +323,12 @@ static void self_cancel(struct loom_comm *c, struct loomi_xfer *x)
 /* Run ready steps until none is left. */
 static void op_run_ready(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
+    struct loomi_engine *e = op->eng;
     const struct loomi_sched *s = &op->s;
     if (op->held) return;
     /* Nothing runs once the communicator failed: the transport may have
      * given up what the steps read (a peer's arena) on its way down. */
-    while (op->rhead < op->rtail && op->status == LOOM_SUCCESS && c->error == LOOM_SUCCESS) {
+    while (op->rhead < op->rtail && op->status == LOOM_SUCCESS && *e->error == LOOM_SUCCESS) {
         uint32_t i = op->ready[op->rhead++];
         const struct loomi_step *st = &s->steps[i];
         size_t bytes = st->count * s->esize;
@@ -316,10 +353,10 @@ static void op_run_ready(struct loomi_op *op)
                 x->buf = bytes ? bufp(op, st->src) + st->src_off : no_bytes;
             else
                 x->buf = bytes ? bufp(op, st->dst) + st->dst_off : no_bytes;
-            if (st->peer == c->rank)
-                r = self_post(c, x, is_send);
+            if (st->peer == *e->rank)
+                r = self_post(e, x, is_send);
             else
-                r = is_send ? c->tops->isend(c->tstate, x) : c->tops->irecv(c->tstate, x);
+                r = is_send ? e->tops->isend(e->tstate, x) : e->tops->irecv(e->tstate, x);
             if (r != LOOM_SUCCESS) {
                 op->posted[i] = 0;
                 step_failed(op, i, r, "posting the");
@@ -332,12 +369,12 @@ static void op_run_ready(struct loomi_op *op)
                  * owner has failed this operation (window.c).  The step
                  * then waits, unrun, for the news of the failure, which
                  * that rank has sent: it names the rank that caused it. */
-                if (loomi_mem_window_push_begin(c, s->win_id) >= 0) {
+                if (e->hooks->window_push_begin(e, s->win_id) >= 0) {
                     op->rhead--;
                     return;
                 }
                 run_local(op, st, bytes);
-                loomi_mem_window_push_end(c, s->win_id);
+                e->hooks->window_push_end(e, s->win_id);
                 step_done(op, i);
                 break;
             }
@@ -719,12 +756,12 @@ static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t b
 
 static void op_release_buffers(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
+    struct loomi_engine *e = op->eng;
     if (op->own_scratch) free(op->bufs[LOOMI_BUF_SCRATCH]);
-    else if (op->bufs[LOOMI_BUF_SCRATCH]) c->scratch_busy = 0;
+    else if (op->bufs[LOOMI_BUF_SCRATCH]) e->scratch_busy = 0;
     op->bufs[LOOMI_BUF_SCRATCH] = NULL;
     if (op->backup) {
-        if (op->backup == c->backup) c->backup_busy = 0;
+        if (op->backup == e->backup) e->backup_busy = 0;
         else free(op->backup);
         op->backup = NULL;
     }
@@ -732,15 +769,15 @@ static void op_release_buffers(struct loomi_op *op)
 
 static void op_finish(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
+    struct loomi_engine *e = op->eng;
     if (op->finished) return;
     op->finished = 1;
     if (op->status != LOOM_SUCCESS) {
         /* Withdraw what the transport still holds before the memory goes. */
         for (uint32_t i = 0; i < op->s.nsteps; i++)
             if (op->posted[i]) {
-                if (op->xfers[i].peer == c->rank) self_cancel(c, &op->xfers[i]);
-                else c->tops->cancel(c->tstate, &op->xfers[i]);
+                if (op->xfers[i].peer == *e->rank) self_cancel(e, &op->xfers[i]);
+                else e->tops->cancel(e->tstate, &op->xfers[i]);
                 op->posted[i] = 0;
             }
         /* Peers write into this rank's window (out of place on one
@@ -748,10 +785,10 @@ static void op_finish(struct loomi_op *op)
         for (uint32_t i = 0; op->s.win_id && i < op->s.nsteps; i++)
             if (op->s.steps[i].kind == LOOMI_STEP_REDUCE_SHARED &&
                 (op->s.steps[i].flags & LOOMI_RS_PUSH)) {
-                int left = loomi_mem_window_close(c, op->s.win_id,
-                                                  loomi_now_ms() + c->set.timeout_ms);
+                int left = e->hooks->window_close(e, op->s.win_id,
+                                                  loomi_now_ms() + e->set->timeout_ms);
                 if (left)
-                    LOOMI_WARN(c->rank,
+                    LOOMI_WARN(*e->rank,
                                "%d peer(s) still writing into window %llu at the deadline",
                                left, (unsigned long long)op->s.win_id);
                 break;
@@ -768,48 +805,48 @@ static void op_finish(struct loomi_op *op)
         else loom_codec_state_rollback(op->s.ef_state, op->s.ef_key);
     }
     op_release_buffers(op);
-    active_remove(c, op);
+    active_remove(e, op);
 }
 
 static void op_free(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
+    struct loomi_engine *e = op->eng;
     if (op->req) loomi_handle_drop(LOOMI_HANDLE_REQUEST, op->req);
     op->req = 0;
     if (op->live_prev) op->live_prev->live_next = op->live_next;
-    else if (c->live == op) c->live = op->live_next;
+    else if (e->live == op) e->live = op->live_next;
     if (op->live_next) op->live_next->live_prev = op->live_prev;
-    c->nlive--;
+    e->nlive--;
     loomi_sched_free(&op->s);
     free(op->shared);
     op->shared = NULL;
-    if (!c->spare_op && op->cap <= 256) c->spare_op = op;
+    if (!e->spare_op && op->cap <= 256) e->spare_op = op;
     else free(op);
 }
 
 /* Find this host's shared arenas for a schedule that names them. */
 static loom_result_t map_shared(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
-    const struct loomi_hostmap *m = c->hosts;
+    struct loomi_engine *e = op->eng;
+    const struct loomi_hostmap *m = *e->hosts;
     const int n = op->s.nshared;
-    if (!m || !c->tops->shared_map)
-        return loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
+    if (!m || !e->tops->shared_map)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, *e->rank,
                           "engine: the schedule uses shared memory, which transport %s lacks",
-                          c->tops->name);
-    const int h = m->host_of[c->rank];
+                          e->tops->name);
+    const int h = m->host_of[*e->rank];
     if (n > loomi_host_size(m, h))
-        return loomi_fail(LOOM_ERR_INTERNAL, c->rank,
+        return loomi_fail(LOOM_ERR_INTERNAL, *e->rank,
                           "engine: the schedule names %d shared arenas, the host has %d ranks", n,
                           loomi_host_size(m, h));
     op->shared = malloc((size_t)n * sizeof *op->shared);
-    if (!op->shared) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+    if (!op->shared) return loomi_fail(LOOM_ERR_NO_MEMORY, *e->rank, "engine: out of memory");
     if (op->s.win_id) {
         /* The schedule reads the host's mappings of a window instead. */
         size_t len = 0;
-        if (loomi_mem_window_map(c, op->s.win_id, op->shared, n, &len) != n ||
+        if (e->hooks->window_map(e, op->s.win_id, op->shared, n, &len) != n ||
             len < op->s.shared_bytes)
-            return loomi_fail(LOOM_ERR_INVALID_USAGE, c->rank,
+            return loomi_fail(LOOM_ERR_INVALID_USAGE, *e->rank,
                               "engine: window %llu is gone or smaller than %zu bytes (freed "
                               "while an operation used it?)",
                               (unsigned long long)op->s.win_id, op->s.shared_bytes);
@@ -818,9 +855,9 @@ static loom_result_t map_shared(struct loomi_op *op)
     for (int i = 0; i < n; i++) {
         int q = m->host_ranks[m->host_start[h] + i];
         size_t len = 0;
-        op->shared[i] = c->tops->shared_map(c->tstate, q, &len);
+        op->shared[i] = e->tops->shared_map(e->tstate, q, &len);
         if (!op->shared[i] || len < op->s.shared_bytes)
-            return loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
+            return loomi_fail(LOOM_ERR_UNSUPPORTED, *e->rank,
                               "engine: no shared arena of %zu bytes for rank %d (has %zu)",
                               op->s.shared_bytes, q, op->shared[i] ? len : 0);
     }
@@ -848,7 +885,7 @@ static void *comm_buffer(void **cache, size_t *cache_len, int *busy, size_t len,
     return loomi_big_alloc(len);
 }
 
-static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
+static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
                               const void *sendbuf, void *recvbuf, int inplace,
                               struct loomi_op **out)
 {
@@ -862,9 +899,9 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
      * small operations allocates nothing. */
     uint32_t n = s->nsteps, cap = n ? n : 1;
     struct loomi_op *op = NULL;
-    if (c->spare_op && c->spare_op->cap >= cap) {
-        op = c->spare_op;
-        c->spare_op = NULL;
+    if (e->spare_op && e->spare_op->cap >= cap) {
+        op = e->spare_op;
+        e->spare_op = NULL;
         cap = op->cap;
     } else {
         size_t bytes = sizeof *op + cap * (sizeof *op->xfers + sizeof *op->pending +
@@ -872,7 +909,7 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
         op = malloc(bytes);
         if (!op) {
             loomi_sched_free(s);
-            return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory");
+            return loomi_fail(LOOM_ERR_NO_MEMORY, *e->rank, "engine: out of memory");
         }
     }
     memset(op, 0, sizeof *op);
@@ -883,7 +920,7 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
     op->pending = (uint16_t *)(op->ready + cap);
     op->posted = (uint8_t *)(op->pending + cap);
     memset(op->posted, 0, cap);
-    op->comm = c;
+    op->eng = e;
     op->failed_peer = -1;
     op->s = *s;
     memset(s, 0, sizeof *s);
@@ -893,7 +930,7 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
     size_t sl = op->s.buf_bytes[LOOMI_BUF_SCRATCH];
     if (sl) {
         op->bufs[LOOMI_BUF_SCRATCH] =
-            comm_buffer(&c->scratch, &c->scratch_len, &c->scratch_busy, sl, &op->own_scratch);
+            comm_buffer(&e->scratch, &e->scratch_len, &e->scratch_busy, sl, &op->own_scratch);
         if (!op->bufs[LOOMI_BUF_SCRATCH]) goto nomem;
         if (op->s.desc_len)
             memcpy(op->bufs[LOOMI_BUF_SCRATCH] + op->s.desc_off, op->s.desc, op->s.desc_len);
@@ -907,7 +944,7 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
             op->restore_from = op->bufs[LOOMI_BUF_SCRATCH];
         } else {
             int own;
-            op->backup = comm_buffer(&c->backup, &c->backup_len, &c->backup_busy,
+            op->backup = comm_buffer(&e->backup, &e->backup_len, &e->backup_busy,
                                      op->inplace_len, &own);
             if (!op->backup) goto nomem;
             memcpy(op->backup, recvbuf, op->inplace_len);
@@ -918,130 +955,130 @@ static loom_result_t op_start(struct loom_comm *c, struct loomi_sched *s,
     if (!op->s.p2p) op->seq = op->s.call;
     /* The deadline counts from the last progress of the communicator,
      * or from now when nothing was running. */
-    if (!c->nactive) c->progressed = 1;
+    if (!e->nactive) e->progressed = 1;
     for (uint32_t i = 0; i < n; i++) {
         op->pending[i] = op->s.ndeps[i];
         if (!op->pending[i]) push_ready(op, i);
     }
     if (op->s.nshared) {
-        struct loomi_op **l = (struct loomi_op **)&c->shq_head;
+        struct loomi_op **l = (struct loomi_op **)&e->shq_head;
         while (*l) l = &(*l)->shq_next;
         *l = op;
         op->in_shq = 1;
-        op->held = c->shq_head != op;
+        op->held = e->shq_head != op;
     }
-    active_add(c, op);
-    op->live_next = c->live;
-    if (c->live) c->live->live_prev = op;
-    c->live = op;
-    c->nlive++;
+    active_add(e, op);
+    op->live_next = e->live;
+    if (e->live) e->live->live_prev = op;
+    e->live = op;
+    e->nlive++;
     if (n == 0) op_finish(op);
     else op_run_ready(op);
     if (op->ndone == n && op->status == LOOM_SUCCESS) op_finish(op);
     *out = op;
     return LOOM_SUCCESS;
 nomem:
-    r = loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "engine: out of memory for a schedule");
+    r = loomi_fail(LOOM_ERR_NO_MEMORY, *e->rank, "engine: out of memory for a schedule");
 fail_op:
     op_release_buffers(op);
-    op->live_next = c->live; /* op_free unlinks it */
-    if (c->live) c->live->live_prev = op;
-    c->live = op;
-    c->nlive++;
+    op->live_next = e->live; /* op_free unlinks it */
+    if (e->live) e->live->live_prev = op;
+    e->live = op;
+    e->nlive++;
     op_free(op);
     return r;
 }
 
-static void progress_start(struct loom_comm *c);
+static void progress_start(struct loomi_engine *e);
 static void progress_wake(struct loomi_progress *pt);
 
-loom_result_t loomi_op_start(struct loom_comm *c, struct loomi_sched *s,
+loom_result_t loomi_op_start(struct loomi_engine *e, struct loomi_sched *s,
                              const void *sendbuf, void *recvbuf, int inplace,
                              struct loomi_op **out)
 {
-    if (c->set.progress_thread && !c->pt) progress_start(c);
-    loomi_comm_lock(c);
-    loom_result_t r = op_start(c, s, sendbuf, recvbuf, inplace, out);
+    if (e->set->progress_thread && !e->pt) progress_start(e);
+    loomi_engine_lock(e);
+    loom_result_t r = op_start(e, s, sendbuf, recvbuf, inplace, out);
     /* A sleeping thread looks at the new operation (its sends may wait
      * for room, its receives for data). */
-    if (c->pt && c->pt->sleeping && c->active) progress_wake(c->pt);
-    loomi_comm_unlock(c);
+    if (e->pt && e->pt->sleeping && e->active) progress_wake(e->pt);
+    loomi_engine_unlock(e);
     return r;
 }
 
 /* After progress: run what became ready, finish what completed, and turn
  * any failure into a broken communicator. */
-static void engine_advance(struct loom_comm *c)
+static void engine_advance(struct loomi_engine *e)
 {
     struct loomi_op *op, *next;
 again:
-    c->shq_kick = 0;
-    for (op = c->active; op && c->error == LOOM_SUCCESS; op = next) {
+    e->shq_kick = 0;
+    for (op = e->active; op && *e->error == LOOM_SUCCESS; op = next) {
         next = op->next;
         op_run_ready(op);
         if (op->status != LOOM_SUCCESS) {
-            if (c->error == LOOM_SUCCESS)
-                loomi_comm_fail(c, op->status, op->failed_peer, "%s", op->errmsg);
+            if (*e->error == LOOM_SUCCESS)
+                engine_fail(e, op->status, op->failed_peer, "%s", op->errmsg);
         } else if (op->ndone == op->s.nsteps) {
             op_finish(op);
         }
     }
     /* An operation released from the shared-arena queue during this pass
      * may sit earlier in the list: run it now, not after a sleep. */
-    if (c->shq_kick && c->error == LOOM_SUCCESS) goto again;
-    if (c->error != LOOM_SUCCESS) loomi_engine_fail_all(c);
+    if (e->shq_kick && *e->error == LOOM_SUCCESS) goto again;
+    if (*e->error != LOOM_SUCCESS) loomi_engine_fail_all(e);
 }
 
-void loomi_engine_free_all(struct loom_comm *c)
+void loomi_engine_free_all(struct loomi_engine *e)
 {
-    loomi_engine_fail_all(c);
-    while (c->live) op_free(c->live);
+    loomi_engine_fail_all(e);
+    while (e->live) op_free(e->live);
 }
 
-int loomi_engine_window_users(const struct loom_comm *c, uint64_t id)
+int loomi_engine_window_users(const struct loomi_engine *e, uint64_t id)
 {
     int k = 0;
-    for (const struct loomi_op *op = c->live; op; op = op->live_next) k += op->s.win_id == id;
+    for (const struct loomi_op *op = e->live; op; op = op->live_next) k += op->s.win_id == id;
     return k;
 }
 
-void loomi_engine_fail_all(struct loom_comm *c)
+void loomi_engine_fail_all(struct loomi_engine *e)
 {
     struct loomi_op *op;
-    loomi_comm_lock(c);
-    while ((op = c->active) != NULL) {
+    loomi_engine_lock(e);
+    while ((op = e->active) != NULL) {
         /* Ranks whose calls differ: every collective fails for that, not
          * for what followed (peers that aborted, transfers refused). */
-        if (op->status == LOOM_SUCCESS || (c->error == LOOM_ERR_MISMATCH && !op->s.p2p)) {
-            op->status = c->error;
-            snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
-        } else if (c->errmsg[0]) {
+        if (op->status == LOOM_SUCCESS || (*e->error == LOOM_ERR_MISMATCH && !op->s.p2p)) {
+            op->status = *e->error;
+            snprintf(op->errmsg, sizeof op->errmsg, "%s", e->errmsg);
+        } else if (e->errmsg[0]) {
             /* The communicator's message names the failed peer (this op's
              * own may only name the neighbour that passed the news on). */
-            snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
+            snprintf(op->errmsg, sizeof op->errmsg, "%s", e->errmsg);
         }
         op_finish(op);
     }
-    loomi_comm_unlock(c);
+    loomi_engine_unlock(e);
 }
 
 /* Milliseconds until the no-progress deadline of the running operations. */
-static int ms_to_deadline(struct loom_comm *c)
+static int ms_to_deadline(struct loomi_engine *e)
 {
-    if (c->progressed) {
-        c->progressed = 0;
-        c->last_progress_ms = loomi_now_ms();
+    if (e->progressed) {
+        e->progressed = 0;
+        e->last_progress_ms = loomi_now_ms();
     }
-    return loomi_ms_left(c->last_progress_ms + (uint64_t)c->set.timeout_ms);
+    return loomi_ms_left(e->last_progress_ms + (uint64_t)e->set->timeout_ms);
 }
 
 /* The peer a stalled communicator waits on: the source of a receive still
  * posted, else the destination of a send (-1 when none).  A guess: only
  * heartbeats can tell a silent rank from one stalled behind it. */
-static int silent_peer(const struct loom_comm *c)
+static int silent_peer(const struct loomi_engine *e)
 {
     int send_peer = -1;
-    for (const struct loomi_op *op = c->active; op; op = op->next)
+    for (const struct loomi_op *op = e->active; op; op = op->next)
         for (uint32_t i = 0; i < op->s.nsteps; i++) {
             if (!op->posted[i]) continue;
             if (op->s.steps[i].kind == LOOMI_STEP_RECV) return op->s.steps[i].peer;
@@ -1054,13 +1091,13 @@ static int silent_peer(const struct loom_comm *c)
  * operation waits on whether they made its call as this rank did (a peer
  * in another call may never send what this one waits for), once per
  * stall (calls.h). */
-static void check_stall(struct loom_comm *c)
+static void check_stall(struct loomi_engine *e)
 {
-    if (!c->ctrl || c->error != LOOM_SUCCESS || c->stall_probed_ms == c->last_progress_ms ||
-        loomi_now_ms() - c->last_progress_ms < LOOMI_CALL_STALL_MS)
+    if (!*e->ctrl || *e->error != LOOM_SUCCESS || e->stall_probed_ms == e->last_progress_ms ||
+        loomi_now_ms() - e->last_progress_ms < LOOMI_CALL_STALL_MS)
         return;
-    c->stall_probed_ms = c->last_progress_ms;
-    for (const struct loomi_op *op = c->active; op; op = op->next) {
+    e->stall_probed_ms = e->last_progress_ms;
+    for (const struct loomi_op *op = e->active; op; op = op->next) {
         if (op->s.p2p || !op->s.call) continue;
         int peers[16], np = 0;
         for (uint32_t i = 0; i < op->s.nsteps && np < 16; i++) {
@@ -1069,112 +1106,112 @@ static void check_stall(struct loom_comm *c)
             for (int k = 0; k < np; k++) seen |= peers[k] == q;
             if (!seen) peers[np++] = q;
         }
-        if (np) loomi_calls_probe(c, op->s.call, peers, np);
+        if (np) e->hooks->calls_probe(e, op->s.call, peers, np);
     }
 }
 
 /* Running operations fail when the communicator has moved nothing for
  * timeout_ms. */
-static void check_deadline(struct loom_comm *c)
+static void check_deadline(struct loomi_engine *e)
 {
-    if (!c->active) return;
-    const int left = ms_to_deadline(c);
+    if (!e->active) return;
+    const int left = ms_to_deadline(e);
     /* Probes from ranks stalled in a call: is it the one this rank made? */
-    if (c->ctrl && c->error == LOOM_SUCCESS) loomi_calls_poll(c);
-    check_stall(c);
-    if (left != 0 || !c->active || c->error != LOOM_SUCCESS) return;
-    const struct loomi_op *op = c->active;
-    int suspect = silent_peer(c);
-    const struct loomi_op *head = c->shq_head;
+    if (*e->ctrl && *e->error == LOOM_SUCCESS) e->hooks->calls_poll(e);
+    check_stall(e);
+    if (left != 0 || !e->active || *e->error != LOOM_SUCCESS) return;
+    const struct loomi_op *op = e->active;
+    int suspect = silent_peer(e);
+    const struct loomi_op *head = e->shq_head;
     char held[96] = "", what[64] = "";
-    if (op->s.coll1 > 0 && op->s.coll1 <= LOOMI_NUM_COLLS)
-        snprintf(what, sizeof what, " (%s, %s)", loomi_coll_name(op->s.coll1 - 1),
-                 loomi_algo_name(op->s.algo));
+    const unsigned sig = sched_sig(&op->s);
+    if (sig && e->name_sig) {
+        what[0] = ' ';
+        e->name_sig(sig, what + 1, sizeof what - 1);
+    }
     if (op->held && head)
         snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
                  "to release the shared arenas)",
                  (unsigned long long)head->seq, head->ndone, head->s.nsteps);
-    loomi_comm_fail(c, LOOM_ERR_TIMEOUT, suspect,
+    engine_fail(e, LOOM_ERR_TIMEOUT, suspect,
                     "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
                     "waiting on rank %d; operation %llu%s had %u of %u steps done%s",
-                    c->set.timeout_ms, c->nactive, suspect, (unsigned long long)op->seq, what,
+                    e->set->timeout_ms, e->nactive, suspect, (unsigned long long)op->seq, what,
                     op->ndone, op->s.nsteps, held);
-    loomi_engine_fail_all(c);
+    loomi_engine_fail_all(e);
 }
 
 /* One round: progress the transport for at most wait_ms, then advance and
  * enforce the deadline. */
-static void engine_round(struct loom_comm *c, int wait_ms)
+static void engine_round(struct loomi_engine *e, int wait_ms)
 {
     /* A revocation comes from the control plane's thread: look for it
      * between short sleeps, not only when the data plane wakes us. */
-    if (c->ctrl) {
+    if (*e->ctrl) {
         if (wait_ms > LOOMI_CTRL_POLL_MS) wait_ms = LOOMI_CTRL_POLL_MS;
         /* Early in a stall, look at the control plane often: a peer in
          * another call asks (or answers) there (calls.h). */
         if (wait_ms > LOOMI_CALL_ANSWER_POLL_MS &&
-            loomi_now_ms() - c->last_progress_ms < LOOMI_CALL_ANSWER_MS)
+            loomi_now_ms() - e->last_progress_ms < LOOMI_CALL_ANSWER_MS)
             wait_ms = LOOMI_CALL_ANSWER_POLL_MS;
-        if (c->error == LOOM_SUCCESS && loomi_comm_revoke_pending(c)) {
+        if (*e->error == LOOM_SUCCESS && e->hooks->revoke_pending(e)) {
             /* What the peers sent before they revoked still counts: an
              * operation whose messages are all here completes. */
-            if (c->tops->progress(c->tstate, 0) == LOOM_SUCCESS) engine_advance(c);
+            if (e->tops->progress(e->tstate, 0) == LOOM_SUCCESS) engine_advance(e);
         }
-        if (c->error == LOOM_SUCCESS && loomi_comm_sync(c) != LOOM_SUCCESS) {
-            loomi_engine_fail_all(c);
+        if (*e->error == LOOM_SUCCESS && e->hooks->sync(e) != LOOM_SUCCESS) {
+            loomi_engine_fail_all(e);
             return;
         }
     }
-    loom_result_t r = c->tops->progress(c->tstate, wait_ms);
-    if (r != LOOM_SUCCESS && c->error == LOOM_SUCCESS)
-        loomi_comm_fail(c, r, -1, "transport %s failed: %s", c->tops->name,
+    loom_result_t r = e->tops->progress(e->tstate, wait_ms);
+    if (r != LOOM_SUCCESS && *e->error == LOOM_SUCCESS)
+        engine_fail(e, r, -1, "transport %s failed: %s", e->tops->name,
                         loom_get_last_error());
-    engine_advance(c);
+    engine_advance(e);
     /* Reading the clock costs as much as a poll: polls check the deadline
      * only now and then (it is counted in milliseconds anyway). */
-    if (c->active && (wait_ms > 0 || ++c->rounds % 64 == 0)) check_deadline(c);
+    if (e->active && (wait_ms > 0 || ++e->rounds % 64 == 0)) check_deadline(e);
 }
 
-loom_result_t loomi_engine_poll(struct loom_comm *c, int transport)
+loom_result_t loomi_engine_poll(struct loomi_engine *e, int transport)
 {
-    if (c->active || (transport && c->error == LOOM_SUCCESS)) engine_round(c, 0);
-    else if (c->ctrl && c->error == LOOM_SUCCESS) loomi_comm_sync(c);
-    return c->error;
+    if (e->active || (transport && *e->error == LOOM_SUCCESS)) engine_round(e, 0);
+    else if (*e->ctrl && *e->error == LOOM_SUCCESS) e->hooks->sync(e);
+    return *e->error;
 }
 
 static loom_result_t op_result(struct loomi_op *op)
 {
     loom_result_t r = op->status;
-    struct loom_comm *c = op->comm;
+    struct loomi_engine *e = op->eng;
     if (r == LOOM_ERR_MISMATCH && !op->s.p2p) {
         /* Which rank's call differs: the others say (calls.h). */
-        if (loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS))
-            snprintf(op->errmsg, sizeof op->errmsg, "%s", c->errmsg);
-        c->mismatch_told = 1;
+        if (e->hooks->calls_verdict(e)) snprintf(op->errmsg, sizeof op->errmsg, "%s", e->errmsg);
     }
     if (r != LOOM_SUCCESS)
-        loomi_fail(r, op->comm->rank, "%s", op->errmsg[0] ? op->errmsg : loom_strerror(r));
+        loomi_fail(r, *op->eng->rank, "%s", op->errmsg[0] ? op->errmsg : loom_strerror(r));
     op_free(op);
     return r;
 }
 
 static loom_result_t op_wait(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
+    struct loomi_engine *e = op->eng;
     while (!op->finished) {
         /* Work or a failure may already be pending (a send that failed
          * while it was posted): act on it before sleeping on sockets that
          * may all be closed by now. */
-        engine_advance(c);
+        engine_advance(e);
         if (op->finished) break;
         /* Poll without sleeping for up to spin_us after the last progress:
          * a sleep and wake-up costs more than the wait when cores are free. */
-        if (c->set.spin_us) {
+        if (e->set->spin_us) {
             uint64_t t0 = 0; /* when the current idle stretch began; 0: unknown */
             unsigned idle = 0;
             while (!op->finished) {
                 uint32_t before = op->ndone;
-                engine_round(c, 0);
+                engine_round(e, 0);
                 if (op->ndone != before) {
                     idle = 0;
                     t0 = 0;
@@ -1184,16 +1221,16 @@ static loom_result_t op_wait(struct loomi_op *op)
                  * (the peer we wait for may need this one); otherwise
                  * only now and then.  The clock is read every few idle
                  * polls: it costs as much as a poll. */
-                if (c->oversubscribed || idle % 64 == 63) sched_yield();
+                if (e->oversubscribed || idle % 64 == 63) sched_yield();
                 if (++idle % 8 == 0) {
                     uint64_t now = loomi_now_ns();
                     if (!t0) t0 = now;
-                    else if (now - t0 >= (uint64_t)c->set.spin_us * 1000u) break;
+                    else if (now - t0 >= (uint64_t)e->set->spin_us * 1000u) break;
                 }
             }
             if (op->finished) break;
         }
-        engine_round(c, ms_to_deadline(c));
+        engine_round(e, ms_to_deadline(e));
     }
     return op_result(op);
 }
@@ -1203,23 +1240,23 @@ static loom_result_t op_wait(struct loomi_op *op)
  * critical path, and the same spin-then-sleep as without the thread. */
 loom_result_t loomi_op_wait(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
-    loomi_comm_lock(c);
+    struct loomi_engine *e = op->eng;
+    loomi_engine_lock(e);
     loom_result_t r = op_wait(op);
-    loomi_comm_unlock(c);
+    loomi_engine_unlock(e);
     return r;
 }
 
 loom_result_t loomi_op_test(struct loomi_op *op, int *done)
 {
-    struct loom_comm *c = op->comm;
-    loomi_comm_lock(c);
-    if (!op->finished) engine_advance(c);
-    if (!op->finished) engine_round(c, 0);
+    struct loomi_engine *e = op->eng;
+    loomi_engine_lock(e);
+    if (!op->finished) engine_advance(e);
+    if (!op->finished) engine_round(e, 0);
     loom_result_t r = LOOM_SUCCESS;
     *done = op->finished;
     if (op->finished) r = op_result(op);
-    loomi_comm_unlock(c);
+    loomi_engine_unlock(e);
     return r;
 }
 
@@ -1246,44 +1283,44 @@ static int any_finished(struct loomi_op *const *ops, int n)
 
 /* Drive c (locked) until one of ops (all of c) is finished: loomi_op_wait's
  * loop, watching several operations. */
-static void wait_some(struct loom_comm *c, struct loomi_op *const *ops, int n)
+static void wait_some(struct loomi_engine *e, struct loomi_op *const *ops, int n)
 {
     while (!any_finished(ops, n)) {
-        engine_advance(c);
+        engine_advance(e);
         if (any_finished(ops, n)) break;
-        if (c->set.spin_us) {
+        if (e->set->spin_us) {
             uint64_t t0 = 0;
             unsigned idle = 0;
             while (!any_finished(ops, n)) {
-                uint64_t before = c->xfer_events;
-                engine_round(c, 0);
-                if (c->xfer_events != before) {
+                uint64_t before = e->xfer_events;
+                engine_round(e, 0);
+                if (e->xfer_events != before) {
                     idle = 0;
                     t0 = 0;
                     continue;
                 }
-                if (c->oversubscribed || idle % 64 == 63) sched_yield();
+                if (e->oversubscribed || idle % 64 == 63) sched_yield();
                 if (++idle % 8 == 0) {
                     uint64_t now = loomi_now_ns();
                     if (!t0) t0 = now;
-                    else if (now - t0 >= (uint64_t)c->set.spin_us * 1000u) break;
+                    else if (now - t0 >= (uint64_t)e->set->spin_us * 1000u) break;
                 }
             }
             if (any_finished(ops, n)) break;
         }
-        engine_round(c, ms_to_deadline(c));
+        engine_round(e, ms_to_deadline(e));
     }
 }
 
 /* Is ops[i] finished?  Drives its communicator one round first if not. */
 static int test_one(struct loomi_op *op)
 {
-    struct loom_comm *c = op->comm;
-    loomi_comm_lock(c);
-    if (!op->finished) engine_advance(c);
-    if (!op->finished) engine_round(c, 0);
+    struct loomi_engine *e = op->eng;
+    loomi_engine_lock(e);
+    if (!op->finished) engine_advance(e);
+    if (!op->finished) engine_round(e, 0);
     int f = op->finished;
-    loomi_comm_unlock(c);
+    loomi_engine_unlock(e);
     return f;
 }
 
@@ -1291,13 +1328,13 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
 {
     struct loomi_op **ops = (struct loomi_op **)malloc((size_t)n * sizeof *ops);
     if (!ops) return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_wait_any: out of memory");
-    struct loom_comm *one = NULL;
+    struct loomi_engine *one = NULL;
     int single = 1;
     for (int i = 0; i < n; i++) {
         ops[i] = loomi_request_op(reqs[i], NULL);
         if (!ops[i]) continue;
-        if (!one) one = ops[i]->comm;
-        else if (ops[i]->comm != one) single = 0;
+        if (!one) one = ops[i]->eng;
+        else if (ops[i]->eng != one) single = 0;
     }
     struct pollfd *pf = single ? NULL : malloc((size_t)n * sizeof *pf);
     int found = -1;
@@ -1307,9 +1344,9 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
         if (found >= 0) break;
         if (single) {
             /* One communicator: sleep in its transport, as loom_wait does. */
-            loomi_comm_lock(one);
+            loomi_engine_lock(one);
             wait_some(one, ops, n);
-            loomi_comm_unlock(one);
+            loomi_engine_unlock(one);
             continue;
         }
         /* Several: each is driven in turn, or one could wait on a peer
@@ -1318,10 +1355,10 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
         int blind = !pf;
         for (int i = 0; i < n && pf; i++) {
             if (!ops[i]) continue;
-            struct loom_comm *c = ops[i]->comm;
-            loomi_comm_lock(c);
-            int fd = c->tops->wait_fd(c->tstate);
-            loomi_comm_unlock(c);
+            struct loomi_engine *e = ops[i]->eng;
+            loomi_engine_lock(e);
+            int fd = e->tops->wait_fd(e->tstate);
+            loomi_engine_unlock(e);
             if (fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
             else blind = 1;
         }
@@ -1330,10 +1367,10 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
     free(pf);
     struct loomi_op *op = ops[found];
     free(ops);
-    struct loom_comm *c = op->comm;
-    loomi_comm_lock(c);
+    struct loomi_engine *e = op->eng;
+    loomi_engine_lock(e);
     loom_result_t r = op_result(op);
-    loomi_comm_unlock(c);
+    loomi_engine_unlock(e);
     reqs[found] = LOOM_REQUEST_NULL;
     *index = found;
     return r;
@@ -1374,8 +1411,8 @@ static void progress_sleep(struct loomi_progress *pt, int fd, int ms)
  * the lock get it first. */
 static void *progress_main(void *arg)
 {
-    struct loom_comm *c = arg;
-    struct loomi_progress *pt = c->pt;
+    struct loomi_engine *e = arg;
+    struct loomi_progress *pt = e->pt;
     pthread_setname_np(pthread_self(), "loom-progress");
     uint64_t t0 = 0; /* when the current stretch without progress began; 0: none */
     pthread_mutex_lock(&pt->mu);
@@ -1383,36 +1420,36 @@ static void *progress_main(void *arg)
         while (atomic_load_explicit(&pt->want, memory_order_relaxed) > 0 && !pt->stop)
             pthread_cond_wait(&pt->turn, &pt->mu);
         if (pt->stop) break;
-        if (!c->active) {
+        if (!e->active) {
             t0 = 0;
             progress_sleep(pt, -1, -1);
             continue;
         }
-        uint64_t ev = c->xfer_events;
-        int na = c->nactive;
-        engine_advance(c);
-        if (c->active) engine_round(c, 0);
-        if (c->xfer_events != ev || c->nactive != na) {
+        uint64_t ev = e->xfer_events;
+        int na = e->nactive;
+        engine_advance(e);
+        if (e->active) engine_round(e, 0);
+        if (e->xfer_events != ev || e->nactive != na) {
             t0 = 0;
             continue;
         }
         uint64_t now = loomi_now_ns();
         if (!t0) t0 = now;
-        if (now - t0 < (uint64_t)c->set.spin_us * 1000u) {
+        if (now - t0 < (uint64_t)e->set->spin_us * 1000u) {
             pthread_mutex_unlock(&pt->mu);
             sched_yield();
             pthread_mutex_lock(&pt->mu);
             continue;
         }
-        int fd = c->tops->wait_fd(c->tstate);
-        int ms = ms_to_deadline(c);
-        if (c->ctrl && ms > LOOMI_CTRL_POLL_MS) ms = LOOMI_CTRL_POLL_MS;
-        if (c->ctrl && ms > LOOMI_CALL_ANSWER_POLL_MS &&
-            loomi_now_ms() - c->last_progress_ms < LOOMI_CALL_ANSWER_MS)
+        int fd = e->tops->wait_fd(e->tstate);
+        int ms = ms_to_deadline(e);
+        if (*e->ctrl && ms > LOOMI_CTRL_POLL_MS) ms = LOOMI_CTRL_POLL_MS;
+        if (*e->ctrl && ms > LOOMI_CALL_ANSWER_POLL_MS &&
+            loomi_now_ms() - e->last_progress_ms < LOOMI_CALL_ANSWER_MS)
             ms = LOOMI_CALL_ANSWER_POLL_MS; /* as in engine_round */
         if (fd < 0 && ms > 1) ms = 1; /* nothing to sleep on: nap, then look again */
         progress_sleep(pt, fd, ms);
-        check_deadline(c);
+        check_deadline(e);
     }
     pthread_mutex_unlock(&pt->mu);
     return NULL;
@@ -1426,7 +1463,7 @@ static void progress_free(struct loomi_progress *pt)
     free(pt);
 }
 
-static void progress_start(struct loom_comm *c)
+static void progress_start(struct loomi_engine *e)
 {
     const char *why = "out of memory";
     int err = 0;
@@ -1446,30 +1483,30 @@ static void progress_start(struct loom_comm *c)
     pthread_mutex_init(&pt->mu, &ma);
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&pt->turn, NULL);
-    c->pt = pt;
+    e->pt = pt;
     /* Signals stay with the application's threads. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    err = pthread_create(&pt->thread, NULL, progress_main, c);
+    err = pthread_create(&pt->thread, NULL, progress_main, e);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err) {
-        c->pt = NULL;
+        e->pt = NULL;
         progress_free(pt);
         why = "pthread_create";
         goto fail;
     }
-    LOOMI_INFO(c->rank, "progress thread started (LOOM_PROGRESS_THREAD=1)");
+    LOOMI_INFO(*e->rank, "progress thread started (LOOM_PROGRESS_THREAD=1)");
     return;
 fail:
-    c->set.progress_thread = 0;
-    LOOMI_NOTICE(c->rank, "progress thread not started (%s%s%s): operations progress inside "
+    e->set->progress_thread = 0;
+    LOOMI_NOTICE(*e->rank, "progress thread not started (%s%s%s): operations progress inside "
                  "Loom calls only", why, err ? ": " : "", err ? strerror(err) : "");
 }
 
-void loomi_progress_stop(struct loom_comm *c)
+void loomi_progress_stop(struct loomi_engine *e)
 {
-    struct loomi_progress *pt = c->pt;
+    struct loomi_progress *pt = e->pt;
     if (!pt) return;
     pthread_mutex_lock(&pt->mu);
     pt->stop = 1;
@@ -1477,6 +1514,6 @@ void loomi_progress_stop(struct loom_comm *c)
     pthread_cond_signal(&pt->turn);
     pthread_mutex_unlock(&pt->mu);
     pthread_join(pt->thread, NULL);
-    c->pt = NULL;
+    e->pt = NULL;
     progress_free(pt);
 }

@@ -10,11 +10,14 @@
 #ifndef LOOMI_SCHED_H
 #define LOOMI_SCHED_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "loom.h"
 #include "core/internal.h"
+#include "transports/transport.h"
 
 enum loomi_step_kind {
     LOOMI_STEP_SEND,   /* send buf[src]+src_off, count elements, to peer */
@@ -245,13 +248,149 @@ uint32_t loomi_sched_decode_acc(struct loomi_sched *s, int dst, size_t dst_off, 
 
 /* ------------------------------------------------------------- engine */
 
-struct loom_comm;
 struct loomi_op;
+struct loomi_engine;
+struct loomi_hostmap;
+
+/* Where the owner has a control plane: the longest the engine sleeps in
+ * one wait, so that a revocation arriving there is acted on promptly. */
+#define LOOMI_CTRL_POLL_MS 50
+/* A wait on a peer with nothing moving for this long asks the owner to
+ * probe the peer (hooks.calls_probe: the call this rank is in), once per
+ * stall. */
+#define LOOMI_CALL_STALL_MS 20
+/* For this long into a stall, a wait looks at the control plane every
+ * LOOMI_CALL_ANSWER_POLL_MS (not every LOOMI_CTRL_POLL_MS): a peer's
+ * probe, or its answer to this rank's, is likely to come then. */
+#define LOOMI_CALL_ANSWER_MS 500
+#define LOOMI_CALL_ANSWER_POLL_MS 5
+
+/* What the engine asks of its owner (the communicator), which fills
+ * loomi_engine.hooks.  Every hook is called with the engine's lock held
+ * (loomi_engine_lock), from the calling thread or the progress thread. */
+struct loomi_engine_hooks {
+    /* The owner breaks with code (its first failure sticks), blaming
+     * peer (-1: none), because of msg; it sets *e->error and e->errmsg,
+     * and tells the other ranks.  The engine then fails its operations. */
+    void (*fail)(struct loomi_engine *e, loom_result_t code, int peer, const char *msg);
+    /* The control plane (called only where *e->ctrl is not NULL):
+     * whether a peer's revocation waits to be acted on; bring the owner
+     * up to date with it (not LOOM_SUCCESS: it broke); answer the
+     * probes of peers stalled in a call; ask peers that this rank waits
+     * on in call `no` which call they are in (comm/calls.h). */
+    int (*revoke_pending)(struct loomi_engine *e);
+    loom_result_t (*sync)(struct loomi_engine *e);
+    void (*calls_poll)(struct loomi_engine *e);
+    void (*calls_probe)(struct loomi_engine *e, uint64_t no, const int *peers, int npeers);
+    /* A collective failed with LOOM_ERR_MISMATCH: find out which rank's
+     * call differs; returns nonzero when e->errmsg now says so. */
+    int (*calls_verdict)(struct loomi_engine *e);
+    /* Windows (schedules with win_id): the host's n mappings of window
+     * id and its size (returns n, or 0: no such window); the push guard
+     * around a step that writes into the peers' windows (begin: -1 to
+     * go on, else the rank whose window is closed); close this rank's
+     * window to pushes after a failure, waiting until deadline_ms for
+     * the peers inside one (returns how many were left). */
+    int (*window_map)(struct loomi_engine *e, uint64_t id, unsigned char **out, int n,
+                      size_t *len);
+    int (*window_push_begin)(struct loomi_engine *e, uint64_t id);
+    void (*window_push_end)(struct loomi_engine *e, uint64_t id);
+    int (*window_close)(struct loomi_engine *e, uint64_t id, uint64_t deadline_ms);
+};
+
+/* The progress thread (LOOM_PROGRESS_THREAD=1; engine.c).  `mu` guards
+ * the engine's state (operations, transport) against it: every entry
+ * that touches them takes it through loomi_engine_lock. */
+struct loomi_progress {
+    pthread_mutex_t mu;  /* recursive: internal paths nest */
+    pthread_cond_t turn; /* the thread waits here while a caller wants mu */
+    atomic_int want;     /* callers waiting for mu */
+    pthread_t thread;
+    int wakefd;          /* eventfd: an operation started, or stop */
+    int sleeping;        /* the thread is in poll() (under mu) */
+    int stop;            /* under mu */
+};
+
+/* An engine: runs schedules over one transport, every wait with the
+ * owner's deadline.  It knows no collective and no communicator: a
+ * schedule's tags are opaque to it (name_sig names them in messages),
+ * and what it needs of its owner it reads through the pointers below or
+ * asks through the hooks.  The owner embeds it and sets the first group
+ * with loomi_engine_bind; the transport's fields when it has one. */
+struct loomi_engine {
+    /* The owner's, read by the engine: */
+    void *owner;
+    const struct loomi_engine_hooks *hooks;
+    const int *rank;                     /* this rank */
+    struct loomi_settings *set;          /* timeout_ms, spin_us, progress_thread */
+    const loom_result_t *error;          /* the owner's first failure (set through fail) */
+    const char *errmsg;                  /* and its message */
+    struct loomi_hostmap *const *hosts;  /* which ranks share a host (NULL: unknown) */
+    void *const *ctrl;                   /* a control plane (NULL: none; the hooks use it) */
+    loomi_sig_namer name_sig;            /* names a schedule's signature (NULL: by number) */
+    int oversubscribed;                  /* more ranks than cores: waiting ranks yield */
+    /* The transport the engine runs schedules over: */
+    const struct loomi_transport_ops *tops;
+    void *tstate;
+
+    /* The engine's own: */
+    struct loomi_op *active;   /* running operations (doubly linked) */
+    struct loomi_op *live;     /* every operation not yet waited for */
+    int nactive;
+    int nlive;                 /* operations started and not yet waited for (requests held) */
+    uint64_t last_progress_ms; /* a step completed (the deadline's clock) */
+    int progressed;            /* a transfer completed since last_progress_ms was read */
+    unsigned rounds;           /* polls, to read the clock every so many */
+    uint64_t xfer_events;      /* transfers completed: lets a transport see its progress */
+    struct loomi_op *shq_head; /* shared-arena operations, oldest first */
+    int shq_kick;              /* one of them was released: run it before sleeping */
+    uint64_t stall_probed_ms;  /* the stall (its last_progress_ms) already probed */
+    struct loomi_op *spare_op; /* the last small operation freed, for reuse */
+    /* Buffers cached across operations. */
+    void *scratch, *backup;
+    size_t scratch_len, backup_len;
+    int scratch_busy, backup_busy;
+    /* Sends to and receives from this very rank, not yet matched (the
+     * engine pairs them; no transport sees them).  Linked by t_next. */
+    struct loomi_xfer *self_q[2];
+    /* The progress thread, started with the first operation when
+     * set->progress_thread; NULL: none (then no lock is taken). */
+    struct loomi_progress *pt;
+};
+
+/* Point e at its owner's fields (they may change later; the engine reads
+ * them through these pointers). */
+void loomi_engine_bind(struct loomi_engine *e, void *owner, const struct loomi_engine_hooks *hooks,
+                       const int *rank, struct loomi_settings *set, const loom_result_t *error,
+                       const char *errmsg, struct loomi_hostmap *const *hosts, void *const *ctrl,
+                       loomi_sig_namer name_sig);
+/* Free what the engine cached (after loomi_engine_free_all and
+ * loomi_progress_stop). */
+void loomi_engine_release(struct loomi_engine *e);
+
+/* Take / release the engine's lock (nothing without a progress thread).
+ * Recursive; the owner's calling thread's own calls only. */
+static inline void loomi_engine_lock(const struct loomi_engine *e)
+{
+    struct loomi_progress *pt = e->pt;
+    if (!pt) return;
+    atomic_fetch_add_explicit(&pt->want, 1, memory_order_relaxed);
+    pthread_mutex_lock(&pt->mu);
+    atomic_fetch_sub_explicit(&pt->want, 1, memory_order_relaxed);
+}
+
+static inline void loomi_engine_unlock(const struct loomi_engine *e)
+{
+    struct loomi_progress *pt = e->pt;
+    if (!pt) return;
+    pthread_cond_signal(&pt->turn);
+    pthread_mutex_unlock(&pt->mu);
+}
 
 /* Start running `s` (ownership passes to the op) over the given buffers;
  * progress happens in loomi_op_progress / loomi_op_wait.  inplace_backup:
  * recv buffer of an in-place operation, saved and put back on failure. */
-loom_result_t loomi_op_start(struct loom_comm *comm, struct loomi_sched *s,
+loom_result_t loomi_op_start(struct loomi_engine *e, struct loomi_sched *s,
                              const void *sendbuf, void *recvbuf, int inplace,
                              struct loomi_op **out);
 /* Block until done or failed; frees the op; returns its result. */
@@ -260,7 +399,7 @@ loom_result_t loomi_op_wait(struct loomi_op *op);
 loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
 /* Wait until one of reqs[0..n) (NULL entries skipped; at least one is
- * not; all live requests) completes, across communicators: frees it, sets
+ * not; all live requests) completes, across engines: frees it, sets
  * reqs[i] to LOOM_REQUEST_NULL and *index to i, and returns its result. */
 loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index);
 
@@ -272,25 +411,25 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index);
 void loomi_op_set_request(struct loomi_op *op, uintptr_t h);
 struct loomi_op *loomi_request_op(loom_request_t req, enum loomi_handle_state *why);
 
-/* Stop and join comm's progress thread, if any (before its transport
- * goes); afterwards the communicator takes no lock. */
-void loomi_progress_stop(struct loom_comm *comm);
+/* Stop and join the progress thread, if any (before the transport
+ * goes); afterwards the engine takes no lock. */
+void loomi_progress_stop(struct loomi_engine *e);
 
 /* One pass that blocks nowhere, for a caller waiting on something other
  * than an operation (small.c): running operations progress and their
  * deadline holds, and a failure seen by the control plane breaks the
- * communicator.  `transport`: the transport progresses even when no
- * operation runs (a message that came for none of this rank's may show
- * a call that a peer made otherwise).  Returns comm->error. */
-loom_result_t loomi_engine_poll(struct loom_comm *comm, int transport);
+ * owner.  `transport`: the transport progresses even when no operation
+ * runs (a message that came for none of this rank's may show a call that
+ * a peer made otherwise).  Returns *e->error. */
+loom_result_t loomi_engine_poll(struct loomi_engine *e, int transport);
 
-/* Fail every running op of comm (called when the communicator breaks). */
-void loomi_engine_fail_all(struct loom_comm *comm);
+/* Fail every running op (called when the owner breaks). */
+void loomi_engine_fail_all(struct loomi_engine *e);
 /* Fail and free every op, waited for or not (loom_comm_abort): the
- * application's requests of this communicator become invalid. */
-void loomi_engine_free_all(struct loom_comm *comm);
+ * application's requests of this engine become invalid. */
+void loomi_engine_free_all(struct loomi_engine *e);
 /* How many operations not yet waited for read or write window id (the
  * window's mappings must outlive them). */
-int loomi_engine_window_users(const struct loom_comm *comm, uint64_t id);
+int loomi_engine_window_users(const struct loomi_engine *e, uint64_t id);
 
 #endif

@@ -400,11 +400,11 @@ static int report_job(int explain)
     if (comm->rank == 0) {
         char how[128];
         printf("job of %d rank(s) on %d host(s); rank 0's transports: %s\n\n", comm->nranks,
-               comm->hosts->nhosts, loomi_route_describe(comm->tstate, how, sizeof how));
+               comm->hosts->nhosts, loomi_route_describe(comm->eng.tstate, how, sizeof how));
         int cores = comm->topo->ranks[0].host.ncores;
         printf("rank 0's machine runs %d rank(s) of the job on %d core(s)%s\n\n",
                comm->machine_ranks, cores,
-               comm->oversubscribed ? ": oversubscribed, waiting ranks yield the core between polls"
+               comm->eng.oversubscribed ? ": oversubscribed, waiting ranks yield the core between polls"
                                     : "");
         printf("topology\n");
         loomi_topo_print(stdout, comm->topo);

@@ -1105,14 +1105,14 @@ Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
     memset(&fx, 0, sizeof fx);
     fx.n = 2;
     fx.inject_at = 1;
-    fx.real = c[0]->tops;
+    fx.real = c[0]->eng.tops;
     fx.ops = *fx.real;
     fx.ops.irecv = fx_irecv;
     fx.ops.progress = fx_progress;
     fx.ops.abort_all = fx_abort_all;
     fx.ops.shared_map = fx_shared_map;
     size_t want = 0;
-    cr_assert_not_null(fx.real->shared_map(c[0]->tstate, 0, &want));
+    cr_assert_not_null(fx.real->shared_map(c[0]->eng.tstate, 0, &want));
     fx.len = (want + 4095) / 4096 * 4096;
     for (int q = 0; q < 2; q++) {
         int fd = memfd_create("loom-test-arena", 0);
@@ -1125,8 +1125,8 @@ Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
     }
     fx.comm0 = c[0];
     for (int r = 0; r < 2; r++) {
-        fx.state[r] = c[r]->tstate;
-        c[r]->tops = &fx.ops;
+        fx.state[r] = c[r]->eng.tstate;
+        c[r]->eng.tops = &fx.ops;
     }
     const size_t n = 1024;
     memset(fx.map[1][1], 0x3f, n * 4); /* rank 1's arena, as it wrote it */
@@ -1149,7 +1149,7 @@ Test(shared, a_failure_found_in_progress_stops_the_shared_steps)
         struct loomi_op *op;
         uintptr_t rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL);
         cr_assert_neq(rh, 0);
-        cr_assert_eq(loomi_op_start(c[r], &sc, b[r], b[r], 0, &op), LOOM_SUCCESS, "%s",
+        cr_assert_eq(loomi_op_start(&c[r]->eng, &sc, b[r], b[r], 0, &op), LOOM_SUCCESS, "%s",
                      loom_get_last_error());
         loomi_op_set_request(op, rh);
         req[r] = (loom_request_t)rh;
