@@ -22,13 +22,11 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "compress/compress.h"
 #include "core/hostmap.h"
 #include "reduce/reduce.h"
+#include "sched/op.h"
 #include "sched/sched.h"
 
 /* A schedule's signature in its tags (transport.h), opaque here: the
@@ -36,44 +34,6 @@
 static unsigned sched_sig(const struct loomi_sched *s)
 {
     return (unsigned)(s->coll1 & 15) << 4 | (unsigned)(s->algo & 15);
-}
-
-struct loomi_op {
-    struct loomi_engine *eng;
-    struct loomi_sched s;
-    unsigned char *bufs[LOOMI_NBUFS];
-    unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
-    /* Operations on the shared arenas run one at a time, in the order
-     * they were started (the same on every rank): each reuses the arenas
-     * from offset 0.  `held` until the ones before it are done. */
-    struct loomi_op *shq_next;
-    int in_shq, held;
-    uint32_t cap; /* steps the block's arrays hold */
-    uint64_t seq;
-    uint16_t *pending;
-    struct loomi_xfer *xfers; /* indexed by step */
-    uint8_t *posted;          /* step handed to the transport, not completed */
-    uint32_t *ready, rhead, rtail;
-    uint32_t ndone;
-    loom_result_t status; /* first failure seen by a callback */
-    int failed_peer;
-    char errmsg[256];
-    int finished;
-    /* In-place safety: the caller's bytes, put back on failure. */
-    void *backup;
-    const void *restore_from; /* backup, or SCRATCH (scratch_has_input) */
-    void *inplace_buf;
-    size_t inplace_len;
-    int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
-    struct loomi_op *next, *prev;           /* comm->active: still running */
-    struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
-    uintptr_t req; /* the request handle it was given as (0: none) */
-};
-
-/* A buffer id's address: the operation's own buffers or a shared arena. */
-static inline unsigned char *bufp(const struct loomi_op *op, int b)
-{
-    return b < LOOMI_NBUFS ? op->bufs[b] : op->shared[b - LOOMI_BUF_SHARED];
 }
 
 /* Break the owner (hooks.fail) with a formatted message. */
@@ -196,91 +156,6 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
     step_done(op, i);
 }
 
-static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes);
-
-/* An encode or decode step (compressed schedules; see sched.h for the
- * slot format).  A failure (a malformed encoding from a peer, a codec
- * error) fails the operation. */
-static loom_result_t run_codec(struct loomi_op *op, const struct loomi_step *st)
-{
-    const struct loomi_sched *s = &op->s;
-    const loom_codec_t *cd = s->codec;
-    const size_t sb = loomi_codec_slot_bytes(cd, st->count);
-    loom_result_t r;
-    const char *what;
-    if (st->kind == LOOMI_STEP_ENCODE) {
-        const float *x = (const float *)(void *)(bufp(op, st->src) + st->src_off);
-        unsigned char *slot = bufp(op, st->dst) + st->dst_off;
-        float *dec = (st->flags & LOOMI_ENC_DECODED)
-                         ? (float *)(void *)(bufp(op, st->src2) + st->src2_off)
-                         : NULL;
-        size_t len = 0;
-        what = "encoding";
-        if (st->flags & LOOMI_ENC_EF)
-            r = loom_codec_encode_ef(cd, s->ef_state, s->ef_key, s->ef_count,
-                                     (st->src_off - s->ef_base) / s->esize, x, st->count, slot + 8, sb - 8,
-                                     &len, dec);
-        else
-            r = loom_codec_encode(cd, x, st->count, slot + 8, sb - 8, &len, dec);
-        if (r == LOOM_SUCCESS) {
-            loomi_le64_store(slot, (uint64_t)len);
-            memset(slot + 8 + len, 0, sb - 8 - len);
-        }
-    } else {
-        const unsigned char *slot = bufp(op, st->src) + st->src_off;
-        float *dst = (float *)(void *)(bufp(op, st->dst) + st->dst_off);
-        uint64_t len = loomi_le64_load(slot);
-        what = "decoding";
-        if (len > sb - 8) {
-            r = loomi_fail(LOOM_ERR_REMOTE, *op->eng->rank,
-                           "an encoded chunk of %zu values announces %llu bytes; codec %s "
-                           "makes at most %zu",
-                           st->count, (unsigned long long)len, cd->name, sb - 8);
-        } else if (st->kind == LOOMI_STEP_DECODE) {
-            r = loom_codec_decode(cd, slot + 8, (size_t)len, dst, st->count);
-        } else {
-            const unsigned char *base = bufp(op, st->src2) + st->src2_off;
-            if (base != (const unsigned char *)dst)
-                memcpy(dst, base, st->count * sizeof(float));
-            r = loom_codec_decode_accumulate(cd, slot + 8, (size_t)len, dst, st->count);
-        }
-    }
-    if (r != LOOM_SUCCESS && op->status == LOOM_SUCCESS) {
-        op->status = r;
-        op->failed_peer = -1;
-        snprintf(op->errmsg, sizeof op->errmsg, "%s %zu values with codec %s failed: %s", what,
-                 st->count, cd->name, loom_get_last_error());
-    }
-    return r;
-}
-
-/* A peer runs this operation otherwise than this rank (LOOMI_STEP_EXPECT
- * on the descriptors of shared.c): say how, from both descriptors. */
-static void expect_failed(struct loomi_op *op, const struct loomi_step *st)
-{
-    uint64_t mine[4] = {0}, theirs[4] = {0};
-    size_t n = st->count * op->s.esize;
-    if (n > sizeof mine) n = sizeof mine;
-    memcpy(mine, bufp(op, st->src) + st->src_off, n);
-    memcpy(theirs, bufp(op, st->src2) + st->src2_off, n);
-    op->status = LOOM_ERR_MISMATCH;
-    op->failed_peer = -1;
-    if (!mine[0] != !theirs[0])
-        snprintf(op->errmsg, sizeof op->errmsg,
-                 "rank %d's buffers are%s in a loom_mem_alloc window and this rank's are%s: "
-                 "every rank of a host must use windows alike",
-                 st->peer, theirs[0] ? "" : " not", mine[0] ? "" : " not");
-    else
-        snprintf(op->errmsg, sizeof op->errmsg,
-                 "rank %d's buffers are at other places of its loom_mem_alloc window than "
-                 "this rank's (window %llu, send offset %llu, receive offset %llu here; window "
-                 "%llu, %llu, %llu there): windows are symmetric, every rank must pass the same "
-                 "offsets",
-                 st->peer, (unsigned long long)mine[1], (unsigned long long)mine[2],
-                 (unsigned long long)mine[3], (unsigned long long)theirs[1],
-                 (unsigned long long)theirs[2], (unsigned long long)theirs[3]);
-}
-
 /* A point-to-point transfer with this very rank: pair it with the oldest
  * opposite one of the same tag, or queue it.  Completions run at once;
  * they only mark steps done. */
@@ -373,7 +248,7 @@ static void op_run_ready(struct loomi_op *op)
                     op->rhead--;
                     return;
                 }
-                run_local(op, st, bytes);
+                loomi_op_run_local(op, st, bytes);
                 e->hooks->window_push_end(e, s->win_id);
                 step_done(op, i);
                 break;
@@ -382,373 +257,24 @@ static void op_run_ready(struct loomi_op *op)
         case LOOMI_STEP_REDUCE:
         case LOOMI_STEP_COPY:
         case LOOMI_STEP_AVG:
-            if (st->count) run_local(op, st, bytes);
+            if (st->count) loomi_op_run_local(op, st, bytes);
             step_done(op, i);
             break;
         case LOOMI_STEP_ENCODE:
         case LOOMI_STEP_DECODE:
         case LOOMI_STEP_DECODE_ACC:
-            if (st->count && run_codec(op, st) != LOOM_SUCCESS) break;
+            if (st->count && loomi_op_run_codec(op, st) != LOOM_SUCCESS) break;
             step_done(op, i);
             break;
         case LOOMI_STEP_EXPECT:
             if (bytes && memcmp(bufp(op, st->src) + st->src_off, bufp(op, st->src2) + st->src2_off,
                                 bytes) != 0) {
-                expect_failed(op, st);
+                loomi_op_expect_failed(op, st);
                 break;
             }
             step_done(op, i);
             break;
         }
-    }
-}
-
-#if defined(__x86_64__)
-/* stream_nofence's loop with 64-byte stores, one per line, for a 64-aligned
- * d where the CPU has AVX-512: a streamed copy of 64 MiB on the Intel VM
- * measured took 5.3-6.4 ms, against 6.3-7.6 with 16-byte stores; 2 ranks,
- * 64 MiB allreduce, alternating builds: out of place 12.1 against 12.5
- * ms, in place 18.7 against 19.6, in place in windows (save64 too) 10.8
- * against 12.8. */
-__attribute__((target("avx512f"))) static void stream64(unsigned char *d, unsigned char *also,
-                                                        const unsigned char *src, size_t n,
-                                                        int also_nt)
-{
-    for (size_t i = 0; i < n; i += 64) {
-        __m512i a = _mm512_loadu_si512((const void *)(src + i));
-        _mm512_stream_si512((void *)(d + i), a);
-        if (also_nt) _mm512_stream_si512((void *)(also + i), a);
-        else if (also) _mm512_storeu_si512((void *)(also + i), a);
-    }
-}
-
-/* copy_save's loop with 64-byte stores: save (64-aligned) = d, d = src. */
-__attribute__((target("avx512f"))) static void save64(unsigned char *d, unsigned char *save,
-                                                      const unsigned char *src, size_t n)
-{
-    for (size_t i = 0; i < n; i += 64) {
-        _mm512_stream_si512((void *)(save + i), _mm512_loadu_si512((const void *)(d + i)));
-        _mm512_storeu_si512((void *)(d + i), _mm512_loadu_si512((const void *)(src + i)));
-    }
-}
-#endif
-
-/* Stores of n bytes (a multiple of 64) to d that skip the cache, and to
- * `also` when not NULL, through the cache or, with also_nt, skipping it
- * too; without the fence: callers fence once after all their streamed
- * stores.  d must be 16-aligned, and also with also_nt. */
-static void stream_nofence(unsigned char *d, unsigned char *also, const unsigned char *src,
-                           size_t n, int also_nt)
-{
-#if defined(__x86_64__)
-    if (!((uintptr_t)d & 63) && (!also_nt || !((uintptr_t)also & 63)) &&
-        loomi_reduce_cpu_avx512()) {
-        stream64(d, also, src, n, also_nt);
-        return;
-    }
-    for (size_t i = 0; i < n; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
-        _mm_stream_si128((__m128i *)(void *)(d + i), a);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 16), b);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 32), c);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 48), e);
-        if (also_nt) {
-            _mm_stream_si128((__m128i *)(void *)(also + i), a);
-            _mm_stream_si128((__m128i *)(void *)(also + i + 16), b);
-            _mm_stream_si128((__m128i *)(void *)(also + i + 32), c);
-            _mm_stream_si128((__m128i *)(void *)(also + i + 48), e);
-        } else if (also) {
-            _mm_storeu_si128((__m128i *)(void *)(also + i), a);
-            _mm_storeu_si128((__m128i *)(void *)(also + i + 16), b);
-            _mm_storeu_si128((__m128i *)(void *)(also + i + 32), c);
-            _mm_storeu_si128((__m128i *)(void *)(also + i + 48), e);
-        }
-    }
-#else
-    (void)also_nt;
-    memcpy(d, src, n);
-    if (also) memcpy(also, src, n);
-#endif
-}
-
-/* memcpy for a copy that is read back only if the operation fails (the
- * saved input of saves_input), or that the operation does not read again
- * and is too big for the cache (LOOMI_COPY_STREAM): non-temporal stores
- * leave the cache to the data the operation is working on, and skip
- * reading the lines they overwrite.  `also`, when not NULL, gets the
- * same bytes in the same pass (LOOMI_COPY_ALSO: an in-place input copied
- * into an arena and saved at once, read from memory once, not twice),
- * through the cache, or with also_nt streamed too (where `also` lies as
- * d does within 64-byte lines; elsewhere it goes through the cache).
- * copy_stream_nf leaves out the fence, for
- * loops over blocks that fence once at the end (stream_fence): a fence per
- * block waits for each block's stores to reach memory before the next
- * block's loads. */
-static void copy_stream_nf(unsigned char *d, unsigned char *also, const unsigned char *src,
-                           size_t n, int also_nt)
-{
-#if defined(__x86_64__)
-    if (!also || (((uintptr_t)also ^ (uintptr_t)d) & 63)) also_nt = 0;
-    size_t head = (size_t)(-(uintptr_t)d & 63); /* lines whole: see stream64 */
-    if (n < 4096 || head >= n) head = n;
-    memcpy(d, src, head);
-    if (also) memcpy(also, src, head);
-    if (head == n) return;
-    d += head;
-    if (also) also += head;
-    src += head;
-    n -= head;
-    const size_t body = n - n % 64;
-    stream_nofence(d, also, src, body, also_nt);
-    memcpy(d + body, src + body, n % 64);
-    if (also) memcpy(also + body, src + body, n % 64);
-#else
-    (void)also_nt;
-    memcpy(d, src, n);
-    if (also) memcpy(also, src, n);
-#endif
-}
-
-static void stream_fence(int nt)
-{
-#if defined(__x86_64__)
-    if (nt) _mm_sfence();
-#else
-    (void)nt;
-#endif
-}
-
-static void copy_stream(unsigned char *d, unsigned char *also, const unsigned char *src,
-                        size_t n, int also_nt)
-{
-    copy_stream_nf(d, also, src, n, also_nt);
-    stream_fence(1);
-}
-
-/* dst = src, saving dst's old bytes to `save` first (LOOMI_COPY_SAVE),
- * with non-temporal stores where `nt`: each old line is read once, for
- * the save, and is then in cache for the store that overwrites it.
- * Without `nt` (a vector the caches keep) the save stays in cache, where
- * the next call's save finds its lines. */
-static void copy_save(unsigned char *d, unsigned char *save, const unsigned char *src, size_t n,
-                      int nt)
-{
-    if (!nt) {
-        memcpy(save, d, n);
-        memcpy(d, src, n);
-        return;
-    }
-#if defined(__x86_64__)
-    size_t head = (size_t)(-(uintptr_t)save & 63);
-    if (n < 4096 || head >= n) head = n;
-    memcpy(save, d, head);
-    memcpy(d, src, head);
-    if (head == n) return;
-    d += head;
-    save += head;
-    src += head;
-    n -= head;
-    size_t k = n / 64;
-    if (loomi_reduce_cpu_avx512()) {
-        save64(d, save, src, k * 64);
-        d += k * 64, save += k * 64, src += k * 64;
-        k = 0;
-    }
-    for (size_t i = 0; i < k; i++, d += 64, save += 64, src += 64) {
-        for (int j = 0; j < 64; j += 16) {
-            __m128i old = _mm_loadu_si128((const __m128i *)(const void *)(d + j));
-            _mm_stream_si128((__m128i *)(void *)(save + j), old);
-        }
-        for (int j = 0; j < 64; j += 16)
-            _mm_storeu_si128((__m128i *)(void *)(d + j),
-                             _mm_loadu_si128((const __m128i *)(const void *)(src + j)));
-    }
-    _mm_sfence();
-    memcpy(save, d, n % 64);
-    memcpy(d, src, n % 64);
-#else
-    memcpy(save, d, n);
-    memcpy(d, src, n);
-#endif
-}
-
-/* A failed saves_input operation: put back, from SCRATCH, each range of
- * RECV that a step already started wrote (or was receiving into).  The
- * schedule saved every such range before that step could start. */
-static void restore_written(struct loomi_op *op)
-{
-    const struct loomi_sched *s = &op->s;
-    const unsigned char *saved = op->bufs[LOOMI_BUF_SCRATCH];
-    for (uint32_t k = 0; k < op->rhead; k++) {
-        const struct loomi_step *st = &s->steps[op->ready[k]];
-        if (st->kind == LOOMI_STEP_SEND || st->dst != LOOMI_BUF_RECV || !st->count) continue;
-        size_t len = st->count * s->esize;
-        if (st->dst_off > op->inplace_len || len > op->inplace_len - st->dst_off) continue;
-        memcpy((unsigned char *)op->inplace_buf + st->dst_off, saved + st->dst_off, len);
-    }
-}
-
-/* A REDUCE_SHARED step's block of k elements from element o: out = a's
- * block OP every other arena's (all but st->peer, at src2_off), one pass
- * per arena over a block that stays in cache.  out may be a's block. */
-static void reduce_arenas(const struct loomi_op *op, const struct loomi_step *st,
-                          unsigned char *out, const unsigned char *a, size_t o, size_t k)
-{
-    const struct loomi_sched *s = &op->s;
-    const size_t es = s->esize;
-    int first = 1;
-    for (int i = 0; i < s->nshared; i++) {
-        if (i == st->peer) continue;
-        loomi_reduce_out(out, first ? a + o * es : out, op->shared[i] + st->src2_off + o * es,
-                         k, s->dtype, s->op);
-        first = 0;
-    }
-}
-
-/* One block of a result in L1 to where it goes: streamed (no fence) when
- * nt and the place allows, else an ordinary copy. */
-static void put_block(unsigned char *d, const unsigned char *src, size_t n, int nt)
-{
-    if (nt && !((uintptr_t)d & 15) && n % 64 == 0) stream_nofence(d, NULL, src, n, 0);
-    else memcpy(d, src, n);
-}
-
-/* The blocks reduce_push produces in L1 and writes out at once: small,
- * so that the loads of the next block and the stores of this one overlap
- * in the core.  (2 ranks, 64 MiB pushed, two sources and two
- * destinations: 16K blocks 6.5 ms, 1K 4.4 ms, one fused loop 4.0; the
- * whole allreduce from windows 6.7 -> 4.0-4.4 ms.)  The staged forms keep
- * 16K blocks: there, blocks of 2K or less made the whole allreduce twice
- * as slow from 128K to 8M on 2 ranks (4K and up did not), which the
- * memory traffic does not explain; and the in-place save gained nothing
- * that stood out of the noise. */
-#define PUT_BLOCK 1024
-#define KEEP_BLOCK 16384
-
-/* REDUCE_SHARED with LOOMI_RS_PUSH: each block is reduced in a buffer
- * that stays in L1, then written to dst and to every other rank's window
- * at the same place: every byte of the result is written once per rank
- * and read by nobody, so with LOOMI_RS_STREAM the stores skip the cache
- * and the read of each line they overwrite. */
-static void reduce_push(struct loomi_op *op, const struct loomi_step *st)
-{
-    const struct loomi_sched *s = &op->s;
-    const size_t es = s->esize, blk = PUT_BLOCK / es;
-    _Alignas(64) unsigned char tmp[PUT_BLOCK];
-    unsigned char *d = bufp(op, st->dst) + st->dst_off;
-    const unsigned char *a = bufp(op, st->src) + st->src_off;
-    const int nt = (st->flags & LOOMI_RS_STREAM) != 0;
-    for (size_t o = 0; o < st->count; o += blk) {
-        size_t k = st->count - o < blk ? st->count - o : blk;
-        reduce_arenas(op, st, tmp, a, o, k);
-        if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
-        for (int i = 0; i < s->nshared; i++) {
-            unsigned char *to = i == st->peer
-                                    ? d + o * es
-                                    : op->shared[i] + s->win_push_off + st->dst_off + o * es;
-            put_block(to, tmp, k * es, nt);
-        }
-    }
-    stream_fence(nt);
-}
-
-/* REDUCE_SHARED with LOOMI_RS_KEEP: as reduce_push, each block is
- * reduced in L1, then (in place) the old block is saved, and the result
- * goes to dst and to this rank's own arena, where the others copy it. */
-static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
-{
-    const struct loomi_sched *s = &op->s;
-    const size_t es = s->esize, blk = KEEP_BLOCK / es;
-    _Alignas(64) unsigned char tmp[KEEP_BLOCK];
-    unsigned char *d = bufp(op, st->dst) + st->dst_off;
-    const unsigned char *a = bufp(op, st->src) + st->src_off;
-    unsigned char *keep = op->shared[st->peer] + st->src2_off;
-    unsigned char *save = (st->flags & LOOMI_RS_SAVE)
-                              ? op->bufs[LOOMI_BUF_SCRATCH] + st->dst_off
-                              : NULL;
-    const int nt = (st->flags & LOOMI_RS_STREAM) != 0;
-    for (size_t o = 0; o < st->count; o += blk) {
-        size_t k = st->count - o < blk ? st->count - o : blk;
-        reduce_arenas(op, st, tmp, a, o, k);
-        if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
-        if (save && nt) copy_stream_nf(save + o * es, NULL, d + o * es, k * es, 0);
-        else if (save) memcpy(save + o * es, d + o * es, k * es);
-        memcpy(keep + o * es, tmp, k * es);
-        if (nt && !save) copy_stream_nf(d + o * es, NULL, tmp, k * es, 0);
-        else memcpy(d + o * es, tmp, k * es);
-    }
-    stream_fence(nt);
-}
-
-/* A reduce, copy or avg step on at least one element. */
-static void run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
-{
-    const struct loomi_sched *s = &op->s;
-    switch (st->kind) {
-    case LOOMI_STEP_REDUCE:
-        loomi_reduce_out(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off,
-                         bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
-        break;
-    case LOOMI_STEP_COPY:
-        if (st->flags & LOOMI_COPY_SAVE)
-            copy_save(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
-                      bufp(op, st->src) + st->src_off, bytes, (st->flags & LOOMI_COPY_STREAM) != 0);
-        else if ((st->flags & LOOMI_COPY_ALSO) && (st->flags & LOOMI_COPY_STREAM))
-            /* the second destination is the saved input */
-            copy_stream(bufp(op, st->src2) + st->src2_off, bufp(op, st->dst) + st->dst_off,
-                        bufp(op, st->src) + st->src_off, bytes,
-                        (st->flags & LOOMI_COPY_STREAM_DST) != 0);
-        else if ((st->flags & LOOMI_COPY_ALSO) && (st->flags & LOOMI_COPY_STREAM_DST))
-            copy_stream(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
-                        bufp(op, st->src) + st->src_off, bytes, 0);
-        else if (st->flags & LOOMI_COPY_ALSO) {
-            memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
-            memcpy(bufp(op, st->src2) + st->src2_off, bufp(op, st->src) + st->src_off, bytes);
-        }
-        else if ((st->flags & LOOMI_COPY_STREAM) ||
-                 (s->saves_input && st->dst == LOOMI_BUF_SCRATCH && st->src == LOOMI_BUF_RECV))
-            copy_stream(bufp(op, st->dst) + st->dst_off, NULL, bufp(op, st->src) + st->src_off,
-                        bytes, 0);
-        else if (bufp(op, st->dst) + st->dst_off != bufp(op, st->src) + st->src_off)
-            memcpy(bufp(op, st->dst) + st->dst_off, bufp(op, st->src) + st->src_off, bytes);
-        break;
-    case LOOMI_STEP_REDUCE_SHARED: {
-        if (st->flags & LOOMI_RS_PUSH) {
-            reduce_push(op, st);
-            break;
-        }
-        if (st->flags & LOOMI_RS_KEEP) {
-            reduce_keep(op, st);
-            break;
-        }
-        /* Block by block, so that the partial result stays in cache while
-         * each arena's operand streams past it once. */
-        unsigned char *d = bufp(op, st->dst) + st->dst_off;
-        const unsigned char *a = bufp(op, st->src) + st->src_off;
-        unsigned char *save = (st->flags & LOOMI_RS_SAVE)
-                                  ? op->bufs[LOOMI_BUF_SCRATCH] + st->dst_off
-                                  : NULL;
-        const size_t es = s->esize, blk = KEEP_BLOCK / es;
-        for (size_t o = 0; o < st->count; o += blk) {
-            size_t k = st->count - o < blk ? st->count - o : blk;
-            /* The old block, about to be overwritten; the reduction then
-             * reads it from cache. */
-            if (save && (st->flags & LOOMI_RS_STREAM))
-                copy_stream_nf(save + o * es, NULL, d + o * es, k * es, 0);
-            else if (save)
-                memcpy(save + o * es, d + o * es, k * es);
-            reduce_arenas(op, st, d + o * es, a, o, k);
-        }
-        stream_fence(save && (st->flags & LOOMI_RS_STREAM));
-        break;
-    }
-    case LOOMI_STEP_AVG:
-        loomi_reduce_finish_avg(bufp(op, st->dst) + st->dst_off, st->count, s->dtype,
-                                s->nranks);
-        break;
     }
 }
 
@@ -794,7 +320,7 @@ static void op_finish(struct loomi_op *op)
                 break;
             }
         if (op->s.saves_input && !op->backup && op->inplace_buf && op->bufs[LOOMI_BUF_SCRATCH])
-            restore_written(op);
+            loomi_op_restore_written(op);
         else if (op->restore_from && op->inplace_buf)
             memcpy(op->inplace_buf, op->restore_from, op->inplace_len);
     }

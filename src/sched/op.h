@@ -1,0 +1,58 @@
+/*
+ * op.h - an operation as the engine runs it (engine.c), for the files
+ * that run its local steps (local.c).
+ */
+#ifndef LOOMI_OP_H
+#define LOOMI_OP_H
+
+#include "sched/sched.h"
+
+struct loomi_op {
+    struct loomi_engine *eng;
+    struct loomi_sched s;
+    unsigned char *bufs[LOOMI_NBUFS];
+    unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
+    /* Operations on the shared arenas run one at a time, in the order
+     * they were started (the same on every rank): each reuses the arenas
+     * from offset 0.  `held` until the ones before it are done. */
+    struct loomi_op *shq_next;
+    int in_shq, held;
+    uint32_t cap; /* steps the block's arrays hold */
+    uint64_t seq;
+    uint16_t *pending;
+    struct loomi_xfer *xfers; /* indexed by step */
+    uint8_t *posted;          /* step handed to the transport, not completed */
+    uint32_t *ready, rhead, rtail;
+    uint32_t ndone;
+    loom_result_t status; /* first failure seen by a callback */
+    int failed_peer;
+    char errmsg[256];
+    int finished;
+    /* In-place safety: the caller's bytes, put back on failure. */
+    void *backup;
+    const void *restore_from; /* backup, or SCRATCH (scratch_has_input) */
+    void *inplace_buf;
+    size_t inplace_len;
+    int own_scratch; /* scratch was malloc'ed for this op, not the comm's cache */
+    struct loomi_op *next, *prev;           /* comm->active: still running */
+    struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
+    uintptr_t req; /* the request handle it was given as (0: none) */
+};
+
+/* A buffer id's address: the operation's own buffers or a shared arena. */
+static inline unsigned char *bufp(const struct loomi_op *op, int b)
+{
+    return b < LOOMI_NBUFS ? op->bufs[b] : op->shared[b - LOOMI_BUF_SHARED];
+}
+
+/* A reduce, copy or avg step on at least one element. */
+void loomi_op_run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes);
+/* An encode or decode step; a failure fails the operation (op->status). */
+loom_result_t loomi_op_run_codec(struct loomi_op *op, const struct loomi_step *st);
+/* An EXPECT step found a peer running the operation otherwise: fail the
+ * operation saying how. */
+void loomi_op_expect_failed(struct loomi_op *op, const struct loomi_step *st);
+/* A failed saves_input operation: put back what its started steps wrote. */
+void loomi_op_restore_written(struct loomi_op *op);
+
+#endif
