@@ -700,9 +700,12 @@ class Communicator:
             raise _bad("reduce_scatter: the input has %d elements, not %d x out's %d"
                        % (s.count, self.size, r.count))
         opts = _opts(codec, state, key)
+        args = (s.ptr, r.ptr, r.count, s.dtype, _op(op))
+        if opts is None:
+            f = lib.loom_ireduce_scatter if nb else lib.loom_reduce_scatter
+            return self._run(f, args, nb, (s, r), out)
         f = lib.loom_ireduce_scatter_opts if nb else lib.loom_reduce_scatter_opts
-        return self._run_opts(f, (s.ptr, r.ptr, r.count, s.dtype, _op(op)), opts, nb, (s, r),
-                              out)
+        return self._run_opts(f, args, opts, nb, (s, r), out)
 
     def reduce_scatter(self, x, op=SUM, *, out=None, codec=None, state=None, key=0):
         """out = block ``rank`` of op over all ranks of x (size blocks of
@@ -724,6 +727,9 @@ class Communicator:
             raise _bad("allgather: out has %d elements, not %d x the input's %d"
                        % (r.count, self.size, s.count))
         opts = _opts(codec, state, key)
+        if opts is None:
+            f = lib.loom_iallgather if nb else lib.loom_allgather
+            return self._run(f, (s.ptr, r.ptr, s.count, s.dtype), nb, (s, r), out)
         f = lib.loom_iallgather_opts if nb else lib.loom_allgather_opts
         return self._run_opts(f, (s.ptr, r.ptr, s.count, s.dtype), opts, nb, (s, r), out)
 
