@@ -16,7 +16,8 @@ from ._core import (  # noqa: F401
     REVISION_NONE, SUCCESS, SUM, UINT8, UINT32, UINT64, Codec, CodecState, Communicator,
     ConnectError, Error, InternalError, InvalidArgument, InvalidUsage, MismatchError,
     NoMemoryError, RemoteError, Request, RevokedError, SystemCallError, TimeoutError,
-    UnsupportedError, get_unique_id, group, strerror, version, wait_all)
+    UnsupportedError, get_unique_id, group, strerror, version, wait_all,
+    wait_any)
 from ._lib import path as library_path  # noqa: F401
 
 __version__ = "%d.%d.%d" % version()

@@ -395,17 +395,91 @@ class Request:
         return self.done
 
 
+def _requests(requests, fn):
+    """The list of requests, checked, and the array of their handles
+    (LOOM_REQUEST_NULL for those complete already)."""
+    reqs = list(requests)
+    seen = {}
+    for i, r in enumerate(reqs):
+        if not isinstance(r, Request):
+            raise _bad("%s: requests[%d] is a %s, not a loom.Request"
+                       % (fn, i, type(r).__name__))
+        if id(r) in seen:
+            raise _bad("%s: requests[%d] is requests[%d] again" % (fn, i, seen[id(r)]))
+        seen[id(r)] = i
+    arr = (ctypes.c_void_p * max(len(reqs), 1))()
+    for i, r in enumerate(reqs):
+        arr[i] = None if r.done else r._h.value
+    return reqs, arr
+
+
+@contextlib.contextmanager
+def _locks(reqs):
+    """The locks of the requests' communicators, in one order."""
+    comms = sorted({id(r._comm): r._comm for r in reqs if not r.done}.items())
+    with contextlib.ExitStack() as st:
+        for _, c in comms:
+            st.enter_context(c._lock)
+        yield
+
+
 def wait_all(requests):
-    """Wait for every request; raise the first failure after all are done."""
-    first = None
-    for r in requests:
-        try:
-            r.wait()
-        except Error as e:
-            if first is None:
-                first = e
-    if first is not None:
-        raise first
+    """Wait for every request (``loom_wait_all``: one call, without the
+    GIL); raise the first failure, in the order they completed.  Loom
+    reports only that one: after a failure every request of the list
+    that was pending raises it too from wait().  Requests complete
+    already are skipped (their own failure is raised when no new one
+    happened)."""
+    reqs, arr = _requests(requests, "wait_all")
+    pending = [r for r in reqs if not r.done]
+    if pending:
+        with _locks(pending):
+            rc = lib.loom_wait_all(arr, len(reqs))
+        err = None
+        if rc:
+            try:
+                _raise(rc)
+            except Error as e:
+                err = e
+        if err is not None and any(arr[i] for i in range(len(reqs))):
+            raise err  # refused: nothing was waited for
+        for r in pending:
+            r._h.value = None
+            r.done = True
+            r._keep = None
+            r._error = err
+        if err is not None:
+            raise err
+    for r in reqs:
+        if r._error is not None:
+            raise r._error
+
+
+def wait_any(requests):
+    """Wait until one of the requests completes (``loom_wait_any``,
+    without the GIL) and return its index in the list; None when every
+    request is complete already (they are skipped), so that a loop of
+    ``while (i := loom.wait_any(reqs)) is not None`` sees each request
+    once.  When the operation failed its error is raised (and by the
+    request's wait()), with the index in ``.index``."""
+    reqs, arr = _requests(requests, "wait_any")
+    if all(r.done for r in reqs):
+        return None
+    idx = ctypes.c_int(-1)
+    with _locks(reqs):
+        rc = lib.loom_wait_any(arr, len(reqs), byref(idx))
+    i = idx.value
+    if i < 0:
+        _check(rc)  # refused: nothing waited for
+        return None
+    r = reqs[i]
+    r._h.value = None
+    try:
+        r._end(rc)
+    except Error as e:
+        e.index = i
+        raise
+    return i
 
 
 _tls = threading.local()
