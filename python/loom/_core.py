@@ -291,6 +291,68 @@ def _codec_ptr(codec):
         return codec._ptr
     return Codec(codec)._ptr
 
+    def encode_ef(self, state, key, src, *, tensor_count=None, offset=0, decoded=None):
+        """Encode src (float32) plus the error-feedback residual of its
+        elements [offset, offset + len(src)) of tensor key, of tensor_count
+        elements in all (default: len(src), the whole tensor), kept in
+        state (a :class:`CodecState`); what was not sent becomes their
+        pending residual, for state.commit(key) or state.rollback(key)
+        (``loom_codec_encode_ef``).  Returns a NumPy uint8 array of the
+        encoding; decoded, if given, receives the decoded encoding."""
+        import numpy
+        if not isinstance(state, CodecState):
+            raise _bad("Codec.encode_ef: state is a %s, not a loom.CodecState"
+                       % type(state).__name__)
+        h = state._live("Codec.encode_ef")
+        s = _buf(src, "src")
+        if s.dtype != FLOAT32:
+            raise _bad("Codec.encode_ef: src must be float32")
+        offset = int(offset)
+        if tensor_count is None:
+            if offset:
+                raise _bad("Codec.encode_ef: tensor_count is needed with an offset (%d)"
+                           % offset)
+            tensor_count = s.count
+        tensor_count = int(tensor_count)
+        if offset < 0 or tensor_count < 0:
+            raise _bad("Codec.encode_ef: offset %d and tensor_count %d must not be negative"
+                       % (offset, tensor_count))
+        if offset + s.count > tensor_count:
+            raise _bad("Codec.encode_ef: offset %d + %d elements of src exceed tensor_count %d"
+                       % (offset, s.count, tensor_count))
+        d = None
+        if decoded is not None:
+            db = _buf(decoded, "decoded", True)
+            if db.dtype != FLOAT32 or db.count != s.count:
+                raise _bad("Codec.encode_ef: decoded must be float32 of src's %d elements"
+                           % s.count)
+            d = db.ptr
+        out = numpy.empty(self.max_encoded_bytes(s.count), dtype=numpy.uint8)
+        n = ctypes.c_size_t()
+        _check(lib.loom_codec_encode_ef(self._ptr, h, int(key), tensor_count, offset, s.ptr,
+                                        s.count, out.ctypes.data, out.size, byref(n), d))
+        return out[:n.value]
+
+    def reduce_encoded(self, dst, src):
+        """dst = the encoding of the sum of dst and src, two encodings of
+        the same count of equal length, without decoding (additive codecs
+        only: "bf16", "fp16"; ``loom_codec_reduce_encoded``).  dst is a
+        writable uint8 array, src one too or bytes; returns dst."""
+        import numpy
+        enc = numpy.frombuffer(src, dtype=numpy.uint8) if isinstance(src, (bytes, bytearray)) \
+            else src
+        s = _buf(enc, "src")
+        d = _buf(dst, "dst", True)
+        for name, b in (("dst", d), ("src", s)):
+            if b.dtype not in (UINT8, INT8):
+                raise _bad("Codec.reduce_encoded: %s must be an encoding (uint8), not of "
+                           "Loom datatype %d" % (name, b.dtype))
+        if s.nbytes != d.nbytes:
+            raise _bad("Codec.reduce_encoded: dst has %d bytes, src %d (both must encode the "
+                       "same count)" % (d.nbytes, s.nbytes))
+        _check(lib.loom_codec_reduce_encoded(self._ptr, d.ptr, s.ptr, d.nbytes))
+        return dst
+
 
 class CodecState:
     """Error-feedback residuals of many tensors (``loom_codec_state_t``),
@@ -315,27 +377,30 @@ class CodecState:
             pass
 
     def commit(self, key):
-        _check(lib.loom_codec_state_commit(self._h, key))
+        _check(lib.loom_codec_state_commit(self._live("CodecState.commit"), key))
 
     def rollback(self, key):
-        _check(lib.loom_codec_state_rollback(self._h, key))
+        _check(lib.loom_codec_state_rollback(self._live("CodecState.rollback"), key))
 
     def reset(self, key):
         """Forget tensor key (its residual restarts from zero)."""
-        _check(lib.loom_codec_state_reset(self._h, key))
+        _check(lib.loom_codec_state_reset(self._live("CodecState.reset"), key))
 
     def residual(self, key, out):
         """Copy the committed residual of tensor key into out (float32)."""
         o = _buf(out, "out", True)
-        _check(lib.loom_codec_state_residual(self._h, key, o.ptr, o.count))
+        _check(lib.loom_codec_state_residual(self._live("CodecState.residual"), key, o.ptr,
+                                             o.count))
         return out
 
 
 def _opts(codec, state, key):
     if codec is None and state is None:
         return None
+    if state is not None and not isinstance(state, CodecState):
+        raise _bad("state is a %s, not a loom.CodecState" % type(state).__name__)
     o = _lib.CollOptions(ctypes.sizeof(_lib.CollOptions), _codec_ptr(codec),
-                         state._h if state is not None else None, int(key))
+                         state._live("state") if state is not None else None, int(key))
     return o
 
 
@@ -650,6 +715,11 @@ class Communicator:
 
     def __exit__(self, *exc):
         self.close()
+
+    def _live(self, fn):
+        if not self._h:
+            raise InvalidUsage(ERR_INVALID_USAGE, "%s: the CodecState was closed" % fn)
+        return self._h
 
     def __del__(self):
         h = getattr(self, "_h", None)
