@@ -133,7 +133,13 @@ def strerror(result):
 
 def _raise(rc):
     msg = lib.loom_get_last_error()
-    raise _ERRORS.get(rc, Error)(rc, msg.decode(errors="replace") if msg else "")
+    e = _ERRORS.get(rc, Error)(rc, msg.decode(errors="replace") if msg else "")
+    cause, _codec_failure[0] = _codec_failure[0], None
+    if cause is not None:
+        e.message += " [the codec's Python method raised %s: %s]" % (type(cause).__name__,
+                                                                      cause)
+        raise e from cause
+    raise e
 
 
 def _check(rc):
@@ -352,6 +358,182 @@ def _codec_ptr(codec):
                        "same count)" % (d.nbytes, s.nbytes))
         _check(lib.loom_codec_reduce_encoded(self._ptr, d.ptr, s.ptr, d.nbytes))
         return dst
+
+
+# -------------------------------------------------------- codecs of Python
+CODEC_ADDITIVE = 0x1
+CODEC_DECODE_REDUCE = 0x2
+CODEC_GATHER_ONLY = 0x4
+_CODEC_KINDS = {"additive": CODEC_ADDITIVE, "decode_reduce": CODEC_DECODE_REDUCE,
+                "gather_only": CODEC_GATHER_ONLY}
+CODEC_NAME_MAX = 32
+
+# What lives as long as the process, as the registrations do: the tables'
+# callbacks (ctypes frees a callback's trampoline with its object) and
+# the Python objects that codec instances stand for, by the number that
+# Loom keeps in their params.
+_codec_tables = []
+_codec_objects = {}
+_codec_lock = threading.Lock()
+_codec_failure = [None]
+
+
+def _codec_keep(obj):
+    with _codec_lock:
+        k = len(_codec_objects) + 1
+        _codec_objects[k] = obj
+    return k
+
+
+def _np_view(ptr, count, ctype, npname, writable):
+    """A NumPy array over count ctype values at ptr (valid while the
+    callback runs)."""
+    import numpy
+    if not count:
+        return numpy.empty(0, dtype=npname)
+    a = numpy.frombuffer((ctype * count).from_address(ptr), dtype=npname)
+    if not writable:
+        a.flags.writeable = False
+    return a
+
+
+def _callback(default_rc, field="params"):
+    """Wrap a codec callback: the codec's Python object is found through
+    the params of the instance Loom passes (configure: through user, the
+    object registered); an exception becomes a result code (that of a
+    loom.Error, else default_rc), and is kept for the next loom.Error
+    raised (as its __cause__)."""
+    def wrap(fn):
+        def cb(codec, *args):
+            _tls.in_callback = getattr(_tls, "in_callback", 0) + 1
+            try:
+                t = ctypes.cast(codec, ctypes.POINTER(_lib.CodecTable)).contents
+                obj = _codec_objects[getattr(t, field)]
+                return fn(obj, *args)
+            except BaseException as e:  # noqa: BLE001 - never into C
+                _codec_failure[0] = e
+                if isinstance(e, Error) and e.result:
+                    return e.result
+                return default_rc
+            finally:
+                _tls.in_callback -= 1
+        return cb
+    return wrap
+
+
+@_callback(ERR_INVALID_ARGUMENT, "user")
+def _cb_configure(obj, args, params):
+    a = args.decode() if args is not None else None
+    inst = obj.configure(a)
+    if inst is None:
+        raise _bad("configure(%r) of codec %r returned None" % (a, obj.name))
+    params[0] = _codec_keep(inst)
+    return SUCCESS
+
+
+@_callback(0)
+def _cb_max_encoded_bytes(obj, count):
+    n = int(obj.max_encoded_bytes(count))
+    return n if n > 0 else 0
+
+
+@_callback(ERR_INTERNAL)
+def _cb_encode(obj, src, count, dst, capacity, length):
+    n = obj.encode(_np_view(src, count, ctypes.c_float, "float32", False),
+                   _np_view(dst, capacity, ctypes.c_uint8, "uint8", True))
+    n = int(n)
+    if n < 0 or n > capacity:
+        raise InternalError(ERR_INTERNAL, "codec encode returned %d bytes, capacity %d"
+                            % (n, capacity))
+    length[0] = n
+    return SUCCESS
+
+
+@_callback(ERR_REMOTE)
+def _cb_decode(obj, src, length, dst, count):
+    obj.decode(_np_view(src, length, ctypes.c_uint8, "uint8", False),
+               _np_view(dst, count, ctypes.c_float, "float32", True))
+    return SUCCESS
+
+
+@_callback(ERR_REMOTE)
+def _cb_decode_accumulate(obj, src, length, acc, count):
+    obj.decode_accumulate(_np_view(src, length, ctypes.c_uint8, "uint8", False),
+                          _np_view(acc, count, ctypes.c_float, "float32", True))
+    return SUCCESS
+
+
+@_callback(ERR_REMOTE)
+def _cb_reduce_encoded(obj, dst, src, length):
+    obj.reduce_encoded(_np_view(dst, length, ctypes.c_uint8, "uint8", True),
+                       _np_view(src, length, ctypes.c_uint8, "uint8", False))
+    return SUCCESS
+
+
+def register_codec(codec):
+    """Add a codec written in Python (``loom_codec_register``), for the
+    life of the process; find its instances with ``loom.Codec(spec)``.
+
+    codec is an object with ``name`` (1 to 31 of a-z, 0-9, _ and -; new),
+    ``kind`` ("additive", "decode_reduce", "gather_only" or a
+    ``loom.CODEC_*`` constant) and the methods, called with NumPy arrays
+    over Loom's buffers (valid during the call only):
+
+    * ``max_encoded_bytes(count)``: the largest encoding, in bytes;
+    * ``encode(src, dst)``: encode src (float32, read-only) into dst
+      (uint8, capacity bytes); return the bytes written;
+    * ``decode(src, dst)`` and/or ``decode_accumulate(src, acc)``: dst[:] =
+      / acc += the values encoded in src (uint8, read-only); one may be
+      missing;
+    * ``reduce_encoded(dst, src)``: additive codecs only: dst = the
+      encoding of the sum of dst and src;
+    * ``configure(args)`` (optional): for a spec "name:args" (args None
+      for a bare "name"), return the object whose methods the instance
+      calls (self, or a new one holding the parameters).
+
+    An exception in a method becomes its result code: a loom.Error's own,
+    else LOOM_ERR_INVALID_ARGUMENT (configure), LOOM_ERR_INTERNAL
+    (encode), LOOM_ERR_REMOTE (the decoders and reduce_encoded: their
+    input came from the network) or 0 bytes (max_encoded_bytes); the
+    exception becomes the ``__cause__`` of the loom.Error raised next.
+    The methods may be called from Loom's threads (with the GIL), at the
+    same time on disjoint buffers.
+    """
+    name = getattr(codec, "name", None)
+    if not isinstance(name, str) or not name:
+        raise _bad("register_codec: codec.name must be a non-empty str, not %r" % (name,))
+    if len(name) >= CODEC_NAME_MAX:
+        raise _bad("register_codec: codec.name %r is longer than %d characters"
+                   % (name, CODEC_NAME_MAX - 1))
+    kind = getattr(codec, "kind", None)
+    props = _CODEC_KINDS.get(kind.lower()) if isinstance(kind, str) else kind
+    if props not in (CODEC_ADDITIVE, CODEC_DECODE_REDUCE, CODEC_GATHER_ONLY):
+        raise _bad("register_codec: codec.kind %r is not one of additive, decode_reduce, "
+                   "gather_only" % (kind,))
+    for m in ("max_encoded_bytes", "encode"):
+        if not callable(getattr(codec, m, None)):
+            raise _bad("register_codec: codec %r has no method %s" % (name, m))
+    if not (callable(getattr(codec, "decode", None))
+            or callable(getattr(codec, "decode_accumulate", None))):
+        raise _bad("register_codec: codec %r has neither decode nor decode_accumulate" % name)
+    L = _lib
+    t = L.CodecTable()
+    t.size = ctypes.sizeof(L.CodecTable)
+    t.name = name.encode()
+    t.props = props
+    t.user = t.params = _codec_keep(codec)
+    t.max_encoded_bytes = L.CODEC_MAX_ENCODED_BYTES(_cb_max_encoded_bytes)
+    t.encode = L.CODEC_ENCODE(_cb_encode)
+    if callable(getattr(codec, "configure", None)):
+        t.configure = L.CODEC_CONFIGURE(_cb_configure)
+    if callable(getattr(codec, "decode", None)):
+        t.decode = L.CODEC_DECODE(_cb_decode)
+    if callable(getattr(codec, "decode_accumulate", None)):
+        t.decode_accumulate = L.CODEC_DECODE(_cb_decode_accumulate)
+    if callable(getattr(codec, "reduce_encoded", None)):
+        t.reduce_encoded = L.CODEC_REDUCE_ENCODED(_cb_reduce_encoded)
+    _check(lib.loom_codec_register(byref(t)))
+    _codec_tables.append(t)  # the table holds its callbacks
 
 
 class CodecState:
