@@ -15,8 +15,8 @@ from ._core import (  # noqa: F401
     ERR_REMOTE, ERR_REVOKED, ERR_SYSTEM, ERR_TIMEOUT, ERR_UNSUPPORTED, FLOAT16, FLOAT32,
     FLOAT64, INT8, INT32, INT64, MAX, MIN, PROD, REVISION_NONE, SUCCESS, SUM, UINT8, UINT32,
     UINT64, Codec, CodecState, Communicator, ConnectError, Error, InternalError,
-    InvalidArgument, InvalidUsage, MismatchError, NoMemoryError, RemoteError,
-    Request, RevokedError, SystemCallError, TimeoutError, UnsupportedError,
+    InvalidArgument, InvalidUsage, MismatchError, NoMemoryError, Registration, RemoteError,
+    Request, RevokedError, SystemCallError, TimeoutError, UnsupportedError, Window,
     get_unique_id, group, register_codec, strerror, version, wait_all, wait_any)
 from ._lib import path as library_path  # noqa: F401
 

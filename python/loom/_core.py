@@ -2,8 +2,11 @@
 import builtins
 import contextlib
 import ctypes
+import functools
+import gc
 import os
 import threading
+import weakref
 
 from . import _lib
 from ._lib import lib
@@ -289,14 +292,6 @@ class Codec:
         _check(f(self._ptr, e.ptr, e.nbytes, o.ptr, o.count))
         return out
 
-
-def _codec_ptr(codec):
-    if codec is None:
-        return None
-    if isinstance(codec, Codec):
-        return codec._ptr
-    return Codec(codec)._ptr
-
     def encode_ef(self, state, key, src, *, tensor_count=None, offset=0, decoded=None):
         """Encode src (float32) plus the error-feedback residual of its
         elements [offset, offset + len(src)) of tensor key, of tensor_count
@@ -358,6 +353,14 @@ def _codec_ptr(codec):
                        "same count)" % (d.nbytes, s.nbytes))
         _check(lib.loom_codec_reduce_encoded(self._ptr, d.ptr, s.ptr, d.nbytes))
         return dst
+
+
+def _codec_ptr(codec):
+    if codec is None:
+        return None
+    if isinstance(codec, Codec):
+        return codec._ptr
+    return Codec(codec)._ptr
 
 
 # -------------------------------------------------------- codecs of Python
@@ -551,6 +554,11 @@ class CodecState:
         if self._h:
             h, self._h = self._h, None
             _check(lib.loom_codec_state_destroy(h))
+
+    def _live(self, fn):
+        if not self._h:
+            raise InvalidUsage(ERR_INVALID_USAGE, "%s: the CodecState was closed" % fn)
+        return self._h
 
     def __del__(self):
         try:
@@ -769,6 +777,275 @@ def get_unique_id():
     return ctypes.string_at(ctypes.addressof(u), _lib.UNIQUE_ID_BYTES)
 
 
+# ------------------------------------------------------------------ memory
+_LOOM_TO_NUMPY = {v: k for k, v in _NUMPY_TYPES.items()}
+_LOOM_TO_TORCH = {v: k for k, v in _TORCH_TYPES.items()}
+
+
+def _datatype(dtype, what):
+    """The Loom datatype of a NumPy or torch dtype, a name ("float32",
+    "bfloat16") or a loom.* datatype constant."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        if dtype in _ELEM:
+            return dtype
+    elif isinstance(dtype, str):
+        n = dtype[6:] if dtype.startswith("torch.") else dtype
+        if n == "bfloat16":
+            return BFLOAT16
+        if n in _NUMPY_TYPES:
+            return _NUMPY_TYPES[n]
+    elif type(dtype).__module__.startswith("torch"):
+        if str(dtype) in _TORCH_TYPES:
+            return _TORCH_TYPES[str(dtype)]
+    else:
+        try:
+            import numpy
+            d = numpy.dtype(dtype)
+        except (TypeError, ValueError, ImportError):
+            d = None
+        if d is not None and d.isnative and d.name in _NUMPY_TYPES:
+            return _NUMPY_TYPES[d.name]
+    raise _bad("%s: dtype %r has no Loom datatype" % (what, dtype))
+
+
+def _shape(count_or_shape, what):
+    if isinstance(count_or_shape, int) and not isinstance(count_or_shape, bool):
+        shape = (count_or_shape,)
+    else:
+        try:
+            if isinstance(count_or_shape, (str, bytes)):
+                raise TypeError
+            shape = tuple(int(d) for d in count_or_shape)
+        except (TypeError, ValueError):
+            raise _bad("%s: %r is neither a count nor a shape" % (what, count_or_shape)) \
+                from None
+    n = 1
+    for d in shape:
+        if d < 0:
+            raise _bad("%s: shape %r has a negative dimension" % (what, shape))
+        n *= d
+    if n == 0:
+        raise _bad("%s: shape %r holds no element (a window has at least one)" % (what, shape))
+    return shape, n
+
+
+def _defer_free(comm, fn, ptr):
+    """A finaliser's release (fn None: only the check of _bury): now if
+    the communicator is free, else at its next call (never from inside a
+    codec callback, where Loom is busy on this thread, nor waiting for
+    another thread's call)."""
+    if getattr(_tls, "in_callback", 0) or not comm._lock.acquire(blocking=False):
+        if fn is not None:
+            comm._orphans.append((fn, ptr))
+        return
+    try:
+        if comm._h and fn is not None:
+            fn(comm._h, ptr)
+        comm._bury()
+    finally:
+        comm._lock.release()
+
+
+def _view_died(wself, ref):
+    """A view's base is gone (a weakref callback)."""
+    w = wself()
+    if w is None:
+        return
+    w._views.discard(ref)
+    c = w._comm
+    if not w._views and w._state is None and c._zombie:
+        # abort() left the communicator to this window's views.
+        w._gone("freed with its communicator (abort)")
+        c._windows.discard(w)
+        _defer_free(c, None, None)
+
+
+class Window:
+    """Memory of :meth:`Communicator.mem_alloc` (``loom_mem_alloc``): a
+    window that the ranks of a host map too, so that an allreduce whose
+    buffers lie in it (at the same offsets on every rank) reads the
+    peers' memory instead of staging it (see loom_mem_alloc(3)).
+
+    :meth:`numpy` and :meth:`torch` give views of the whole window, of
+    the shape and dtype it was allocated with; slice them for buffers.
+    Every view keeps the window alive (through its base object), so the
+    memory is never unmapped under one: :meth:`free` raises
+    :class:`InvalidUsage` while a view is alive, and a window that nobody
+    references any more, view or Window, is freed by its finaliser.
+    :meth:`Communicator.close` refuses while a window has views, and
+    frees the others (their Window objects then refuse to make views)."""
+
+    def __init__(self, comm, ptr, shape, count, dtype):
+        self._comm = comm
+        self._ptr = ptr
+        self.shape = shape
+        self.count = count
+        self.dtype = dtype
+        self.nbytes = count * _ELEM[dtype]
+        self._views = set()  # weak references to the views' bases
+        self._state = None  # None while live, else why it is not
+        self._bytes = type("WindowBytes", (ctypes.c_uint8 * self.nbytes,),
+                           {"__hash__": object.__hash__})
+
+    def __repr__(self):
+        return "<loom.Window of %d bytes at 0x%x, %s%s>" % (
+            self.nbytes, self._ptr or 0, self.shape, "" if self._state is None
+            else " (%s)" % self._state)
+
+    @property
+    def ptr(self):
+        """The window's address."""
+        return self._ptr
+
+    def live_views(self):
+        """How many base objects of views (:meth:`numpy`, :meth:`torch`)
+        are alive; a view's own views share its base."""
+        return len(self._views)
+
+    def _busy(self):
+        if self._views:
+            gc.collect()  # views held only by garbage cycles
+        return len(self._views)
+
+    def _view(self, fn):
+        with self._comm._lock:
+            if self._state is not None:
+                raise InvalidUsage(ERR_INVALID_USAGE, "Window.%s: the window was %s"
+                                   % (fn, self._state))
+            b = self._bytes.from_address(self._ptr)
+            b.window = self  # the view's base keeps the window
+            self._views.add(weakref.ref(b, functools.partial(_view_died, weakref.ref(self))))
+            return b
+
+    def numpy(self):
+        """A NumPy array over the window (shape and dtype as allocated)."""
+        np_name = _LOOM_TO_NUMPY.get(self.dtype)
+        if np_name is None:
+            raise _bad("Window.numpy: NumPy has no bfloat16; use Window.torch()")
+        import numpy
+        return numpy.frombuffer(self._view("numpy"), dtype=np_name).reshape(self.shape)
+
+    def torch(self):
+        """A torch CPU tensor over the window (shape and dtype as
+        allocated; the dtype's torch equivalent)."""
+        t_name = _LOOM_TO_TORCH.get(self.dtype)
+        if t_name is None:
+            raise _bad("Window.torch: torch has no dtype for Loom datatype %d" % self.dtype)
+        import torch
+        return torch.frombuffer(self._view("torch"), dtype=getattr(torch, t_name[6:])) \
+            .view(self.shape)
+
+    def free(self):
+        """Free the window (``loom_mem_free``; local).  Raises
+        :class:`InvalidUsage` while a view is alive, when the window was
+        freed already or went with its communicator, and (from Loom)
+        while an operation on it is not waited for."""
+        self._free("free", True)
+
+    def close(self):
+        """As :meth:`free`, but a window freed already is no error."""
+        self._free("close", False)
+
+    def _free(self, fn, strict):
+        c = self._comm
+        with c._lock:
+            if self._state is not None:
+                if strict:
+                    raise InvalidUsage(ERR_INVALID_USAGE, "Window.%s: the window was %s"
+                                       % (fn, self._state))
+                return
+            n = self._busy()
+            if n:
+                raise InvalidUsage(ERR_INVALID_USAGE,
+                                   "Window.%s: %d view(s) of the window are alive (NumPy "
+                                   "arrays or torch tensors, or views of them); delete them "
+                                   "first" % (fn, n))
+            if c._h:
+                _check(lib.loom_mem_free(c._h, self._ptr))
+            self._state = "freed"
+            c._windows.discard(self)
+            c._bury()
+
+    def _gone(self, why):
+        self._state = why
+
+    def __del__(self):
+        # Runs once no view is left (each holds the window).
+        try:
+            if self._state is None:
+                self._state = "freed"
+                self._comm._windows.discard(self)
+                _defer_free(self._comm, lib.loom_mem_free, self._ptr)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class Registration:
+    """A buffer registered with :meth:`Communicator.mem_register`
+    (``loom_mem_register``) until :meth:`deregister`, the end of a
+    ``with`` block, its finaliser or the communicator's close.  It keeps
+    the buffer alive meanwhile; do not resize a registered tensor."""
+
+    def __init__(self, comm, handle, buf):
+        self._comm = comm
+        self._hreg = handle
+        self.buffer = buf.obj
+        self.ptr = buf.ptr
+        self.nbytes = buf.nbytes
+        self._state = None
+
+    def __repr__(self):
+        return "<loom.Registration of %d bytes at 0x%x%s>" % (
+            self.nbytes, self.ptr, "" if self._state is None else " (%s)" % self._state)
+
+    @property
+    def registered(self):
+        return self._state is None
+
+    def deregister(self):
+        """Drop the registration (``loom_mem_deregister``).  Raises
+        :class:`InvalidUsage` when it was dropped already (or went with
+        the communicator's close)."""
+        self._drop("deregister", True)
+
+    def close(self):
+        """As :meth:`deregister`, but one dropped already is no error."""
+        self._drop("close", False)
+
+    def _drop(self, fn, strict):
+        c = self._comm
+        with c._lock:
+            if self._state is not None:
+                if strict:
+                    raise InvalidUsage(ERR_INVALID_USAGE, "Registration.%s: the registration "
+                                       "was %s" % (fn, self._state))
+                return
+            if c._h:
+                _check(lib.loom_mem_deregister(c._h, self._hreg))
+            self._state = "deregistered"
+            self.buffer = None
+            c._regs.discard(self)
+
+    def _gone(self, why):
+        self._state = why
+        self.buffer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._state is None:
+                self._state = "deregistered"
+                self._comm._regs.discard(self)
+                _defer_free(self._comm, lib.loom_mem_deregister, self._hreg)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
 def _config(timeout=None, tcp_streams=None, chunk_bytes=None, socket_ifname=None, algo=None,
             transport=None):
     c = _lib.Config()
@@ -811,6 +1088,11 @@ class Communicator:
     def __init__(self, handle):
         self._h = handle
         self._lock = threading.RLock()
+        self._windows = weakref.WeakSet()  # of mem_alloc, live
+        self._regs = weakref.WeakSet()     # of mem_register, live
+        self._orphans = []                 # (fn, ptr) finalisers left to call
+        self._zombie = None                # aborted, waiting for views to go
+        self._zombie_keep = None
         r, s = ctypes.c_int(), ctypes.c_int()
         _check(lib.loom_comm_rank(handle, byref(r)))
         _check(lib.loom_comm_size(handle, byref(s)))
@@ -876,21 +1158,77 @@ class Communicator:
     # -- lifetime
     def close(self):
         """Release the communicator (``loom_comm_destroy``; not collective).
-        Non-blocking operations must be complete."""
+        Non-blocking operations must be complete.  Raises
+        :class:`InvalidUsage`, and changes nothing, while a window of
+        :meth:`mem_alloc` has views alive (Loom would unmap it under
+        them); its other windows and registrations go with it."""
         with self._lock:
             if self._h:
+                busy = [w for w in list(self._windows) if w._busy()]
+                if busy:
+                    raise InvalidUsage(
+                        ERR_INVALID_USAGE,
+                        "close: %d window(s) of mem_alloc still have NumPy arrays or torch "
+                        "tensors viewing them (%s); delete those first, or abort()"
+                        % (len(busy), ", ".join("%d bytes at 0x%x" % (w.nbytes, w.ptr)
+                                                for w in busy)))
                 _check(lib.loom_comm_destroy(self._h))
                 self._h = None
+                self._orphans.clear()
+                self._release_all("freed with its communicator")
 
     destroy = close
 
     def abort(self):
         """Drop every operation now and release the communicator
-        (``loom_comm_abort``); peers see their operations fail."""
+        (``loom_comm_abort``); peers see their operations fail.  While a
+        window of :meth:`mem_alloc` has views alive, the communicator is
+        revoked now (``loom_comm_revoke``: every rank's operations fail)
+        and aborted once the last such view is gone, so its memory stays
+        mapped until then; it is closed for every call at once."""
         with self._lock:
-            if self._h:
-                h, self._h = self._h, None
+            if not self._h:
+                return
+            h, self._h = self._h, None
+            self._orphans.clear()
+            busy = [w for w in list(self._windows) if w._busy()]
+            if not busy:
+                self._release_all("freed with its communicator (abort)")
                 _check(lib.loom_comm_abort(h))
+                return
+            lib.loom_comm_revoke(h)
+            self._zombie = h
+            self._zombie_keep = [r.buffer for r in list(self._regs)]
+            for w in list(self._windows):
+                if not w._views:
+                    w._gone("freed with its communicator (abort)")
+                    self._windows.discard(w)
+            self._release_all(None)
+
+    def _release_all(self, why):
+        """Mark the windows (those with views too unless why is None) and
+        the registrations left as gone with the communicator."""
+        if why is not None:
+            for w in list(self._windows):
+                w._gone(why)
+            self._windows = weakref.WeakSet()
+        for r in list(self._regs):
+            r._gone("released with its communicator")
+        self._regs = weakref.WeakSet()
+
+    def _bury(self):
+        """Abort the communicator that abort() left to its windows' views,
+        once they are all gone."""
+        if self._zombie and not any(w._state is None for w in list(self._windows)):
+            h, self._zombie, self._zombie_keep = self._zombie, None, None
+            lib.loom_comm_abort(h)
+
+    def _reap(self):
+        """Call the frees that finalisers left (with the lock held)."""
+        while self._orphans:
+            fn, p = self._orphans.pop()
+            if self._h:
+                fn(self._h, p)
 
     def __enter__(self):
         return self
@@ -898,17 +1236,19 @@ class Communicator:
     def __exit__(self, *exc):
         self.close()
 
-    def _live(self, fn):
-        if not self._h:
-            raise InvalidUsage(ERR_INVALID_USAGE, "%s: the CodecState was closed" % fn)
-        return self._h
-
     def __del__(self):
+        # Windows and registrations hold the communicator: none is left.
         h = getattr(self, "_h", None)
         if h and lib is not None:
             try:
                 if lib.loom_comm_destroy(h):
                     lib.loom_comm_abort(h)
+            except Exception:
+                pass
+        z = getattr(self, "_zombie", None)
+        if z and lib is not None:
+            try:
+                lib.loom_comm_abort(z)
             except Exception:
                 pass
 
@@ -948,6 +1288,7 @@ class Communicator:
                                    "non-blocking calls are not allowed in a loom.group()")
             req = ctypes.c_void_p()
             with self._lock:
+                self._reap()
                 rc = fn(*args, h, byref(req))
             if rc:
                 _raise(rc)
@@ -955,6 +1296,7 @@ class Communicator:
         if _in_group():
             _tls.keep.append(keep)
         with self._lock:
+            self._reap()
             rc = fn(*args, h)
         if rc:
             _raise(rc)
@@ -968,6 +1310,7 @@ class Communicator:
                                    "non-blocking calls are not allowed in a loom.group()")
             req = ctypes.c_void_p()
             with self._lock:
+                self._reap()
                 rc = fn_opts(*args, h, byref(opts) if opts is not None else None, byref(req))
             if rc:
                 _raise(rc)
@@ -975,6 +1318,7 @@ class Communicator:
         if _in_group():
             _tls.keep.append((keep, opts))
         with self._lock:
+            self._reap()
             rc = fn_opts(*args, h, byref(opts) if opts is not None else None)
         if rc:
             _raise(rc)
@@ -1233,6 +1577,43 @@ class Communicator:
         """Non-blocking :meth:`recv`."""
         b = _buf(x, "buf", True)
         return self._run(lib.loom_irecv, (b.ptr, b.count, b.dtype, int(peer)), True, b, x)
+
+    # -- memory
+    def mem_alloc(self, count_or_shape, dtype="float32"):
+        """Collective: a :class:`Window` of count elements (or of a shape)
+        of dtype (a NumPy or torch dtype, or its name) on every rank
+        (``loom_mem_alloc``): every rank allocates the same, in the same
+        order.  Its :meth:`Window.numpy` / :meth:`Window.torch` views are
+        buffers that a large allreduce on one host reads in place."""
+        shape, n = _shape(count_or_shape, "mem_alloc")
+        dt = _datatype(dtype, "mem_alloc")
+        if _in_group():
+            raise InvalidUsage(ERR_INVALID_USAGE, "mem_alloc is not allowed in a loom.group()")
+        p = ctypes.c_void_p()
+        with self._lock:
+            h = self._handle()
+            self._reap()
+            _check(lib.loom_mem_alloc(h, n * _ELEM[dt], byref(p)))
+            w = Window(self, p.value, shape, n, dt)
+            self._windows.add(w)
+        return w
+
+    def mem_register(self, buf):
+        """Register buf (a NumPy array or torch CPU tensor) with the
+        transports that need registered memory (``loom_mem_register``;
+        elsewhere it is only recorded).  Returns a :class:`Registration`,
+        a context manager, which keeps buf alive until deregistered."""
+        b = _buf(buf, "buf")
+        if not b.nbytes:
+            raise _bad("mem_register: buf is empty (0 bytes)")
+        hreg = ctypes.c_void_p()
+        with self._lock:
+            h = self._handle()
+            self._reap()
+            _check(lib.loom_mem_register(h, b.ptr, b.nbytes, byref(hreg)))
+            r = Registration(self, hreg.value, b)
+            self._regs.add(r)
+        return r
 
     # -- membership
     def revoke(self):
