@@ -2,8 +2,11 @@
 import builtins
 import contextlib
 import ctypes
+import functools
+import gc
 import os
 import threading
+import weakref
 
 from . import _lib
 from ._lib import lib
@@ -133,7 +136,13 @@ def strerror(result):
 
 def _raise(rc):
     msg = lib.loom_get_last_error()
-    raise _ERRORS.get(rc, Error)(rc, msg.decode(errors="replace") if msg else "")
+    e = _ERRORS.get(rc, Error)(rc, msg.decode(errors="replace") if msg else "")
+    cause, _codec_failure[0] = _codec_failure[0], None
+    if cause is not None:
+        e.message += " [the codec's Python method raised %s: %s]" % (type(cause).__name__,
+                                                                      cause)
+        raise e from cause
+    raise e
 
 
 def _check(rc):
@@ -283,6 +292,68 @@ class Codec:
         _check(f(self._ptr, e.ptr, e.nbytes, o.ptr, o.count))
         return out
 
+    def encode_ef(self, state, key, src, *, tensor_count=None, offset=0, decoded=None):
+        """Encode src (float32) plus the error-feedback residual of its
+        elements [offset, offset + len(src)) of tensor key, of tensor_count
+        elements in all (default: len(src), the whole tensor), kept in
+        state (a :class:`CodecState`); what was not sent becomes their
+        pending residual, for state.commit(key) or state.rollback(key)
+        (``loom_codec_encode_ef``).  Returns a NumPy uint8 array of the
+        encoding; decoded, if given, receives the decoded encoding."""
+        import numpy
+        if not isinstance(state, CodecState):
+            raise _bad("Codec.encode_ef: state is a %s, not a loom.CodecState"
+                       % type(state).__name__)
+        h = state._live("Codec.encode_ef")
+        s = _buf(src, "src")
+        if s.dtype != FLOAT32:
+            raise _bad("Codec.encode_ef: src must be float32")
+        offset = int(offset)
+        if tensor_count is None:
+            if offset:
+                raise _bad("Codec.encode_ef: tensor_count is needed with an offset (%d)"
+                           % offset)
+            tensor_count = s.count
+        tensor_count = int(tensor_count)
+        if offset < 0 or tensor_count < 0:
+            raise _bad("Codec.encode_ef: offset %d and tensor_count %d must not be negative"
+                       % (offset, tensor_count))
+        if offset + s.count > tensor_count:
+            raise _bad("Codec.encode_ef: offset %d + %d elements of src exceed tensor_count %d"
+                       % (offset, s.count, tensor_count))
+        d = None
+        if decoded is not None:
+            db = _buf(decoded, "decoded", True)
+            if db.dtype != FLOAT32 or db.count != s.count:
+                raise _bad("Codec.encode_ef: decoded must be float32 of src's %d elements"
+                           % s.count)
+            d = db.ptr
+        out = numpy.empty(self.max_encoded_bytes(s.count), dtype=numpy.uint8)
+        n = ctypes.c_size_t()
+        _check(lib.loom_codec_encode_ef(self._ptr, h, int(key), tensor_count, offset, s.ptr,
+                                        s.count, out.ctypes.data, out.size, byref(n), d))
+        return out[:n.value]
+
+    def reduce_encoded(self, dst, src):
+        """dst = the encoding of the sum of dst and src, two encodings of
+        the same count of equal length, without decoding (additive codecs
+        only: "bf16", "fp16"; ``loom_codec_reduce_encoded``).  dst is a
+        writable uint8 array, src one too or bytes; returns dst."""
+        import numpy
+        enc = numpy.frombuffer(src, dtype=numpy.uint8) if isinstance(src, (bytes, bytearray)) \
+            else src
+        s = _buf(enc, "src")
+        d = _buf(dst, "dst", True)
+        for name, b in (("dst", d), ("src", s)):
+            if b.dtype not in (UINT8, INT8):
+                raise _bad("Codec.reduce_encoded: %s must be an encoding (uint8), not of "
+                           "Loom datatype %d" % (name, b.dtype))
+        if s.nbytes != d.nbytes:
+            raise _bad("Codec.reduce_encoded: dst has %d bytes, src %d (both must encode the "
+                       "same count)" % (d.nbytes, s.nbytes))
+        _check(lib.loom_codec_reduce_encoded(self._ptr, d.ptr, s.ptr, d.nbytes))
+        return dst
+
 
 def _codec_ptr(codec):
     if codec is None:
@@ -290,6 +361,182 @@ def _codec_ptr(codec):
     if isinstance(codec, Codec):
         return codec._ptr
     return Codec(codec)._ptr
+
+
+# -------------------------------------------------------- codecs of Python
+CODEC_ADDITIVE = 0x1
+CODEC_DECODE_REDUCE = 0x2
+CODEC_GATHER_ONLY = 0x4
+_CODEC_KINDS = {"additive": CODEC_ADDITIVE, "decode_reduce": CODEC_DECODE_REDUCE,
+                "gather_only": CODEC_GATHER_ONLY}
+CODEC_NAME_MAX = 32
+
+# What lives as long as the process, as the registrations do: the tables'
+# callbacks (ctypes frees a callback's trampoline with its object) and
+# the Python objects that codec instances stand for, by the number that
+# Loom keeps in their params.
+_codec_tables = []
+_codec_objects = {}
+_codec_lock = threading.Lock()
+_codec_failure = [None]
+
+
+def _codec_keep(obj):
+    with _codec_lock:
+        k = len(_codec_objects) + 1
+        _codec_objects[k] = obj
+    return k
+
+
+def _np_view(ptr, count, ctype, npname, writable):
+    """A NumPy array over count ctype values at ptr (valid while the
+    callback runs)."""
+    import numpy
+    if not count:
+        return numpy.empty(0, dtype=npname)
+    a = numpy.frombuffer((ctype * count).from_address(ptr), dtype=npname)
+    if not writable:
+        a.flags.writeable = False
+    return a
+
+
+def _callback(default_rc, field="params"):
+    """Wrap a codec callback: the codec's Python object is found through
+    the params of the instance Loom passes (configure: through user, the
+    object registered); an exception becomes a result code (that of a
+    loom.Error, else default_rc), and is kept for the next loom.Error
+    raised (as its __cause__)."""
+    def wrap(fn):
+        def cb(codec, *args):
+            _tls.in_callback = getattr(_tls, "in_callback", 0) + 1
+            try:
+                t = ctypes.cast(codec, ctypes.POINTER(_lib.CodecTable)).contents
+                obj = _codec_objects[getattr(t, field)]
+                return fn(obj, *args)
+            except BaseException as e:  # noqa: BLE001 - never into C
+                _codec_failure[0] = e
+                if isinstance(e, Error) and e.result:
+                    return e.result
+                return default_rc
+            finally:
+                _tls.in_callback -= 1
+        return cb
+    return wrap
+
+
+@_callback(ERR_INVALID_ARGUMENT, "user")
+def _cb_configure(obj, args, params):
+    a = args.decode() if args is not None else None
+    inst = obj.configure(a)
+    if inst is None:
+        raise _bad("configure(%r) of codec %r returned None" % (a, obj.name))
+    params[0] = _codec_keep(inst)
+    return SUCCESS
+
+
+@_callback(0)
+def _cb_max_encoded_bytes(obj, count):
+    n = int(obj.max_encoded_bytes(count))
+    return n if n > 0 else 0
+
+
+@_callback(ERR_INTERNAL)
+def _cb_encode(obj, src, count, dst, capacity, length):
+    n = obj.encode(_np_view(src, count, ctypes.c_float, "float32", False),
+                   _np_view(dst, capacity, ctypes.c_uint8, "uint8", True))
+    n = int(n)
+    if n < 0 or n > capacity:
+        raise InternalError(ERR_INTERNAL, "codec encode returned %d bytes, capacity %d"
+                            % (n, capacity))
+    length[0] = n
+    return SUCCESS
+
+
+@_callback(ERR_REMOTE)
+def _cb_decode(obj, src, length, dst, count):
+    obj.decode(_np_view(src, length, ctypes.c_uint8, "uint8", False),
+               _np_view(dst, count, ctypes.c_float, "float32", True))
+    return SUCCESS
+
+
+@_callback(ERR_REMOTE)
+def _cb_decode_accumulate(obj, src, length, acc, count):
+    obj.decode_accumulate(_np_view(src, length, ctypes.c_uint8, "uint8", False),
+                          _np_view(acc, count, ctypes.c_float, "float32", True))
+    return SUCCESS
+
+
+@_callback(ERR_REMOTE)
+def _cb_reduce_encoded(obj, dst, src, length):
+    obj.reduce_encoded(_np_view(dst, length, ctypes.c_uint8, "uint8", True),
+                       _np_view(src, length, ctypes.c_uint8, "uint8", False))
+    return SUCCESS
+
+
+def register_codec(codec):
+    """Add a codec written in Python (``loom_codec_register``), for the
+    life of the process; find its instances with ``loom.Codec(spec)``.
+
+    codec is an object with ``name`` (1 to 31 of a-z, 0-9, _ and -; new),
+    ``kind`` ("additive", "decode_reduce", "gather_only" or a
+    ``loom.CODEC_*`` constant) and the methods, called with NumPy arrays
+    over Loom's buffers (valid during the call only):
+
+    * ``max_encoded_bytes(count)``: the largest encoding, in bytes;
+    * ``encode(src, dst)``: encode src (float32, read-only) into dst
+      (uint8, capacity bytes); return the bytes written;
+    * ``decode(src, dst)`` and/or ``decode_accumulate(src, acc)``: dst[:] =
+      / acc += the values encoded in src (uint8, read-only); one may be
+      missing;
+    * ``reduce_encoded(dst, src)``: additive codecs only: dst = the
+      encoding of the sum of dst and src;
+    * ``configure(args)`` (optional): for a spec "name:args" (args None
+      for a bare "name"), return the object whose methods the instance
+      calls (self, or a new one holding the parameters).
+
+    An exception in a method becomes its result code: a loom.Error's own,
+    else LOOM_ERR_INVALID_ARGUMENT (configure), LOOM_ERR_INTERNAL
+    (encode), LOOM_ERR_REMOTE (the decoders and reduce_encoded: their
+    input came from the network) or 0 bytes (max_encoded_bytes); the
+    exception becomes the ``__cause__`` of the loom.Error raised next.
+    The methods may be called from Loom's threads (with the GIL), at the
+    same time on disjoint buffers.
+    """
+    name = getattr(codec, "name", None)
+    if not isinstance(name, str) or not name:
+        raise _bad("register_codec: codec.name must be a non-empty str, not %r" % (name,))
+    if len(name) >= CODEC_NAME_MAX:
+        raise _bad("register_codec: codec.name %r is longer than %d characters"
+                   % (name, CODEC_NAME_MAX - 1))
+    kind = getattr(codec, "kind", None)
+    props = _CODEC_KINDS.get(kind.lower()) if isinstance(kind, str) else kind
+    if props not in (CODEC_ADDITIVE, CODEC_DECODE_REDUCE, CODEC_GATHER_ONLY):
+        raise _bad("register_codec: codec.kind %r is not one of additive, decode_reduce, "
+                   "gather_only" % (kind,))
+    for m in ("max_encoded_bytes", "encode"):
+        if not callable(getattr(codec, m, None)):
+            raise _bad("register_codec: codec %r has no method %s" % (name, m))
+    if not (callable(getattr(codec, "decode", None))
+            or callable(getattr(codec, "decode_accumulate", None))):
+        raise _bad("register_codec: codec %r has neither decode nor decode_accumulate" % name)
+    L = _lib
+    t = L.CodecTable()
+    t.size = ctypes.sizeof(L.CodecTable)
+    t.name = name.encode()
+    t.props = props
+    t.user = t.params = _codec_keep(codec)
+    t.max_encoded_bytes = L.CODEC_MAX_ENCODED_BYTES(_cb_max_encoded_bytes)
+    t.encode = L.CODEC_ENCODE(_cb_encode)
+    if callable(getattr(codec, "configure", None)):
+        t.configure = L.CODEC_CONFIGURE(_cb_configure)
+    if callable(getattr(codec, "decode", None)):
+        t.decode = L.CODEC_DECODE(_cb_decode)
+    if callable(getattr(codec, "decode_accumulate", None)):
+        t.decode_accumulate = L.CODEC_DECODE(_cb_decode_accumulate)
+    if callable(getattr(codec, "reduce_encoded", None)):
+        t.reduce_encoded = L.CODEC_REDUCE_ENCODED(_cb_reduce_encoded)
+    _check(lib.loom_codec_register(byref(t)))
+    _codec_tables.append(t)  # the table holds its callbacks
 
 
 class CodecState:
@@ -308,6 +555,11 @@ class CodecState:
             h, self._h = self._h, None
             _check(lib.loom_codec_state_destroy(h))
 
+    def _live(self, fn):
+        if not self._h:
+            raise InvalidUsage(ERR_INVALID_USAGE, "%s: the CodecState was closed" % fn)
+        return self._h
+
     def __del__(self):
         try:
             self.close()
@@ -315,27 +567,30 @@ class CodecState:
             pass
 
     def commit(self, key):
-        _check(lib.loom_codec_state_commit(self._h, key))
+        _check(lib.loom_codec_state_commit(self._live("CodecState.commit"), key))
 
     def rollback(self, key):
-        _check(lib.loom_codec_state_rollback(self._h, key))
+        _check(lib.loom_codec_state_rollback(self._live("CodecState.rollback"), key))
 
     def reset(self, key):
         """Forget tensor key (its residual restarts from zero)."""
-        _check(lib.loom_codec_state_reset(self._h, key))
+        _check(lib.loom_codec_state_reset(self._live("CodecState.reset"), key))
 
     def residual(self, key, out):
         """Copy the committed residual of tensor key into out (float32)."""
         o = _buf(out, "out", True)
-        _check(lib.loom_codec_state_residual(self._h, key, o.ptr, o.count))
+        _check(lib.loom_codec_state_residual(self._live("CodecState.residual"), key, o.ptr,
+                                             o.count))
         return out
 
 
 def _opts(codec, state, key):
     if codec is None and state is None:
         return None
+    if state is not None and not isinstance(state, CodecState):
+        raise _bad("state is a %s, not a loom.CodecState" % type(state).__name__)
     o = _lib.CollOptions(ctypes.sizeof(_lib.CollOptions), _codec_ptr(codec),
-                         state._h if state is not None else None, int(key))
+                         state._live("state") if state is not None else None, int(key))
     return o
 
 
@@ -395,17 +650,91 @@ class Request:
         return self.done
 
 
+def _requests(requests, fn):
+    """The list of requests, checked, and the array of their handles
+    (LOOM_REQUEST_NULL for those complete already)."""
+    reqs = list(requests)
+    seen = {}
+    for i, r in enumerate(reqs):
+        if not isinstance(r, Request):
+            raise _bad("%s: requests[%d] is a %s, not a loom.Request"
+                       % (fn, i, type(r).__name__))
+        if id(r) in seen:
+            raise _bad("%s: requests[%d] is requests[%d] again" % (fn, i, seen[id(r)]))
+        seen[id(r)] = i
+    arr = (ctypes.c_void_p * max(len(reqs), 1))()
+    for i, r in enumerate(reqs):
+        arr[i] = None if r.done else r._h.value
+    return reqs, arr
+
+
+@contextlib.contextmanager
+def _locks(reqs):
+    """The locks of the requests' communicators, in one order."""
+    comms = sorted({id(r._comm): r._comm for r in reqs if not r.done}.items())
+    with contextlib.ExitStack() as st:
+        for _, c in comms:
+            st.enter_context(c._lock)
+        yield
+
+
 def wait_all(requests):
-    """Wait for every request; raise the first failure after all are done."""
-    first = None
-    for r in requests:
-        try:
-            r.wait()
-        except Error as e:
-            if first is None:
-                first = e
-    if first is not None:
-        raise first
+    """Wait for every request (``loom_wait_all``: one call, without the
+    GIL); raise the first failure, in the order they completed.  Loom
+    reports only that one: after a failure every request of the list
+    that was pending raises it too from wait().  Requests complete
+    already are skipped (their own failure is raised when no new one
+    happened)."""
+    reqs, arr = _requests(requests, "wait_all")
+    pending = [r for r in reqs if not r.done]
+    if pending:
+        with _locks(pending):
+            rc = lib.loom_wait_all(arr, len(reqs))
+        err = None
+        if rc:
+            try:
+                _raise(rc)
+            except Error as e:
+                err = e
+        if err is not None and any(arr[i] for i in range(len(reqs))):
+            raise err  # refused: nothing was waited for
+        for r in pending:
+            r._h.value = None
+            r.done = True
+            r._keep = None
+            r._error = err
+        if err is not None:
+            raise err
+    for r in reqs:
+        if r._error is not None:
+            raise r._error
+
+
+def wait_any(requests):
+    """Wait until one of the requests completes (``loom_wait_any``,
+    without the GIL) and return its index in the list; None when every
+    request is complete already (they are skipped), so that a loop of
+    ``while (i := loom.wait_any(reqs)) is not None`` sees each request
+    once.  When the operation failed its error is raised (and by the
+    request's wait()), with the index in ``.index``."""
+    reqs, arr = _requests(requests, "wait_any")
+    if all(r.done for r in reqs):
+        return None
+    idx = ctypes.c_int(-1)
+    with _locks(reqs):
+        rc = lib.loom_wait_any(arr, len(reqs), byref(idx))
+    i = idx.value
+    if i < 0:
+        _check(rc)  # refused: nothing waited for
+        return None
+    r = reqs[i]
+    r._h.value = None
+    try:
+        r._end(rc)
+    except Error as e:
+        e.index = i
+        raise
+    return i
 
 
 _tls = threading.local()
@@ -446,6 +775,275 @@ def get_unique_id():
     u = _lib.UniqueIdStruct()
     _check(lib.loom_get_unique_id(byref(u)))
     return ctypes.string_at(ctypes.addressof(u), _lib.UNIQUE_ID_BYTES)
+
+
+# ------------------------------------------------------------------ memory
+_LOOM_TO_NUMPY = {v: k for k, v in _NUMPY_TYPES.items()}
+_LOOM_TO_TORCH = {v: k for k, v in _TORCH_TYPES.items()}
+
+
+def _datatype(dtype, what):
+    """The Loom datatype of a NumPy or torch dtype, a name ("float32",
+    "bfloat16") or a loom.* datatype constant."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        if dtype in _ELEM:
+            return dtype
+    elif isinstance(dtype, str):
+        n = dtype[6:] if dtype.startswith("torch.") else dtype
+        if n == "bfloat16":
+            return BFLOAT16
+        if n in _NUMPY_TYPES:
+            return _NUMPY_TYPES[n]
+    elif type(dtype).__module__.startswith("torch"):
+        if str(dtype) in _TORCH_TYPES:
+            return _TORCH_TYPES[str(dtype)]
+    else:
+        try:
+            import numpy
+            d = numpy.dtype(dtype)
+        except (TypeError, ValueError, ImportError):
+            d = None
+        if d is not None and d.isnative and d.name in _NUMPY_TYPES:
+            return _NUMPY_TYPES[d.name]
+    raise _bad("%s: dtype %r has no Loom datatype" % (what, dtype))
+
+
+def _shape(count_or_shape, what):
+    if isinstance(count_or_shape, int) and not isinstance(count_or_shape, bool):
+        shape = (count_or_shape,)
+    else:
+        try:
+            if isinstance(count_or_shape, (str, bytes)):
+                raise TypeError
+            shape = tuple(int(d) for d in count_or_shape)
+        except (TypeError, ValueError):
+            raise _bad("%s: %r is neither a count nor a shape" % (what, count_or_shape)) \
+                from None
+    n = 1
+    for d in shape:
+        if d < 0:
+            raise _bad("%s: shape %r has a negative dimension" % (what, shape))
+        n *= d
+    if n == 0:
+        raise _bad("%s: shape %r holds no element (a window has at least one)" % (what, shape))
+    return shape, n
+
+
+def _defer_free(comm, fn, ptr):
+    """A finaliser's release (fn None: only the check of _bury): now if
+    the communicator is free, else at its next call (never from inside a
+    codec callback, where Loom is busy on this thread, nor waiting for
+    another thread's call)."""
+    if getattr(_tls, "in_callback", 0) or not comm._lock.acquire(blocking=False):
+        if fn is not None:
+            comm._orphans.append((fn, ptr))
+        return
+    try:
+        if comm._h and fn is not None:
+            fn(comm._h, ptr)
+        comm._bury()
+    finally:
+        comm._lock.release()
+
+
+def _view_died(wself, ref):
+    """A view's base is gone (a weakref callback)."""
+    w = wself()
+    if w is None:
+        return
+    w._views.discard(ref)
+    c = w._comm
+    if not w._views and w._state is None and c._zombie:
+        # abort() left the communicator to this window's views.
+        w._gone("freed with its communicator (abort)")
+        c._windows.discard(w)
+        _defer_free(c, None, None)
+
+
+class Window:
+    """Memory of :meth:`Communicator.mem_alloc` (``loom_mem_alloc``): a
+    window that the ranks of a host map too, so that an allreduce whose
+    buffers lie in it (at the same offsets on every rank) reads the
+    peers' memory instead of staging it (see loom_mem_alloc(3)).
+
+    :meth:`numpy` and :meth:`torch` give views of the whole window, of
+    the shape and dtype it was allocated with; slice them for buffers.
+    Every view keeps the window alive (through its base object), so the
+    memory is never unmapped under one: :meth:`free` raises
+    :class:`InvalidUsage` while a view is alive, and a window that nobody
+    references any more, view or Window, is freed by its finaliser.
+    :meth:`Communicator.close` refuses while a window has views, and
+    frees the others (their Window objects then refuse to make views)."""
+
+    def __init__(self, comm, ptr, shape, count, dtype):
+        self._comm = comm
+        self._ptr = ptr
+        self.shape = shape
+        self.count = count
+        self.dtype = dtype
+        self.nbytes = count * _ELEM[dtype]
+        self._views = set()  # weak references to the views' bases
+        self._state = None  # None while live, else why it is not
+        self._bytes = type("WindowBytes", (ctypes.c_uint8 * self.nbytes,),
+                           {"__hash__": object.__hash__})
+
+    def __repr__(self):
+        return "<loom.Window of %d bytes at 0x%x, %s%s>" % (
+            self.nbytes, self._ptr or 0, self.shape, "" if self._state is None
+            else " (%s)" % self._state)
+
+    @property
+    def ptr(self):
+        """The window's address."""
+        return self._ptr
+
+    def live_views(self):
+        """How many base objects of views (:meth:`numpy`, :meth:`torch`)
+        are alive; a view's own views share its base."""
+        return len(self._views)
+
+    def _busy(self):
+        if self._views:
+            gc.collect()  # views held only by garbage cycles
+        return len(self._views)
+
+    def _view(self, fn):
+        with self._comm._lock:
+            if self._state is not None:
+                raise InvalidUsage(ERR_INVALID_USAGE, "Window.%s: the window was %s"
+                                   % (fn, self._state))
+            b = self._bytes.from_address(self._ptr)
+            b.window = self  # the view's base keeps the window
+            self._views.add(weakref.ref(b, functools.partial(_view_died, weakref.ref(self))))
+            return b
+
+    def numpy(self):
+        """A NumPy array over the window (shape and dtype as allocated)."""
+        np_name = _LOOM_TO_NUMPY.get(self.dtype)
+        if np_name is None:
+            raise _bad("Window.numpy: NumPy has no bfloat16; use Window.torch()")
+        import numpy
+        return numpy.frombuffer(self._view("numpy"), dtype=np_name).reshape(self.shape)
+
+    def torch(self):
+        """A torch CPU tensor over the window (shape and dtype as
+        allocated; the dtype's torch equivalent)."""
+        t_name = _LOOM_TO_TORCH.get(self.dtype)
+        if t_name is None:
+            raise _bad("Window.torch: torch has no dtype for Loom datatype %d" % self.dtype)
+        import torch
+        return torch.frombuffer(self._view("torch"), dtype=getattr(torch, t_name[6:])) \
+            .view(self.shape)
+
+    def free(self):
+        """Free the window (``loom_mem_free``; local).  Raises
+        :class:`InvalidUsage` while a view is alive, when the window was
+        freed already or went with its communicator, and (from Loom)
+        while an operation on it is not waited for."""
+        self._free("free", True)
+
+    def close(self):
+        """As :meth:`free`, but a window freed already is no error."""
+        self._free("close", False)
+
+    def _free(self, fn, strict):
+        c = self._comm
+        with c._lock:
+            if self._state is not None:
+                if strict:
+                    raise InvalidUsage(ERR_INVALID_USAGE, "Window.%s: the window was %s"
+                                       % (fn, self._state))
+                return
+            n = self._busy()
+            if n:
+                raise InvalidUsage(ERR_INVALID_USAGE,
+                                   "Window.%s: %d view(s) of the window are alive (NumPy "
+                                   "arrays or torch tensors, or views of them); delete them "
+                                   "first" % (fn, n))
+            if c._h:
+                _check(lib.loom_mem_free(c._h, self._ptr))
+            self._state = "freed"
+            c._windows.discard(self)
+            c._bury()
+
+    def _gone(self, why):
+        self._state = why
+
+    def __del__(self):
+        # Runs once no view is left (each holds the window).
+        try:
+            if self._state is None:
+                self._state = "freed"
+                self._comm._windows.discard(self)
+                _defer_free(self._comm, lib.loom_mem_free, self._ptr)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class Registration:
+    """A buffer registered with :meth:`Communicator.mem_register`
+    (``loom_mem_register``) until :meth:`deregister`, the end of a
+    ``with`` block, its finaliser or the communicator's close.  It keeps
+    the buffer alive meanwhile; do not resize a registered tensor."""
+
+    def __init__(self, comm, handle, buf):
+        self._comm = comm
+        self._hreg = handle
+        self.buffer = buf.obj
+        self.ptr = buf.ptr
+        self.nbytes = buf.nbytes
+        self._state = None
+
+    def __repr__(self):
+        return "<loom.Registration of %d bytes at 0x%x%s>" % (
+            self.nbytes, self.ptr, "" if self._state is None else " (%s)" % self._state)
+
+    @property
+    def registered(self):
+        return self._state is None
+
+    def deregister(self):
+        """Drop the registration (``loom_mem_deregister``).  Raises
+        :class:`InvalidUsage` when it was dropped already (or went with
+        the communicator's close)."""
+        self._drop("deregister", True)
+
+    def close(self):
+        """As :meth:`deregister`, but one dropped already is no error."""
+        self._drop("close", False)
+
+    def _drop(self, fn, strict):
+        c = self._comm
+        with c._lock:
+            if self._state is not None:
+                if strict:
+                    raise InvalidUsage(ERR_INVALID_USAGE, "Registration.%s: the registration "
+                                       "was %s" % (fn, self._state))
+                return
+            if c._h:
+                _check(lib.loom_mem_deregister(c._h, self._hreg))
+            self._state = "deregistered"
+            self.buffer = None
+            c._regs.discard(self)
+
+    def _gone(self, why):
+        self._state = why
+        self.buffer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._state is None:
+                self._state = "deregistered"
+                self._comm._regs.discard(self)
+                _defer_free(self._comm, lib.loom_mem_deregister, self._hreg)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def _config(timeout=None, tcp_streams=None, chunk_bytes=None, socket_ifname=None, algo=None,
@@ -490,6 +1088,11 @@ class Communicator:
     def __init__(self, handle):
         self._h = handle
         self._lock = threading.RLock()
+        self._windows = weakref.WeakSet()  # of mem_alloc, live
+        self._regs = weakref.WeakSet()     # of mem_register, live
+        self._orphans = []                 # (fn, ptr) finalisers left to call
+        self._zombie = None                # aborted, waiting for views to go
+        self._zombie_keep = None
         r, s = ctypes.c_int(), ctypes.c_int()
         _check(lib.loom_comm_rank(handle, byref(r)))
         _check(lib.loom_comm_size(handle, byref(s)))
@@ -555,21 +1158,77 @@ class Communicator:
     # -- lifetime
     def close(self):
         """Release the communicator (``loom_comm_destroy``; not collective).
-        Non-blocking operations must be complete."""
+        Non-blocking operations must be complete.  Raises
+        :class:`InvalidUsage`, and changes nothing, while a window of
+        :meth:`mem_alloc` has views alive (Loom would unmap it under
+        them); its other windows and registrations go with it."""
         with self._lock:
             if self._h:
+                busy = [w for w in list(self._windows) if w._busy()]
+                if busy:
+                    raise InvalidUsage(
+                        ERR_INVALID_USAGE,
+                        "close: %d window(s) of mem_alloc still have NumPy arrays or torch "
+                        "tensors viewing them (%s); delete those first, or abort()"
+                        % (len(busy), ", ".join("%d bytes at 0x%x" % (w.nbytes, w.ptr)
+                                                for w in busy)))
                 _check(lib.loom_comm_destroy(self._h))
                 self._h = None
+                self._orphans.clear()
+                self._release_all("freed with its communicator")
 
     destroy = close
 
     def abort(self):
         """Drop every operation now and release the communicator
-        (``loom_comm_abort``); peers see their operations fail."""
+        (``loom_comm_abort``); peers see their operations fail.  While a
+        window of :meth:`mem_alloc` has views alive, the communicator is
+        revoked now (``loom_comm_revoke``: every rank's operations fail)
+        and aborted once the last such view is gone, so its memory stays
+        mapped until then; it is closed for every call at once."""
         with self._lock:
-            if self._h:
-                h, self._h = self._h, None
+            if not self._h:
+                return
+            h, self._h = self._h, None
+            self._orphans.clear()
+            busy = [w for w in list(self._windows) if w._busy()]
+            if not busy:
+                self._release_all("freed with its communicator (abort)")
                 _check(lib.loom_comm_abort(h))
+                return
+            lib.loom_comm_revoke(h)
+            self._zombie = h
+            self._zombie_keep = [r.buffer for r in list(self._regs)]
+            for w in list(self._windows):
+                if not w._views:
+                    w._gone("freed with its communicator (abort)")
+                    self._windows.discard(w)
+            self._release_all(None)
+
+    def _release_all(self, why):
+        """Mark the windows (those with views too unless why is None) and
+        the registrations left as gone with the communicator."""
+        if why is not None:
+            for w in list(self._windows):
+                w._gone(why)
+            self._windows = weakref.WeakSet()
+        for r in list(self._regs):
+            r._gone("released with its communicator")
+        self._regs = weakref.WeakSet()
+
+    def _bury(self):
+        """Abort the communicator that abort() left to its windows' views,
+        once they are all gone."""
+        if self._zombie and not any(w._state is None for w in list(self._windows)):
+            h, self._zombie, self._zombie_keep = self._zombie, None, None
+            lib.loom_comm_abort(h)
+
+    def _reap(self):
+        """Call the frees that finalisers left (with the lock held)."""
+        while self._orphans:
+            fn, p = self._orphans.pop()
+            if self._h:
+                fn(self._h, p)
 
     def __enter__(self):
         return self
@@ -578,11 +1237,18 @@ class Communicator:
         self.close()
 
     def __del__(self):
+        # Windows and registrations hold the communicator: none is left.
         h = getattr(self, "_h", None)
         if h and lib is not None:
             try:
                 if lib.loom_comm_destroy(h):
                     lib.loom_comm_abort(h)
+            except Exception:
+                pass
+        z = getattr(self, "_zombie", None)
+        if z and lib is not None:
+            try:
+                lib.loom_comm_abort(z)
             except Exception:
                 pass
 
@@ -622,6 +1288,7 @@ class Communicator:
                                    "non-blocking calls are not allowed in a loom.group()")
             req = ctypes.c_void_p()
             with self._lock:
+                self._reap()
                 rc = fn(*args, h, byref(req))
             if rc:
                 _raise(rc)
@@ -629,6 +1296,7 @@ class Communicator:
         if _in_group():
             _tls.keep.append(keep)
         with self._lock:
+            self._reap()
             rc = fn(*args, h)
         if rc:
             _raise(rc)
@@ -642,6 +1310,7 @@ class Communicator:
                                    "non-blocking calls are not allowed in a loom.group()")
             req = ctypes.c_void_p()
             with self._lock:
+                self._reap()
                 rc = fn_opts(*args, h, byref(opts) if opts is not None else None, byref(req))
             if rc:
                 _raise(rc)
@@ -649,6 +1318,7 @@ class Communicator:
         if _in_group():
             _tls.keep.append((keep, opts))
         with self._lock:
+            self._reap()
             rc = fn_opts(*args, h, byref(opts) if opts is not None else None)
         if rc:
             _raise(rc)
@@ -700,9 +1370,12 @@ class Communicator:
             raise _bad("reduce_scatter: the input has %d elements, not %d x out's %d"
                        % (s.count, self.size, r.count))
         opts = _opts(codec, state, key)
+        args = (s.ptr, r.ptr, r.count, s.dtype, _op(op))
+        if opts is None:
+            f = lib.loom_ireduce_scatter if nb else lib.loom_reduce_scatter
+            return self._run(f, args, nb, (s, r), out)
         f = lib.loom_ireduce_scatter_opts if nb else lib.loom_reduce_scatter_opts
-        return self._run_opts(f, (s.ptr, r.ptr, r.count, s.dtype, _op(op)), opts, nb, (s, r),
-                              out)
+        return self._run_opts(f, args, opts, nb, (s, r), out)
 
     def reduce_scatter(self, x, op=SUM, *, out=None, codec=None, state=None, key=0):
         """out = block ``rank`` of op over all ranks of x (size blocks of
@@ -724,6 +1397,9 @@ class Communicator:
             raise _bad("allgather: out has %d elements, not %d x the input's %d"
                        % (r.count, self.size, s.count))
         opts = _opts(codec, state, key)
+        if opts is None:
+            f = lib.loom_iallgather if nb else lib.loom_allgather
+            return self._run(f, (s.ptr, r.ptr, s.count, s.dtype), nb, (s, r), out)
         f = lib.loom_iallgather_opts if nb else lib.loom_allgather_opts
         return self._run_opts(f, (s.ptr, r.ptr, s.count, s.dtype), opts, nb, (s, r), out)
 
@@ -901,6 +1577,43 @@ class Communicator:
         """Non-blocking :meth:`recv`."""
         b = _buf(x, "buf", True)
         return self._run(lib.loom_irecv, (b.ptr, b.count, b.dtype, int(peer)), True, b, x)
+
+    # -- memory
+    def mem_alloc(self, count_or_shape, dtype="float32"):
+        """Collective: a :class:`Window` of count elements (or of a shape)
+        of dtype (a NumPy or torch dtype, or its name) on every rank
+        (``loom_mem_alloc``): every rank allocates the same, in the same
+        order.  Its :meth:`Window.numpy` / :meth:`Window.torch` views are
+        buffers that a large allreduce on one host reads in place."""
+        shape, n = _shape(count_or_shape, "mem_alloc")
+        dt = _datatype(dtype, "mem_alloc")
+        if _in_group():
+            raise InvalidUsage(ERR_INVALID_USAGE, "mem_alloc is not allowed in a loom.group()")
+        p = ctypes.c_void_p()
+        with self._lock:
+            h = self._handle()
+            self._reap()
+            _check(lib.loom_mem_alloc(h, n * _ELEM[dt], byref(p)))
+            w = Window(self, p.value, shape, n, dt)
+            self._windows.add(w)
+        return w
+
+    def mem_register(self, buf):
+        """Register buf (a NumPy array or torch CPU tensor) with the
+        transports that need registered memory (``loom_mem_register``;
+        elsewhere it is only recorded).  Returns a :class:`Registration`,
+        a context manager, which keeps buf alive until deregistered."""
+        b = _buf(buf, "buf")
+        if not b.nbytes:
+            raise _bad("mem_register: buf is empty (0 bytes)")
+        hreg = ctypes.c_void_p()
+        with self._lock:
+            h = self._handle()
+            self._reap()
+            _check(lib.loom_mem_register(h, b.ptr, b.nbytes, byref(hreg)))
+            r = Registration(self, hreg.value, b)
+            self._regs.add(r)
+        return r
 
     # -- membership
     def revoke(self):

@@ -42,6 +42,26 @@ class Tensor(ctypes.Structure):
     _fields_ = [("data", c_void_p), ("bytes", c_size_t)]
 
 
+# The function table of struct loom_codec (loom_codec_register(3)).  The
+# codec pointer each function gets is a c_void_p: read it through
+# POINTER(CodecTable).
+CODEC_CONFIGURE = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, P(c_void_p))
+CODEC_MAX_ENCODED_BYTES = ctypes.CFUNCTYPE(c_size_t, c_void_p, c_size_t)
+CODEC_ENCODE = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t,
+                                P(c_size_t))
+CODEC_DECODE = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t)
+CODEC_REDUCE_ENCODED = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, c_size_t)
+
+
+class CodecTable(ctypes.Structure):
+    """struct loom_codec (loom_codec_t)."""
+    _fields_ = [("size", c_size_t), ("name", c_char_p), ("props", c_uint), ("user", c_void_p),
+                ("params", c_void_p), ("configure", CODEC_CONFIGURE),
+                ("max_encoded_bytes", CODEC_MAX_ENCODED_BYTES), ("encode", CODEC_ENCODE),
+                ("decode", CODEC_DECODE), ("decode_accumulate", CODEC_DECODE),
+                ("reduce_encoded", CODEC_REDUCE_ENCODED)]
+
+
 UNIQUE_ID_BYTES = 128
 
 
@@ -104,13 +124,23 @@ _PROTOS = {
     "loom_comm_pending_joins": (R, [COMM, P(c_int)]),
     "loom_comm_grow": (R, [COMM, P(COMM)]),
     "loom_state_sync": (R, [COMM, P(Tensor), c_int, P(c_uint64)]),
+    "loom_mem_register": (R, [COMM, c_void_p, c_size_t, P(c_void_p)]),
+    "loom_mem_deregister": (R, [COMM, c_void_p]),
+    "loom_mem_alloc": (R, [COMM, c_size_t, P(c_void_p)]),
+    "loom_mem_free": (R, [COMM, c_void_p]),
     "loom_wait": (R, [P(REQ)]),
+    "loom_wait_any": (R, [P(REQ), c_int, P(c_int)]),
+    "loom_wait_all": (R, [P(REQ), c_int]),
     "loom_test": (R, [P(REQ), P(c_int)]),
     "loom_allreduce": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP + [COMM]),
     "loom_iallreduce": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP + [COMM, P(REQ)]),
     "loom_allreduce_opts": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP + [COMM, P(CollOptions)]),
     "loom_iallreduce_opts": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP
                              + [COMM, P(CollOptions), P(REQ)]),
+    "loom_reduce_scatter": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP + [COMM]),
+    "loom_ireduce_scatter": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP + [COMM, P(REQ)]),
+    "loom_allgather": (R, [c_void_p, c_void_p, c_size_t, c_int, COMM]),
+    "loom_iallgather": (R, [c_void_p, c_void_p, c_size_t, c_int, COMM, P(REQ)]),
     "loom_reduce_scatter_opts": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP
                                  + [COMM, P(CollOptions)]),
     "loom_ireduce_scatter_opts": (R, [c_void_p, c_void_p, c_size_t] + _DT_OP
@@ -140,12 +170,16 @@ _PROTOS = {
     "loom_irecv": (R, [c_void_p, c_size_t, c_int, c_int, COMM, P(REQ)]),
     "loom_group_start": (R, []),
     "loom_group_end": (R, []),
+    "loom_codec_register": (R, [P(CodecTable)]),
     "loom_codec_find": (R, [c_char_p, P(c_void_p)]),
     "loom_codec_max_encoded_bytes": (R, [c_void_p, c_size_t, P(c_size_t)]),
     "loom_codec_encode": (R, [c_void_p, c_void_p, c_size_t, c_void_p, c_size_t,
                               P(c_size_t), c_void_p]),
     "loom_codec_decode": (R, [c_void_p, c_void_p, c_size_t, c_void_p, c_size_t]),
     "loom_codec_decode_accumulate": (R, [c_void_p, c_void_p, c_size_t, c_void_p, c_size_t]),
+    "loom_codec_reduce_encoded": (R, [c_void_p, c_void_p, c_void_p, c_size_t]),
+    "loom_codec_encode_ef": (R, [c_void_p, c_void_p, c_uint64, c_size_t, c_size_t, c_void_p,
+                                 c_size_t, c_void_p, c_size_t, P(c_size_t), c_void_p]),
     "loom_codec_state_create": (R, [P(c_void_p)]),
     "loom_codec_state_destroy": (R, [c_void_p]),
     "loom_codec_state_commit": (R, [c_void_p, c_uint64]),

@@ -7,11 +7,14 @@ lines and "N passed, M failed" from rank 0 (the others print failures
 only), and exits non-zero on a failure.  With torch (argument --torch)
 the calls run on torch CPU tensors too, bfloat16 included.
 """
+import contextlib
 import ctypes
+import gc
 import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -341,6 +344,385 @@ if size > 1:
             time.sleep(0.5)
         comm.allreduce(x)
 
+# ------------------------------------------------ plain or _opts C calls
+@contextlib.contextmanager
+def counting(*names):
+    """Count the calls of libloom functions the package makes."""
+    lib = loom._lib.lib
+    counts = dict.fromkeys(names, 0)
+    saved = {nm: getattr(lib, nm) for nm in names}
+
+    def wrap(nm, f):
+        def w(*a):
+            counts[nm] += 1
+            return f(*a)
+        return w
+    for nm in names:
+        setattr(lib, nm, wrap(nm, saved[nm]))
+    try:
+        yield counts
+    finally:
+        for nm in names:
+            setattr(lib, nm, saved[nm])
+
+
+x = data(rank, 4 * size, "float32")
+xs = [data(r, 4 * size, "float32") for r in range(size)]
+names = ("loom_allgather", "loom_iallgather", "loom_allgather_opts", "loom_iallgather_opts",
+         "loom_reduce_scatter", "loom_ireduce_scatter", "loom_reduce_scatter_opts",
+         "loom_ireduce_scatter_opts")
+with counting(*names) as cnt:
+    same(comm.allgather(x), np.stack(xs), "allgather without a codec")
+    same(comm.iallgather(x).wait(), np.stack(xs), "iallgather without a codec")
+    same(comm.reduce_scatter(x), reference("sum", xs, "float32")[4 * rank:4 * rank + 4],
+         "reduce_scatter without a codec", 1e-5)
+    same(comm.ireduce_scatter(x).wait(), reference("sum", xs, "float32")[4 * rank:4 * rank + 4],
+         "ireduce_scatter without a codec", 1e-5)
+    comm.allgather(x, codec="bf16")
+    comm.reduce_scatter(x, codec="bf16")
+report(cnt == {"loom_allgather": 1, "loom_iallgather": 1, "loom_allgather_opts": 1,
+               "loom_iallgather_opts": 0, "loom_reduce_scatter": 1, "loom_ireduce_scatter": 1,
+               "loom_reduce_scatter_opts": 1, "loom_ireduce_scatter_opts": 0},
+       "plain loom_(i)allgather / loom_(i)reduce_scatter without a codec, _opts with one (%s)"
+       % cnt)
+
+# ------------------------------------------------------ wait_all, wait_any
+k = 5
+bufs = [data(rank, 50 + i, "float64", salt=i) for i in range(k)]
+refs = [reference("sum", [data(r, 50 + i, "float64", salt=i) for r in range(size)], "float64")
+        for i in range(k)]
+reqs = [comm.iallreduce(b) for b in bufs]
+order = []
+with counting("loom_wait_any", "loom_wait", "loom_test") as cnt:
+    while True:
+        i = loom.wait_any(reqs)
+        if i is None:
+            break
+        order.append(i)
+        report(reqs[i].done, "wait_any: request %d is done once returned" % i)
+report(sorted(order) == list(range(k)) and cnt == {"loom_wait_any": k, "loom_wait": 0,
+                                                    "loom_test": 0},
+       "wait_any returns each of %d requests once (order %s, calls %s)" % (k, order, cnt))
+for i in range(k):
+    same(bufs[i], refs[i], "iallreduce %d completed by wait_any" % i, 1e-12)
+report(reqs[0].wait() is bufs[0], "wait() after wait_any returns the buffer")
+report(loom.wait_any([]) is None, "wait_any([]) is None")
+bufs = [data(rank, 30 + i, "int32", salt=i) for i in range(k)]
+reqs = [comm.iallreduce(b, "max") for b in bufs]
+reqs[1].wait()  # one complete already: skipped
+with counting("loom_wait_all", "loom_wait") as cnt:
+    loom.wait_all(reqs)
+report(cnt == {"loom_wait_all": 1, "loom_wait": 0} and all(r.done for r in reqs),
+       "wait_all: one loom_wait_all call completes every request (%s)" % cnt)
+for i in range(k):
+    same(bufs[i], reference("max", [data(r, 30 + i, "int32", salt=i) for r in range(size)],
+                            "int32"), "iallreduce max %d completed by wait_all" % i)
+loom.wait_all(reqs)
+report(True, "wait_all of requests complete already returns")
+raises(loom.InvalidArgument, lambda: loom.wait_any([reqs[0], "x"]), "wait_any of a str",
+       "requests[1]")
+raises(loom.InvalidArgument, lambda: loom.wait_all([None]), "wait_all of None", "requests[0]")
+r2 = comm.ibarrier()
+raises(loom.InvalidArgument, lambda: loom.wait_any([r2, reqs[0], r2]),
+       "wait_any of a request twice", "requests[2] is requests[0]")
+loom.wait_all([r2])
+if size > 1:
+    # wait_all releases the GIL: rank 0's thread waits in it for rank 1,
+    # which starts its part 0.5 s later, while rank 0's main thread runs.
+    x = np.ones(8, np.float32)
+    if rank == 1:
+        time.sleep(0.5)
+    reqs = [comm.iallreduce(x), comm.ibarrier()]
+    if rank == 0:
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (loom.wait_all(reqs), done.set()))
+        t0 = time.time()
+        ticks = 0
+        t.start()
+        while not done.is_set() and time.time() - t0 < 30:
+            ticks += 1
+        t.join()
+        report(ticks > 10000 and time.time() - t0 >= 0.3 and x[0] == size,
+               "wait_all releases the GIL (%d loops of Python meanwhile)" % ticks)
+    else:
+        loom.wait_all(reqs)
+
+# ------------------------------------------------- encode_ef, reduce_encoded
+n = 1000
+gx = [np.random.default_rng(70 + i).standard_normal(n).astype(np.float32) for i in range(3)]
+c8 = loom.Codec("int8")
+st = loom.CodecState()
+enc = c8.encode_ef(st, 5, gx[0])
+same(enc, c8.encode(gx[0]), "encode_ef with a zero residual = encode")
+st.commit(5)
+dec = c8.decode(enc, np.empty(n, np.float32))
+resid = st.residual(5, np.empty(n, np.float32))
+same(resid, gx[0] - dec, "encode_ef + commit: the residual is the input minus its decoding")
+dd = np.empty(n, np.float32)
+enc2 = c8.encode_ef(st, 5, gx[1], decoded=dd)
+y = gx[1] + resid
+same(enc2, c8.encode(y), "encode_ef encodes the input plus the residual")
+same(dd, c8.decode(enc2, np.empty(n, np.float32)), "encode_ef decoded=")
+st.rollback(5)
+same(c8.encode_ef(st, 5, gx[1]), enc2, "after rollback: the same bytes again")
+st.commit(5)
+same(st.residual(5, np.empty(n, np.float32)), y - dd, "commit after the retry")
+# A tensor in two chunks, with offsets.
+h = n // 2
+ea = c8.encode_ef(st, 6, gx[2][:h], tensor_count=n)
+eb = c8.encode_ef(st, 6, gx[2][h:], tensor_count=n, offset=h)
+st.commit(6)
+same(st.residual(6, np.empty(n, np.float32)),
+     np.concatenate([gx[2][:h] - c8.decode(ea, np.empty(h, np.float32)),
+                     gx[2][h:] - c8.decode(eb, np.empty(n - h, np.float32))]),
+     "encode_ef of two chunks (offset=, tensor_count=)")
+raises(loom.InvalidArgument, lambda: c8.encode_ef(st, 6, gx[2][:h], tensor_count=n, offset=h + 1),
+       "encode_ef beyond tensor_count", "exceed tensor_count")
+raises(loom.InvalidArgument, lambda: c8.encode_ef(st, 6, gx[2][:h]),
+       "encode_ef of another tensor_count for a key", "tensor_count")
+raises(loom.InvalidArgument, lambda: c8.encode_ef(st, 7, gx[2][:h], offset=3),
+       "encode_ef with an offset and no tensor_count", "tensor_count")
+raises(loom.InvalidArgument, lambda: c8.encode_ef(st, 7, gx[2].astype(np.float64)),
+       "encode_ef of float64", "float32")
+raises(loom.InvalidArgument, lambda: c8.encode_ef("state", 7, gx[2]), "encode_ef of a str state",
+       "CodecState")
+st.close()
+raises(loom.InvalidUsage, lambda: c8.encode_ef(st, 5, gx[0]), "encode_ef on a closed CodecState",
+       "closed")
+raises(loom.InvalidUsage, lambda: comm.allreduce(gx[0].copy(), codec="int8", state=st),
+       "an allreduce with a closed CodecState", "closed")
+for spec in ("bf16", "fp16"):
+    cb = loom.Codec(spec)
+    ea, eb = cb.encode(gx[0]), cb.encode(gx[1])
+    da, db = (cb.decode(e, np.empty(n, np.float32)) for e in (ea, eb))
+    res = cb.reduce_encoded(ea.copy(), eb)
+    same(res, cb.encode(da + db), "reduce_encoded %s = the encoding of the sum" % spec)
+    same(cb.reduce_encoded(ea.copy(), eb.tobytes()), res, "reduce_encoded %s of bytes" % spec)
+raises(loom.InvalidArgument, lambda: c8.reduce_encoded(c8.encode(gx[0]), c8.encode(gx[1])),
+       "reduce_encoded with int8 (not additive)", "additive")
+cb = loom.Codec("bf16")
+raises(loom.InvalidArgument, lambda: cb.reduce_encoded(cb.encode(gx[0]), cb.encode(gx[0][:10])),
+       "reduce_encoded of different lengths", "src")
+raises(loom.InvalidArgument, lambda: cb.reduce_encoded(gx[0].copy(), gx[1]),
+       "reduce_encoded of float32 arrays", "uint8")
+
+# --------------------------------------------------- codecs from Python
+class Raw:
+    """Values as they are, gathered (decode_accumulate only)."""
+    name = "py-raw"
+    kind = "gather_only"
+    threads = set()
+
+    def max_encoded_bytes(self, count):
+        return 4 * count
+
+    def encode(self, src, dst):
+        Raw.threads.add(threading.get_ident())
+        dst[:4 * src.size] = src.view(np.uint8)
+        return 4 * src.size
+
+    def decode_accumulate(self, src, acc):
+        if src.size != 4 * acc.size:
+            raise loom.RemoteError(loom.ERR_REMOTE, "py-raw: %d bytes for %d values"
+                                   % (src.size, acc.size))
+        acc += src.view(np.float32)
+
+
+class Step:
+    """Multiples of a step (its parameter: "py-step:0.25"), as int32,
+    summed on the wire (additive)."""
+    name = "py-step"
+    kind = loom.CODEC_ADDITIVE
+
+    def __init__(self, step=None):
+        self.step = step
+
+    def configure(self, args):
+        step = float(args) if args is not None else 0.5
+        if not step > 0:
+            raise ValueError("py-step: the step must be positive, not %r" % args)
+        return Step(step)
+
+    def max_encoded_bytes(self, count):
+        return 4 * count
+
+    def encode(self, src, dst):
+        dst[:4 * src.size] = np.round(src / self.step).astype(np.int32).view(np.uint8)
+        return 4 * src.size
+
+    def decode(self, src, dst):
+        if src.size != 4 * dst.size:
+            raise loom.RemoteError(loom.ERR_REMOTE, "py-step: wrong length")
+        dst[:] = src.view(np.int32) * np.float32(self.step)
+
+    def reduce_encoded(self, dst, src):
+        d = dst.view(np.int32)
+        d += src.view(np.int32)
+
+
+class Broken(Raw):
+    name = "py-broken"
+
+    def encode(self, src, dst):
+        raise RuntimeError("py-broken cannot encode")
+
+
+loom.register_codec(Raw())
+loom.register_codec(Step())
+loom.register_codec(Broken())
+n = 1003
+gx = [np.random.default_rng(90 + r).standard_normal(n).astype(np.float32) for r in range(size)]
+# One rank has nothing to send: its allreduce encodes nothing.
+x = gx[rank].copy()
+comm.allreduce(x, codec="py-raw")
+same(x, np.sum(gx, axis=0), "allreduce with a Python gather_only codec", 1e-5)
+report(size == 1 or len(Raw.threads) >= 1,
+       "the Python codec's encode ran (threads %d)" % len(Raw.threads))
+for spec, step in (("py-step:0.25", 0.25), ("py-step", 0.5)):
+    q = [np.round(g / step) * np.float32(step) for g in gx] if size > 1 else gx
+    x = gx[rank].copy()
+    comm.allreduce(x, codec=loom.Codec(spec))
+    same(x, np.sum(q, axis=0), "allreduce with a Python additive codec, %s" % spec, 1e-5)
+cs = loom.Codec("py-step:0.125")
+ea, eb = cs.encode(gx[0]), cs.encode(gx[-1])
+same(cs.decode(cs.reduce_encoded(ea.copy(), eb), np.empty(n, np.float32)),
+     np.round(gx[0] / 0.125) * np.float32(0.125) + np.round(gx[-1] / 0.125) * np.float32(0.125),
+     "Codec.reduce_encoded through a Python reduce_encoded", 1e-6)
+e = raises(loom.InvalidArgument, lambda: loom.Codec("py-step:-1"),
+           "a parameter the Python configure rejects")
+report(e is not None and isinstance(e.__cause__, ValueError),
+       "the configure's exception is the error's __cause__ (%r)"
+       % (e.__cause__ if e is not None else None))
+e = raises(loom.InternalError, lambda: loom.Codec("py-broken").encode(gx[0]),
+           "a Python encode that raises")
+report(e is not None and "cannot encode" in str(e.__cause__), "its exception is the __cause__")
+e = raises(loom.RemoteError,
+           lambda: loom.Codec("py-raw").decode(b"abc", np.empty(2, np.float32)),
+           "a malformed encoding for a Python decoder", "py-raw: 3 bytes")
+report(e is not None and isinstance(e.__cause__, loom.RemoteError),
+       "the decoder's RemoteError is the __cause__")
+raises(loom.InvalidArgument, lambda: loom.register_codec(Raw()), "registering a name twice",
+       "py-raw")
+bad = Raw()
+bad.name = "py-kind"
+bad.kind = "lossy"
+raises(loom.InvalidArgument, lambda: loom.register_codec(bad), "a codec of no kind", "kind")
+bad.kind = "decode_reduce"
+bad.decode_accumulate = None
+raises(loom.InvalidArgument, lambda: loom.register_codec(bad), "a codec with no decoder",
+       "decode")
+raises(loom.InvalidArgument, lambda: loom.register_codec(type("U", (Raw,), {"name": "Bad Name"})()),
+       "a codec name with capitals and a space", "name")
+
+# ------------------------------------------------------------ mem_register
+x = data(rank, 64, "float32")
+ref = reference("sum", [data(r, 64, "float32") for r in range(size)], "float32")
+reg = comm.mem_register(x)
+comm.allreduce(x)
+same(x, ref, "allreduce of a registered buffer", 1e-5)
+report(reg.registered and reg.nbytes == 256 and reg.ptr == x.ctypes.data,
+       "the registration records the buffer (%r)" % reg)
+reg.deregister()
+raises(loom.InvalidUsage, reg.deregister, "deregistering twice", "deregistered")
+reg.close()
+report(not reg.registered, "close() after deregister() is no error")
+y = np.arange(16, dtype=np.float64)
+wr = weakref.ref(y)
+with comm.mem_register(y) as reg:
+    del y
+    report(wr() is not None, "a registration keeps its buffer alive")
+    same(comm.allreduce(wr()), np.arange(16, dtype=np.float64) * size,
+         "allreduce in a with mem_register() block")
+gc.collect()
+report(wr() is None and not reg.registered, "the end of the block deregisters, and drops the buffer")
+z = np.ones(8, np.int64)
+reg = comm.mem_register(z)
+hreg = reg._hreg
+del reg
+gc.collect()
+rc = loom._lib.lib.loom_mem_deregister(comm._h, hreg)
+report(rc == loom.ERR_INVALID_ARGUMENT,
+       "the finaliser of a Registration deregisters (a second deregister: %d)" % rc)
+raises(loom.InvalidArgument, lambda: comm.mem_register([1, 2]), "mem_register of a list",
+       "not a NumPy array")
+raises(loom.InvalidArgument, lambda: comm.mem_register(np.empty(0)), "mem_register of 0 bytes",
+       "empty")
+
+# ---------------------------------------------------------------- windows
+m = 300
+w = comm.mem_alloc((2, m), "float32")
+report(w.shape == (2, m) and w.nbytes == 2 * m * 4 and w.dtype == loom.FLOAT32
+       and w.ptr % 4096 == 0, "mem_alloc((2, %d), 'float32'): %r" % (m, w))
+a = w.numpy()
+report(a.shape == (2, m) and a.dtype == np.float32 and a.ctypes.data == w.ptr,
+       "Window.numpy() views the window")
+x = data(rank, m, "float32")
+ref = reference("sum", [data(r, m, "float32") for r in range(size)], "float32")
+a[0] = x
+comm.allreduce(a[0], out=a[1])
+same(a[1], ref, "allreduce out of place, both buffers in a window", 1e-5)
+same(a[0], x, "... its input untouched")
+comm.allreduce(a[0], "max")
+same(a[0], reference("max", [data(r, m, "float32") for r in range(size)], "float32"),
+     "allreduce max in place in a window")
+a[0] = x
+same(comm.iallreduce(a[0], out=a[1]).wait(), ref, "iallreduce in a window", 1e-5)
+for shape, dt, npdt in ((7, np.int32, np.int32), ([3, 4], loom.FLOAT64, np.float64),
+                        ((5,), "uint8", np.uint8)):
+    w2 = comm.mem_alloc(shape, dt)
+    b = w2.numpy()
+    b[...] = data(rank, b.size, np.dtype(npdt).name).reshape(b.shape)
+    comm.allreduce(b)
+    same(b.ravel(), reference("sum", [data(r, b.size, np.dtype(npdt).name) for r in range(size)],
+                              np.dtype(npdt).name), "a window of %r %r" % (shape, dt))
+    del b
+    w2.free()
+e = raises(loom.InvalidUsage, w.free, "freeing a window while a view is alive", "alive")
+raises(loom.InvalidUsage, comm.close, "closing a communicator while a window's view is alive",
+       "still have")
+same(comm.allreduce(np.ones(3)), np.full(3, float(size)), "... which left it open")
+v = a[1, 10:20]
+del a
+raises(loom.InvalidUsage, w.free, "freeing a window while a slice of a view is alive", "alive")
+del v
+w.free()
+report(w.live_views() == 0, "free() once no view is left")
+raises(loom.InvalidUsage, w.numpy, "a view of a freed window", "freed")
+raises(loom.InvalidUsage, w.free, "freeing a window twice", "freed")
+w.close()
+report(True, "close() of a freed window is no error")
+w = comm.mem_alloc(10)
+ptr = w.ptr
+a = w.numpy()
+del w
+gc.collect()
+a[:] = 3  # the view keeps the window
+comm.allreduce(a)
+same(a, np.full(10, 3.0 * size, np.float32), "a view outlives its Window object")
+del a
+gc.collect()
+rc = loom._lib.lib.loom_mem_free(comm._h, ptr)
+report(rc == loom.ERR_INVALID_ARGUMENT,
+       "the window is freed once its views and Window are gone (loom_mem_free again: %d)" % rc)
+w = comm.mem_alloc(4, "bfloat16")
+raises(loom.InvalidArgument, w.numpy, "Window.numpy() of bfloat16", "bfloat16")
+w.free()
+raises(loom.InvalidArgument, lambda: comm.mem_alloc(0), "mem_alloc(0)", "no element")
+raises(loom.InvalidArgument, lambda: comm.mem_alloc((3, -1)), "mem_alloc of a negative shape",
+       "negative")
+raises(loom.InvalidArgument, lambda: comm.mem_alloc(4, "bool"), "mem_alloc of bool", "bool")
+raises(loom.InvalidArgument, lambda: comm.mem_alloc(4, np.complex64), "mem_alloc of complex64",
+       "complex64")
+raises(loom.InvalidArgument, lambda: comm.mem_alloc("many"), "mem_alloc('many')", "many")
+
+
+def in_group():
+    with loom.group():
+        comm.mem_alloc(4)
+
+
+raises(loom.InvalidUsage, in_group, "mem_alloc in a loom.group()", "group")
+
 # ---------------------------------------------------- from a unique id
 uid = np.zeros(128, np.uint8)
 if rank == 0:
@@ -374,6 +756,92 @@ if size > 1:
     report(e is not None and e.result == loom.ERR_MISMATCH
            and e.name == "LOOM_ERR_MISMATCH", "MismatchError carries LOOM_ERR_MISMATCH")
     cm.close()
+
+# ------------------------------- windows, registrations and close/abort
+def new_comm():
+    u = np.zeros(128, np.uint8)
+    if rank == 0:
+        u[:] = np.frombuffer(loom.get_unique_id(), np.uint8)
+    comm.broadcast(u, 0)
+    c = loom.Communicator.from_unique_id(u.tobytes(), rank, size, timeout=30)
+    c.barrier()
+    return c
+
+
+cw = new_comm()
+w1 = cw.mem_alloc(6, "int64")
+w2 = cw.mem_alloc(6, "int64")
+a1 = w1.numpy()
+a1[:] = rank
+cw.allreduce(a1)
+same(a1, np.full(6, size * (size - 1) // 2, np.int64), "allreduce in a window of a second comm")
+y = np.ones(5, np.float32)
+reg = cw.mem_register(y)
+raises(loom.InvalidUsage, cw.close, "close() while a window has a view", "1 window(s)")
+del a1
+cw.close()
+report(True, "close() once no window has a view")
+raises(loom.InvalidUsage, w1.numpy, "a view of a window after its communicator's close",
+       "freed with its communicator")
+raises(loom.InvalidUsage, w2.free, "free() of a window after its communicator's close",
+       "freed with its communicator")
+w2.close()
+raises(loom.InvalidUsage, reg.deregister, "deregister() after the communicator's close",
+       "released with its communicator")
+reg.close()
+raises(loom.InvalidUsage, lambda: cw.mem_alloc(4), "mem_alloc on a closed communicator", "closed")
+raises(loom.InvalidUsage, lambda: cw.mem_register(y), "mem_register on a closed communicator",
+       "closed")
+
+# abort() with a view alive: revoked at once, aborted when the view goes.
+cw = new_comm()
+w1 = cw.mem_alloc(8, "float32")
+a1 = w1.numpy()
+a1[:] = rank + 1
+cw.allreduce(a1)
+if size > 1:
+    # loom_mem_alloc(3) says LOOM_ERR_MISMATCH; libloom gives
+    # LOOM_ERR_SYSTEM for it (src/comm/window.c): either, naming the sizes.
+    raises(loom.Error, lambda: cw.mem_alloc(4 + (rank == size - 1)),
+           "mem_alloc of different sizes", "asked for")
+w3 = cw.mem_alloc(4)
+report(w3.live_views() == 0, "mem_alloc after a failed one")
+cw.abort()
+a1 += 1  # still mapped
+same(a1, np.full(8, size * (size + 1) / 2 + 1, np.float32),
+     "a window's view outlives abort() of its communicator")
+report(cw._zombie is not None and "abort" in repr(w3),
+       "abort() left the communicator to the view, freed the window without (%r)" % w3)
+raises(loom.InvalidUsage, cw.barrier, "a call after abort()", "closed")
+del a1
+gc.collect()
+report(cw._zombie is None and "abort" in repr(w1),
+       "the view gone, the communicator is aborted (%r)" % w1)
+raises(loom.InvalidUsage, w1.free, "free() of a window after abort()", "abort")
+
+# wait_any and wait_all with a failing operation: on a communicator of
+# this rank alone, a receive that nothing matches, then revoke().
+solo = loom.Communicator.from_unique_id(loom.get_unique_id(), 0, 1, timeout=30)
+r0 = solo.ibarrier()
+r0.wait()
+reqs = [r0, solo.irecv(np.empty(3), 0)]
+solo.revoke()
+got = []
+for _ in range(2):
+    try:
+        got.append(loom.wait_any(reqs))
+    except loom.RevokedError as e:
+        got.append(e.index)
+report(got == [1, None], "wait_any: a failure raises, with its index; then None (%s)" % got)
+raises(loom.RevokedError, reqs[1].wait, "wait() of the request wait_any failed raises again")
+solo.close()
+solo = loom.Communicator.from_unique_id(loom.get_unique_id(), 0, 1, timeout=30)
+reqs = [solo.irecv(np.empty(3), 0), solo.ibarrier()]
+solo.revoke()
+raises(loom.RevokedError, lambda: loom.wait_all(reqs), "wait_all with a revoked receive")
+report(all(r.done for r in reqs), "wait_all: every request done after the failure")
+raises(loom.RevokedError, reqs[0].wait, "wait() after a failed wait_all raises it too")
+solo.close()
 
 # ----------------------------------------------------------- membership
 def quiet_barrier(c):
@@ -457,6 +925,21 @@ if use_torch:
             comm.send(t, (rank + 1) % size)
             comm.recv(torch.empty(4), (rank - 1) % size)
         report(True, "send/recv of tensors in a group")
+    for dt in (torch.bfloat16, torch.float32):
+        w = comm.mem_alloc((2, 6), dt)
+        t = w.torch()
+        report(t.dtype == dt and tuple(t.shape) == (2, 6) and t.data_ptr() == w.ptr,
+               "Window.torch() of a %s window" % dt)
+        t[0] = rank + 1
+        comm.allreduce(t[0], out=t[1])
+        report(torch.equal(t[1], torch.full((6,), size * (size + 1) / 2, dtype=dt)),
+               "allreduce of tensors in a %s window" % dt)
+        u = t[1, 2:]
+        del t
+        raises(loom.InvalidUsage, w.free, "freeing a window while a tensor views it", "alive")
+        del u
+        w.free()
+        report(True, "free() once no tensor views the window")
     st = [torch.zeros(4), torch.zeros(2, dtype=torch.float64)]
     if rank == 0:
         st[0] += 3
