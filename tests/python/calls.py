@@ -800,9 +800,8 @@ a1 = w1.numpy()
 a1[:] = rank + 1
 cw.allreduce(a1)
 if size > 1:
-    # loom_mem_alloc(3) says LOOM_ERR_MISMATCH; libloom gives
-    # LOOM_ERR_SYSTEM for it (src/comm/window.c): either, naming the sizes.
-    raises(loom.Error, lambda: cw.mem_alloc(4 + (rank == size - 1)),
+    # loom_mem_alloc(3): LOOM_ERR_MISMATCH, naming the sizes.
+    raises(loom.MismatchError, lambda: cw.mem_alloc(4 + (rank == size - 1)),
            "mem_alloc of different sizes", "asked for")
 w3 = cw.mem_alloc(4)
 report(w3.live_views() == 0, "mem_alloc after a failed one")
