@@ -986,9 +986,10 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
                 for (int i = 0; i <= ns; i++)
                     if (t->peers[peer].s[i].fd < 0) missing = peer;
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
-                              "tcp: %d of %d connections from higher ranks arrived before the "
+                              "tcp: %d of %d connections from higher ranks (%d from each: %d "
+                              "data stream(s) and a control stream) arrived before the "
                               "deadline; rank %d did not connect",
-                              got, expected, missing);
+                              got, expected, ns + 1, ns, missing);
         }
         int fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;
