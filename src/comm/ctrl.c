@@ -10,6 +10,11 @@
  *
  * Everything shared with the communicator's thread is under `mu`; only
  * `revoked` is read without it (an atomic), on the engine's fast path.
+ *
+ * This file holds the service thread: queueing and sending messages,
+ * failing peers, reading and acting on what arrives, the join service,
+ * and setting the plane up and down.  What the communicator's thread
+ * calls is in ctrl_owner.c; ctrl_internal.h is what they share.
  */
 #include "comm/ctrl.h"
 
@@ -29,138 +34,11 @@
 #include "comm/comm.h"
 #include "transports/net.h"
 #include "core/internal.h"
-
-#define CTRL_ADDR_MAGIC 0x4c4d4341u  /* "LMCA" */
-#define CTRL_HELLO_MAGIC 0x4c4d4348u /* "LMCH" */
-#define CTRL_MSG_MAGIC 0x4c4d434du   /* "LMCM" */
-#define CTRL_VERSION 1u
-#define HDR_BYTES 32
-#define HELLO_BYTES 48
-/* A peer whose unsent bytes pile up beyond this is not reading: it is
- * failed rather than buffered for without bound. */
-#define OUT_LIMIT ((size_t)LOOMI_CTRL_MAX_PAYLOAD + (1u << 20))
-
-/* In a revocation's argument: the job was refused because two jobs
- * share its rendezvous address (loomi_boot_late_hello). */
-#define REVOKE_TWO_JOBS (UINT64_C(1) << 63)
-
-enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4, T_JOIN = 5, T_PENDING = 6,
-       T_AGREE_QUERY = 7 };
-
-/* Agreements this rank decided, kept for a coordinator that asks after
- * its predecessor failed (loomi_ctrl_agreed_put): the last few only,
- * as ranks are never more than one agreement apart. */
-#define AGREED_KEEP 4
-
-/* Joiner slots (after the n ranks in `p`): states. */
-enum { J_FREE = 0, J_HELLO, J_PENDING, J_ADMITTED, J_CLOSING };
-/* A joiner must say who it is this soon after connecting. */
-#define JOIN_HELLO_MS 2000
-
-struct peer {
-    int fd;
-    int failed, bye;
-    int jstate; /* joiner slots only (J_*) */
-    uint64_t jsince; /* when it connected, or was marked pending (arrival order) */
-    uint64_t last_heard_ms;
-    unsigned char *in;
-    size_t in_len, in_cap;
-    unsigned char *out;
-    size_t out_off, out_len, out_cap;
-};
-
-struct loomi_ctrl {
-    int rank, n;
-    unsigned char key[16];
-    int hb_ms;
-    int lfd;
-    uint64_t nonce;
-    struct sockaddr_storage laddr;
-    socklen_t laddr_len;
-    pthread_t thread;
-    int started;
-    int wake[2];
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_int revoked;
-    loom_result_t code;
-    int failed_rank;
-    char why[256];
-    unsigned gen;
-    int stop;
-    struct peer *p; /* [n + LOOMI_CTRL_MAX_JOINERS]: ranks, then joiner slots */
-    struct loomi_cmsg *mb_head, *mb_tail;
-    atomic_uint mb_count; /* messages ever put in the mailbox */
-
-    /* Join service: held by the lowest rank alive, on the job's
-     * rendezvous address, which it binds once the bootstrap root (or the
-     * previous holder) has let go of it. */
-    int serve;
-    int keyed; /* the job has a key of its own (loomi_ctrl_serve_joins) */
-    struct sockaddr_storage jaddr;
-    socklen_t jaddr_len;
-    int jfd;
-    uint64_t next_bind_ms;
-    int npending;
-    atomic_int pending_seen; /* the holder's count, as last heard */
-
-    /* Until then this rank does not pass failures on: its thread was
-     * not running (the process was stopped or starved), so its view is
-     * stale until it has heard the others again. */
-    uint64_t quiet_until;
-    struct {
-        uint64_t id;
-        uint32_t len;
-        unsigned char *msg; /* the decision's payload, as sent */
-    } agreed[AGREED_KEEP];
-    unsigned agreed_next;
-};
-
-/* ------------------------------------------------------------ encoding */
-
-static void put32(unsigned char *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *b)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
-}
-
-static void wake(struct loomi_ctrl *c)
-{
-    char b = 1;
-    ssize_t w = write(c->wake[1], &b, 1);
-    (void)w; /* a full pipe already wakes the thread */
-}
-
-/* Wait on cv (under mu) for at most ms milliseconds. */
-static void cv_wait_ms(struct loomi_ctrl *c, int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
-    ts.tv_sec += (time_t)(ns / 1000000000u);
-    ts.tv_nsec = (long)(ns % 1000000000u);
-    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-}
+#include "comm/ctrl_internal.h"
 
 /* Append one message to a peer's output (under mu). */
-static int queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t epoch, uint64_t arg,
-                     const void *data, uint32_t len)
+int loomi_ctrl_queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t epoch, uint64_t arg,
+                         const void *data, uint32_t len)
 {
     struct peer *p = &c->p[q];
     if (p->failed || p->fd < 0) return -1;
@@ -197,15 +75,15 @@ static int queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t epoch,
     return 0;
 }
 
-static void queue_all(struct loomi_ctrl *c, uint16_t type, uint64_t arg)
+void loomi_ctrl_queue_all(struct loomi_ctrl *c, uint16_t type, uint64_t arg)
 {
     for (int q = 0; q < c->n; q++)
-        if (q != c->rank) queue_msg(c, q, type, 0, arg, NULL, 0);
+        if (q != c->rank) loomi_ctrl_queue_msg(c, q, type, 0, arg, NULL, 0);
 }
 
 /* ------------------------------------------------------------ failures */
 
-static void set_revoked(struct loomi_ctrl *c, loom_result_t code, int failed, const char *why)
+void loomi_ctrl_set_revoked(struct loomi_ctrl *c, loom_result_t code, int failed, const char *why)
 {
     if (atomic_load(&c->revoked)) return;
     c->code = code;
@@ -242,7 +120,7 @@ static int send_queued(struct peer *p)
 }
 
 /* Declare q failed (under mu): first reason revokes, every peer hears. */
-static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
+void loomi_ctrl_fail_peer(struct loomi_ctrl *c, int q, const char *why)
 {
     struct peer *p = &c->p[q];
     if (q >= c->n) { /* a joiner gone: its slot is free again */
@@ -265,7 +143,8 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
      * after what is queued already: silence is usually found right after
      * a heartbeat was queued, and a notice dropped then let the resumed
      * rank shrink into a communicator of its own. */
-    if (q != c->rank && p->fd >= 0 && queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0)
+    if (q != c->rank && p->fd >= 0 &&
+        loomi_ctrl_queue_msg(c, q, T_FAILED, 0, (uint64_t)q, NULL, 0) == 0)
         (void)send_queued(p); /* full or broken: the close below is all it gets */
     p->failed = 1;
     c->gen++;
@@ -280,13 +159,13 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
         atomic_store(&c->revoked, 1);
     } else {
         close_peer(p);
-        set_revoked(c, LOOM_ERR_REMOTE, q, why);
+        loomi_ctrl_set_revoked(c, LOOM_ERR_REMOTE, q, why);
         /* A rank that is out, or whose view is stale (its thread did not
          * run for a while), tells nobody: a connection the others closed
          * on it is not their failure, and its word would make healthy
          * ranks drop each other. */
         if (!c->p[c->rank].failed && loomi_now_ms() >= c->quiet_until)
-            queue_all(c, T_FAILED, (uint64_t)q);
+            loomi_ctrl_queue_all(c, T_FAILED, (uint64_t)q);
     }
     LOOMI_WARN(c->rank, "control plane: rank %d failed: %s", q, why);
     pthread_cond_broadcast(&c->cv);
@@ -296,11 +175,12 @@ static void fail_peer(struct loomi_ctrl *c, int q, const char *why)
 /* ----------------------------------------------------------- receiving */
 
 /* Send q the decision of agreement id, if this rank has it (under mu). */
-static int answer_agreed(struct loomi_ctrl *c, int q, uint64_t id)
+int loomi_ctrl_answer_agreed(struct loomi_ctrl *c, int q, uint64_t id)
 {
     for (int k = 0; k < AGREED_KEEP; k++)
         if (c->agreed[k].msg && c->agreed[k].id == id) {
-            queue_msg(c, q, LOOMI_CMSG_AGREED, 0, id, c->agreed[k].msg, c->agreed[k].len);
+            loomi_ctrl_queue_msg(c, q, LOOMI_CMSG_AGREED, 0, id, c->agreed[k].msg,
+                                 c->agreed[k].len);
             return 1;
         }
     return 0;
@@ -352,7 +232,7 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
                 snprintf(why, sizeof why, "rank %d declared this rank failed (silent too long)", q);
             else
                 snprintf(why, sizeof why, "reported failed by rank %d", q);
-            fail_peer(c, f, why);
+            loomi_ctrl_fail_peer(c, f, why);
         }
         return 0;
     }
@@ -371,19 +251,19 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
                 snprintf(why, sizeof why, "reported by rank %d, which revoked the communicator", q);
             else
                 snprintf(why, sizeof why, "revoked by rank %d", q);
-            set_revoked(c, code, hint, why);
-            queue_all(c, T_REVOKE, arg); /* forwarded once */
+            loomi_ctrl_set_revoked(c, code, hint, why);
+            loomi_ctrl_queue_all(c, T_REVOKE, arg); /* forwarded once */
             pthread_cond_broadcast(&c->cv);
         }
         return 0;
     case T_AGREE_QUERY:
-        answer_agreed(c, q, arg);
+        loomi_ctrl_answer_agreed(c, q, arg);
         return 0;
     case LOOMI_CMSG_AGREE:
         /* A proposal for an agreement this rank decided already (the
          * sender took it for the coordinator after the one before
          * failed): the decision answers it, whatever this rank does now. */
-        if (answer_agreed(c, q, arg)) return 0;
+        if (loomi_ctrl_answer_agreed(c, q, arg)) return 0;
         break;
     default:
         break;
@@ -423,7 +303,7 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
             size_t cap = p->in_cap ? p->in_cap * 2 : 131072;
             unsigned char *nb = realloc(p->in, cap);
             if (!nb) {
-                fail_peer(c, q, "out of memory reading its control messages");
+                loomi_ctrl_fail_peer(c, q, "out of memory reading its control messages");
                 return;
             }
             p->in = nb;
@@ -451,8 +331,8 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
         if (k == 0 && !eof) return;
         if (k == 2 && !atomic_load(&c->revoked)) {
             LOOMI_WARN(c->rank, "control plane: %s", why);
-            set_revoked(c, LOOM_ERR_MISMATCH, -1, why);
-            queue_all(c, T_REVOKE, (uint64_t)LOOM_ERR_MISMATCH | REVOKE_TWO_JOBS);
+            loomi_ctrl_set_revoked(c, LOOM_ERR_MISMATCH, -1, why);
+            loomi_ctrl_queue_all(c, T_REVOKE, (uint64_t)LOOM_ERR_MISMATCH | REVOKE_TWO_JOBS);
             pthread_cond_broadcast(&c->cv);
         }
         if (k != -1) {
@@ -468,14 +348,14 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
         if (get32(h) != CTRL_MSG_MAGIC || len > LOOMI_CTRL_MAX_PAYLOAD) {
             snprintf(err, sizeof err, "protocol violation on its control connection "
                                       "(bad magic or a %u-byte payload)", len);
-            fail_peer(c, q, err);
+            loomi_ctrl_fail_peer(c, q, err);
             return;
         }
         if (p->in_len - off < HDR_BYTES + (size_t)len) break;
         char why[112];
         if (handle(c, q, h, why, sizeof why)) {
             snprintf(err, sizeof err, "protocol violation: %s", why);
-            fail_peer(c, q, err);
+            loomi_ctrl_fail_peer(c, q, err);
             return;
         }
         if (p->fd < 0) return; /* handle() failed this peer */
@@ -497,7 +377,7 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
     }
     snprintf(err, sizeof err, "its control connection broke (%s)",
              eno ? strerror(eno) : "closed");
-    fail_peer(c, q, err);
+    loomi_ctrl_fail_peer(c, q, err);
 }
 
 static void peer_write(struct loomi_ctrl *c, int q)
@@ -521,7 +401,7 @@ static void peer_write(struct loomi_ctrl *c, int q)
         }
         char err[96];
         snprintf(err, sizeof err, "its control connection broke (%s)", strerror(eno));
-        fail_peer(c, q, err);
+        loomi_ctrl_fail_peer(c, q, err);
         return;
     }
     p->out_off = p->out_len = 0;
@@ -589,7 +469,7 @@ static void serve_joins(struct loomi_ctrl *c, uint64_t now, int *gossiped)
     for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
         struct peer *p = &c->p[c->n + j];
         if (p->jstate == J_HELLO && now - p->jsince > JOIN_HELLO_MS)
-            fail_peer(c, c->n + j, "no hello in time");
+            loomi_ctrl_fail_peer(c, c->n + j, "no hello in time");
         else if (p->jstate == J_CLOSING && p->out_off == p->out_len) {
             close_peer(p);
             p->jstate = J_FREE;
@@ -600,7 +480,8 @@ static void serve_joins(struct loomi_ctrl *c, uint64_t now, int *gossiped)
         *gossiped = c->npending;
         atomic_store(&c->pending_seen, c->npending);
         for (int q = 0; q < c->n; q++)
-            if (q != c->rank) queue_msg(c, q, T_PENDING, 0, (uint64_t)c->npending, NULL, 0);
+            if (q != c->rank)
+                loomi_ctrl_queue_msg(c, q, T_PENDING, 0, (uint64_t)c->npending, NULL, 0);
     }
 }
 
@@ -617,7 +498,7 @@ static void *ctrl_main(void *arg)
     int gossiped = 0;
     if (!pf || !who) {
         pthread_mutex_lock(&c->mu);
-        set_revoked(c, LOOM_ERR_NO_MEMORY, -1, "control plane: out of memory");
+        loomi_ctrl_set_revoked(c, LOOM_ERR_NO_MEMORY, -1, "control plane: out of memory");
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
         free(pf);
@@ -643,7 +524,7 @@ static void *ctrl_main(void *arg)
                     struct peer *p = &c->p[q];
                     if (q == c->rank || p->fd < 0) continue;
                     /* One heartbeat waiting is enough for a peer not reading. */
-                    if (p->out_off == p->out_len) queue_msg(c, q, T_HB, 0, 0, NULL, 0);
+                    if (p->out_off == p->out_len) loomi_ctrl_queue_msg(c, q, T_HB, 0, 0, NULL, 0);
                 }
                 next_hb = now + (uint64_t)c->hb_ms;
             }
@@ -661,7 +542,7 @@ static void *ctrl_main(void *arg)
                     snprintf(why, sizeof why, "silent for %llu ms (%d heartbeats of %d ms)",
                              (unsigned long long)(now - p->last_heard_ms), LOOMI_CTRL_MISSES,
                              c->hb_ms);
-                    fail_peer(c, q, why);
+                    loomi_ctrl_fail_peer(c, q, why);
                 }
             }
         }
@@ -701,7 +582,7 @@ static void *ctrl_main(void *arg)
         int rc = poll(pf, (nfds_t)nf, tmo);
         pthread_mutex_lock(&c->mu);
         if (rc < 0 && errno != EINTR) {
-            set_revoked(c, LOOM_ERR_SYSTEM, -1, "control plane: poll failed");
+            loomi_ctrl_set_revoked(c, LOOM_ERR_SYSTEM, -1, "control plane: poll failed");
             pthread_cond_broadcast(&c->cv);
             break;
         }
@@ -901,7 +782,7 @@ void loomi_ctrl_destroy(struct loomi_ctrl *c, int polite)
     if (c->started) {
         pthread_mutex_lock(&c->mu);
         c->stop = 1;
-        if (polite) queue_all(c, T_BYE, 0);
+        if (polite) loomi_ctrl_queue_all(c, T_BYE, 0);
         pthread_mutex_unlock(&c->mu);
         wake(c);
         pthread_join(c->thread, NULL);
@@ -922,286 +803,4 @@ void loomi_ctrl_destroy(struct loomi_ctrl *c, int polite)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
-}
-
-/* ---------------------------------------------------- the owner's side */
-
-int loomi_ctrl_revoked(const struct loomi_ctrl *c)
-{
-    return atomic_load_explicit(&((struct loomi_ctrl *)c)->revoked, memory_order_acquire);
-}
-
-void loomi_ctrl_reason(struct loomi_ctrl *c, loom_result_t *code, int *failed, char *msg,
-                       size_t n)
-{
-    pthread_mutex_lock(&c->mu);
-    *code = c->code;
-    *failed = c->failed_rank;
-    snprintf(msg, n, "%s", c->why);
-    pthread_mutex_unlock(&c->mu);
-}
-
-void loomi_ctrl_revoke(struct loomi_ctrl *c, loom_result_t code, int hint, const char *why)
-{
-    if (hint < -1 || hint >= c->n) hint = -1;
-    pthread_mutex_lock(&c->mu);
-    if (!atomic_load(&c->revoked)) {
-        set_revoked(c, code, hint, why);
-        queue_all(c, T_REVOKE, (uint64_t)code | (uint64_t)(hint + 1) << 32);
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    wake(c);
-}
-
-int loomi_ctrl_wait_word(struct loomi_ctrl *c, int rank, int ms)
-{
-    if (rank < 0 || rank >= c->n) return loomi_ctrl_revoked(c);
-    uint64_t deadline = loomi_now_ms() + (uint64_t)ms;
-    pthread_mutex_lock(&c->mu);
-    while (!atomic_load(&c->revoked) && !c->p[rank].failed && c->started && !c->stop) {
-        int left = loomi_ms_left(deadline);
-        if (left == 0) break;
-        cv_wait_ms(c, left);
-    }
-    int r = atomic_load(&c->revoked);
-    pthread_mutex_unlock(&c->mu);
-    return r;
-}
-
-void loomi_ctrl_mark_failed(struct loomi_ctrl *c, int rank, const char *why)
-{
-    if (rank < 0 || rank >= c->n) return;
-    pthread_mutex_lock(&c->mu);
-    fail_peer(c, rank, why);
-    pthread_mutex_unlock(&c->mu);
-}
-
-int loomi_ctrl_failed(struct loomi_ctrl *c, unsigned char *set, unsigned *gen)
-{
-    int k = 0;
-    pthread_mutex_lock(&c->mu);
-    for (int q = 0; q < c->n; q++) {
-        const struct peer *p = &c->p[q];
-        if (set) set[q] = (unsigned char)(p->failed ? (p->bye ? LOOMI_OUT_LEFT : LOOMI_OUT) : 0);
-        k += p->failed;
-    }
-    if (gen) *gen = c->gen;
-    pthread_mutex_unlock(&c->mu);
-    return k;
-}
-
-loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint32_t epoch,
-                              uint64_t arg, const void *data, uint32_t len)
-{
-    if (to < 0 || to >= c->n + LOOMI_CTRL_MAX_JOINERS || to == c->rank || len > LOOMI_CTRL_MAX_PAYLOAD)
-        return loomi_fail(LOOM_ERR_INTERNAL, c->rank, "control plane: bad message to rank %d",
-                          to);
-    pthread_mutex_lock(&c->mu);
-    int rc = queue_msg(c, to, type, epoch, arg, data, len);
-    pthread_mutex_unlock(&c->mu);
-    if (rc) return loomi_fail(LOOM_ERR_REMOTE, c->rank, "control plane: rank %d is failed", to);
-    wake(c);
-    return LOOM_SUCCESS;
-}
-
-/* The first message in the mailbox of a type in mask: its link (under mu). */
-static struct loomi_cmsg **mb_find(struct loomi_ctrl *c, uint32_t mask)
-{
-    struct loomi_cmsg **l = &c->mb_head;
-    while (*l && !(mask & LOOMI_CMSG_BIT((*l)->type))) l = &(*l)->next;
-    return l;
-}
-
-/* The first message of a type in mask, waited for until deadline_ms (0:
- * not at all) or, with gen, until the failed set changes from *gen. */
-static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, uint64_t deadline_ms,
-                                  const unsigned *gen)
-{
-    struct loomi_cmsg *m = NULL;
-    pthread_mutex_lock(&c->mu);
-    while (!*mb_find(c, mask) && (!gen || c->gen == *gen)) {
-        int left = deadline_ms ? loomi_ms_left(deadline_ms) : 0;
-        if (left == 0) break;
-        cv_wait_ms(c, left > 100 ? 100 : left);
-    }
-    struct loomi_cmsg **l = mb_find(c, mask);
-    if (*l) {
-        m = *l;
-        *l = m->next;
-        if (c->mb_tail == m) { /* the new tail: the one before, if any */
-            c->mb_tail = NULL;
-            for (struct loomi_cmsg *t = c->mb_head; t; t = t->next) c->mb_tail = t;
-        }
-        m->next = NULL;
-    }
-    pthread_mutex_unlock(&c->mu);
-    return m;
-}
-
-struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
-                                   uint32_t mask)
-{
-    return mb_take(c, mask, deadline_ms, &gen);
-}
-
-struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms)
-{
-    return mb_take(c, LOOMI_CMSG_BIT(type), deadline_ms, NULL);
-}
-
-unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c)
-{
-    return atomic_load_explicit(&((struct loomi_ctrl *)c)->mb_count, memory_order_acquire);
-}
-
-int loomi_ctrl_newer(struct loomi_ctrl *c, uint32_t mask, uint32_t epoch)
-{
-    int found = 0;
-    pthread_mutex_lock(&c->mu);
-    for (struct loomi_cmsg *m = c->mb_head; m && !found; m = m->next)
-        found = (mask & LOOMI_CMSG_BIT(m->type)) && m->epoch > epoch;
-    pthread_mutex_unlock(&c->mu);
-    return found;
-}
-
-int loomi_ctrl_quorum(const unsigned char *out, int n, int any_quorum)
-{
-    int alive = 0;
-    for (int q = 0; q < n; q++) alive += !out[q];
-    if (any_quorum) return alive > 0;
-    /* Ranks that left with a goodbye count as out like the failed ones:
-     * a rank that finished a shrink the others then gave up on leaves the
-     * old communicator politely, and is in another group all the same. */
-    return 2 * alive > n || (2 * alive == n && !out[0]);
-}
-
-void loomi_ctrl_agreed_put(struct loomi_ctrl *c, uint64_t id, const void *msg, uint32_t len)
-{
-    unsigned char *copy = malloc(len ? len : 1);
-    if (!copy) return; /* a later coordinator then decides afresh: only this rank knew */
-    memcpy(copy, msg, len);
-    pthread_mutex_lock(&c->mu);
-    unsigned k = c->agreed_next++ % AGREED_KEEP;
-    free(c->agreed[k].msg);
-    c->agreed[k].id = id;
-    c->agreed[k].len = len;
-    c->agreed[k].msg = copy;
-    pthread_mutex_unlock(&c->mu);
-}
-
-loom_result_t loomi_ctrl_agreed_ask(struct loomi_ctrl *c, int to, uint32_t epoch, uint64_t id)
-{
-    return loomi_ctrl_send(c, to, T_AGREE_QUERY, epoch, id, NULL, 0);
-}
-
-void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id)
-{
-    if (to < 0 || to >= c->n) return;
-    pthread_mutex_lock(&c->mu);
-    int sent = answer_agreed(c, to, id);
-    pthread_mutex_unlock(&c->mu);
-    if (sent) wake(c);
-}
-
-/* ------------------------------------------------------------- joiners */
-
-void loomi_ctrl_serve_joins(struct loomi_ctrl *c, const struct sockaddr *addr, socklen_t len,
-                            int fd, int keyed)
-{
-    pthread_mutex_lock(&c->mu);
-    if (len <= sizeof c->jaddr) {
-        memcpy(&c->jaddr, addr, len);
-        c->jaddr_len = len;
-        c->serve = 1;
-        c->keyed = keyed;
-    }
-    if (fd >= 0 && c->serve && c->jfd < 0) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-        c->jfd = fd;
-        char a[80];
-        loomi_sockaddr_str((struct sockaddr *)&c->jaddr, a, sizeof a);
-        LOOMI_INFO(c->rank, "control plane: admitting joiners at %s (the rendezvous root's "
-                            "socket)", a);
-    } else if (fd >= 0) {
-        close(fd);
-    }
-    pthread_mutex_unlock(&c->mu);
-    wake(c);
-}
-
-int loomi_ctrl_pending(const struct loomi_ctrl *c)
-{
-    return atomic_load(&((struct loomi_ctrl *)c)->pending_seen);
-}
-
-int loomi_ctrl_admit(struct loomi_ctrl *c, int *slots, int max)
-{
-    int k = 0;
-    pthread_mutex_lock(&c->mu);
-    /* Already admitted (an earlier round of this membership change) come
-     * first, then the pending ones in order of arrival. */
-    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS && k < max; j++)
-        if (c->p[c->n + j].jstate == J_ADMITTED) slots[k++] = c->n + j;
-    while (k < max) {
-        int best = -1;
-        for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
-            struct peer *p = &c->p[c->n + j];
-            if (p->jstate == J_PENDING && (best < 0 || p->jsince < c->p[best].jsince)) best = c->n + j;
-        }
-        if (best < 0) break;
-        c->p[best].jstate = J_ADMITTED;
-        c->npending--;
-        slots[k++] = best;
-    }
-    pthread_mutex_unlock(&c->mu);
-    wake(c);
-    return k;
-}
-
-int loomi_ctrl_joiner_alive(struct loomi_ctrl *c, int slot)
-{
-    pthread_mutex_lock(&c->mu);
-    int alive = slot >= c->n && slot < c->n + LOOMI_CTRL_MAX_JOINERS &&
-                c->p[slot].jstate == J_ADMITTED && c->p[slot].fd >= 0;
-    pthread_mutex_unlock(&c->mu);
-    return alive;
-}
-
-void loomi_ctrl_joiners_done(struct loomi_ctrl *c)
-{
-    pthread_mutex_lock(&c->mu);
-    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
-        struct peer *p = &c->p[c->n + j];
-        if (p->jstate == J_ADMITTED) p->jstate = J_CLOSING; /* closed once flushed */
-        p->failed = 0;
-    }
-    pthread_mutex_unlock(&c->mu);
-    wake(c);
-}
-
-void loomi_ctrl_frame(unsigned char *hdr, uint16_t type, uint32_t epoch, uint64_t arg,
-                      uint32_t len)
-{
-    put32(hdr, CTRL_MSG_MAGIC);
-    hdr[4] = (unsigned char)type;
-    hdr[5] = (unsigned char)(type >> 8);
-    hdr[6] = hdr[7] = 0;
-    put32(hdr + 8, 0);
-    put32(hdr + 12, epoch);
-    put64(hdr + 16, arg);
-    put32(hdr + 24, len);
-    put32(hdr + 28, 0);
-}
-
-int loomi_ctrl_parse(const unsigned char *hdr, uint16_t *type, uint32_t *epoch, uint64_t *arg,
-                     uint32_t *len)
-{
-    if (get32(hdr) != CTRL_MSG_MAGIC) return -1;
-    *type = (uint16_t)(hdr[4] | hdr[5] << 8);
-    *epoch = get32(hdr + 12);
-    *arg = get64(hdr + 16);
-    *len = get32(hdr + 24);
-    return *len > LOOMI_CTRL_MAX_PAYLOAD ? -1 : 0;
 }

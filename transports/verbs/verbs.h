@@ -1,4 +1,4 @@
-/* verbs.h - the RDMA verbs transport (verbs.c). */
+/* verbs.h - the RDMA verbs transport (verbs.c, verbs_dev.c, verbs_data.c). */
 #ifndef LOOMI_VERBS_H
 #define LOOMI_VERBS_H
 

@@ -1,0 +1,701 @@
+/*
+ * shm_fifo.c - the shared-memory transport's messages through the FIFOs:
+ * the posted receives and early messages, failing a peer, writing cells
+ * (eager messages, single-copy descriptors, control cells), reading and
+ * acting on what arrives, and isend / irecv / cancel.  shm.c says how it
+ * works.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transports/shm/shm_internal.h"
+
+/* The oldest posted receive with this tag, taken off its list. */
+static struct loomi_xfer *take_recv(struct peer *p, uint64_t tag)
+{
+    struct xq *q = &p->recvs[bucket(tag)];
+    for (struct loomi_xfer *x = q->head; x; x = x->t_next)
+        if (x->tag == tag) {
+            xq_del(q, x);
+            return x;
+        }
+    return NULL;
+}
+
+/* A posted receive, or a held early message, of the operation that tag
+ * belongs to but of another schedule or call (transport.h), or NULL. */
+static const struct loomi_xfer *recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
+{
+    for (int b = 0; b < NBUCKETS; b++)
+        for (const struct loomi_xfer *x = p->recvs[b].head; x; x = x->t_next)
+            if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return x;
+    return NULL;
+}
+
+static const struct unexp *unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
+{
+    for (int b = 0; b < NBUCKETS; b++)
+        for (const struct unexp *u = p->unexp[b].head; u; u = u->next)
+            if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return u;
+    return NULL;
+}
+
+static struct unexp *take_unexp(struct peer *p, uint64_t tag)
+{
+    struct uq *q = &p->unexp[bucket(tag)];
+    struct unexp *prev = NULL;
+    for (struct unexp *u = q->head; u; prev = u, u = u->next)
+        if (u->tag == tag) {
+            if (prev) prev->next = u->next;
+            else q->head = u->next;
+            if (q->tail == u) q->tail = prev;
+            u->next = NULL;
+            p->nunexp--;
+            return u;
+        }
+    return NULL;
+}
+
+static void unexp_free(struct shm *t, struct unexp *u)
+{
+    if (u->buf) t->unexp_bytes -= u->total;
+    loomi_bufpool_put(&t->pool, u->buf, u->cap);
+    free(u);
+}
+
+static void unexp_remove(struct shm *t, struct peer *p, struct unexp *u)
+{
+    struct uq *q = &p->unexp[bucket(u->tag)];
+    struct unexp *prev = NULL;
+    for (struct unexp *v = q->head; v; prev = v, v = v->next)
+        if (v == u) {
+            if (prev) prev->next = u->next;
+            else q->head = u->next;
+            if (q->tail == u) q->tail = prev;
+            p->nunexp--;
+            break;
+        }
+    unexp_free(t, u);
+}
+
+/* ------------------------------------------------------------ failures */
+
+/* Fail everything p holds.  `notify`: tell the core through peer_failed. */
+void loomi_shm_peer_down(struct shm *t, struct peer *p, int failed, loom_result_t code,
+                         const char *why, int notify)
+{
+    if (p->failed) return;
+    p->failed = 1;
+    /* Sends p may still be reading go back to the engine with an error:
+     * from now on nothing read from this process is to be trusted. */
+    if (p->acks.head && t->hdr) atomic_store(&t->hdr->withdrawn, 1);
+    /* Detach every list before completing: a completion may look around. */
+    struct loomi_xfer *lists[2 + NBUCKETS];
+    int nl = 0;
+    lists[nl++] = p->sq.head;
+    lists[nl++] = p->acks.head;
+    for (int b = 0; b < NBUCKETS; b++) lists[nl++] = p->recvs[b].head;
+    memset(&p->sq, 0, sizeof p->sq);
+    memset(&p->acks, 0, sizeof p->acks);
+    memset(p->recvs, 0, sizeof p->recvs);
+    struct loomi_xfer *rx = p->rx_x;
+    p->rx_x = NULL;
+    p->rx_u = NULL;
+    p->rx_on = 0;
+    struct rd *rds[2] = {p->reads, p->resends};
+    p->reads = p->resends = NULL;
+    for (int b = 0; b < NBUCKETS; b++) {
+        struct unexp *u = p->unexp[b].head, *n;
+        for (; u; u = n) {
+            n = u->next;
+            unexp_free(t, u);
+        }
+        p->unexp[b].head = p->unexp[b].tail = NULL;
+    }
+    p->nunexp = 0;
+    free(p->ctl);
+    p->ctl = NULL;
+    p->nctl = p->capctl = 0;
+    for (int i = 0; i < nl; i++) {
+        struct loomi_xfer *x = lists[i], *n;
+        for (; x; x = n) {
+            n = x->t_next;
+            x->t_next = x->t_prev = NULL;
+            done(p, x, code);
+        }
+    }
+    if (rx) done(p, rx, code);
+    for (int i = 0; i < 2; i++) {
+        struct rd *r = rds[i], *n;
+        for (; r; r = n) {
+            n = r->next;
+            if (r->x) done(p, r->x, code);
+            free(r);
+        }
+    }
+    p->npending = 0;
+    t->events++;
+    if (notify && t->ctx.peer_failed) t->ctx.peer_failed(t->ctx.owner, p->rank, failed, code, why);
+}
+
+void loomi_shm_peer_error(struct shm *t, struct peer *p, loom_result_t code, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (p->failed) return;
+    LOOMI_WARN(t->ctx.rank, "shm: peer rank %d: %s", p->rank, why);
+    loomi_shm_peer_down(t, p, p->rank, code, why, 1);
+}
+
+/* Fail p for a message of another schedule or call (transport.h). */
+static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint32_t theirs_chk,
+                     uint64_t mine, uint32_t mine_chk)
+{
+    char why[256];
+    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, t->ctx.name_sig, why, sizeof why);
+    loomi_shm_peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+}
+
+/* A collective transfer x is posted: the first of its operation scans
+ * the messages held from every peer for one of that operation from
+ * another schedule or call, which came before this rank made the call
+ * (found: that peer fails).  Cheap when none is held. */
+static void note_op(struct shm *t, const struct loomi_xfer *x)
+{
+    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
+    t->noted_op = loomi_tag_op(x->tag) + 1;
+    for (int i = 0; i < t->nlocal; i++) {
+        struct peer *q = &t->peers[t->local[i]];
+        if (!q->nunexp || q->failed) continue;
+        const struct unexp *u = unexp_conflict(q, x->tag, x->chk);
+        if (u) conflict(t, q, u->tag, u->chk, x->tag, x->chk);
+    }
+}
+
+/* ------------------------------------------------------------- sending */
+
+static inline struct cell *out_cell(const struct peer *p, uint64_t pos)
+{
+    return (struct cell *)(p->out_cells + (size_t)(pos & (p->out_ncells - 1)) * p->out_cell_bytes);
+}
+
+/* Room for one more cell?  -1: the peer's tail is garbage (peer failed). */
+static int out_space(struct shm *t, struct peer *p)
+{
+    if (p->out_head - p->out_tail < p->out_ncells) return 1;
+    uint64_t tl = atomic_load_explicit(&p->out_ctl->tail, memory_order_acquire);
+    if (tl > p->out_head || p->out_head - tl > p->out_ncells) {
+        PROTO(t, p, "FIFO tail %llu out of range (head %llu)", (unsigned long long)tl,
+              (unsigned long long)p->out_head);
+        return -1;
+    }
+    p->out_tail = tl;
+    return p->out_head - tl < p->out_ncells;
+}
+
+/* Fill the next cell and publish it. */
+static void out_put(struct peer *p, uint16_t type, uint64_t tag, uint32_t chk, uint64_t total,
+                    const void *a, size_t alen, const void *b, size_t blen)
+{
+    struct cell *c = out_cell(p, p->out_head);
+    c->type = type;
+    c->flags = 0;
+    c->len = (uint32_t)(alen + blen);
+    c->chk = chk;
+    c->tag = tag;
+    c->total = total;
+    if (alen) memcpy((char *)c + CELL_HDR, a, alen);
+    if (blen) memcpy((char *)c + CELL_HDR + alen, b, blen);
+    p->out_head++;
+    atomic_store_explicit(&c->seq, (uint32_t)p->out_head, memory_order_release);
+}
+
+void loomi_shm_ctl_push(struct shm *t, struct peer *p, uint16_t type, uint64_t id)
+{
+    if (p->failed) return;
+    if (p->nctl == p->capctl) {
+        size_t cap = p->capctl ? 2 * p->capctl : 16;
+        struct ctl *n = realloc(p->ctl, cap * sizeof *n);
+        if (!n) {
+            loomi_shm_peer_error(t, p, LOOM_ERR_NO_MEMORY,
+                                 "out of memory queueing a control message");
+            return;
+        }
+        p->ctl = n;
+        p->capctl = cap;
+    }
+    p->ctl[p->nctl].type = type;
+    p->ctl[p->nctl++].id = id;
+}
+
+/* Write what fits: control cells first, then the send queue in order.
+ * Returns cells written. */
+int loomi_shm_pump_out(struct shm *t, struct peer *p)
+{
+    int n = 0, sp;
+    size_t done_ctl = 0;
+    while (done_ctl < p->nctl && (sp = out_space(t, p)) > 0) {
+        out_put(p, p->ctl[done_ctl].type, p->ctl[done_ctl].id, 0, 0, NULL, 0, NULL, 0);
+        done_ctl++;
+        n++;
+    }
+    if (p->failed) return n;
+    if (done_ctl) {
+        memmove(p->ctl, p->ctl + done_ctl, (p->nctl - done_ctl) * sizeof *p->ctl);
+        p->nctl -= done_ctl;
+    }
+    if (p->nctl) return n; /* control goes first */
+    const size_t cap = p->out_cell_bytes - CELL_HDR;
+    struct loomi_xfer *x;
+    while ((x = p->sq.head) != NULL && (sp = out_space(t, p)) > 0) {
+        unsigned mode = (unsigned)(x->t_posted & 3);
+        uint64_t id = (uint64_t)x->t_posted >> 2;
+        n++;
+        if (mode == M_RTS) {
+            uint64_t d[2] = {(uint64_t)(uintptr_t)x->buf, id};
+            out_put(p, C_RTS, x->tag, x->chk, x->len, d, sizeof d, NULL, 0);
+            xq_del(&p->sq, x);
+            xq_push(&p->acks, x);
+            continue;
+        }
+        size_t len = LOOMI_MIN(cap, x->len - x->t_done);
+        const char *src = (const char *)x->buf + x->t_done;
+        if (x->t_done == 0)
+            out_put(p, mode == M_RESEND ? C_RESEND : C_FIRST, mode == M_RESEND ? id : x->tag,
+                    x->chk, x->len, src, len, NULL, 0);
+        else
+            out_put(p, C_CONT, 0, 0, 0, src, len, NULL, 0);
+        x->t_done += len;
+        if (x->t_done == x->len) {
+            xq_del(&p->sq, x);
+            done(p, x, LOOM_SUCCESS);
+        }
+    }
+    return n;
+}
+
+static struct peer *xfer_peer(struct shm *t, struct loomi_xfer *x, loom_result_t *r)
+{
+    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank) {
+        *r = loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "shm: transfer with bad peer %d", x->peer);
+        return NULL;
+    }
+    struct peer *p = &t->peers[x->peer];
+    if (!p->connected || p->failed || p->gone || t->aborted) {
+        *r = loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d is unreachable (%s)", x->peer,
+                        !p->connected ? "not connected through shared memory"
+                        : p->failed   ? "failed"
+                        : p->gone     ? "it closed the communicator"
+                                      : "communicator aborted");
+        return NULL;
+    }
+    x->t_done = 0;
+    x->t_posted = 0;
+    x->t_next = x->t_prev = NULL;
+    return p;
+}
+
+/* Messages up to this size go through the cells (LOOM_SHM_CMA, or a
+ * whole FIFO when the ranks share cores). */
+static size_t cells_max(const struct shm *t, const struct peer *p)
+{
+    size_t m = t->ctx.shm.cma_min ? t->ctx.shm.cma_min - 1 : SIZE_MAX;
+    size_t fifo = (size_t)p->out_ncells * p->out_cell_bytes;
+    return t->crowded && m < fifo ? fifo : m;
+}
+
+void loomi_shm_crowded(void *state) { ((struct shm *)state)->crowded = 1; }
+
+size_t loomi_shm_cells_max(void *state, int peer)
+{
+    struct shm *t = state;
+    if (peer < 0 || peer >= t->ctx.nranks || !t->peers[peer].out_cells) return 0;
+    return cells_max(t, &t->peers[peer]);
+}
+
+loom_result_t loomi_shm_isend(void *state, struct loomi_xfer *x)
+{
+    struct shm *t = state;
+    loom_result_t r;
+    struct peer *p = xfer_peer(t, x, &r);
+    if (!p) return r;
+    if (x->len > MAX_MSG)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, t->ctx.rank, "shm: message of %zu bytes",
+                          x->len);
+    if (x->len > cells_max(t, p) && !p->no_cma) /* SIZE_MAX when shm_cma_min is 0 */
+        x->t_posted = (size_t)(p->next_id++ << 2) | M_RTS;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
+    p->npending++;
+    int idle = p->sq.head == NULL;
+    xq_push(&p->sq, x);
+    /* Nothing ahead of it: write now, so a small message is out (and
+     * complete) before isend returns. */
+    if (idle) loomi_shm_pump_out(t, p);
+    return LOOM_SUCCESS;
+}
+
+/* ----------------------------------------------------------- receiving */
+
+/* Copy payload into whatever the arriving message lands in. */
+static void rx_data(struct shm *t, struct peer *p, const char *src, size_t len)
+{
+    if (len && p->rx_x) memcpy((char *)p->rx_x->buf + p->rx_off, src, len);
+    else if (len && p->rx_u) memcpy(p->rx_u->buf + p->rx_off, src, len);
+    p->rx_off += len;
+    if (p->rx_u) p->rx_u->got = p->rx_off;
+    if (p->rx_off < p->rx_total) return;
+    p->rx_on = 0;
+    struct loomi_xfer *x = p->rx_x;
+    p->rx_x = NULL;
+    p->rx_u = NULL;
+    (void)t;
+    if (x) done(p, x, LOOM_SUCCESS);
+}
+
+static void mismatch(struct shm *t, struct peer *p, uint64_t total, size_t want)
+{
+    loomi_shm_peer_error(t, p, LOOM_ERR_MISMATCH,
+                         "rank %d sent a message of %llu bytes where this rank expects %zu: "
+                         LOOMI_MISMATCH_HINT,
+                         p->rank, (unsigned long long)total, want);
+}
+
+/* A message nobody waits for yet: keep it (descriptor, or a buffer),
+ * unless a receive of its operation, or this rank's call of it, shows
+ * that its sender made the call otherwise. */
+static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint32_t chk,
+                               uint64_t total, int rts)
+{
+    const struct loomi_xfer *mine = recv_conflict(p, tag, chk);
+    if (mine) {
+        conflict(t, p, tag, chk, mine->tag, mine->chk);
+        return NULL;
+    }
+    uint32_t my = !(tag & LOOMI_TAG_P2P) && t->ctx.call_check
+                      ? t->ctx.call_check(t->ctx.owner, tag) : 0;
+    if (my && my != chk) {
+        conflict(t, p, tag, chk, tag, my);
+        return NULL;
+    }
+    if (!rts && t->unexp_bytes + total > UNEXP_LIMIT) {
+        loomi_shm_peer_error(t, p, LOOM_ERR_REMOTE,
+                             "more than %llu bytes arrived for receives not posted",
+                             (unsigned long long)UNEXP_LIMIT);
+        return NULL;
+    }
+    struct unexp *u = calloc(1, sizeof *u);
+    if (u && !rts && !(u->buf = loomi_bufpool_get(&t->pool, total, &u->cap))) {
+        free(u);
+        u = NULL;
+    }
+    if (!u) {
+        loomi_shm_peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
+        return NULL;
+    }
+    u->tag = tag;
+    u->chk = chk;
+    u->total = total;
+    u->rts = rts;
+    if (!rts) t->unexp_bytes += total;
+    struct uq *q = &p->unexp[bucket(tag)];
+    if (q->tail) q->tail->next = u;
+    else q->head = u;
+    q->tail = u;
+    p->nunexp++;
+    LOOMI_TRACE(t->ctx.rank, "shm: early message from rank %d, tag %llx, %llu bytes%s", p->rank,
+                (unsigned long long)tag, (unsigned long long)total, rts ? " (descriptor)" : "");
+    return u;
+}
+
+/* id came back from the peer: is it one we could have issued? */
+static int id_known(const struct peer *p, uint64_t id) { return id < p->next_id; }
+
+static struct loomi_xfer *take_ack(struct peer *p, uint64_t id)
+{
+    for (struct loomi_xfer *x = p->acks.head; x; x = x->t_next)
+        if ((uint64_t)x->t_posted >> 2 == id) {
+            xq_del(&p->acks, x);
+            return x;
+        }
+    return NULL;
+}
+
+/* One cell (header copied to h, payload at pl).  Returns -1 when the
+ * peer was failed. */
+static int handle_cell(struct shm *t, struct peer *p, const struct cell *h, const char *pl)
+{
+    const size_t cap = t->cell_bytes - CELL_HDR;
+    const size_t len = h->len;
+    if (len > cap) {
+        PROTO(t, p, "cell payload of %zu bytes (cells hold %zu)", len, cap);
+        return -1;
+    }
+    switch (h->type) {
+    case C_FIRST:
+    case C_RESEND: {
+        if (p->rx_on) {
+            PROTO(t, p, "a new message began inside another");
+            return -1;
+        }
+        if (h->total > MAX_MSG || len > h->total) {
+            PROTO(t, p, "message of %llu bytes, first cell %zu", (unsigned long long)h->total, len);
+            return -1;
+        }
+        struct loomi_xfer *x = NULL;
+        struct unexp *u = NULL;
+        if (h->type == C_RESEND) {
+            struct rd **l = &p->resends, *r = NULL;
+            for (; *l; l = &(*l)->next)
+                if ((*l)->id == h->tag) break;
+            if (!(r = *l)) {
+                PROTO(t, p, "resend of unknown message %llu", (unsigned long long)h->tag);
+                return -1;
+            }
+            *l = r->next;
+            x = r->x;
+            free(r);
+            if (x && x->len != h->total) {
+                done(p, x, LOOM_ERR_MISMATCH);
+                PROTO(t, p, "resend of %llu bytes for a message of %zu",
+                      (unsigned long long)h->total, x->len);
+                return -1;
+            }
+        } else if ((x = take_recv(p, h->tag)) != NULL) {
+            if (x->chk != h->chk) {
+                done(p, x, LOOM_ERR_MISMATCH);
+                conflict(t, p, h->tag, h->chk, x->tag, x->chk);
+                return -1;
+            }
+            if (x->len != h->total) {
+                done(p, x, LOOM_ERR_MISMATCH);
+                mismatch(t, p, h->total, x->len);
+                return -1;
+            }
+        } else if (!(u = unexp_new(t, p, h->tag, h->chk, h->total, 0))) {
+            return -1;
+        }
+        p->rx_on = 1;
+        p->rx_x = x;
+        p->rx_u = u;
+        p->rx_off = 0;
+        p->rx_total = h->total;
+        rx_data(t, p, pl, len);
+        return 0;
+    }
+    case C_CONT:
+        if (!p->rx_on || len == 0 || len > p->rx_total - p->rx_off) {
+            PROTO(t, p, "continuation cell of %zu bytes outside a message", len);
+            return -1;
+        }
+        rx_data(t, p, pl, len);
+        return 0;
+    case C_RTS: {
+        uint64_t d[2];
+        if (p->rx_on || len != sizeof d || h->total > MAX_MSG) {
+            PROTO(t, p, "bad single-copy descriptor (len %zu, total %llu)", len,
+                  (unsigned long long)h->total);
+            return -1;
+        }
+        memcpy(d, pl, sizeof d);
+        struct loomi_xfer *x = take_recv(p, h->tag);
+        if (x && x->chk != h->chk) {
+            done(p, x, LOOM_ERR_MISMATCH);
+            conflict(t, p, h->tag, h->chk, x->tag, x->chk);
+            return -1;
+        }
+        if (x) {
+            if (x->len != h->total) {
+                done(p, x, LOOM_ERR_MISMATCH);
+                mismatch(t, p, h->total, x->len);
+                return -1;
+            }
+            loomi_shm_start_read(t, p, x, d[0], d[1]);
+        } else {
+            struct unexp *u = unexp_new(t, p, h->tag, h->chk, h->total, 1);
+            if (!u) return -1;
+            u->raddr = d[0];
+            u->id = d[1];
+        }
+        return 0;
+    }
+    case C_ACK:
+    case C_NACK: {
+        struct loomi_xfer *x = take_ack(p, h->tag);
+        if (!x) {
+            if (id_known(p, h->tag)) return 0; /* its send was cancelled */
+            PROTO(t, p, "ack for unknown message %llu", (unsigned long long)h->tag);
+            return -1;
+        }
+        if (h->type == C_ACK) {
+            done(p, x, LOOM_SUCCESS);
+        } else {
+            if (!p->no_cma)
+                LOOMI_INFO(t->ctx.rank,
+                           "shm: rank %d cannot read this process's memory (process_vm_readv "
+                           "refused): messages to it go through the FIFO cells",
+                           p->rank);
+            p->no_cma = 1;
+            x->t_done = 0;
+            x->t_posted = (size_t)(h->tag << 2) | M_RESEND;
+            xq_push(&p->sq, x);
+        }
+        return 0;
+    }
+    case C_ABANDON:
+        if (!p->rx_on) {
+            PROTO(t, p, "abandon outside a message");
+            return -1;
+        }
+        p->rx_on = 0;
+        if (p->rx_u) unexp_remove(t, p, p->rx_u);
+        p->rx_u = NULL;
+        if (p->rx_x) {
+            struct loomi_xfer *x = p->rx_x;
+            p->rx_x = NULL;
+            done(p, x, LOOM_ERR_REMOTE);
+        }
+        return 0;
+    default:
+        PROTO(t, p, "unknown cell type %u", h->type);
+        return -1;
+    }
+}
+
+static inline struct cell *in_cell(const struct shm *t, const struct peer *p, uint64_t pos)
+{
+    return (struct cell *)(p->in_cells + (size_t)(pos & (t->ncells - 1)) * t->cell_bytes);
+}
+
+/* Consume up to `budget` cells from p.  Returns cells consumed. */
+int loomi_shm_poll_in(struct shm *t, struct peer *p, int budget)
+{
+    int n = 0;
+    while (n < budget && !p->failed) {
+        struct cell *c = in_cell(t, p, p->in_pos);
+        if (atomic_load_explicit(&c->seq, memory_order_acquire) != (uint32_t)(p->in_pos + 1)) break;
+        struct cell h;
+        h.type = c->type;
+        h.len = c->len;
+        h.tag = c->tag;
+        h.chk = c->chk;
+        h.total = c->total;
+        int rc = handle_cell(t, p, &h, (const char *)c + CELL_HDR);
+        if (rc < 0) break;
+        p->in_pos++;
+        atomic_store_explicit(&p->in_ctl->tail, p->in_pos, memory_order_release);
+        n++;
+    }
+    return n;
+}
+
+loom_result_t loomi_shm_irecv(void *state, struct loomi_xfer *x)
+{
+    struct shm *t = state;
+    loom_result_t r;
+    struct peer *p = xfer_peer(t, x, &r);
+    if (!p) return r;
+    note_op(t, x);
+    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
+    p->npending++;
+    struct unexp *u = take_unexp(p, x->tag);
+    if (!u) {
+        xq_push(&p->recvs[bucket(x->tag)], x);
+        const struct unexp *theirs = p->nunexp ? unexp_conflict(p, x->tag, x->chk) : NULL;
+        if (theirs) /* x fails with the peer's other transfers */
+            conflict(t, p, theirs->tag, theirs->chk, x->tag, x->chk);
+        return LOOM_SUCCESS;
+    }
+    if (u->chk != x->chk) {
+        uint64_t tag = u->tag;
+        uint32_t chk = u->chk;
+        if (p->rx_u == u) p->rx_u = NULL;
+        unexp_free(t, u);
+        done(p, x, LOOM_ERR_MISMATCH);
+        conflict(t, p, tag, chk, x->tag, x->chk);
+        return LOOM_SUCCESS; /* completed with the error */
+    }
+    if (u->total != x->len) {
+        size_t total = u->total;
+        if (p->rx_u == u) p->rx_u = NULL; /* the rest goes nowhere */
+        unexp_free(t, u);
+        done(p, x, LOOM_ERR_MISMATCH);
+        mismatch(t, p, total, x->len);
+        return LOOM_SUCCESS; /* completed with the error */
+    }
+    if (u->rts) {
+        loomi_shm_start_read(t, p, x, u->raddr, u->id);
+        unexp_free(t, u);
+        return LOOM_SUCCESS;
+    }
+    if (u->got) memcpy(x->buf, u->buf, u->got);
+    if (p->rx_u == u) {
+        /* Still arriving: the rest lands in place. */
+        p->rx_u = NULL;
+        p->rx_x = x;
+        unexp_free(t, u);
+        return LOOM_SUCCESS;
+    }
+    unexp_free(t, u);
+    done(p, x, LOOM_SUCCESS);
+    return LOOM_SUCCESS;
+}
+
+void loomi_shm_cancel(void *state, struct loomi_xfer *x)
+{
+    struct shm *t = state;
+    if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank) return;
+    struct peer *p = &t->peers[x->peer];
+    if (p->failed) return;
+    if (xq_has(&p->sq, x)) {
+        /* Part written: tell the receiver to drop what it has (the rest of
+         * the buffer may be gone once we return). */
+        int part = x->t_done > 0 && x->t_done < x->len;
+        xq_del(&p->sq, x);
+        p->npending--;
+        if (part) loomi_shm_ctl_push(t, p, C_ABANDON, 0);
+        return;
+    }
+    if (xq_has(&p->acks, x)) {
+        /* The receiver may be reading the buffer right now, and it is the
+         * engine's again once we return: say so first. */
+        if (t->hdr) atomic_store(&t->hdr->withdrawn, 1);
+        xq_del(&p->acks, x);
+        p->npending--;
+        return;
+    }
+    struct xq *b = &p->recvs[bucket(x->tag)];
+    if (xq_has(b, x)) {
+        xq_del(b, x);
+        p->npending--;
+        return;
+    }
+    if (p->rx_x == x) {
+        p->rx_x = NULL; /* the rest of the message goes nowhere */
+        p->npending--;
+        return;
+    }
+    for (struct rd **l = &p->reads; *l; l = &(*l)->next)
+        if ((*l)->x == x) {
+            struct rd *r = *l;
+            uint64_t id = r->id;
+            *l = r->next;
+            free(r);
+            p->npending--;
+            /* The sender only waits for us to be done with its buffer. */
+            loomi_shm_ctl_push(t, p, C_ACK, id);
+            return;
+        }
+    for (struct rd *r = p->resends; r; r = r->next)
+        if (r->x == x) {
+            r->x = NULL; /* its data still comes: discard it */
+            p->npending--;
+            return;
+        }
+}
