@@ -8,7 +8,6 @@
  * posted to the transport before anything waits, so the order in which
  * ranks queued them cannot deadlock.
  */
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,48 +66,6 @@ loom_result_t loomi_group_start(void)
     return LOOM_SUCCESS;
 }
 
-/* Wait for every started operation.  With one communicator, waiting on
- * each in turn progresses all of them; with several, each must be
- * progressed in turn or one could wait on a peer that waits on another. */
-static loom_result_t wait_all(struct loomi_op **ops, struct loom_comm **comms, size_t n)
-{
-    loom_result_t first = LOOM_SUCCESS;
-    int one_comm = 1;
-    for (size_t i = 1; i < n; i++) one_comm &= comms[i] == comms[0];
-    if (one_comm) {
-        for (size_t i = 0; i < n; i++) {
-            loom_result_t r = loomi_op_wait(ops[i]);
-            if (first == LOOM_SUCCESS) first = r;
-        }
-        return first;
-    }
-    size_t left = n;
-    struct pollfd *pf = calloc(n ? n : 1, sizeof *pf);
-    while (left) {
-        size_t npf = 0;
-        int blind = 0; /* a transport with no descriptor: poll it soon */
-        for (size_t i = 0; i < n; i++) {
-            if (!ops[i]) continue;
-            int done = 0;
-            loom_result_t r = loomi_op_test(ops[i], &done);
-            if (done) {
-                ops[i] = NULL;
-                left--;
-                if (first == LOOM_SUCCESS) first = r;
-                continue;
-            }
-            int fd = comms[i]->eng.tops->wait_fd(comms[i]->eng.tstate);
-            if (pf && fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
-            else blind = 1;
-        }
-        /* Sleep until some transport has work; short, since a transport
-         * without a descriptor can only be polled. */
-        if (left) poll(pf, npf, npf && !blind ? 10 : 1);
-    }
-    free(pf);
-    return first;
-}
-
 static int is_recv(const struct loomi_sched *s)
 {
     return s->p2p && s->nsteps == 1 && s->steps[0].kind == LOOMI_STEP_RECV;
@@ -129,10 +86,9 @@ loom_result_t loomi_group_end(void)
         return LOOM_SUCCESS;
     }
     struct loomi_op **ops = calloc(n, sizeof *ops);
-    struct loom_comm **comms = calloc(n, sizeof *comms);
     loom_result_t first = LOOM_SUCCESS;
     size_t started = 0;
-    if (!ops || !comms) first = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_group_end: out of memory");
+    if (!ops) first = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "loom_group_end: out of memory");
     /* Receives first: a message that finds its receive posted lands in
      * place, one that comes early is copied through a buffer.  Only
      * point-to-point ops move; collectives keep their order. */
@@ -160,14 +116,13 @@ loom_result_t loomi_group_end(void)
             first = r;
             continue;
         }
-        comms[started++] = qc;
+        started++;
     }
     free(q);
     free(order);
-    loom_result_t w = ops && comms ? wait_all(ops, comms, started) : LOOM_SUCCESS;
+    loom_result_t w = ops ? loomi_op_wait_all(ops, started) : LOOM_SUCCESS;
     if (first == LOOM_SUCCESS) first = w;
     free(ops);
-    free(comms);
     return first;
 }
 

@@ -902,6 +902,48 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
     return r;
 }
 
+loom_result_t loomi_op_wait_all(struct loomi_op **ops, size_t n)
+{
+    loom_result_t first = LOOM_SUCCESS;
+    int one = 1;
+    for (size_t i = 1; i < n; i++) one &= ops[i]->eng == ops[0]->eng;
+    if (one) {
+        for (size_t i = 0; i < n; i++) {
+            loom_result_t r = loomi_op_wait(ops[i]);
+            if (first == LOOM_SUCCESS) first = r;
+        }
+        return first;
+    }
+    size_t left = n;
+    struct pollfd *pf = calloc(n, sizeof *pf);
+    while (left) {
+        nfds_t npf = 0;
+        int blind = !pf; /* a transport with no descriptor: poll it soon */
+        for (size_t i = 0; i < n; i++) {
+            if (!ops[i]) continue;
+            struct loomi_engine *e = ops[i]->eng;
+            int done = 0;
+            loom_result_t r = loomi_op_test(ops[i], &done);
+            if (done) {
+                ops[i] = NULL;
+                left--;
+                if (first == LOOM_SUCCESS) first = r;
+                continue;
+            }
+            loomi_engine_lock(e);
+            int fd = e->tops->wait_fd(e->tstate);
+            loomi_engine_unlock(e);
+            if (pf && fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
+            else blind = 1;
+        }
+        /* Sleep until some transport has work; short, since a transport
+         * without a descriptor can only be polled. */
+        if (left) poll(pf, npf, npf && !blind ? 10 : 1);
+    }
+    free(pf);
+    return first;
+}
+
 /* ------------------------------------------------------ progress thread */
 
 /* Called with mu held. */

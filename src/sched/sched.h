@@ -398,6 +398,12 @@ loom_result_t loomi_op_wait(struct loomi_op *op);
 /* Non-blocking: *done=1 and result returned (op freed) when complete. */
 loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
+/* Wait for every one of ops[0..n) (started, on one engine or several),
+ * freeing each; returns the first failure.  With one engine, waiting on
+ * each in turn progresses all of them; with several, each is driven in
+ * turn, or one could wait on a peer that waits on another. */
+loom_result_t loomi_op_wait_all(struct loomi_op **ops, size_t n);
+
 /* Wait until one of reqs[0..n) (NULL entries skipped; at least one is
  * not; all live requests) completes, across engines: frees it, sets
  * reqs[i] to LOOM_REQUEST_NULL and *index to i, and returns its result. */

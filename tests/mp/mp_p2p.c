@@ -10,6 +10,9 @@
  *  - zero-length messages;
  *  - a large message received while it is still arriving;
  *  - collectives queued in a group run at loom_group_end;
+ *  - one group across two communicators, each rank receiving on one
+ *    and sending large messages on the other, crosswise (waiting on the
+ *    operations one communicator at a time would deadlock);
  *  - barrier: no rank leaves before the last one entered;
  *  - argument errors name the argument and leave the buffer untouched.
  * Exit 0 only when everything matched.
@@ -230,6 +233,40 @@ static void errors(loom_comm_t comm)
     CHECK(x == 5, "buffer touched by a rejected broadcast");
 }
 
+/* A group over two communicators: even ranks send on a and receive on
+ * b, odd ranks the other way round; receives are waited for first, and
+ * 8 MiB sends need their communicator driven, so each must be. */
+static void group_two_comms(loom_comm_t a, loom_comm_t b)
+{
+    if (nranks % 2) return; /* pairs */
+    const size_t n = (size_t)2 << 20; /* 8 MiB of words */
+    const int peer = rank ^ 1;
+    uint32_t *out = malloc(n * sizeof *out), *in = malloc(n * sizeof *in);
+    if (!out || !in) {
+        CHECK(0, "two comms: out of memory");
+        free(out);
+        free(in);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) out[i] = word(rank, peer, i, 7), in[i] = 0;
+    loom_comm_t snd = rank % 2 ? b : a, rcv = rank % 2 ? a : b;
+    double t0 = now_s();
+    loom_result_t e1 = loom_group_start();
+    loom_result_t e2 = loom_send(out, n, LOOM_UINT32, peer, snd);
+    loom_result_t e3 = loom_recv(in, n, LOOM_UINT32, peer, rcv);
+    loom_result_t e4 = loom_group_end();
+    CHECK(!e1 && !e2 && !e3 && !e4, "two comms: %s", loom_get_last_error());
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += in[i] != word(peer, rank, i, 7);
+    size_t first = n;
+    for (size_t i = 0; i < n && first == n; i++)
+        if (in[i] != word(peer, rank, i, 7)) first = i;
+    CHECK(bad == 0, "two comms: %zu wrong words, the first at %zu of %zu", bad, first, n);
+    CHECK(now_s() - t0 < 20, "two comms: took %.1f s", now_s() - t0);
+    free(out);
+    free(in);
+}
+
 int main(void)
 {
     loom_comm_t comm;
@@ -247,6 +284,19 @@ int main(void)
         all_pairs_in_group(comm, 4099);
         ordering(comm);
         late_receive(comm);
+        /* A second communicator of the same ranks. */
+        loom_unique_id_t id;
+        memset(&id, 0, sizeof id);
+        loom_result_t e = rank == 0 ? loom_get_unique_id(&id) : LOOM_SUCCESS;
+        CHECK(!e, "unique id: %s", loom_get_last_error());
+        e = loom_broadcast(&id, &id, sizeof id, LOOM_UINT8, 0, comm);
+        loom_comm_t c2;
+        if (!e) e = loom_comm_init_rank(&c2, nranks, &id, rank, NULL);
+        CHECK(!e, "second communicator: %s", loom_get_last_error());
+        if (!e) {
+            group_two_comms(comm, c2);
+            loom_comm_destroy(c2);
+        }
     }
     collectives_in_group(comm);
     barrier(comm);

@@ -10,6 +10,11 @@ for n in 1 2 3 4 7; do
     if [ $rc -eq 0 ]; then ok "p2p/group/barrier on $n ranks: $(echo "$out" | grep 'rank 0 of')"
     else bad "p2p/group/barrier on $n ranks: exit $rc"; echo "$out" | tail -20; fi
 done
+# Over TCP: the group across two communicators needs both driven (on
+# one host shared memory can finish the sends without it).
+out=$(LOOM_TRANSPORT=tcp timeout 300 "$LOOMRUN" -n 2 --timeout 280 "$prog" 2>&1)
+check "p2p/group/barrier on 2 ranks over TCP" [ $? -eq 0 ]
+[ $? -eq 0 ] || echo "$out" | tail -20
 # One stream per peer: ordering must not depend on striping.
 out=$(LOOM_TCP_STREAMS=1 timeout 300 "$LOOMRUN" -n 3 --timeout 280 "$prog" 2>&1)
 check "p2p/group/barrier on 3 ranks, 1 stream" [ $? -eq 0 ]
