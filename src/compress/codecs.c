@@ -100,6 +100,18 @@ static loom_result_t small_capacity(const loom_codec_t *c, size_t capacity,
                       c->name, capacity, need, count);
 }
 
+/* An encoding of count values needs need bytes (0: too many to encode). */
+static loom_result_t check_room(const loom_codec_t *c, size_t capacity,
+                                size_t need, size_t count)
+{
+    if (!need)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "codec %s: count %zu is too large", c->name, count);
+    if (capacity < need)
+        return small_capacity(c, capacity, need, count);
+    return LOOM_SUCCESS;
+}
+
 static void hdr_write(unsigned char *p, unsigned id, uint32_t param,
                       size_t count)
 {
@@ -383,24 +395,23 @@ struct lc_kernels {
         t##_dec_body(i, n, a, 1);                                              \
     }
 
+/* Block decode into a (accumulate 0: t##_bset_##sfx) or onto it (1: bacc). */
+#define LC_BDEC(sfx, ATTR, t, K, op, accumulate)                               \
+    ATTR static void t##_b##op##_##sfx(const unsigned char *s,                 \
+                                      const unsigned char *c, size_t n,        \
+                                      uint32_t B, float *a)                    \
+    {                                                                          \
+        blk_dec_body(s, c, n, B, a, K, accumulate);                            \
+    }
+
 #define LC_BLOCK(sfx, ATTR, t, K)                                              \
     ATTR static void t##_benc_##sfx(const float *x, size_t n, uint32_t B,      \
                                     unsigned char *s, unsigned char *c)        \
     {                                                                          \
         blk_enc_body(x, n, B, s, c, K);                                        \
     }                                                                          \
-    ATTR static void t##_bset_##sfx(const unsigned char *s,                    \
-                                    const unsigned char *c, size_t n,          \
-                                    uint32_t B, float *a)                      \
-    {                                                                          \
-        blk_dec_body(s, c, n, B, a, K, 0);                                     \
-    }                                                                          \
-    ATTR static void t##_bacc_##sfx(const unsigned char *s,                    \
-                                    const unsigned char *c, size_t n,          \
-                                    uint32_t B, float *a)                      \
-    {                                                                          \
-        blk_dec_body(s, c, n, B, a, K, 1);                                     \
-    }
+    LC_BDEC(sfx, ATTR, t, K, set, 0)                                           \
+    LC_BDEC(sfx, ATTR, t, K, acc, 1)
 
 #define LC_BLOCKS(sfx, ATTR)                                                   \
     LC_CONV(sfx, ATTR, bf16)                                                   \
@@ -497,11 +508,9 @@ static loom_result_t conv_encode(const loom_codec_t *c, const float *src,
                                  size_t *len, int f16)
 {
     size_t need = conv_max(c, count);
-    if (!need)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "codec %s: count %zu is too large", c->name, count);
-    if (capacity < need)
-        return small_capacity(c, capacity, need, count);
+    loom_result_t r = check_room(c, capacity, need, count);
+    if (r != LOOM_SUCCESS)
+        return r;
     unsigned char *p = dst;
     hdr_write(p, f16 ? LOOMI_CODEC_ID_FP16 : LOOMI_CODEC_ID_BF16, 0, count);
     if (count)
@@ -657,11 +666,9 @@ static loom_result_t blk_encode(const loom_codec_t *c, const float *src,
 {
     uint32_t B = blk_size(c);
     size_t need = blk_max(c, count, kind);
-    if (!need)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "codec %s: count %zu is too large", c->name, count);
-    if (capacity < need)
-        return small_capacity(c, capacity, need, count);
+    loom_result_t r = check_room(c, capacity, need, count);
+    if (r != LOOM_SUCCESS)
+        return r;
     unsigned char *p = dst;
     hdr_write(p, blk_id[kind], B, count);
     unsigned char *scales = p + LOOMI_CODEC_HDR_BYTES;
