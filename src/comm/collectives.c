@@ -585,39 +585,43 @@ static loom_result_t call_rooted(struct call *c, loom_comm_t h, loom_request_t *
     return launch(c, req);
 }
 
+static loom_result_t rooted_call(const char *fn, int coll, const void *sendbuf, void *recvbuf,
+                                 size_t count, loom_datatype_t dtype, loom_op_t op, int root,
+                                 loom_comm_t h, loom_request_t *req)
+{
+    struct call c = call_init(fn, coll, sendbuf, recvbuf, count, dtype, op, root);
+    return call_rooted(&c, h, req);
+}
+
 loom_result_t loomi_call_broadcast(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
                                    loom_datatype_t dtype, int root, loom_comm_t h,
                                    loom_request_t *req)
 {
-    struct call c = call_init(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM,
-                              root);
-    return call_rooted(&c, h, req);
+    return rooted_call(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM, root,
+                       h, req);
 }
 
 loom_result_t loomi_call_reduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
                                 loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t h,
                                 loom_request_t *req)
 {
-    struct call c = call_init(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
-    return call_rooted(&c, h, req);
+    return rooted_call(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, h, req);
 }
 
 loom_result_t loomi_call_gather(const char *fn, const void *sendbuf, void *recvbuf,
                                 size_t sendcount, loom_datatype_t dtype, int root, loom_comm_t h,
                                 loom_request_t *req)
 {
-    struct call c =
-        call_init(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root);
-    return call_rooted(&c, h, req);
+    return rooted_call(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root,
+                       h, req);
 }
 
 loom_result_t loomi_call_scatter(const char *fn, const void *sendbuf, void *recvbuf,
                                  size_t recvcount, loom_datatype_t dtype, int root, loom_comm_t h,
                                  loom_request_t *req)
 {
-    struct call c =
-        call_init(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root);
-    return call_rooted(&c, h, req);
+    return rooted_call(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root,
+                       h, req);
 }
 
 /* -------------------------------------------------------------- barrier */
