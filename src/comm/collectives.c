@@ -467,6 +467,25 @@ loom_result_t loomi_call_allreduce(const char *fn, const void *sendbuf, void *re
 
 /* ------------------------------------------------------- reduce_scatter */
 
+/* Reduce-scatter and allgather: one buffer holds p blocks (sendbuf for
+ * reduce-scatter, recvbuf for allgather), the other this rank's block; in
+ * place when that block is this rank's own within the p. */
+static loom_result_t call_blocks(struct call *c, loom_comm_t h, const loom_coll_options_t *opts,
+                                 loom_request_t *req)
+{
+    const int rs = c->a.coll == LOOMI_COLL_REDUCE_SCATTER;
+    loom_result_t r = check_common(c, h, rs, 0, c->a.count, 1, 1);
+    if (r == LOOM_SUCCESS) r = check_opts(c, opts);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c->comm;
+    size_t n = c->a.count * loom_datatype_size(c->dtype), all = n * (size_t)comm->nranks;
+    const char *big = rs ? c->sendbuf : c->recvbuf;
+    const void *own = rs ? (const void *)c->recvbuf : c->sendbuf;
+    c->a.inplace = big && big + (size_t)comm->rank * n == own;
+    if ((r = check_bufs(c, rs ? all : n, rs ? n : all, c->a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(c, req);
+}
+
 loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
                                         size_t recvcount, loom_datatype_t dtype, loom_op_t op,
                                         loom_comm_t h, const loom_coll_options_t *opts,
@@ -474,14 +493,7 @@ loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, voi
 {
     struct call c =
         call_init(fn, LOOMI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
-    loom_result_t r = check_common(&c, h, 1, 0, recvcount, 1, 1);
-    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = recvcount * loom_datatype_size(dtype);
-    c.a.inplace = sendbuf && (const char *)sendbuf + (size_t)comm->rank * n == recvbuf;
-    if ((r = check_bufs(&c, n * (size_t)comm->nranks, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return call_blocks(&c, h, opts, req);
 }
 
 /* ------------------------------------------------------------ allgather */
@@ -492,14 +504,7 @@ loom_result_t loomi_call_allgather(const char *fn, const void *sendbuf, void *re
 {
     struct call c =
         call_init(fn, LOOMI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, 0);
-    loom_result_t r = check_common(&c, h, 0, 0, sendcount, 1, 1);
-    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = sendcount * loom_datatype_size(dtype);
-    c.a.inplace = recvbuf && (const char *)recvbuf + (size_t)comm->rank * n == sendbuf;
-    if ((r = check_bufs(&c, n, n * (size_t)comm->nranks, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return call_blocks(&c, h, opts, req);
 }
 
 /* ------------------------------------------------------------- alltoall */
