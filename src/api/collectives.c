@@ -5,6 +5,10 @@
  * schedule and runs it (blocking), hands back a request (non-blocking)
  * or queues it (inside a group).  The library's own services (probes,
  * tuning, state sync, windows) call those bodies directly.
+ *
+ * The wrappers below repeat one shape on purpose: each public call (and
+ * its non-blocking twin) stays a visible one-liner with its own name
+ * string, so a reader and the man pages can match them call for call.
  */
 #include "comm/collectives.h"
 #include "core/internal.h"

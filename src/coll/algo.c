@@ -12,6 +12,9 @@ static const char *const algo_names[LOOMI_NUM_ALGOS] = {
     "auto", "ring", "recursive_doubling", "halving_doubling", "tree", "pairwise", "bruck",
     "scatter_allgather", "hierarchical", "shared"};
 
+/* The generator table: its rows are alike on purpose (one designated
+ * initializer per collective and algorithm), as the table that replaces
+ * a switch over both. */
 static const loomi_gen_fn gens[LOOMI_NUM_COLLS][LOOMI_NUM_ALGOS] = {
     [LOOMI_COLL_ALLREDUCE] = {[LOOMI_ALGO_RING] = loomi_gen_allreduce_ring,
                               [LOOMI_ALGO_RECURSIVE_DOUBLING] = loomi_gen_allreduce_rd,

@@ -18,11 +18,16 @@
  * busy while one exchange waits on a slow peer. */
 #define A2A_WINDOW 8
 
-static loom_result_t check_blocks(const struct loomi_sched *s, size_t count, const char *fn)
+/* Checks the size and sets the buffer extents: p blocks in RECV, and in
+ * SEND unless in place. */
+static loom_result_t begin(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
+    const size_t count = a->count, bb = count * s->esize;
     if (count && count > SIZE_MAX / s->esize / (size_t)s->nranks)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, s->rank,
-                          "%s: count %zu times %d ranks is too large", fn, count, s->nranks);
+                          "alltoall: count %zu times %d ranks is too large", count, s->nranks);
+    s->buf_bytes[SEND_B] = a->inplace ? 0 : (size_t)s->nranks * bb;
+    s->buf_bytes[RECV_B] = (size_t)s->nranks * bb;
     return LOOM_SUCCESS;
 }
 
@@ -36,13 +41,10 @@ static loom_result_t check_blocks(const struct loomi_sched *s, size_t count, con
  */
 loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_blocks(s, a->count, "alltoall");
-    if (rc != LOOM_SUCCESS) return rc;
+    loom_result_t rc = begin(s, a);
+    if (rc != LOOM_SUCCESS || !a->count) return rc;
     const int p = s->nranks, r = s->rank;
     const size_t n = a->count, bb = n * s->esize;
-    s->buf_bytes[SEND_B] = a->inplace ? 0 : (size_t)p * bb;
-    s->buf_bytes[RECV_B] = (size_t)p * bb;
-    if (!n) return LOOM_SUCCESS;
     if (a->inplace) {
         s->buf_bytes[SCR_B] = (size_t)p * bb;
         s->scratch_has_input = 1;
@@ -82,13 +84,10 @@ loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct lo
  */
 loom_result_t loomi_gen_alltoall_bruck(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_blocks(s, a->count, "alltoall");
-    if (rc != LOOM_SUCCESS) return rc;
+    loom_result_t rc = begin(s, a);
+    if (rc != LOOM_SUCCESS || !a->count) return rc;
     const int p = s->nranks, r = s->rank;
     const size_t n = a->count, bb = n * s->esize;
-    s->buf_bytes[SEND_B] = a->inplace ? 0 : (size_t)p * bb;
-    s->buf_bytes[RECV_B] = (size_t)p * bb;
-    if (!n) return LOOM_SUCCESS;
     const int src = a->inplace ? RECV_B : SEND_B;
     if (!a->inplace) loomi_sched_copy(s, RECV_B, (size_t)r * bb, SEND_B, (size_t)r * bb, n, NULL, 0);
     if (p == 1) return LOOM_SUCCESS;

@@ -22,9 +22,7 @@ loom_result_t loomi_gen_allgather_bruck(struct loomi_sched *s, const struct loom
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count, bb = count * es;
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : bb;
-    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)p * bb;
-    if (count == 0) return LOOM_SUCCESS;
+    if (loomi_allgather_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     const size_t own_off = inplace ? (size_t)r * bb : 0;
     if (!inplace)

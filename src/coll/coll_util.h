@@ -53,12 +53,41 @@ static inline int loomi_pow2_floor(int p)
     return q;
 }
 
+/* log2 of q, a power of two (the levels of recursive doubling/halving). */
+static inline int loomi_log2(int q)
+{
+    int L = 0;
+    while ((1 << L) < q) L++;
+    return L;
+}
+
+/* Allgather's buffer extents: this rank's block in SEND (none in place),
+ * all p blocks in RECV.  Returns 1 when count is 0: nothing to do. */
+static inline int loomi_allgather_trivial(struct loomi_sched *s, size_t count, int inplace)
+{
+    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * s->esize;
+    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)s->nranks * count * s->esize;
+    return count == 0;
+}
+
 /* Allreduce's buffer extents, and the cases all its algorithms share:
  * count 0 (nothing) and one rank (a copy, out of place).  Returns 1 when
  * that already completes the schedule. */
 static inline int loomi_allreduce_trivial(struct loomi_sched *s, size_t count, int inplace)
 {
     s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * s->esize;
+    s->buf_bytes[LOOMI_BUF_RECV] = count * s->esize;
+    if (count && s->nranks == 1 && !inplace)
+        loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
+    return count == 0 || s->nranks == 1;
+}
+
+/* Reduce-scatter's buffer extents (p blocks in SEND, one in RECV), and
+ * the same trivial cases as allreduce: count 0 and one rank (a copy, out
+ * of place).  Returns 1 when that already completes the schedule. */
+static inline int loomi_reduce_scatter_trivial(struct loomi_sched *s, size_t count, int inplace)
+{
+    s->buf_bytes[LOOMI_BUF_SEND] = (size_t)s->nranks * count * s->esize;
     s->buf_bytes[LOOMI_BUF_RECV] = count * s->esize;
     if (count && s->nranks == 1 && !inplace)
         loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);

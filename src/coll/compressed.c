@@ -80,6 +80,16 @@ static loom_result_t slot_size(const struct loomi_sched *s, size_t maxn, size_t 
     return LOOM_SUCCESS;
 }
 
+/* The slot size, as slot_size, and room for nslots slots (allreduce). */
+static loom_result_t allreduce_slots(const struct loomi_sched *s, size_t maxn, size_t nslots,
+                                     size_t *sb)
+{
+    loom_result_t rc = slot_size(s, maxn, sb);
+    if (rc == LOOM_SUCCESS && nslots > SIZE_MAX / *sb)
+        rc = loomi_fail(LOOM_ERR_INVALID_ARGUMENT, s->rank, "compressed allreduce: too large");
+    return rc;
+}
+
 /* ------------------------------------------------ gather-only allreduce */
 
 static loom_result_t allreduce_gather(struct loomi_sched *s, size_t count, int inplace,
@@ -91,10 +101,8 @@ static loom_result_t allreduce_gather(struct loomi_sched *s, size_t count, int i
     const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
     size_t C = loomi_nchunks(count * es, chunk_bytes, CZ_MAX_CHUNKS);
     size_t sb;
-    loom_result_t rc = slot_size(s, (count + C - 1) / C, &sb);
+    loom_result_t rc = allreduce_slots(s, (count + C - 1) / C, (size_t)p * C, &sb);
     if (rc != LOOM_SUCCESS) return rc;
-    if ((size_t)p * C > SIZE_MAX / sb)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, r, "compressed allreduce: too large");
     s->buf_bytes[LOOMI_BUF_SCRATCH] = (size_t)p * C * sb;
     uint32_t *arr = ids((size_t)p * C); /* arrival of rank q's chunk c */
     if (!arr) return loomi_fail(LOOM_ERR_NO_MEMORY, r, "compressed allreduce: out of memory");
@@ -153,10 +161,8 @@ static loom_result_t allreduce_ring(struct loomi_sched *s, size_t count, int inp
     size_t maxseg = loomi_seg_len(&g, 0);
     size_t C = loomi_nchunks(maxseg * es, chunk_bytes, CZ_MAX_CHUNKS);
     size_t sb;
-    loom_result_t rc = slot_size(s, (maxseg + C - 1) / C, &sb);
+    loom_result_t rc = allreduce_slots(s, (maxseg + C - 1) / C, ((size_t)p + 4) * C, &sb);
     if (rc != LOOM_SUCCESS) return rc;
-    if (((size_t)p + 4) * C > SIZE_MAX / sb)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, r, "compressed allreduce: too large");
     /* Scratch: RS send slots [2][C], RS receive slots [2][C], then one
      * slot per (segment, chunk) for the allgather (and the bytes of the
      * error-feedback encodes, which are not sent). */
@@ -349,13 +355,7 @@ loom_result_t loomi_gen_reduce_scatter_cz(struct loomi_sched *s, const struct lo
     const size_t es = s->esize, count = a->count;
     loom_result_t rc = setup(s, z, (size_t)p * count, 0);
     if (rc != LOOM_SUCCESS) return rc;
-    s->buf_bytes[LOOMI_BUF_SEND] = (size_t)p * count * es;
-    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    if (count == 0) return LOOM_SUCCESS;
-    if (p == 1) {
-        if (!a->inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
-        return LOOM_SUCCESS;
-    }
+    if (loomi_reduce_scatter_trivial(s, count, a->inplace)) return LOOM_SUCCESS;
     const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
     unsigned ef = z->state ? LOOMI_ENC_EF : 0;
     size_t C = loomi_nchunks(count * es, a->chunk_bytes, CZ_MAX_CHUNKS), sb;

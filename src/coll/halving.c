@@ -44,8 +44,7 @@ loom_result_t loomi_gen_allreduce_hd(struct loomi_sched *s, const struct loomi_c
     const size_t es = s->esize, count = a->count;
     if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q, src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    int L = 0;
-    while ((1 << L) < q) L++;
+    const int L = loomi_log2(q);
     const uint32_t tag_out = 1 + 2 * (uint32_t)L;
     const int nr = loomi_fold_core(r, extra);
     if (nr < 0) {
@@ -139,8 +138,7 @@ loom_result_t loomi_gen_reduce_scatter_hd(struct loomi_sched *s, const struct lo
         return LOOM_SUCCESS;
     }
     const int q = loomi_pow2_floor(p), extra = p - q;
-    int L = 0;
-    while ((1 << L) < q) L++;
+    const int L = loomi_log2(q);
     const uint32_t tag_out = 1 + (uint32_t)L;
     const int nr = loomi_fold_core(r, extra);
     if (nr < 0) {

@@ -27,8 +27,7 @@ loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_c
     const size_t es = s->esize, count = a->count;
     if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q, src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    int L = 0;
-    while ((1 << L) < q) L++;
+    const int L = loomi_log2(q);
     const size_t C = loomi_nchunks(count * es, a->chunk_bytes, RD_MAX_CHUNKS);
     const uint32_t Ct = (uint32_t)C, tag_out = (uint32_t)(L + 1) * Ct;
     const int nr = loomi_fold_core(r, extra);
@@ -112,9 +111,7 @@ loom_result_t loomi_gen_allgather_rd(struct loomi_sched *s, const struct loomi_c
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count, bb = count * es;
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : bb;
-    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)p * bb;
-    if (count == 0) return LOOM_SUCCESS;
+    if (loomi_allgather_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     const size_t own_off = inplace ? (size_t)r * bb : 0;
     struct loomi_wlist wl = {.n = 0};
@@ -122,8 +119,7 @@ loom_result_t loomi_gen_allgather_rd(struct loomi_sched *s, const struct loomi_c
                                                0, count, NULL, 0));
     if (p == 1) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q;
-    int L = 0;
-    while ((1 << L) < q) L++;
+    const int L = loomi_log2(q);
     const uint32_t tag_lo = 1, tag_hi = 2; /* fold-out messages */
     const int nr = loomi_fold_core(r, extra);
     if (nr < 0) {

@@ -158,13 +158,7 @@ loom_result_t loomi_gen_reduce_scatter_ring(struct loomi_sched *s, const struct 
 {
     const int p = s->nranks, r = s->rank;
     const size_t es = s->esize, count = a->count;
-    s->buf_bytes[LOOMI_BUF_SEND] = (size_t)p * count * es;
-    s->buf_bytes[LOOMI_BUF_RECV] = count * es;
-    if (count == 0) return LOOM_SUCCESS;
-    if (p == 1) {
-        if (!a->inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SEND, 0, count, NULL, 0);
-        return LOOM_SUCCESS;
-    }
+    if (loomi_reduce_scatter_trivial(s, count, a->inplace)) return LOOM_SUCCESS;
     size_t C = loomi_nchunks(count * es, a->chunk_bytes, RING_MAX_CHUNKS);
     s->buf_bytes[LOOMI_BUF_SCRATCH] = (p > 2 ? 2 : 1) * count * es;
     uint32_t *red = malloc(C * sizeof *red);

@@ -151,16 +151,23 @@ static void place(const struct vctx *v, const struct loomi_sched *s, int buf, si
     }
 }
 
+/* Places both ranges (*aa, *ba); 1 when they are in the same space. */
+static int same_space(const struct vctx *v, const struct loomi_sched *s, int ab, size_t aoff,
+                      size_t *aa, int bb, size_t boff, size_t *ba)
+{
+    int as, bs;
+    place(v, s, ab, aoff, &as, aa);
+    place(v, s, bb, boff, &bs, ba);
+    return as == bs;
+}
+
 /* A local step reading `sb` and writing `db` must use the same range or
  * disjoint ones (the kernels allow dst == src, memcpy nothing else). */
 static int overlap_ok(const struct vctx *v, const struct loomi_sched *s, int db, size_t doff,
                       int sb, size_t soff, size_t bytes)
 {
-    int ds, ss;
     size_t da, sa;
-    place(v, s, db, doff, &ds, &da);
-    place(v, s, sb, soff, &ss, &sa);
-    if (ds != ss || !bytes || da == sa) return 1;
+    if (!same_space(v, s, db, doff, &da, sb, soff, &sa) || !bytes || da == sa) return 1;
     return da + bytes <= sa || sa + bytes <= da;
 }
 
@@ -175,11 +182,9 @@ static int writes_src2(const struct loomi_step *st)
 static int ranges_meet(const struct vctx *v, const struct loomi_sched *s, int ab, size_t aoff,
                        int bb, size_t boff, size_t bytes)
 {
-    int as, bs;
     size_t aa, ba;
-    place(v, s, ab, aoff, &as, &aa);
-    place(v, s, bb, boff, &bs, &ba);
-    return as == bs && bytes && aa < ba + bytes && ba < aa + bytes;
+    return same_space(v, s, ab, aoff, &aa, bb, boff, &ba) && bytes && aa < ba + bytes &&
+           ba < aa + bytes;
 }
 
 /* ---------------------------------------------------- per-step checks */

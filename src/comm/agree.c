@@ -28,6 +28,7 @@
 
 #include "comm/comm.h"
 #include "comm/ctrl.h"
+#include "compress/compress.h" /* loomi_le64_load/store */
 
 /* Payloads: AGREE [value 8][op 1][out n]; AGREED [value 8][status 1][out n]. */
 #define HEAD 9
@@ -54,17 +55,6 @@ struct agree {
     unsigned char *decided; /* [n] the decision's out-set, when the caller wants it */
     const char *fn;
 };
-
-static void put64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static uint64_t get64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
-}
 
 static void refresh(struct agree *g) { loomi_ctrl_failed(g->ctrl, g->out, &g->gen); }
 
@@ -111,14 +101,14 @@ static int adopt(struct agree *g, const struct loomi_cmsg *m)
     loomi_ctrl_agreed_put(g->ctrl, g->id, m->data, m->len);
     unsigned status = m->data[8];
     if (status == AG_OK) {
-        g->result = get64(m->data);
+        g->result = loomi_le64_load(m->data);
         if (g->decided) memcpy(g->decided, m->data + HEAD, (size_t)g->n);
         return ST_DONE;
     }
     if (status == AG_OPS)
         g->err = loomi_fail(LOOM_ERR_MISMATCH, g->me,
                             "%s: the ranks passed different ops (this rank %s; rank %d %s)",
-                            g->fn, op_word(g->op), (int)get64(m->data),
+                            g->fn, op_word(g->op), (int)loomi_le64_load(m->data),
                             op_word(g->op == LOOM_MIN ? LOOM_MAX : LOOM_MIN));
     else
         g->err = loomi_fail(LOOM_ERR_REVOKED, g->me,
@@ -161,7 +151,7 @@ static struct loomi_cmsg *next_msg(struct agree *g, int wait_ms)
 
 static int member(struct agree *g, int coord)
 {
-    put64(g->msg, g->value);
+    loomi_le64_store(g->msg, g->value);
     g->msg[8] = (unsigned char)g->op;
     memcpy(g->msg + HEAD, g->out, (size_t)g->n);
     if (loomi_ctrl_send(g->ctrl, coord, LOOMI_CMSG_AGREE, 0, g->id, g->msg,
@@ -193,7 +183,7 @@ static int member(struct agree *g, int coord)
              * its view has failures this one lacked (merged now). */
             int q = m->src;
             g->heard[q] = 1;
-            g->vals[q] = get64(m->data);
+            g->vals[q] = loomi_le64_load(m->data);
             g->ops[q] = m->data[8];
         } else {
             malformed(g, m);
@@ -257,7 +247,7 @@ static int coordinate(struct agree *g)
         } else {
             int q = m->src;
             g->heard[q] = 1;
-            g->vals[q] = get64(m->data);
+            g->vals[q] = loomi_le64_load(m->data);
             g->ops[q] = m->data[8];
         }
         free(m);
@@ -277,7 +267,7 @@ static int coordinate(struct agree *g)
         v = (uint64_t)odd;
     }
     if (!loomi_ctrl_quorum(g->out, g->n, g->comm->set.quorum_any)) status = AG_MINORITY;
-    put64(g->msg, v);
+    loomi_le64_store(g->msg, v);
     g->msg[8] = (unsigned char)status;
     memcpy(g->msg + HEAD, g->out, (size_t)g->n);
     for (int q = 0; q < g->n; q++)
@@ -301,18 +291,16 @@ loom_result_t loomi_agree(struct loom_comm *comm, uint64_t *value, loom_op_t op,
                           unsigned char *decided, uint64_t deadline, const char *fn)
 {
     uint64_t t0 = loomi_now_ms();
-    struct agree g;
-    memset(&g, 0, sizeof g);
-    g.comm = comm;
-    g.ctrl = comm->ctrl;
-    g.n = comm->nranks;
-    g.me = comm->rank;
-    g.id = ++comm->agree_seq;
-    g.deadline = deadline;
-    g.value = *value;
-    g.op = op;
-    g.fn = fn;
-    g.decided = decided;
+    struct agree g = {.comm = comm,
+                      .ctrl = comm->ctrl,
+                      .n = comm->nranks,
+                      .me = comm->rank,
+                      .id = ++comm->agree_seq,
+                      .deadline = deadline,
+                      .value = *value,
+                      .op = op,
+                      .fn = fn,
+                      .decided = decided};
     g.out = malloc((size_t)g.n);
     g.heard = calloc((size_t)g.n, 1);
     g.vals = calloc((size_t)g.n, sizeof *g.vals);

@@ -70,6 +70,18 @@ static void fill_who(struct boot_hello *h)
     h->host[sizeof h->host - 1] = '\0';
 }
 
+/* A hello from rank of nranks, to the root that target t names. */
+static void hello_init(struct boot_hello *h, const struct loomi_boot_target *t, int nranks,
+                       int rank)
+{
+    memset(h, 0, sizeof *h);
+    h->magic = BOOT_MAGIC;
+    h->version = BOOT_VERSION;
+    memcpy(h->job_key, t->job_key, 16);
+    h->nranks = nranks;
+    h->rank = rank;
+}
+
 /* ---------------------------------------------------------------- root */
 
 struct root_client {
@@ -486,12 +498,7 @@ static void tell_root_in_use(const struct loomi_boot_target *t, const struct soc
     int fd = loomi_connect_retry(sa, len, d, msg, sizeof msg);
     if (fd < 0) return;
     struct boot_hello h;
-    memset(&h, 0, sizeof h);
-    h.magic = BOOT_MAGIC;
-    h.version = BOOT_VERSION;
-    memcpy(h.job_key, t->job_key, 16);
-    h.nranks = nranks;
-    h.rank = 0;
+    hello_init(&h, t, nranks, 0);
     h.flags = BOOT_F_CONFLICT;
     fill_who(&h);
     struct boot_reply rp;
@@ -673,12 +680,7 @@ loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int
                                   uint64_t deadline_ms)
 {
     struct boot_hello h;
-    memset(&h, 0, sizeof h);
-    h.magic = BOOT_MAGIC;
-    h.version = BOOT_VERSION;
-    memcpy(h.job_key, t->job_key, 16);
-    h.nranks = nranks;
-    h.rank = rank;
+    hello_init(&h, t, nranks, rank);
     fill_who(&h);
     h.addr_len = (uint32_t)addr_len;
     memcpy(h.addr, addr, addr_len);

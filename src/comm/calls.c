@@ -12,6 +12,7 @@
 #include "comm/calls.h"
 #include "comm/comm.h"
 #include "comm/ctrl.h"
+#include "compress/compress.h" /* loomi_le64_load/store */
 #include "core/internal.h"
 
 /* ---------------------------------------------------------- descriptors */
@@ -112,18 +113,6 @@ _Static_assert(((UINT64_C(1) << LOOMI_TAG_SEQ_BITS) % LOOMI_CALL_HIST) == 0,
 /* A call on the wire: its number, then its two words, little-endian. */
 #define ENTRY_BYTES 24
 
-static void put64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
-}
-
 /* A descriptor that came from a peer: in range before it is printed. */
 static int sane(const struct loomi_call *d)
 {
@@ -138,9 +127,9 @@ void loomi_calls_probe(struct loom_comm *c, uint64_t no, const int *peers, int n
     struct loomi_call d;
     if (!c->ctrl || !loomi_call_get(c, no, &d)) return;
     unsigned char e[ENTRY_BYTES];
-    put64(e, no);
-    put64(e + 8, word0(&d));
-    put64(e + 16, d.count);
+    loomi_le64_store(e, no);
+    loomi_le64_store(e + 8, word0(&d));
+    loomi_le64_store(e + 16, d.count);
     for (int i = 0; i < npeers; i++)
         if (peers[i] >= 0 && peers[i] < c->nranks && peers[i] != c->rank)
             (void)loomi_ctrl_send(c->ctrl, peers[i], LOOMI_CMSG_CALL_PROBE, 0, no, e, sizeof e);
@@ -159,10 +148,10 @@ void loomi_calls_poll(struct loom_comm *c)
     while ((m = loomi_ctrl_take(c->ctrl, LOOMI_CMSG_CALL_PROBE, 0)) != NULL) {
         struct loomi_call theirs, mine;
         uint64_t no = m->arg;
-        int ok = m->len == ENTRY_BYTES && get64(m->data) == no && m->src >= 0 &&
+        int ok = m->len == ENTRY_BYTES && loomi_le64_load(m->data) == no && m->src >= 0 &&
                  m->src < c->nranks;
         if (ok) {
-            theirs = unword(get64(m->data + 8), get64(m->data + 16));
+            theirs = unword(loomi_le64_load(m->data + 8), loomi_le64_load(m->data + 16));
             ok = sane(&theirs);
         }
         if (!ok) {
@@ -200,9 +189,9 @@ void loomi_calls_push(struct loom_comm *c)
         uint64_t no = last - k;
         struct loomi_call d;
         if (!loomi_call_get(c, no, &d)) continue;
-        put64(buf + len, no);
-        put64(buf + len + 8, word0(&d));
-        put64(buf + len + 16, d.count);
+        loomi_le64_store(buf + len, no);
+        loomi_le64_store(buf + len + 8, word0(&d));
+        loomi_le64_store(buf + len + 16, d.count);
         len += ENTRY_BYTES;
     }
     for (int q = 0; q < c->nranks; q++)
@@ -292,13 +281,13 @@ static int take_shown(const struct loom_comm *c, struct shown *sh, struct loomi_
     struct shown *s = m->src >= 0 && m->src < n && m->src != c->rank ? &sh[m->src] : NULL;
     int first = 0;
     if (s && m->len % ENTRY_BYTES == 0 && m->len <= SHOW * ENTRY_BYTES &&
-        (s->n <= 0 || (m->len && get64(m->data) > s->no[0]))) {
+        (s->n <= 0 || (m->len && loomi_le64_load(m->data) > s->no[0]))) {
         first = s->n < 0;
         s->n = 0;
         for (uint32_t off = 0; off < m->len; off += ENTRY_BYTES) {
-            struct loomi_call d = unword(get64(m->data + off + 8), get64(m->data + off + 16));
+            struct loomi_call d = unword(loomi_le64_load(m->data + off + 8), loomi_le64_load(m->data + off + 16));
             if (!sane(&d)) continue;
-            s->no[s->n] = get64(m->data + off);
+            s->no[s->n] = loomi_le64_load(m->data + off);
             s->d[s->n++] = d;
         }
     }

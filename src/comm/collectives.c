@@ -254,6 +254,30 @@ loom_result_t loom_comm_set_algo(loom_comm_t h, const char *spec)
     return LOOM_SUCCESS;
 }
 
+loom_result_t loomi_comm_start(struct loom_comm *comm, const char *fn, struct loomi_sched *s,
+                               const void *sbuf, void *rbuf, int save, loom_request_t *req,
+                               struct loomi_op **op)
+{
+    uintptr_t rh = 0;
+    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
+        loomi_sched_free(s);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
+                          "%s: no request handle left (too many requests not yet waited for)",
+                          fn);
+    }
+    loom_result_t r = loomi_op_start(&comm->eng, s, sbuf, rbuf, save, op);
+    if (r != LOOM_SUCCESS) {
+        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
+        return r;
+    }
+    if (req) {
+        loomi_op_set_request(*op, rh);
+        *req = (loom_request_t)rh;
+    }
+    return LOOM_SUCCESS;
+}
+
+
 /* Build the schedule and run it, hand it out as a request, or queue it. */
 static loom_result_t launch(struct call *c, loom_request_t *req)
 {
@@ -353,23 +377,8 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
     const uint64_t t0 = tune ? loomi_now_ns() : 0;
-    uintptr_t rh = 0;
-    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
-        loomi_sched_free(&s);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
-                          "%s: no request handle left (too many requests not yet waited for)",
-                          c->fn);
-    }
-    r = loomi_op_start(&comm->eng, &s, c->sendbuf, c->recvbuf, save, &op);
-    if (r != LOOM_SUCCESS) {
-        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
-        return r;
-    }
-    if (req) {
-        loomi_op_set_request(op, rh);
-        *req = (loom_request_t)rh;
-        return LOOM_SUCCESS;
-    }
+    r = loomi_comm_start(comm, c->fn, &s, c->sendbuf, c->recvbuf, save, req, &op);
+    if (r != LOOM_SUCCESS || req) return r;
     r = loomi_op_wait(op);
     if (tune && r == LOOM_SUCCESS) {
         const int saves = tune == &comm->saves;
@@ -458,6 +467,25 @@ loom_result_t loomi_call_allreduce(const char *fn, const void *sendbuf, void *re
 
 /* ------------------------------------------------------- reduce_scatter */
 
+/* Reduce-scatter and allgather: one buffer holds p blocks (sendbuf for
+ * reduce-scatter, recvbuf for allgather), the other this rank's block; in
+ * place when that block is this rank's own within the p. */
+static loom_result_t call_blocks(struct call *c, loom_comm_t h, const loom_coll_options_t *opts,
+                                 loom_request_t *req)
+{
+    const int rs = c->a.coll == LOOMI_COLL_REDUCE_SCATTER;
+    loom_result_t r = check_common(c, h, rs, 0, c->a.count, 1, 1);
+    if (r == LOOM_SUCCESS) r = check_opts(c, opts);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c->comm;
+    size_t n = c->a.count * loom_datatype_size(c->dtype), all = n * (size_t)comm->nranks;
+    const char *big = rs ? c->sendbuf : c->recvbuf;
+    const void *own = rs ? (const void *)c->recvbuf : c->sendbuf;
+    c->a.inplace = big && big + (size_t)comm->rank * n == own;
+    if ((r = check_bufs(c, rs ? all : n, rs ? n : all, c->a.inplace)) != LOOM_SUCCESS) return r;
+    return launch(c, req);
+}
+
 loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
                                         size_t recvcount, loom_datatype_t dtype, loom_op_t op,
                                         loom_comm_t h, const loom_coll_options_t *opts,
@@ -465,14 +493,7 @@ loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, voi
 {
     struct call c =
         call_init(fn, LOOMI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
-    loom_result_t r = check_common(&c, h, 1, 0, recvcount, 1, 1);
-    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = recvcount * loom_datatype_size(dtype);
-    c.a.inplace = sendbuf && (const char *)sendbuf + (size_t)comm->rank * n == recvbuf;
-    if ((r = check_bufs(&c, n * (size_t)comm->nranks, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return call_blocks(&c, h, opts, req);
 }
 
 /* ------------------------------------------------------------ allgather */
@@ -483,14 +504,7 @@ loom_result_t loomi_call_allgather(const char *fn, const void *sendbuf, void *re
 {
     struct call c =
         call_init(fn, LOOMI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, 0);
-    loom_result_t r = check_common(&c, h, 0, 0, sendcount, 1, 1);
-    if (r == LOOM_SUCCESS) r = check_opts(&c, opts);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = sendcount * loom_datatype_size(dtype);
-    c.a.inplace = recvbuf && (const char *)recvbuf + (size_t)comm->rank * n == sendbuf;
-    if ((r = check_bufs(&c, n, n * (size_t)comm->nranks, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return call_blocks(&c, h, opts, req);
 }
 
 /* ------------------------------------------------------------- alltoall */
@@ -546,83 +560,73 @@ loom_result_t loomi_call_alltoallv(const char *fn, const void *sendbuf, const si
     return launch(&c, req);
 }
 
-/* ------------------------------------------------------------ broadcast */
+/* ------------------------------------- broadcast, reduce, gather, scatter */
+
+/* The rooted collectives share their checks.  The root's buffer (sendbuf
+ * for broadcast and scatter, recvbuf for reduce and gather) holds one
+ * block, or p for gather and scatter; other ranks neither pass nor touch
+ * it. */
+static loom_result_t call_rooted(struct call *c, loom_comm_t h, loom_request_t *req)
+{
+    const int coll = c->a.coll, root = c->a.root;
+    const int blocks = coll == LOOMI_COLL_GATHER || coll == LOOMI_COLL_SCATTER;
+    const int root_sends = coll == LOOMI_COLL_BROADCAST || coll == LOOMI_COLL_SCATTER;
+    const size_t count = c->a.count;
+    loom_result_t r = check_common(c, h, coll == LOOMI_COLL_REDUCE, 1, count, blocks ? 1 : 2,
+                                   blocks ? 1 : 0);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c->comm;
+    size_t n = count * loom_datatype_size(c->dtype);
+    int is_root = comm->rank == root;
+    const char *sb = c->sendbuf, *rb = c->recvbuf;
+    if (!blocks) c->a.inplace = is_root && sb == rb;
+    else if (root_sends) c->a.inplace = is_root && sb && sb + (size_t)root * n == rb;
+    else c->a.inplace = is_root && rb && rb + (size_t)root * n == sb;
+    size_t rootn = is_root ? (blocks ? n * (size_t)comm->nranks : n) : 0;
+    if (!is_root && root_sends) c->sendbuf = NULL; /* read on root only */
+    if (!is_root && !root_sends) c->recvbuf = NULL; /* used on root only */
+    r = check_bufs(c, root_sends ? rootn : n, root_sends ? n : rootn, c->a.inplace);
+    if (r != LOOM_SUCCESS) return r;
+    return launch(c, req);
+}
+
+static loom_result_t rooted_call(const char *fn, int coll, const void *sendbuf, void *recvbuf,
+                                 size_t count, loom_datatype_t dtype, loom_op_t op, int root,
+                                 loom_comm_t h, loom_request_t *req)
+{
+    struct call c = call_init(fn, coll, sendbuf, recvbuf, count, dtype, op, root);
+    return call_rooted(&c, h, req);
+}
 
 loom_result_t loomi_call_broadcast(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
                                    loom_datatype_t dtype, int root, loom_comm_t h,
                                    loom_request_t *req)
 {
-    struct call c = call_init(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM,
-                              root);
-    loom_result_t r = check_common(&c, h, 0, 1, count, 2, 0);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = count * loom_datatype_size(dtype);
-    int is_root = comm->rank == root;
-    c.a.inplace = is_root && sendbuf == recvbuf;
-    if (!is_root) c.sendbuf = NULL; /* read on root only */
-    if ((r = check_bufs(&c, is_root ? n : 0, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return rooted_call(fn, LOOMI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, LOOM_SUM, root,
+                       h, req);
 }
-
-/* --------------------------------------------------------------- reduce */
 
 loom_result_t loomi_call_reduce(const char *fn, const void *sendbuf, void *recvbuf, size_t count,
                                 loom_datatype_t dtype, loom_op_t op, int root, loom_comm_t h,
                                 loom_request_t *req)
 {
-    struct call c = call_init(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
-    loom_result_t r = check_common(&c, h, 1, 1, count, 2, 0);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = count * loom_datatype_size(dtype);
-    int is_root = comm->rank == root;
-    c.a.inplace = is_root && sendbuf == recvbuf;
-    if (!is_root) c.recvbuf = NULL; /* used on root only */
-    if ((r = check_bufs(&c, n, is_root ? n : 0, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return rooted_call(fn, LOOMI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, h, req);
 }
-
-/* --------------------------------------------------------------- gather */
 
 loom_result_t loomi_call_gather(const char *fn, const void *sendbuf, void *recvbuf,
                                 size_t sendcount, loom_datatype_t dtype, int root, loom_comm_t h,
                                 loom_request_t *req)
 {
-    struct call c =
-        call_init(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root);
-    loom_result_t r = check_common(&c, h, 0, 1, sendcount, 1, 1);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = sendcount * loom_datatype_size(dtype);
-    int is_root = comm->rank == root;
-    c.a.inplace = is_root && recvbuf && (const char *)recvbuf + (size_t)root * n == sendbuf;
-    if (!is_root) c.recvbuf = NULL;
-    if ((r = check_bufs(&c, n, is_root ? n * (size_t)comm->nranks : 0, c.a.inplace)) !=
-        LOOM_SUCCESS)
-        return r;
-    return launch(&c, req);
+    return rooted_call(fn, LOOMI_COLL_GATHER, sendbuf, recvbuf, sendcount, dtype, LOOM_SUM, root,
+                       h, req);
 }
-
-/* -------------------------------------------------------------- scatter */
 
 loom_result_t loomi_call_scatter(const char *fn, const void *sendbuf, void *recvbuf,
                                  size_t recvcount, loom_datatype_t dtype, int root, loom_comm_t h,
                                  loom_request_t *req)
 {
-    struct call c =
-        call_init(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root);
-    loom_result_t r = check_common(&c, h, 0, 1, recvcount, 1, 1);
-    if (r != LOOM_SUCCESS) return r;
-    struct loom_comm *comm = c.comm;
-    size_t n = recvcount * loom_datatype_size(dtype);
-    int is_root = comm->rank == root;
-    c.a.inplace = is_root && sendbuf && (const char *)sendbuf + (size_t)root * n == recvbuf;
-    if (!is_root) c.sendbuf = NULL;
-    if ((r = check_bufs(&c, is_root ? n * (size_t)comm->nranks : 0, n, c.a.inplace)) !=
-        LOOM_SUCCESS)
-        return r;
-    return launch(&c, req);
+    return rooted_call(fn, LOOMI_COLL_SCATTER, sendbuf, recvbuf, recvcount, dtype, LOOM_SUM, root,
+                       h, req);
 }
 
 /* -------------------------------------------------------------- barrier */

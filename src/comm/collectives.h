@@ -50,6 +50,15 @@ loom_result_t loomi_call_barrier(const char *fn, loom_comm_t h, loom_request_t *
 loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void *rbuf,
                              size_t count, loom_datatype_t dtype, int peer, loom_comm_t h,
                              loom_request_t *req);
+/* Starts s (built for comm; it passes to the operation, or is freed) as
+ * the operation *op; with req, also makes the request *req for it. */
+struct loom_comm;
+struct loomi_sched;
+struct loomi_op;
+loom_result_t loomi_comm_start(struct loom_comm *comm, const char *fn, struct loomi_sched *s,
+                               const void *sbuf, void *rbuf, int save, loom_request_t *req,
+                               struct loomi_op **op);
+
 loom_result_t loomi_group_start(void);
 loom_result_t loomi_group_end(void);
 

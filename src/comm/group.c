@@ -178,22 +178,7 @@ loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void
     }
     if (loomi_group_active()) return loomi_group_queue(comm, &s, sbuf, rbuf, 0);
     struct loomi_op *op;
-    uintptr_t rh = 0;
-    if (req && !(rh = loomi_handle_new(LOOMI_HANDLE_REQUEST, NULL))) {
-        loomi_sched_free(&s);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank,
-                          "%s: no request handle left (too many requests not yet waited for)",
-                          fn);
-    }
-    r = loomi_op_start(&comm->eng, &s, sbuf, rbuf, 0, &op);
-    if (r != LOOM_SUCCESS) {
-        loomi_handle_drop(LOOMI_HANDLE_REQUEST, rh);
-        return r;
-    }
-    if (req) {
-        loomi_op_set_request(op, rh);
-        *req = (loom_request_t)rh;
-        return LOOM_SUCCESS;
-    }
+    r = loomi_comm_start(comm, fn, &s, sbuf, rbuf, 0, req, &op);
+    if (r != LOOM_SUCCESS || req) return r;
     return loomi_op_wait(op);
 }

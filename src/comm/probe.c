@@ -192,6 +192,15 @@ void loomi_comm_shape(const struct loom_comm *c, struct loomi_job_shape *j)
     }
 }
 
+/* Link k as a ping-pong measured it. */
+static void measured(struct loomi_links *l, int k, double a, double b, double chunk_cost)
+{
+    l->alpha[k] = a;
+    l->beta[k] = b;
+    l->chunk_cost[k] = chunk_cost;
+    l->source[k] = LOOMI_SRC_MEASURED;
+}
+
 loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *known)
 {
     struct loomi_links l;
@@ -229,24 +238,14 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             size_t cm = loomi_route_shm_cells_max(c->eng.tstate, c->rank == 0 ? intra : 0);
             size_t bytes = cm >= PROBE_BYTES && cm < 2 * PROBE_BYTES ? 2 * PROBE_BYTES : PROBE_BYTES;
             r = pingpong(c, intra, buf, bytes, &a, &b, &k);
-            if (r == LOOM_SUCCESS && c->rank == 0) {
-                l.alpha[LOOMI_LINK_INTRA] = a;
-                l.beta[LOOMI_LINK_INTRA] = b;
-                l.chunk_cost[LOOMI_LINK_INTRA] = k;
-                l.source[LOOMI_LINK_INTRA] = LOOMI_SRC_MEASURED;
-            }
+            if (r == LOOM_SUCCESS && c->rank == 0) measured(&l, LOOMI_LINK_INTRA, a, b, k);
         }
         if (r == LOOM_SUCCESS && inter > 0 && (c->rank == 0 || c->rank == inter)) {
             const int other = c->rank == 0 ? inter : 0;
             /* Both ends see the same transports, so they agree on this. */
             const int both = loomi_route_can_switch(c->eng.tstate, other);
             r = pingpong(c, inter, buf, PROBE_BYTES, &a, &b, &k);
-            if (r == LOOM_SUCCESS && c->rank == 0) {
-                l.alpha[LOOMI_LINK_INTER] = a;
-                l.beta[LOOMI_LINK_INTER] = b;
-                l.chunk_cost[LOOMI_LINK_INTER] = k;
-                l.source[LOOMI_LINK_INTER] = LOOMI_SRC_MEASURED;
-            }
+            if (r == LOOM_SUCCESS && c->rank == 0) measured(&l, LOOMI_LINK_INTER, a, b, k);
             if (r == LOOM_SUCCESS && both) {
                 /* That was verbs; now the same over TCP.  Each end switches
                  * after its last message of the pair completed. */

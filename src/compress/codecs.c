@@ -100,6 +100,18 @@ static loom_result_t small_capacity(const loom_codec_t *c, size_t capacity,
                       c->name, capacity, need, count);
 }
 
+/* An encoding of count values needs need bytes (0: too many to encode). */
+static loom_result_t check_room(const loom_codec_t *c, size_t capacity,
+                                size_t need, size_t count)
+{
+    if (!need)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "codec %s: count %zu is too large", c->name, count);
+    if (capacity < need)
+        return small_capacity(c, capacity, need, count);
+    return LOOM_SUCCESS;
+}
+
 static void hdr_write(unsigned char *p, unsigned id, uint32_t param,
                       size_t count)
 {
@@ -175,35 +187,24 @@ static int parse_uint(const char *s, unsigned long long max,
 
 /* -------------------------------------------------- bf16 / fp16 kernels */
 
-LC_INLINE void bf16_enc_body(const float *x, size_t n, unsigned char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        lc_st16(out + 2 * i, lr_f32_to_bf16(x[i]));
-}
-
-LC_INLINE void bf16_dec_body(const unsigned char *in, size_t n, float *acc,
-                             int accumulate)
-{
-    for (size_t i = 0; i < n; i++) {
-        float v = lr_bf16_to_f32(lc_ld16(in + 2 * i));
-        acc[i] = accumulate ? acc[i] + v : v;
+/* The two formats' loops differ only in the conversion they call. */
+#define LC_HALF_BODIES(t, to_half, from_half)                                  \
+    LC_INLINE void t##_enc_body(const float *x, size_t n, unsigned char *out)  \
+    {                                                                          \
+        for (size_t i = 0; i < n; i++)                                         \
+            lc_st16(out + 2 * i, to_half(x[i]));                               \
+    }                                                                          \
+    LC_INLINE void t##_dec_body(const unsigned char *in, size_t n, float *acc, \
+                                int accumulate)                                \
+    {                                                                          \
+        for (size_t i = 0; i < n; i++) {                                       \
+            float v = from_half(lc_ld16(in + 2 * i));                          \
+            acc[i] = accumulate ? acc[i] + v : v;                              \
+        }                                                                      \
     }
-}
 
-LC_INLINE void fp16_enc_body(const float *x, size_t n, unsigned char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        lc_st16(out + 2 * i, lr_f32_to_f16(x[i]));
-}
-
-LC_INLINE void fp16_dec_body(const unsigned char *in, size_t n, float *acc,
-                             int accumulate)
-{
-    for (size_t i = 0; i < n; i++) {
-        float v = lr_f16_to_f32(lc_ld16(in + 2 * i));
-        acc[i] = accumulate ? acc[i] + v : v;
-    }
-}
+LC_HALF_BODIES(bf16, lr_f32_to_bf16, lr_bf16_to_f32)
+LC_HALF_BODIES(fp16, lr_f32_to_f16, lr_f16_to_f32)
 
 /* ------------------------------------------------------- block kernels */
 
@@ -394,24 +395,23 @@ struct lc_kernels {
         t##_dec_body(i, n, a, 1);                                              \
     }
 
+/* Block decode into a (accumulate 0: t##_bset_##sfx) or onto it (1: bacc). */
+#define LC_BDEC(sfx, ATTR, t, K, op, accumulate)                               \
+    ATTR static void t##_b##op##_##sfx(const unsigned char *s,                 \
+                                      const unsigned char *c, size_t n,        \
+                                      uint32_t B, float *a)                    \
+    {                                                                          \
+        blk_dec_body(s, c, n, B, a, K, accumulate);                            \
+    }
+
 #define LC_BLOCK(sfx, ATTR, t, K)                                              \
     ATTR static void t##_benc_##sfx(const float *x, size_t n, uint32_t B,      \
                                     unsigned char *s, unsigned char *c)        \
     {                                                                          \
         blk_enc_body(x, n, B, s, c, K);                                        \
     }                                                                          \
-    ATTR static void t##_bset_##sfx(const unsigned char *s,                    \
-                                    const unsigned char *c, size_t n,          \
-                                    uint32_t B, float *a)                      \
-    {                                                                          \
-        blk_dec_body(s, c, n, B, a, K, 0);                                     \
-    }                                                                          \
-    ATTR static void t##_bacc_##sfx(const unsigned char *s,                    \
-                                    const unsigned char *c, size_t n,          \
-                                    uint32_t B, float *a)                      \
-    {                                                                          \
-        blk_dec_body(s, c, n, B, a, K, 1);                                     \
-    }
+    LC_BDEC(sfx, ATTR, t, K, set, 0)                                           \
+    LC_BDEC(sfx, ATTR, t, K, acc, 1)
 
 #define LC_BLOCKS(sfx, ATTR)                                                   \
     LC_CONV(sfx, ATTR, bf16)                                                   \
@@ -508,11 +508,9 @@ static loom_result_t conv_encode(const loom_codec_t *c, const float *src,
                                  size_t *len, int f16)
 {
     size_t need = conv_max(c, count);
-    if (!need)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "codec %s: count %zu is too large", c->name, count);
-    if (capacity < need)
-        return small_capacity(c, capacity, need, count);
+    loom_result_t r = check_room(c, capacity, need, count);
+    if (r != LOOM_SUCCESS)
+        return r;
     unsigned char *p = dst;
     hdr_write(p, f16 ? LOOMI_CODEC_ID_FP16 : LOOMI_CODEC_ID_BF16, 0, count);
     if (count)
@@ -567,24 +565,29 @@ static loom_result_t conv_reduce(const loom_codec_t *c, void *dst,
     return LOOM_SUCCESS;
 }
 
-#define LC_CONV_CODEC(t, f16)                                                  \
+/* A codec's encode, decode and decode_acc: impl##_encode and impl##_decode
+   with the codec's kind K (and decode's accumulate flag) as last arguments. */
+#define LC_CODEC_CODING(t, impl, K)                                            \
     static loom_result_t t##_encode(const loom_codec_t *c, const float *src,   \
                                     size_t count, void *dst, size_t cap,       \
                                     size_t *len)                               \
     {                                                                          \
-        return conv_encode(c, src, count, dst, cap, len, f16);                 \
+        return impl##_encode(c, src, count, dst, cap, len, K);                 \
     }                                                                          \
     static loom_result_t t##_decode(const loom_codec_t *c, const void *src,    \
                                     size_t len, float *dst, size_t count)      \
     {                                                                          \
-        return conv_decode(c, src, len, dst, count, f16, 0);                   \
+        return impl##_decode(c, src, len, dst, count, K, 0);                   \
     }                                                                          \
     static loom_result_t t##_decode_acc(const loom_codec_t *c,                 \
                                         const void *src, size_t len,           \
                                         float *acc, size_t count)              \
     {                                                                          \
-        return conv_decode(c, src, len, acc, count, f16, 1);                   \
-    }                                                                          \
+        return impl##_decode(c, src, len, acc, count, K, 1);                   \
+    }
+
+#define LC_CONV_CODEC(t, f16)                                                  \
+    LC_CODEC_CODING(t, conv, f16)                                              \
     static loom_result_t t##_reduce(const loom_codec_t *c, void *dst,          \
                                     const void *src, size_t len)               \
     {                                                                          \
@@ -663,11 +666,9 @@ static loom_result_t blk_encode(const loom_codec_t *c, const float *src,
 {
     uint32_t B = blk_size(c);
     size_t need = blk_max(c, count, kind);
-    if (!need)
-        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
-                          "codec %s: count %zu is too large", c->name, count);
-    if (capacity < need)
-        return small_capacity(c, capacity, need, count);
+    loom_result_t r = check_room(c, capacity, need, count);
+    if (r != LOOM_SUCCESS)
+        return r;
     unsigned char *p = dst;
     hdr_write(p, blk_id[kind], B, count);
     unsigned char *scales = p + LOOMI_CODEC_HDR_BYTES;
@@ -744,23 +745,7 @@ static loom_result_t blk_decode(const loom_codec_t *c, const void *src,
     {                                                                          \
         return blk_max(c, count, K);                                           \
     }                                                                          \
-    static loom_result_t t##_encode(const loom_codec_t *c, const float *src,   \
-                                    size_t count, void *dst, size_t cap,       \
-                                    size_t *len)                               \
-    {                                                                          \
-        return blk_encode(c, src, count, dst, cap, len, K);                    \
-    }                                                                          \
-    static loom_result_t t##_decode(const loom_codec_t *c, const void *src,    \
-                                    size_t len, float *dst, size_t count)      \
-    {                                                                          \
-        return blk_decode(c, src, len, dst, count, K, 0);                      \
-    }                                                                          \
-    static loom_result_t t##_decode_acc(const loom_codec_t *c,                 \
-                                        const void *src, size_t len,           \
-                                        float *acc, size_t count)              \
-    {                                                                          \
-        return blk_decode(c, src, len, acc, count, K, 1);                      \
-    }                                                                          \
+    LC_CODEC_CODING(t, blk, K)                                                 \
     const loom_codec_t loomi_codec_##t = {                                     \
         sizeof(loom_codec_t), #t, LOOM_CODEC_DECODE_REDUCE, NULL, NULL,        \
         t##_configure, t##_max, t##_encode, t##_decode, t##_decode_acc, NULL};

@@ -16,24 +16,21 @@
 static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 /* Little-endian reads, whatever the alignment. */
-static inline uint64_t rd64(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
+#define HASH_LE(bits, v) __builtin_bswap##bits(v)
+#else
+#define HASH_LE(bits, v) (v)
 #endif
-    return v;
-}
-static inline uint32_t rd32(const unsigned char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
+
+#define HASH_RD(bits)                                                          \
+    static inline uint##bits##_t rd##bits(const unsigned char *p)              \
+    {                                                                          \
+        uint##bits##_t v;                                                      \
+        memcpy(&v, p, bits / 8);                                               \
+        return HASH_LE(bits, v);                                               \
+    }
+HASH_RD(64)
+HASH_RD(32)
 
 static inline uint64_t round64(uint64_t acc, uint64_t in)
 {

@@ -26,11 +26,7 @@ struct loomi_hostmap *loomi_hostmap_build(int nranks, const int *host_of)
     for (int h = 0; h < nh; h++) hs[h + 1] = hs[h] + cnt[h];
     for (int r = 0; r < nranks; r++) hr[hs[ho[r]] + li[r]] = r;
     free(cnt);
-    m->nranks = nranks;
-    m->nhosts = nh;
-    m->host_of = ho;
-    m->local_index = li;
-    m->host_start = hs;
-    m->host_ranks = hr;
+    *m = (struct loomi_hostmap){.nranks = nranks, .nhosts = nh, .host_of = ho,
+                                .local_index = li, .host_start = hs, .host_ranks = hr};
     return m;
 }

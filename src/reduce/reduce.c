@@ -44,7 +44,7 @@ LR_GENERIC4(f64, 8)
 /* Integer avg: C division (truncates toward zero); nranks >= 2, so
  * INT_MIN / -1 cannot happen.  Not vectorised: x86 has no SIMD divide
  * for integers and integer avg is rare. */
-#define LR_GENERIC_IAVG(tag, T, D)                                             \
+#define LR_GENERIC_IAVG(tag, T, utag, U, D)                                    \
     static void gen_##tag##_avg(void *buf, size_t n, int nranks)               \
     {                                                                          \
         unsigned char *p = buf;                                                \
@@ -56,12 +56,7 @@ LR_GENERIC4(f64, 8)
             memcpy(p + i * sizeof x, &x, sizeof x);                            \
         }                                                                      \
     }
-LR_GENERIC_IAVG(i8, int8_t, int)
-LR_GENERIC_IAVG(u8, uint8_t, int)
-LR_GENERIC_IAVG(i32, int32_t, int32_t)
-LR_GENERIC_IAVG(u32, uint32_t, uint32_t)
-LR_GENERIC_IAVG(i64, int64_t, int64_t)
-LR_GENERIC_IAVG(u64, uint64_t, uint64_t)
+LR_INT_TYPES(LR_GENERIC_IAVG)
 
 /* Float avg: divide (not multiply by a reciprocal, which rounds twice). */
 #define LR_GENERIC_FAVG(tag, esz, D)                                           \

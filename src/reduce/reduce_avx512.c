@@ -8,6 +8,8 @@
 #include "reduce_internal.h"
 
 #if LOOMI_REDUCE_X86
+/* Deliberately the same shape as reduce_avx2.c: each ISA file only sets the
+ * LS_* parameters and includes the shared template reduce_simd.h. */
 #include <immintrin.h>
 
 #define LS_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))

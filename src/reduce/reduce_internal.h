@@ -43,33 +43,17 @@ void loomi_reduce_fill_avx512(struct loomi_reduce_table *t);
 
 /* ------------------------------------------------------------ bit casts */
 
-static inline uint32_t lr_fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float lr_bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint64_t lr_dbits(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-
-static inline double lr_bitsd(uint64_t u)
-{
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
+#define LR_BITCAST(name, FROM, TO)                                             \
+    static inline TO name(FROM v)                                              \
+    {                                                                          \
+        TO r;                                                                  \
+        memcpy(&r, &v, sizeof r);                                              \
+        return r;                                                              \
+    }
+LR_BITCAST(lr_fbits, float, uint32_t)
+LR_BITCAST(lr_bitsf, uint32_t, float)
+LR_BITCAST(lr_dbits, double, uint64_t)
+LR_BITCAST(lr_bitsd, uint64_t, double)
 
 /* ---------------------------------------------------------- conversions */
 
@@ -144,91 +128,40 @@ static inline uint16_t lr_f32_to_bf16(float f)
  * their bitwise AND (max) / OR (min), so max(-0, +0) = +0 and
  * min(-0, +0) = -0 whatever the order.
  */
-static inline float lr_maxf(float a, float b)
-{
-    if (a != a || b != b)
-        return a + b;
-    if (a == b)
-        return lr_bitsf(lr_fbits(a) & lr_fbits(b));
-    return a > b ? a : b;
-}
+#define LR_FMINMAX(name, T, BITS, FROMBITS, CMP, BITOP)                        \
+    static inline T name(T a, T b)                                             \
+    {                                                                          \
+        if (a != a || b != b)                                                  \
+            return a + b;                                                      \
+        if (a == b)                                                            \
+            return FROMBITS(BITS(a) BITOP BITS(b));                            \
+        return a CMP b ? a : b;                                                \
+    }
+LR_FMINMAX(lr_maxf, float, lr_fbits, lr_bitsf, >, &)
+LR_FMINMAX(lr_minf, float, lr_fbits, lr_bitsf, <, |)
+LR_FMINMAX(lr_maxd, double, lr_dbits, lr_bitsd, >, &)
+LR_FMINMAX(lr_mind, double, lr_dbits, lr_bitsd, <, |)
 
-static inline float lr_minf(float a, float b)
-{
-    if (a != a || b != b)
-        return a + b;
-    if (a == b)
-        return lr_bitsf(lr_fbits(a) | lr_fbits(b));
-    return a < b ? a : b;
-}
+/* ------------------------------------------------- integer types */
 
-static inline double lr_maxd(double a, double b)
-{
-    if (a != a || b != b)
-        return a + b;
-    if (a == b)
-        return lr_bitsd(lr_dbits(a) & lr_dbits(b));
-    return a > b ? a : b;
-}
-
-static inline double lr_mind(double a, double b)
-{
-    if (a != a || b != b)
-        return a + b;
-    if (a == b)
-        return lr_bitsd(lr_dbits(a) | lr_dbits(b));
-    return a < b ? a : b;
-}
+/* X(tag, T, utag, U, D) for each integer element type: T the type, U its
+ * unsigned twin (tag utag), D the type its avg divides in. */
+#define LR_INT_TYPES(X)                                                        \
+    X(i8, int8_t, u8, uint8_t, int)                                            \
+    X(u8, uint8_t, u8, uint8_t, int)                                           \
+    X(i32, int32_t, u32, uint32_t, int32_t)                                    \
+    X(u32, uint32_t, u32, uint32_t, uint32_t)                                  \
+    X(i64, int64_t, u64, uint64_t, int64_t)                                    \
+    X(u64, uint64_t, u64, uint64_t, uint64_t)
 
 /* ---------------------------------------------- one-element operations */
 
 /* lr_<type>_<op>(dst, a, b) for one element; memcpy because buffers need
- * not be aligned.  Integer sum/prod run on the unsigned type, so they
- * wrap and signed overflow is never undefined. */
-#define LR_SCALAR_INT(tag, T, U)                                               \
-    static inline void lr_##tag##_sum(void *d, const void *a, const void *b)  \
-    {                                                                          \
-        U x, y, r;                                                             \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        r = (U)(x + y);                                                        \
-        memcpy(d, &r, sizeof r);                                               \
-    }                                                                          \
-    static inline void lr_##tag##_prod(void *d, const void *a, const void *b) \
-    {                                                                          \
-        U x, y, r;                                                             \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        r = (U)(x * y);                                                        \
-        memcpy(d, &r, sizeof r);                                               \
-    }                                                                          \
-    static inline void lr_##tag##_max(void *d, const void *a, const void *b)  \
-    {                                                                          \
-        T x, y, r;                                                             \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        r = x > y ? x : y;                                                     \
-        memcpy(d, &r, sizeof r);                                               \
-    }                                                                          \
-    static inline void lr_##tag##_min(void *d, const void *a, const void *b)  \
-    {                                                                          \
-        T x, y, r;                                                             \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        r = x < y ? x : y;                                                     \
-        memcpy(d, &r, sizeof r);                                               \
-    }
-
-LR_SCALAR_INT(i8, int8_t, uint8_t)
-LR_SCALAR_INT(u8, uint8_t, uint8_t)
-LR_SCALAR_INT(i32, int32_t, uint32_t)
-LR_SCALAR_INT(u32, uint32_t, uint32_t)
-LR_SCALAR_INT(i64, int64_t, uint64_t)
-LR_SCALAR_INT(u64, uint64_t, uint64_t)
-
-/* T: storage type; LOAD/STORE convert to/from the compute type C. */
-#define LR_SCALAR_FP1(tag, op, T, C, LOAD, STORE, EXPR)                        \
-    static inline void lr_##tag##_##op(void *d, const void *a, const void *b) \
+ * not be aligned.  T: storage type; LOAD/STORE convert to/from the compute
+ * type C.  Integer sum/prod run on the unsigned type, so they wrap and
+ * signed overflow is never undefined. */
+#define LR_SCALAR1(tag, op, T, C, LOAD, STORE, EXPR)                           \
+    static inline void lr_##tag##_##op(void *d, const void *a, const void *b)  \
     {                                                                          \
         T xs, ys, rs;                                                          \
         memcpy(&xs, a, sizeof xs);                                             \
@@ -237,13 +170,23 @@ LR_SCALAR_INT(u64, uint64_t, uint64_t)
         rs = STORE(EXPR);                                                      \
         memcpy(d, &rs, sizeof rs);                                             \
     }
-#define LR_SCALAR_FP(tag, T, C, LOAD, STORE, MAX, MIN)                         \
-    LR_SCALAR_FP1(tag, sum, T, C, LOAD, STORE, x + y)                          \
-    LR_SCALAR_FP1(tag, prod, T, C, LOAD, STORE, x * y)                         \
-    LR_SCALAR_FP1(tag, max, T, C, LOAD, STORE, MAX(x, y))                      \
-    LR_SCALAR_FP1(tag, min, T, C, LOAD, STORE, MIN(x, y))
 
 #define LR_IDENT(x) (x)
+
+#define LR_SCALAR_INT(tag, T, utag, U, D)                                      \
+    LR_SCALAR1(tag, sum, U, U, LR_IDENT, LR_IDENT, (U)(x + y))                 \
+    LR_SCALAR1(tag, prod, U, U, LR_IDENT, LR_IDENT, (U)(x * y))                \
+    LR_SCALAR1(tag, max, T, T, LR_IDENT, LR_IDENT, x > y ? x : y)              \
+    LR_SCALAR1(tag, min, T, T, LR_IDENT, LR_IDENT, x < y ? x : y)
+
+LR_INT_TYPES(LR_SCALAR_INT)
+
+#define LR_SCALAR_FP(tag, T, C, LOAD, STORE, MAX, MIN)                         \
+    LR_SCALAR1(tag, sum, T, C, LOAD, STORE, x + y)                             \
+    LR_SCALAR1(tag, prod, T, C, LOAD, STORE, x * y)                            \
+    LR_SCALAR1(tag, max, T, C, LOAD, STORE, MAX(x, y))                         \
+    LR_SCALAR1(tag, min, T, C, LOAD, STORE, MIN(x, y))
+
 LR_SCALAR_FP(f32, float, float, LR_IDENT, LR_IDENT, lr_maxf, lr_minf)
 LR_SCALAR_FP(f64, double, double, LR_IDENT, LR_IDENT, lr_maxd, lr_mind)
 LR_SCALAR_FP(f16, uint16_t, float, lr_f16_to_f32, lr_f32_to_f16, lr_maxf,
@@ -252,36 +195,17 @@ LR_SCALAR_FP(bf16, uint16_t, float, lr_bf16_to_f32, lr_f32_to_bf16, lr_maxf,
              lr_minf)
 
 /* One element of the float avg finish: x / nranks in the compute type. */
-static inline void lr_f32_div(void *p, float dv)
-{
-    float x;
-    memcpy(&x, p, sizeof x);
-    x = x / dv;
-    memcpy(p, &x, sizeof x);
-}
-
-static inline void lr_f64_div(void *p, double dv)
-{
-    double x;
-    memcpy(&x, p, sizeof x);
-    x = x / dv;
-    memcpy(p, &x, sizeof x);
-}
-
-static inline void lr_f16_div(void *p, float dv)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    h = lr_f32_to_f16(lr_f16_to_f32(h) / dv);
-    memcpy(p, &h, sizeof h);
-}
-
-static inline void lr_bf16_div(void *p, float dv)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    h = lr_f32_to_bf16(lr_bf16_to_f32(h) / dv);
-    memcpy(p, &h, sizeof h);
-}
+#define LR_DIV(tag, T, D, LOAD, STORE)                                         \
+    static inline void lr_##tag##_div(void *p, D dv)                           \
+    {                                                                          \
+        T x;                                                                   \
+        memcpy(&x, p, sizeof x);                                               \
+        x = STORE(LOAD(x) / dv);                                               \
+        memcpy(p, &x, sizeof x);                                               \
+    }
+LR_DIV(f32, float, float, LR_IDENT, LR_IDENT)
+LR_DIV(f64, double, double, LR_IDENT, LR_IDENT)
+LR_DIV(f16, uint16_t, float, lr_f16_to_f32, lr_f32_to_f16)
+LR_DIV(bf16, uint16_t, float, lr_bf16_to_f32, lr_f32_to_bf16)
 
 #endif

@@ -70,54 +70,32 @@ typedef unsigned char uc;
 
 /* ----------------------------------------------------------- integers */
 
-/* VS compares with the element's signedness; VU does the wrapping
- * arithmetic (unsigned, so signed overflow is defined). */
-#define LS_INT(tag, VS, VU)                                                    \
-    static inline LS_TARGET void ls_##tag##_sum(uc *d, const uc *a,            \
-                                                const uc *b)                   \
-    {                                                                          \
-        VU x, y, r;                                                            \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        r = x + y;                                                             \
-        memcpy(d, &r, sizeof r);                                               \
-    }                                                                          \
-    static inline LS_TARGET void ls_##tag##_prod(uc *d, const uc *a,           \
+/* One vector step: ls_<tag>_<op>(d, a, b) sets d = EXPR of x (at a) and y
+ * (at b), each a V. */
+#define LS_V1(tag, op, V, EXPR)                                                \
+    static inline LS_TARGET void ls_##tag##_##op(uc *d, const uc *a,           \
                                                  const uc *b)                  \
     {                                                                          \
-        VU x, y, r;                                                            \
+        V x, y, r;                                                             \
         memcpy(&x, a, sizeof x);                                               \
         memcpy(&y, b, sizeof y);                                               \
-        r = x * y;                                                             \
-        memcpy(d, &r, sizeof r);                                               \
-    }                                                                          \
-    static inline LS_TARGET void ls_##tag##_max(uc *d, const uc *a,            \
-                                                const uc *b)                   \
-    {                                                                          \
-        VS x, y, r, m;                                                         \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        m = (VS)(x > y);                                                       \
-        r = (x & m) | (y & ~m);                                                \
-        memcpy(d, &r, sizeof r);                                               \
-    }                                                                          \
-    static inline LS_TARGET void ls_##tag##_min(uc *d, const uc *a,            \
-                                                const uc *b)                   \
-    {                                                                          \
-        VS x, y, r, m;                                                         \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        m = (VS)(x < y);                                                       \
-        r = (x & m) | (y & ~m);                                                \
+        r = EXPR;                                                              \
         memcpy(d, &r, sizeof r);                                               \
     }
 
-LS_INT(i8, vi8, vu8)
-LS_INT(u8, vu8, vu8)
-LS_INT(i32, vi32, vu32)
-LS_INT(u32, vu32, vu32)
-LS_INT(i64, vi64, vu64)
-LS_INT(u64, vu64, vu64)
+/* x or y, lane by lane, by the mask of x CMP y. */
+#define LS_SEL(V, CMP) ((x & (V)(x CMP y)) | (y & ~(V)(x CMP y)))
+
+/* VS compares with the element's signedness; VU does the wrapping
+ * arithmetic (unsigned, so signed overflow is defined). */
+#define LS_INT(tag, VS, VU)                                                    \
+    LS_V1(tag, sum, VU, x + y)                                                 \
+    LS_V1(tag, prod, VU, x * y)                                                \
+    LS_V1(tag, max, VS, LS_SEL(VS, >))                                         \
+    LS_V1(tag, min, VS, LS_SEL(VS, <))
+
+#define LS_INT_X(tag, T, utag, U, D) LS_INT(tag, v##tag, v##utag)
+LR_INT_TYPES(LS_INT_X)
 
 /* ------------------------------------------------------ float min/max */
 
@@ -142,24 +120,14 @@ LS_FMINMAX(ls_mind, vf64, vi64, <, |)
 
 /* ------------------------------------------------------ fp32 and fp64 */
 
-#define LS_FP1(tag, op, VF, EXPR)                                              \
-    static inline LS_TARGET void ls_##tag##_##op(uc *d, const uc *a,           \
-                                                 const uc *b)                  \
-    {                                                                          \
-        VF x, y, r;                                                            \
-        memcpy(&x, a, sizeof x);                                               \
-        memcpy(&y, b, sizeof y);                                               \
-        r = EXPR;                                                              \
-        memcpy(d, &r, sizeof r);                                               \
-    }
-LS_FP1(f32, sum, vf32, x + y)
-LS_FP1(f32, prod, vf32, x * y)
-LS_FP1(f32, max, vf32, ls_maxf(x, y))
-LS_FP1(f32, min, vf32, ls_minf(x, y))
-LS_FP1(f64, sum, vf64, x + y)
-LS_FP1(f64, prod, vf64, x * y)
-LS_FP1(f64, max, vf64, ls_maxd(x, y))
-LS_FP1(f64, min, vf64, ls_mind(x, y))
+LS_V1(f32, sum, vf32, x + y)
+LS_V1(f32, prod, vf32, x * y)
+LS_V1(f32, max, vf32, ls_maxf(x, y))
+LS_V1(f32, min, vf32, ls_minf(x, y))
+LS_V1(f64, sum, vf64, x + y)
+LS_V1(f64, prod, vf64, x * y)
+LS_V1(f64, max, vf64, ls_maxd(x, y))
+LS_V1(f64, min, vf64, ls_mind(x, y))
 
 /* ---------------------------------------------------------------- fp16 */
 

@@ -721,24 +721,36 @@ static loom_result_t op_result(struct loomi_op *op)
     return r;
 }
 
-static loom_result_t op_wait(struct loomi_op *op)
+static int any_finished(struct loomi_op *const *ops, int n)
 {
-    struct loomi_engine *e = op->eng;
-    while (!op->finished) {
+    for (int i = 0; i < n; i++)
+        if (ops[i] && ops[i]->finished) return 1;
+    return 0;
+}
+
+/* Drive e (locked) until op is finished or, op NULL, one of ops (all of
+ * e): progress is op's steps done, or with ops any transfer completed.
+ * Inlined into both callers, so each keeps its own tight polling loop. */
+static inline __attribute__((always_inline)) void drive(struct loomi_engine *e,
+                                                        struct loomi_op *op,
+                                                        struct loomi_op *const *ops, int n)
+{
+#define DRIVE_DONE() (op ? op->finished : any_finished(ops, n))
+    while (!DRIVE_DONE()) {
         /* Work or a failure may already be pending (a send that failed
          * while it was posted): act on it before sleeping on sockets that
          * may all be closed by now. */
         engine_advance(e);
-        if (op->finished) break;
+        if (DRIVE_DONE()) break;
         /* Poll without sleeping for up to spin_us after the last progress:
          * a sleep and wake-up costs more than the wait when cores are free. */
         if (e->set->spin_us) {
             uint64_t t0 = 0; /* when the current idle stretch began; 0: unknown */
             unsigned idle = 0;
-            while (!op->finished) {
-                uint32_t before = op->ndone;
+            while (!DRIVE_DONE()) {
+                uint64_t before = op ? op->ndone : e->xfer_events;
                 engine_round(e, 0);
-                if (op->ndone != before) {
+                if ((op ? op->ndone : e->xfer_events) != before) {
                     idle = 0;
                     t0 = 0;
                     continue;
@@ -754,10 +766,16 @@ static loom_result_t op_wait(struct loomi_op *op)
                     else if (now - t0 >= (uint64_t)e->set->spin_us * 1000u) break;
                 }
             }
-            if (op->finished) break;
+            if (DRIVE_DONE()) break;
         }
         engine_round(e, ms_to_deadline(e));
     }
+#undef DRIVE_DONE
+}
+
+static loom_result_t op_wait(struct loomi_op *op)
+{
+    drive(op->eng, op, NULL, 0);
     return op_result(op);
 }
 
@@ -800,42 +818,10 @@ struct loomi_op *loomi_request_op(loom_request_t req, enum loomi_handle_state *w
 
 /* ------------------------------------------------------- wait for any */
 
-static int any_finished(struct loomi_op *const *ops, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (ops[i] && ops[i]->finished) return 1;
-    return 0;
-}
-
-/* Drive c (locked) until one of ops (all of c) is finished: loomi_op_wait's
- * loop, watching several operations. */
+/* Drive c (locked) until one of ops (all of c) is finished. */
 static void wait_some(struct loomi_engine *e, struct loomi_op *const *ops, int n)
 {
-    while (!any_finished(ops, n)) {
-        engine_advance(e);
-        if (any_finished(ops, n)) break;
-        if (e->set->spin_us) {
-            uint64_t t0 = 0;
-            unsigned idle = 0;
-            while (!any_finished(ops, n)) {
-                uint64_t before = e->xfer_events;
-                engine_round(e, 0);
-                if (e->xfer_events != before) {
-                    idle = 0;
-                    t0 = 0;
-                    continue;
-                }
-                if (e->oversubscribed || idle % 64 == 63) sched_yield();
-                if (++idle % 8 == 0) {
-                    uint64_t now = loomi_now_ns();
-                    if (!t0) t0 = now;
-                    else if (now - t0 >= (uint64_t)e->set->spin_us * 1000u) break;
-                }
-            }
-            if (any_finished(ops, n)) break;
-        }
-        engine_round(e, ms_to_deadline(e));
-    }
+    drive(e, NULL, ops, n);
 }
 
 /* Is ops[i] finished?  Drives its communicator one round first if not. */

@@ -52,102 +52,94 @@ uint32_t loomi_sched_add(struct loomi_sched *s, const struct loomi_step *st,
     return i;
 }
 
-static struct loomi_step mk(int kind)
+/* A step on up to three buffers (dst, src, src2), all else zero but peer, -1; an unused
+   buffer is given as buffer 0 at offset 0. */
+static struct loomi_step mk3(int kind, int dst, size_t dst_off, int src, size_t src_off,
+                             int src2, size_t src2_off, size_t count)
 {
     struct loomi_step st;
     memset(&st, 0, sizeof st);
     st.kind = (uint8_t)kind;
     st.peer = -1;
+    st.dst = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src = (uint8_t)src;
+    st.src_off = src_off;
+    st.src2 = (uint8_t)src2;
+    st.src2_off = src2_off;
+    st.count = count;
     return st;
+}
+
+static uint32_t add_p2p(struct loomi_sched *s, struct loomi_step st, int peer, uint32_t tag,
+                        const uint32_t *deps, int ndeps)
+{
+    st.peer = peer;
+    st.tag = tag;
+    return loomi_sched_add(s, &st, deps, ndeps);
 }
 
 uint32_t loomi_sched_send(struct loomi_sched *s, int peer, uint32_t tag, int buf,
                           size_t off, size_t count, const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_SEND);
-    st.peer = peer;
-    st.tag = tag;
-    st.src = (uint8_t)buf;
-    st.src_off = off;
-    st.count = count;
-    return loomi_sched_add(s, &st, deps, ndeps);
+    return add_p2p(s, mk3(LOOMI_STEP_SEND, 0, 0, buf, off, 0, 0, count), peer, tag, deps,
+                   ndeps);
 }
 
 uint32_t loomi_sched_recv(struct loomi_sched *s, int peer, uint32_t tag, int buf,
                           size_t off, size_t count, const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_RECV);
-    st.peer = peer;
-    st.tag = tag;
-    st.dst = (uint8_t)buf;
-    st.dst_off = off;
-    st.count = count;
-    return loomi_sched_add(s, &st, deps, ndeps);
+    return add_p2p(s, mk3(LOOMI_STEP_RECV, buf, off, 0, 0, 0, 0, count), peer, tag, deps,
+                   ndeps);
 }
 
 uint32_t loomi_sched_reduce(struct loomi_sched *s, int dst, size_t dst_off, int a,
                             size_t a_off, int b, size_t b_off, size_t count,
                             const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_REDUCE);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.src = (uint8_t)a;
-    st.src_off = a_off;
-    st.src2 = (uint8_t)b;
-    st.src2_off = b_off;
-    st.count = count;
+    struct loomi_step st = mk3(LOOMI_STEP_REDUCE, dst, dst_off, a, a_off, b, b_off, count);
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
-static struct loomi_step copy_step(int dst, size_t dst_off, int src, size_t src_off,
-                                   size_t count)
+/* A copy; src2 is the copy's second destination (ALSO) or save buffer (SAVE). */
+static uint32_t add_copy(struct loomi_sched *s, unsigned flags, int dst, size_t dst_off,
+                         int src, size_t src_off, int src2, size_t src2_off, size_t count,
+                         const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_COPY);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.src = (uint8_t)src;
-    st.src_off = src_off;
-    st.count = count;
-    return st;
+    struct loomi_step st =
+        mk3(LOOMI_STEP_COPY, dst, dst_off, src, src_off, src2, src2_off, count);
+    st.flags = flags;
+    return loomi_sched_add(s, &st, deps, ndeps);
 }
 
 uint32_t loomi_sched_copy(struct loomi_sched *s, int dst, size_t dst_off, int src,
                           size_t src_off, size_t count, const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
-    return loomi_sched_add(s, &st, deps, ndeps);
+    return add_copy(s, 0, dst, dst_off, src, src_off, 0, 0, count, deps, ndeps);
 }
 
 uint32_t loomi_sched_copy_stream(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                  size_t src_off, size_t count, const uint32_t *deps,
                                  int ndeps)
 {
-    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
-    st.flags = LOOMI_COPY_STREAM;
-    return loomi_sched_add(s, &st, deps, ndeps);
+    return add_copy(s, LOOMI_COPY_STREAM, dst, dst_off, src, src_off, 0, 0, count, deps,
+                    ndeps);
 }
 
 uint32_t loomi_sched_copy_save(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                size_t src_off, int save, size_t save_off, size_t count,
                                const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
-    st.src2 = (uint8_t)save;
-    st.src2_off = save_off;
-    st.flags = LOOMI_COPY_SAVE;
-    return loomi_sched_add(s, &st, deps, ndeps);
+    return add_copy(s, LOOMI_COPY_SAVE, dst, dst_off, src, src_off, save, save_off, count,
+                    deps, ndeps);
 }
 
 uint32_t loomi_sched_copy2(struct loomi_sched *s, int dst, size_t dst_off, int dst2,
                            size_t dst2_off, int src, size_t src_off, size_t count,
                            const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = copy_step(dst, dst_off, src, src_off, count);
-    st.src2 = (uint8_t)dst2;
-    st.src2_off = dst2_off;
-    st.flags = LOOMI_COPY_ALSO;
-    return loomi_sched_add(s, &st, deps, ndeps);
+    return add_copy(s, LOOMI_COPY_ALSO, dst, dst_off, src, src_off, dst2, dst2_off, count,
+                    deps, ndeps);
 }
 
 static int in_range(const struct loomi_sched *s, int buf, size_t off, size_t bytes)
@@ -268,10 +260,7 @@ void loomi_sched_free(struct loomi_sched *s)
 uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t count,
                          const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_AVG);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.count = count;
+    struct loomi_step st = mk3(LOOMI_STEP_AVG, dst, dst_off, 0, 0, 0, 0, count);
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
@@ -293,13 +282,8 @@ uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n)
 uint32_t loomi_sched_expect(struct loomi_sched *s, int a, size_t a_off, int b, size_t b_off,
                             size_t count, int peer, const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_EXPECT);
-    st.src = (uint8_t)a;
-    st.src_off = a_off;
-    st.src2 = (uint8_t)b;
-    st.src2_off = b_off;
+    struct loomi_step st = mk3(LOOMI_STEP_EXPECT, 0, 0, a, a_off, b, b_off, count);
     st.peer = peer;
-    st.count = count;
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
@@ -307,15 +291,9 @@ uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_of
                                    size_t src_off, size_t arena_off, int skip, size_t count,
                                    const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_REDUCE_SHARED);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.src = (uint8_t)src;
-    st.src_off = src_off;
-    st.src2 = LOOMI_BUF_SHARED;
-    st.src2_off = arena_off;
+    struct loomi_step st = mk3(LOOMI_STEP_REDUCE_SHARED, dst, dst_off, src, src_off,
+                               LOOMI_BUF_SHARED, arena_off, count);
     st.peer = skip;
-    st.count = count;
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
@@ -330,27 +308,15 @@ uint32_t loomi_sched_encode(struct loomi_sched *s, int dst, size_t dst_off, int 
                             size_t src_off, size_t count, unsigned flags, int dec,
                             size_t dec_off, const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_ENCODE);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.src = (uint8_t)src;
-    st.src_off = src_off;
-    st.src2 = (uint8_t)dec;
-    st.src2_off = dec_off;
+    struct loomi_step st = mk3(LOOMI_STEP_ENCODE, dst, dst_off, src, src_off, dec, dec_off, count);
     st.flags = flags;
-    st.count = count;
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
 uint32_t loomi_sched_decode(struct loomi_sched *s, int dst, size_t dst_off, int src,
                             size_t src_off, size_t count, const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_DECODE);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.src = (uint8_t)src;
-    st.src_off = src_off;
-    st.count = count;
+    struct loomi_step st = mk3(LOOMI_STEP_DECODE, dst, dst_off, src, src_off, 0, 0, count);
     return loomi_sched_add(s, &st, deps, ndeps);
 }
 
@@ -358,13 +324,7 @@ uint32_t loomi_sched_decode_acc(struct loomi_sched *s, int dst, size_t dst_off, 
                                 size_t base_off, int src, size_t src_off, size_t count,
                                 const uint32_t *deps, int ndeps)
 {
-    struct loomi_step st = mk(LOOMI_STEP_DECODE_ACC);
-    st.dst = (uint8_t)dst;
-    st.dst_off = dst_off;
-    st.src = (uint8_t)src;
-    st.src_off = src_off;
-    st.src2 = (uint8_t)base;
-    st.src2_off = base_off;
-    st.count = count;
+    struct loomi_step st =
+        mk3(LOOMI_STEP_DECODE_ACC, dst, dst_off, src, src_off, base, base_off, count);
     return loomi_sched_add(s, &st, deps, ndeps);
 }

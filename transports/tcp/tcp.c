@@ -413,8 +413,9 @@ static struct stream *least_loaded(struct tcp *t, struct peer *p)
     return best;
 }
 
-/* The peer a new transfer goes to or comes from, or NULL (error set) when
- * it cannot: a bad rank, or a peer failed or gone. */
+/* The peer a new transfer goes to or comes from, the transfer noted
+ * (note_op), or NULL (error set) when it cannot: a bad rank, or a peer
+ * failed or gone. */
 static struct peer *xfer_peer(struct tcp *t, struct loomi_xfer *x, loom_result_t *r)
 {
     if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank) {
@@ -429,6 +430,11 @@ static struct peer *xfer_peer(struct tcp *t, struct loomi_xfer *x, loom_result_t
     }
     x->t_done = 0;
     x->t_posted = 0;
+    note_op(t, x);
+    if (p->failed) {
+        *r = loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d failed", x->peer);
+        return NULL;
+    }
     return p;
 }
 
@@ -438,8 +444,6 @@ static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
-    note_op(t, x);
-    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d failed", x->peer);
     size_t npieces = 1;
     if (x->len > SPLIT_MIN && t->nstreams > 1) {
         npieces = (size_t)t->nstreams;
@@ -722,8 +726,6 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
-    note_op(t, x);
-    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d failed", x->peer);
     p->nposted++;
     struct unexp *u = find_unexp(p, x->tag, NULL);
     if (u && u->chk != x->chk) {
