@@ -102,6 +102,16 @@ static void close_peer(struct peer *p)
     p->in_len = p->in_cap = p->out_off = p->out_len = p->out_cap = 0;
 }
 
+/* p said goodbye before its connection ended: a departure, not a
+ * failure (nothing is revoked), but it is out of later membership. */
+static void depart_peer(struct loomi_ctrl *c, struct peer *p)
+{
+    close_peer(p);
+    p->failed = 1;
+    c->gen++;
+    pthread_cond_broadcast(&c->cv);
+}
+
 /* Send what is queued to p without blocking: 0 when all of it went, 1
  * when the socket is full, -1 when it broke (errno says why). */
 static int send_queued(struct peer *p)
@@ -369,10 +379,7 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
     /* A goodbye makes it a departure, not a failure (nothing is
      * revoked), but it is out of later membership. */
     if (p->bye) {
-        close_peer(p);
-        p->failed = 1;
-        c->gen++;
-        pthread_cond_broadcast(&c->cv);
+        depart_peer(c, p);
         return;
     }
     snprintf(err, sizeof err, "its control connection broke (%s)",
@@ -393,10 +400,7 @@ static void peer_write(struct loomi_ctrl *c, int q)
         peer_read(c, q, loomi_now_ms());
         if (p->fd < 0) return; /* peer_read saw the end: departed or failed */
         if (p->bye) {
-            close_peer(p);
-            p->failed = 1;
-            c->gen++;
-            pthread_cond_broadcast(&c->cv);
+            depart_peer(c, p);
             return;
         }
         char err[96];
