@@ -432,6 +432,28 @@ static int no_hello(const struct peer *p)
     return p->want && atomic_load_explicit(&p->in_ctl->hello, memory_order_acquire) == 0;
 }
 
+/* One more turn of a connect wait that still misses the peers pick
+ * names: a short pause, or why it gives up (the guard stopped it, or the
+ * deadline passed: "shm: <who_pre><ranks><who_post> before the
+ * deadline"). */
+static loom_result_t wait_more(const struct shm *t, uint64_t deadline_ms,
+                               int (*pick)(const struct peer *), const char *what,
+                               const char *who_pre, const char *who_post)
+{
+    char why[200];
+    if (loomi_guard_stop(why, sizeof why))
+        return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: waiting for %s; gave up: %s", what,
+                          why);
+    if (loomi_ms_left(deadline_ms) == 0) {
+        char who[256];
+        list_ranks(who, sizeof who, t, pick);
+        return loomi_fail(LOOM_ERR_TIMEOUT, t->ctx.rank, "shm: %s%s%s before the deadline",
+                          who_pre, who, who_post);
+    }
+    pause_short();
+    return LOOM_SUCCESS;
+}
+
 static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, size_t addr_len,
                                      uint64_t deadline_ms)
 {
@@ -476,19 +498,9 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
             missing += rc;
         }
         if (!missing) break;
-        char why[200];
-        if (loomi_guard_stop(why, sizeof why))
-            return loomi_fail(LOOM_ERR_REMOTE, me, "shm: waiting for the peers' segments; gave "
-                              "up: %s", why);
-        if (loomi_ms_left(deadline_ms) == 0) {
-            char who[256];
-            list_ranks(who, sizeof who, t, not_mapped);
-            return loomi_fail(LOOM_ERR_TIMEOUT, me,
-                              "shm: the shared-memory segments of rank(s) %s were not ready "
-                              "before the deadline",
-                              who);
-        }
-        pause_short();
+        r = wait_more(t, deadline_ms, not_mapped, "the peers' segments",
+                      "the shared-memory segments of rank(s) ", " were not ready");
+        if (r != LOOM_SUCCESS) return r;
     }
     for (;;) {
         int missing = 0;
@@ -507,19 +519,9 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
                                   q, (int)p->pid);
         }
         if (!missing) break;
-        char why[200];
-        if (loomi_guard_stop(why, sizeof why))
-            return loomi_fail(LOOM_ERR_REMOTE, me, "shm: waiting for the peers to map this "
-                              "rank's segment; gave up: %s", why);
-        if (loomi_ms_left(deadline_ms) == 0) {
-            char who[256];
-            list_ranks(who, sizeof who, t, no_hello);
-            return loomi_fail(LOOM_ERR_TIMEOUT, me,
-                              "shm: rank(s) %s did not map this rank's shared-memory segment "
-                              "before the deadline",
-                              who);
-        }
-        pause_short();
+        r = wait_more(t, deadline_ms, no_hello, "the peers to map this rank's segment",
+                      "rank(s) ", " did not map this rank's shared-memory segment");
+        if (r != LOOM_SUCCESS) return r;
     }
     /* Every peer has it mapped: the name can go, so a crash from now on
      * leaves nothing in /dev/shm.  (Between create and here a crash leaves
