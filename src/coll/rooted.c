@@ -75,14 +75,25 @@ static int fan_in(struct loomi_sched *s, uint32_t *d, int n)
     return n;
 }
 
+/* The locals every tree generator starts from, once its begin has
+ * checked the arguments: p ranks, this rank r, the root, v = r relative
+ * to the root, the element size es and the count n. */
+#define ROOTED_VIEW                                             \
+    const int p = s->nranks, r = s->rank, root = a->root;      \
+    const int v = loomi_mod(r - root, p), isroot = r == root; \
+    const size_t es = s->esize, n = a->count
+
 /* ------------------------------------------------------------ broadcast */
 
-/* Buffers and the cases both broadcasts share.  The root sends from the
- * caller's data directly (*src); out of place, its copy into RECV runs
- * alongside.  Returns 1 when that completes the schedule (count 0, or
- * one rank). */
-static int bcast_begin(struct loomi_sched *s, const struct loomi_coll_args *a, int *src)
+/* The check, buffers and cases both broadcasts share.  The root sends
+ * from the caller's data directly (*src); out of place, its copy into
+ * RECV runs alongside.  Returns 1 when that completes the schedule
+ * (count 0, one rank, or an error: *rc says which). */
+static int bcast_begin(struct loomi_sched *s, const struct loomi_coll_args *a, int *src,
+                       loom_result_t *rc)
 {
+    *rc = check_root(s, a, "broadcast");
+    if (*rc != LOOM_SUCCESS) return 1;
     const int isroot = s->rank == a->root, copy = isroot && !a->inplace;
     const size_t n = a->count;
     s->buf_bytes[SEND_B] = copy ? n * s->esize : 0;
@@ -97,13 +108,10 @@ static int bcast_begin(struct loomi_sched *s, const struct loomi_coll_args *a, i
  * of the whole message's. */
 loom_result_t loomi_gen_broadcast_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_root(s, a, "broadcast");
-    if (rc != LOOM_SUCCESS) return rc;
+    loom_result_t rc;
     int src;
-    if (bcast_begin(s, a, &src)) return LOOM_SUCCESS;
-    const int p = s->nranks, r = s->rank, root = a->root;
-    const int v = loomi_mod(r - root, p), isroot = r == root;
-    const size_t es = s->esize, n = a->count;
+    if (bcast_begin(s, a, &src, &rc)) return rc;
+    ROOTED_VIEW;
     const size_t C = nchunks(n, es, a->chunk_bytes);
     const int parent = to_abs(parent_of(v), root, p), m0 = child_mask(v, p);
     for (size_t c = 0; c < C; c++) {
@@ -127,13 +135,10 @@ loom_result_t loomi_gen_broadcast_tree(struct loomi_sched *s, const struct loomi
  */
 loom_result_t loomi_gen_broadcast_sag(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_root(s, a, "broadcast");
-    if (rc != LOOM_SUCCESS) return rc;
+    loom_result_t rc;
     int src;
-    if (bcast_begin(s, a, &src)) return LOOM_SUCCESS;
-    const int p = s->nranks, r = s->rank, root = a->root;
-    const int v = loomi_mod(r - root, p), isroot = r == root;
-    const size_t es = s->esize, n = a->count;
+    if (bcast_begin(s, a, &src, &rc)) return rc;
+    ROOTED_VIEW;
     const struct loomi_seg g = loomi_seg_make(n, p);
     const int sub = subtree(v, p);
 
@@ -177,17 +182,22 @@ loom_result_t loomi_gen_broadcast_sag(struct loomi_sched *s, const struct loomi_
 
 /* --------------------------------------------------------------- reduce */
 
-/* p == 1: the result is the input. */
-static loom_result_t reduce_single(struct loomi_sched *s, const struct loomi_coll_args *a)
+/* The check, buffers and cases both reduces share.  Returns 1 when that
+ * completes the schedule (count 0; one rank, where the result is the
+ * input; or an error: *rc says which). */
+static int reduce_begin(struct loomi_sched *s, const struct loomi_coll_args *a, loom_result_t *rc)
 {
-    if (!a->inplace) loomi_sched_copy(s, RECV_B, 0, SEND_B, 0, a->count, NULL, 0);
-    return LOOM_SUCCESS;
-}
-
-static void reduce_extents(struct loomi_sched *s, const struct loomi_coll_args *a, int isroot)
-{
+    *rc = check_root(s, a, "reduce");
+    if (*rc != LOOM_SUCCESS) return 1;
+    const int isroot = s->rank == a->root;
     s->buf_bytes[SEND_B] = isroot && a->inplace ? 0 : a->count * s->esize;
     s->buf_bytes[RECV_B] = isroot ? a->count * s->esize : 0;
+    if (!a->count) return 1;
+    if (s->nranks == 1) {
+        if (!a->inplace) loomi_sched_copy(s, RECV_B, 0, SEND_B, 0, a->count, NULL, 0);
+        return 1;
+    }
+    return 0;
 }
 
 /*
@@ -199,14 +209,9 @@ static void reduce_extents(struct loomi_sched *s, const struct loomi_coll_args *
  */
 loom_result_t loomi_gen_reduce_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_root(s, a, "reduce");
-    if (rc != LOOM_SUCCESS) return rc;
-    const int p = s->nranks, r = s->rank, root = a->root;
-    const int v = loomi_mod(r - root, p), isroot = r == root;
-    const size_t es = s->esize, n = a->count;
-    reduce_extents(s, a, isroot);
-    if (!n) return LOOM_SUCCESS;
-    if (p == 1) return reduce_single(s, a);
+    loom_result_t rc;
+    if (reduce_begin(s, a, &rc)) return rc;
+    ROOTED_VIEW;
     const int in = isroot && a->inplace ? RECV_B : SEND_B;
     const int parent = to_abs(parent_of(v), root, p);
     const size_t C = nchunks(n, es, a->chunk_bytes);
@@ -262,14 +267,9 @@ loom_result_t loomi_gen_reduce_tree(struct loomi_sched *s, const struct loomi_co
  */
 loom_result_t loomi_gen_reduce_sag(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_root(s, a, "reduce");
-    if (rc != LOOM_SUCCESS) return rc;
-    const int p = s->nranks, r = s->rank, root = a->root;
-    const int v = loomi_mod(r - root, p), isroot = r == root;
-    const size_t es = s->esize, n = a->count;
-    reduce_extents(s, a, isroot);
-    if (!n) return LOOM_SUCCESS;
-    if (p == 1) return reduce_single(s, a);
+    loom_result_t rc;
+    if (reduce_begin(s, a, &rc)) return rc;
+    ROOTED_VIEW;
     const struct loomi_seg g = loomi_seg_make(n, p);
     const size_t maxseg = g.base + (g.rem ? 1 : 0);
     const size_t C = nchunks(maxseg, es, a->chunk_bytes), maxc = (maxseg + C - 1) / C;
@@ -358,6 +358,28 @@ static loom_result_t check_blocks(const struct loomi_sched *s, const struct loom
     return LOOM_SUCCESS;
 }
 
+/* The check, buffers and cases all gathers (gather != 0) and scatters
+ * share: the root's p blocks are in RECV for a gather, in SEND for a
+ * scatter; out of place, the root copies its own block first.  Returns 1
+ * when that completes the schedule (count 0, one rank, or an error: *rc
+ * says which). */
+static int blocks_begin(struct loomi_sched *s, const struct loomi_coll_args *a, int gather,
+                        loom_result_t *rc)
+{
+    *rc = check_blocks(s, a, gather ? "gather" : "scatter");
+    if (*rc != LOOM_SUCCESS) return 1;
+    const int p = s->nranks, r = s->rank, isroot = r == a->root;
+    const size_t n = a->count, bb = n * s->esize;
+    const size_t all = isroot ? (size_t)p * bb : 0, own = isroot && a->inplace ? 0 : bb;
+    s->buf_bytes[SEND_B] = gather ? own : all;
+    s->buf_bytes[RECV_B] = gather ? all : own;
+    if (!n) return 1;
+    if (isroot && !a->inplace)
+        loomi_sched_copy(s, RECV_B, gather ? (size_t)r * bb : 0, SEND_B,
+                         gather ? 0 : (size_t)r * bb, n, NULL, 0);
+    return p == 1;
+}
+
 /* Blocks [w, w+sw) of relative ranks, as the root's absolute blocks: the
  * first message covers blocks A.. up to rank p-1, the second (when the
  * range wraps) starts at block 0.  *n2 = 0 when there is no second. */
@@ -368,37 +390,50 @@ static void root_split(int w, int sw, int root, int p, int *A, int *n1, int *n2)
     *n2 = sw - *n1;
 }
 
-/* Binomial gather: a rank collects its subtree's blocks in SCRATCH (in
- * relative order, its own first) and passes them up as one message. */
-loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+/* blocks_begin, and what a binomial gather or scatter does the same
+ * way: the root's whole part (per child, largest subtree first, the
+ * blocks of the child's subtree, in one message or, where the range
+ * wraps, two), a leaf's (its own block, straight from SEND or into RECV)
+ * and the SCRATCH others keep their subtree's blocks in. */
+static int tree_begin(struct loomi_sched *s, const struct loomi_coll_args *a, int gather,
+                      loom_result_t *rc)
 {
-    loom_result_t rc = check_blocks(s, a, "gather");
-    if (rc != LOOM_SUCCESS) return rc;
-    const int p = s->nranks, r = s->rank, root = a->root;
-    const int v = loomi_mod(r - root, p), isroot = r == root;
-    const size_t es = s->esize, n = a->count, bb = n * es;
-    s->buf_bytes[SEND_B] = isroot && a->inplace ? 0 : bb;
-    s->buf_bytes[RECV_B] = isroot ? (size_t)p * bb : 0;
-    if (!n) return LOOM_SUCCESS;
-    if (isroot && !a->inplace) loomi_sched_copy(s, RECV_B, (size_t)r * bb, SEND_B, 0, n, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
-    int A, n1, n2;
-    if (isroot) {
+    if (blocks_begin(s, a, gather, rc)) return 1;
+    const int p = s->nranks, root = a->root, v = loomi_mod(s->rank - root, p);
+    const size_t n = a->count, bb = n * s->esize;
+    uint32_t (*const xfer)(struct loomi_sched *, int, uint32_t, int, size_t, size_t,
+                           const uint32_t *, int) = gather ? loomi_sched_recv : loomi_sched_send;
+    if (v == 0) {
+        const int buf = gather ? RECV_B : SEND_B;
+        int A, n1, n2;
         for (int m = child_mask(v, p); m; m /= 2) {
             int w = v + m;
             root_split(w, subtree(w, p), root, p, &A, &n1, &n2);
             int peer = to_abs(w, root, p);
-            loomi_sched_recv(s, peer, 0, RECV_B, (size_t)A * bb, (size_t)n1 * n, NULL, 0);
-            if (n2) loomi_sched_recv(s, peer, 1, RECV_B, 0, (size_t)n2 * n, NULL, 0);
+            xfer(s, peer, 0, buf, (size_t)A * bb, (size_t)n1 * n, NULL, 0);
+            if (n2) xfer(s, peer, 1, buf, 0, (size_t)n2 * n, NULL, 0);
         }
-        return LOOM_SUCCESS;
+        return 1;
     }
-    const int sub = subtree(v, p), pv = parent_of(v), parent = to_abs(pv, root, p);
-    if (sub == 1) { /* a leaf: its own block, straight from SEND */
-        loomi_sched_send(s, parent, 0, SEND_B, 0, n, NULL, 0);
-        return LOOM_SUCCESS;
+    const int sub = subtree(v, p), parent = to_abs(parent_of(v), root, p);
+    if (sub == 1) {
+        if (gather) loomi_sched_send(s, parent, 0, SEND_B, 0, n, NULL, 0);
+        else loomi_sched_recv(s, parent, 0, RECV_B, 0, n, NULL, 0);
+        return 1;
     }
     s->buf_bytes[SCR_B] = (size_t)sub * bb;
+    return 0;
+}
+
+/* Binomial gather: a rank collects its subtree's blocks in SCRATCH (in
+ * relative order, its own first) and passes them up as one message. */
+loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    loom_result_t rc;
+    if (tree_begin(s, a, 1, &rc)) return rc;
+    const int p = s->nranks, root = a->root, v = loomi_mod(s->rank - root, p);
+    const size_t n = a->count, bb = n * s->esize;
+    const int sub = subtree(v, p), pv = parent_of(v), parent = to_abs(pv, root, p);
     uint32_t d[33];
     int nd = 0;
     d[nd++] = loomi_sched_copy(s, SCR_B, 0, SEND_B, 0, n, NULL, 0);
@@ -409,6 +444,7 @@ loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_co
     }
     nd = fan_in(s, d, nd);
     if (pv == 0) {
+        int A, n1, n2;
         root_split(v, sub, root, p, &A, &n1, &n2);
         loomi_sched_send(s, parent, 0, SCR_B, 0, (size_t)n1 * n, d, nd);
         if (n2) loomi_sched_send(s, parent, 1, SCR_B, (size_t)n1 * bb, (size_t)n2 * n, d, nd);
@@ -418,63 +454,19 @@ loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_co
     return LOOM_SUCCESS;
 }
 
-/* Direct gather: every rank sends its block to the root. */
-loom_result_t loomi_gen_gather_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a)
-{
-    loom_result_t rc = check_blocks(s, a, "gather");
-    if (rc != LOOM_SUCCESS) return rc;
-    const int p = s->nranks, r = s->rank, root = a->root, isroot = r == root;
-    const size_t es = s->esize, n = a->count, bb = n * es;
-    s->buf_bytes[SEND_B] = isroot && a->inplace ? 0 : bb;
-    s->buf_bytes[RECV_B] = isroot ? (size_t)p * bb : 0;
-    if (!n) return LOOM_SUCCESS;
-    if (!isroot) {
-        loomi_sched_send(s, root, 0, SEND_B, 0, n, NULL, 0);
-        return LOOM_SUCCESS;
-    }
-    if (!a->inplace) loomi_sched_copy(s, RECV_B, (size_t)r * bb, SEND_B, 0, n, NULL, 0);
-    /* Posted from root+1 on, so that ranks are not all served in order 0.. */
-    for (int i = 1; i < p; i++) {
-        int j = (r + i) % p;
-        loomi_sched_recv(s, j, 0, RECV_B, (size_t)j * bb, n, NULL, 0);
-    }
-    return LOOM_SUCCESS;
-}
-
 /* Binomial scatter: a rank receives its subtree's blocks into SCRATCH (or
  * its own block straight into RECV when it is a leaf), keeps the first
  * and sends each child its subtree's range. */
 loom_result_t loomi_gen_scatter_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc = check_blocks(s, a, "scatter");
-    if (rc != LOOM_SUCCESS) return rc;
-    const int p = s->nranks, r = s->rank, root = a->root;
-    const int v = loomi_mod(r - root, p), isroot = r == root;
-    const size_t es = s->esize, n = a->count, bb = n * es;
-    s->buf_bytes[SEND_B] = isroot ? (size_t)p * bb : 0;
-    s->buf_bytes[RECV_B] = isroot && a->inplace ? 0 : bb;
-    if (!n) return LOOM_SUCCESS;
-    if (isroot && !a->inplace) loomi_sched_copy(s, RECV_B, 0, SEND_B, (size_t)r * bb, n, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
-    int A, n1, n2;
-    if (isroot) { /* largest subtree first */
-        for (int m = child_mask(v, p); m; m /= 2) {
-            int w = v + m;
-            root_split(w, subtree(w, p), root, p, &A, &n1, &n2);
-            int peer = to_abs(w, root, p);
-            loomi_sched_send(s, peer, 0, SEND_B, (size_t)A * bb, (size_t)n1 * n, NULL, 0);
-            if (n2) loomi_sched_send(s, peer, 1, SEND_B, 0, (size_t)n2 * n, NULL, 0);
-        }
-        return LOOM_SUCCESS;
-    }
+    loom_result_t rc;
+    if (tree_begin(s, a, 0, &rc)) return rc;
+    const int p = s->nranks, root = a->root, v = loomi_mod(s->rank - root, p);
+    const size_t n = a->count, bb = n * s->esize;
     const int sub = subtree(v, p), pv = parent_of(v), parent = to_abs(pv, root, p);
-    if (sub == 1) {
-        loomi_sched_recv(s, parent, 0, RECV_B, 0, n, NULL, 0);
-        return LOOM_SUCCESS;
-    }
-    s->buf_bytes[SCR_B] = (size_t)sub * bb;
     uint32_t d[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
     if (pv == 0) {
+        int A, n1, n2;
         root_split(v, sub, root, p, &A, &n1, &n2);
         d[0] = loomi_sched_recv(s, parent, 0, SCR_B, 0, (size_t)n1 * n, NULL, 0);
         if (n2) d[1] = loomi_sched_recv(s, parent, 1, SCR_B, (size_t)n1 * bb, (size_t)n2 * n, NULL, 0);
@@ -490,24 +482,34 @@ loom_result_t loomi_gen_scatter_tree(struct loomi_sched *s, const struct loomi_c
     return LOOM_SUCCESS;
 }
 
-/* Direct scatter: the root sends every rank its block. */
-loom_result_t loomi_gen_scatter_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a)
+/* Direct gather (gather != 0): every rank sends its block to the root;
+ * direct scatter: the root sends every rank its block.  The root posts
+ * from root+1 on, so that ranks are not all served in order 0.. */
+static loom_result_t direct(struct loomi_sched *s, const struct loomi_coll_args *a, int gather)
 {
-    loom_result_t rc = check_blocks(s, a, "scatter");
-    if (rc != LOOM_SUCCESS) return rc;
-    const int p = s->nranks, r = s->rank, root = a->root, isroot = r == root;
-    const size_t es = s->esize, n = a->count, bb = n * es;
-    s->buf_bytes[SEND_B] = isroot ? (size_t)p * bb : 0;
-    s->buf_bytes[RECV_B] = isroot && a->inplace ? 0 : bb;
-    if (!n) return LOOM_SUCCESS;
-    if (!isroot) {
-        loomi_sched_recv(s, root, 0, RECV_B, 0, n, NULL, 0);
+    loom_result_t rc;
+    if (blocks_begin(s, a, gather, &rc)) return rc;
+    const int p = s->nranks, r = s->rank, root = a->root;
+    const size_t n = a->count, bb = n * s->esize;
+    if (r != root) {
+        if (gather) loomi_sched_send(s, root, 0, SEND_B, 0, n, NULL, 0);
+        else loomi_sched_recv(s, root, 0, RECV_B, 0, n, NULL, 0);
         return LOOM_SUCCESS;
     }
-    if (!a->inplace) loomi_sched_copy(s, RECV_B, 0, SEND_B, (size_t)r * bb, n, NULL, 0);
     for (int i = 1; i < p; i++) {
         int j = (r + i) % p;
-        loomi_sched_send(s, j, 0, SEND_B, (size_t)j * bb, n, NULL, 0);
+        if (gather) loomi_sched_recv(s, j, 0, RECV_B, (size_t)j * bb, n, NULL, 0);
+        else loomi_sched_send(s, j, 0, SEND_B, (size_t)j * bb, n, NULL, 0);
     }
     return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_gen_gather_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    return direct(s, a, 1);
+}
+
+loom_result_t loomi_gen_scatter_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    return direct(s, a, 0);
 }
