@@ -80,11 +80,14 @@ static loom_result_t slot_size(const struct loomi_sched *s, size_t maxn, size_t 
     return LOOM_SUCCESS;
 }
 
-/* The slot size, as slot_size, and room for nslots slots (allreduce). */
-static loom_result_t allreduce_slots(const struct loomi_sched *s, size_t maxn, size_t nslots,
-                                     size_t *sb)
+/* The chunks *C of the longest piece (maxn elements), their slot size,
+ * as slot_size, and room for per_chunk slots of each chunk (allreduce). */
+static loom_result_t allreduce_slots(const struct loomi_sched *s, size_t maxn, size_t chunk_bytes,
+                                     size_t per_chunk, size_t *C, size_t *sb)
 {
-    loom_result_t rc = slot_size(s, maxn, sb);
+    *C = loomi_nchunks(maxn * s->esize, chunk_bytes, CZ_MAX_CHUNKS);
+    const size_t nslots = per_chunk * *C;
+    loom_result_t rc = slot_size(s, (maxn + *C - 1) / *C, sb);
     if (rc == LOOM_SUCCESS && nslots > SIZE_MAX / *sb)
         rc = loomi_fail(LOOM_ERR_INVALID_ARGUMENT, s->rank, "compressed allreduce: too large");
     return rc;
@@ -99,9 +102,8 @@ static loom_result_t allreduce_gather(struct loomi_sched *s, size_t count, int i
     const size_t es = s->esize;
     const int src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
-    size_t C = loomi_nchunks(count * es, chunk_bytes, CZ_MAX_CHUNKS);
-    size_t sb;
-    loom_result_t rc = allreduce_slots(s, (count + C - 1) / C, (size_t)p * C, &sb);
+    size_t C, sb;
+    loom_result_t rc = allreduce_slots(s, count, chunk_bytes, (size_t)p, &C, &sb);
     if (rc != LOOM_SUCCESS) return rc;
     s->buf_bytes[LOOMI_BUF_SCRATCH] = (size_t)p * C * sb;
     uint32_t *arr = ids((size_t)p * C); /* arrival of rank q's chunk c */
@@ -155,13 +157,12 @@ static loom_result_t allreduce_ring(struct loomi_sched *s, size_t count, int inp
 {
     const int p = s->nranks, r = s->rank;
     const size_t es = s->esize;
+    struct loomi_seg g = loomi_seg_make(count, p);
     const int src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
-    struct loomi_seg g = loomi_seg_make(count, p);
-    size_t maxseg = loomi_seg_len(&g, 0);
-    size_t C = loomi_nchunks(maxseg * es, chunk_bytes, CZ_MAX_CHUNKS);
-    size_t sb;
-    loom_result_t rc = allreduce_slots(s, (maxseg + C - 1) / C, ((size_t)p + 4) * C, &sb);
+    size_t C, sb;
+    loom_result_t rc = allreduce_slots(s, loomi_seg_len(&g, 0), chunk_bytes, (size_t)p + 4, &C,
+                                       &sb);
     if (rc != LOOM_SUCCESS) return rc;
     /* Scratch: RS send slots [2][C], RS receive slots [2][C], then one
      * slot per (segment, chunk) for the allgather (and the bytes of the
