@@ -19,7 +19,8 @@
 #define A2A_WINDOW 8
 
 /* Checks the size and sets the buffer extents: p blocks in RECV, and in
- * SEND unless in place. */
+ * SEND unless in place; out of place, copies the own block (which no
+ * message carries) from SEND to RECV. */
 static loom_result_t begin(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const size_t count = a->count, bb = count * s->esize;
@@ -28,6 +29,10 @@ static loom_result_t begin(struct loomi_sched *s, const struct loomi_coll_args *
                           "alltoall: count %zu times %d ranks is too large", count, s->nranks);
     s->buf_bytes[SEND_B] = a->inplace ? 0 : (size_t)s->nranks * bb;
     s->buf_bytes[RECV_B] = (size_t)s->nranks * bb;
+    if (count && !a->inplace) {
+        const size_t own = (size_t)s->rank * bb;
+        loomi_sched_copy(s, RECV_B, own, SEND_B, own, count, NULL, 0);
+    }
     return LOOM_SUCCESS;
 }
 
@@ -48,8 +53,6 @@ loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct lo
     if (a->inplace) {
         s->buf_bytes[SCR_B] = (size_t)p * bb;
         s->scratch_has_input = 1;
-    } else {
-        loomi_sched_copy(s, RECV_B, (size_t)r * bb, SEND_B, (size_t)r * bb, n, NULL, 0);
     }
     if (p == 1) return LOOM_SUCCESS;
     uint32_t *sd = malloc(2 * (size_t)p * sizeof *sd);
@@ -84,12 +87,11 @@ loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct lo
  */
 loom_result_t loomi_gen_alltoall_bruck(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
+    const int src = a->inplace ? RECV_B : SEND_B;
     loom_result_t rc = begin(s, a);
     if (rc != LOOM_SUCCESS || !a->count) return rc;
     const int p = s->nranks, r = s->rank;
     const size_t n = a->count, bb = n * s->esize;
-    const int src = a->inplace ? RECV_B : SEND_B;
-    if (!a->inplace) loomi_sched_copy(s, RECV_B, (size_t)r * bb, SEND_B, (size_t)r * bb, n, NULL, 0);
     if (p == 1) return LOOM_SUCCESS;
 
     size_t nbmax = 0;
