@@ -143,13 +143,6 @@ void loomi_route_set_hosts(void *state, const int *host_of)
     ((struct route *)state)->host_of = host_of;
 }
 
-static int all_zero(const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i]) return 0;
-    return 1;
-}
-
 static loom_result_t route_connect_all(void *state, const unsigned char *addrs, size_t addr_len,
                                        uint64_t deadline_ms)
 {
@@ -163,12 +156,12 @@ static loom_result_t route_connect_all(void *state, const unsigned char *addrs, 
         if (q == me) continue;
         const unsigned char *a = addrs + (size_t)q * addr_len;
         int same = r->host_of && r->host_of[q] == r->host_of[me];
-        if (same && r->ops[T_SHM] && !all_zero(a + slot_off[T_SHM], slot_len[T_SHM]))
+        if (same && r->ops[T_SHM] && !loomi_all_zero(a + slot_off[T_SHM], slot_len[T_SHM]))
             r->via[q] = T_SHM;
-        else if (r->ops[T_VERBS] && !all_zero(a + slot_off[T_VERBS], slot_len[T_VERBS])) {
+        else if (r->ops[T_VERBS] && !loomi_all_zero(a + slot_off[T_VERBS], slot_len[T_VERBS])) {
             r->via[q] = T_VERBS;
-            r->both[q] = r->ops[T_TCP] && !all_zero(a + slot_off[T_TCP], slot_len[T_TCP]);
-        } else if (r->ops[T_TCP] && !all_zero(a + slot_off[T_TCP], slot_len[T_TCP]))
+            r->both[q] = r->ops[T_TCP] && !loomi_all_zero(a + slot_off[T_TCP], slot_len[T_TCP]);
+        } else if (r->ops[T_TCP] && !loomi_all_zero(a + slot_off[T_TCP], slot_len[T_TCP]))
             r->via[q] = T_TCP;
         else
             return loomi_fail(LOOM_ERR_UNSUPPORTED, me,

@@ -248,6 +248,12 @@ struct loomi_transport_ops {
 
 /* connect_all convention: a peer whose address is all zero bytes is not
  * to be reached through this transport (another one carries it). */
+static inline int loomi_all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
 
 extern const struct loomi_transport_ops loomi_tcp_ops;
 extern const struct loomi_transport_ops loomi_shm_ops;

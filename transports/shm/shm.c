@@ -216,13 +216,6 @@ static loom_result_t shm_local_addr(void *state, void *buf, size_t *len)
     return LOOM_SUCCESS;
 }
 
-static int all_zero(const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i]) return 0;
-    return 1;
-}
-
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* Size the FIFOs for k local peers: deep and wide with few peers, about
@@ -466,7 +459,7 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
     int k = 0;
     for (int q = 0; q < n; q++) {
         const unsigned char *a = addrs + (size_t)q * addr_len;
-        if (q == me || all_zero(a, addr_len)) continue;
+        if (q == me || loomi_all_zero(a, addr_len)) continue;
         struct shm_addr sa;
         memcpy(&sa, a, sizeof sa);
         if (sa.magic != ADDR_MAGIC || sa.pid <= 0 || !memchr(sa.name, '\0', sizeof sa.name) ||

@@ -465,13 +465,6 @@ static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const st
     return LOOM_SUCCESS;
 }
 
-static int addr_zero(const unsigned char *a, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (a[i]) return 0;
-    return 1;
-}
-
 static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, size_t addr_len,
                                        uint64_t deadline_ms)
 {
@@ -482,7 +475,7 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
     int expected = 0;
     for (int q = 0; q < n; q++) {
         const unsigned char *a = addrs + (size_t)q * addr_len;
-        if (q == me || addr_zero(a, sizeof(struct vaddr))) continue;
+        if (q == me || loomi_all_zero(a, sizeof(struct vaddr))) continue;
         struct vaddr va;
         memcpy(&va, a, sizeof va);
         if (va.magic != ADDR_MAGIC)
