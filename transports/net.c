@@ -140,6 +140,26 @@ int loomi_pick_address(const char *spec, struct sockaddr_storage *ss, socklen_t 
     return 0;
 }
 
+loom_result_t loomi_listen_address(const char *name, int rank, const char *ifname,
+                                   const void *hint, size_t hint_len,
+                                   struct sockaddr_storage *ss, socklen_t *len)
+{
+    const char *why = NULL;
+    if (ifname) {
+        if (loomi_pick_address(ifname, ss, len, NULL, 0, &why))
+            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, rank, "%s: LOOM_SOCKET_IFNAME=%s: %s",
+                              name, ifname, why);
+    } else if (hint && hint_len <= sizeof *ss) {
+        memcpy(ss, hint, hint_len);
+        *len = (socklen_t)hint_len;
+    } else if (loomi_pick_address(NULL, ss, len, NULL, 0, &why)) {
+        return loomi_fail(LOOM_ERR_SYSTEM, rank, "%s: no usable interface: %s", name, why);
+    }
+    if (ss->ss_family == AF_INET) ((struct sockaddr_in *)ss)->sin_port = 0;
+    else ((struct sockaddr_in6 *)ss)->sin6_port = 0;
+    return LOOM_SUCCESS;
+}
+
 static int wait_fd(int fd, short ev, uint64_t deadline_ms)
 {
     for (int first = 1;; first = 0) {

@@ -32,6 +32,14 @@ void loomi_sockaddr_str(const struct sockaddr *sa, char *buf, size_t n);
 int loomi_pick_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len,
                        char *ifname, size_t ifname_len, const char **why);
 
+/* The address tcp and verbs listen on, with port 0: the interface ifname
+ * (LOOM_SOCKET_IFNAME) names, else the bind hint (hint_len bytes, used
+ * when it fits), else loomi_pick_address's choice.  Failures are
+ * reported as "NAME: ..." for rank `rank`. */
+loom_result_t loomi_listen_address(const char *name, int rank, const char *ifname,
+                                   const void *hint, size_t hint_len,
+                                   struct sockaddr_storage *ss, socklen_t *len);
+
 /* Connect to host:port before deadline_ms, retrying while refused (the
  * peer may not be listening yet).  Returns a blocking fd, or -1 with
  * msg describing what was tried. */

@@ -868,19 +868,10 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
         }
     }
     *state = t; /* from here on, destroy() cleans up */
-    const char *why = NULL;
-    if (ctx->sock.ifname) {
-        if (loomi_pick_address(ctx->sock.ifname, &t->laddr, &t->laddr_len, NULL, 0, &why))
-            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, ctx->rank, "tcp: LOOM_SOCKET_IFNAME=%s: %s",
-                              ctx->sock.ifname, why);
-    } else if (ctx->sock.bind_hint && ctx->sock.bind_hint_len <= sizeof t->laddr) {
-        memcpy(&t->laddr, ctx->sock.bind_hint, ctx->sock.bind_hint_len);
-        t->laddr_len = (socklen_t)ctx->sock.bind_hint_len;
-    } else if (loomi_pick_address(NULL, &t->laddr, &t->laddr_len, NULL, 0, &why)) {
-        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: no usable interface: %s", why);
-    }
-    if (t->laddr.ss_family == AF_INET) ((struct sockaddr_in *)&t->laddr)->sin_port = 0;
-    else ((struct sockaddr_in6 *)&t->laddr)->sin6_port = 0;
+    loom_result_t lr = loomi_listen_address("tcp", ctx->rank, ctx->sock.ifname,
+                                            ctx->sock.bind_hint, ctx->sock.bind_hint_len,
+                                            &t->laddr, &t->laddr_len);
+    if (lr != LOOM_SUCCESS) return lr;
     t->lfd = socket(t->laddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (t->lfd < 0) return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "tcp: socket: %s", strerror(errno));
     set_sock_opts(t, t->lfd); /* accepted sockets inherit the buffer sizes */

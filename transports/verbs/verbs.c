@@ -269,19 +269,10 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->chan->fd, &ev))
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: epoll_ctl: %s", strerror(errno));
     /* The listener for the queue pair exchange, as tcp.c chooses it. */
-    const char *w = NULL;
-    if (ctx->sock.ifname) {
-        if (loomi_pick_address(ctx->sock.ifname, &t->laddr, &t->laddr_len, NULL, 0, &w))
-            return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, ctx->rank,
-                              "verbs: LOOM_SOCKET_IFNAME=%s: %s", ctx->sock.ifname, w);
-    } else if (ctx->sock.bind_hint && ctx->sock.bind_hint_len <= sizeof t->laddr) {
-        memcpy(&t->laddr, ctx->sock.bind_hint, ctx->sock.bind_hint_len);
-        t->laddr_len = (socklen_t)ctx->sock.bind_hint_len;
-    } else if (loomi_pick_address(NULL, &t->laddr, &t->laddr_len, NULL, 0, &w)) {
-        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: no usable interface: %s", w);
-    }
-    if (t->laddr.ss_family == AF_INET) ((struct sockaddr_in *)&t->laddr)->sin_port = 0;
-    else ((struct sockaddr_in6 *)&t->laddr)->sin6_port = 0;
+    loom_result_t lr = loomi_listen_address("verbs", ctx->rank, ctx->sock.ifname,
+                                            ctx->sock.bind_hint, ctx->sock.bind_hint_len,
+                                            &t->laddr, &t->laddr_len);
+    if (lr != LOOM_SUCCESS) return lr;
     t->lfd = socket(t->laddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (t->lfd < 0)
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: socket: %s", strerror(errno));
