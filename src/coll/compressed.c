@@ -93,6 +93,35 @@ static loom_result_t allreduce_slots(const struct loomi_sched *s, size_t maxn, s
     return rc;
 }
 
+/* The ring that passes every rank's encoded chunks round, in slot q*C+c
+ * of SCRATCH (slot size sb): step k forwards rank r-k's chunks to the
+ * right and receives rank r-k-1's from the left, each when arr[q*C+c]
+ * says it is there, and sets it for what arrives.  With decode (the
+ * allgather), each chunk that arrives is decoded into its place in RECV. */
+static void ring_pass(struct loomi_sched *s, size_t count, size_t C, size_t sb, uint32_t *arr,
+                      int decode)
+{
+    const int p = s->nranks, r = s->rank;
+    const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
+    for (int k = 0; k < p - 1; k++) {
+        int sq = loomi_mod(r - k, p), rq = loomi_mod(r - k - 1, p);
+        for (size_t c = 0; c < C; c++) {
+            size_t o, n;
+            loomi_chunk(count, C, c, &o, &n);
+            if (!n) continue;
+            uint32_t tag = (uint32_t)((size_t)k * C + c);
+            loomi_sched_send(s, right, tag, LOOMI_BUF_SCRATCH, ((size_t)sq * C + c) * sb,
+                             slot_elems(s, n), &arr[(size_t)sq * C + c], 1);
+            uint32_t rv = loomi_sched_recv(s, left, tag, LOOMI_BUF_SCRATCH,
+                                           ((size_t)rq * C + c) * sb, slot_elems(s, n), NULL, 0);
+            arr[(size_t)rq * C + c] = rv;
+            if (decode)
+                loomi_sched_decode(s, LOOMI_BUF_RECV, ((size_t)rq * count + o) * s->esize,
+                                   LOOMI_BUF_SCRATCH, ((size_t)rq * C + c) * sb, n, &rv, 1);
+        }
+    }
+}
+
 /* ------------------------------------------------ gather-only allreduce */
 
 static loom_result_t allreduce_gather(struct loomi_sched *s, size_t count, int inplace,
@@ -101,7 +130,6 @@ static loom_result_t allreduce_gather(struct loomi_sched *s, size_t count, int i
     const int p = s->nranks, r = s->rank;
     const size_t es = s->esize;
     const int src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
     size_t C, sb;
     loom_result_t rc = allreduce_slots(s, count, chunk_bytes, (size_t)p, &C, &sb);
     if (rc != LOOM_SUCCESS) return rc;
@@ -116,19 +144,7 @@ static loom_result_t allreduce_gather(struct loomi_sched *s, size_t count, int i
         arr[(size_t)r * C + c] = loomi_sched_encode(s, LOOMI_BUF_SCRATCH, SLOT(r, c), src, o * es,
                                                     n, ef, 0, 0, NULL, 0);
     }
-    for (int k = 0; k < p - 1; k++) {
-        int sq = loomi_mod(r - k, p), rq = loomi_mod(r - k - 1, p);
-        for (size_t c = 0; c < C; c++) {
-            size_t o, n;
-            loomi_chunk(count, C, c, &o, &n);
-            if (!n) continue;
-            uint32_t tag = (uint32_t)((size_t)k * C + c);
-            loomi_sched_send(s, right, tag, LOOMI_BUF_SCRATCH, SLOT(sq, c), slot_elems(s, n),
-                             &arr[(size_t)sq * C + c], 1);
-            arr[(size_t)rq * C + c] = loomi_sched_recv(s, left, tag, LOOMI_BUF_SCRATCH,
-                                                       SLOT(rq, c), slot_elems(s, n), NULL, 0);
-        }
-    }
+    ring_pass(s, count, C, sb, arr, 0);
     for (size_t c = 0; c < C; c++) {
         size_t o, n;
         loomi_chunk(count, C, c, &o, &n);
@@ -299,7 +315,6 @@ loom_result_t loomi_gen_allgather_cz(struct loomi_sched *s, const struct loomi_c
     }
     const int src = a->inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     const size_t src0 = a->inplace ? own_off : 0;
-    const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
     unsigned ef = z->state ? LOOMI_ENC_EF : 0;
     size_t C = loomi_nchunks(count * es, a->chunk_bytes, CZ_MAX_CHUNKS), sb;
     if ((rc = slot_size(s, (count + C - 1) / C, &sb)) != LOOM_SUCCESS) return rc;
@@ -317,22 +332,7 @@ loom_result_t loomi_gen_allgather_cz(struct loomi_sched *s, const struct loomi_c
                 loomi_sched_encode(s, LOOMI_BUF_SCRATCH, SLOT(r, c), src, src0 + o * es, n,
                                    ef | LOOMI_ENC_DECODED, LOOMI_BUF_RECV, own_off + o * es, NULL, 0);
     }
-    for (int k = 0; k < p - 1; k++) {
-        int sq = loomi_mod(r - k, p), rq = loomi_mod(r - k - 1, p);
-        for (size_t c = 0; c < C; c++) {
-            size_t o, n;
-            loomi_chunk(count, C, c, &o, &n);
-            if (!n) continue;
-            uint32_t tag = (uint32_t)((size_t)k * C + c);
-            loomi_sched_send(s, right, tag, LOOMI_BUF_SCRATCH, SLOT(sq, c), slot_elems(s, n),
-                             &arr[(size_t)sq * C + c], 1);
-            uint32_t rv = loomi_sched_recv(s, left, tag, LOOMI_BUF_SCRATCH, SLOT(rq, c),
-                                           slot_elems(s, n), NULL, 0);
-            arr[(size_t)rq * C + c] = rv;
-            loomi_sched_decode(s, LOOMI_BUF_RECV, ((size_t)rq * count + o) * es, LOOMI_BUF_SCRATCH,
-                               SLOT(rq, c), n, &rv, 1);
-        }
-    }
+    ring_pass(s, count, C, sb, arr, 1);
 #undef SLOT
     free(arr);
     return LOOM_SUCCESS;
