@@ -36,6 +36,36 @@ static loom_result_t begin(struct loomi_sched *s, const struct loomi_coll_args *
     return LOOM_SUCCESS;
 }
 
+/* The steps of both pairwise alltoalls (see below): step k = 1..p-1
+ * sends rank r+k its block from sbuf and receives rank r-k's into RECV,
+ * once the send and receive of step k-W are done.  The blocks are n
+ * elements at block q; or, with v (alltoallv), the counts and
+ * displacements v gives, where a block of 0 elements takes no message. */
+static loom_result_t pairwise_steps(struct loomi_sched *s, const char *what, int sbuf, size_t n,
+                                    const struct loomi_coll_args *v)
+{
+    const int p = s->nranks, r = s->rank;
+    const size_t es = s->esize;
+    uint32_t *sd = malloc(2 * (size_t)p * sizeof *sd);
+    if (!sd) return loomi_fail(LOOM_ERR_NO_MEMORY, r, "%s: out of memory", what);
+    uint32_t *rd = sd + p;
+    for (int k = 1; k < p; k++) {
+        int to = (r + k) % p, from = loomi_mod(r - k, p);
+        uint32_t d[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
+        if (k > A2A_WINDOW) {
+            d[0] = sd[k - A2A_WINDOW];
+            d[1] = rd[k - A2A_WINDOW];
+        }
+        const size_t sn = v ? v->counts[to] : n, rn = v ? v->rcounts[from] : n;
+        const size_t so = v ? v->displs[to] : (size_t)to * n;
+        const size_t ro = v ? v->rdispls[from] : (size_t)from * n;
+        sd[k] = sn ? loomi_sched_send(s, to, 0, sbuf, so * es, sn, d, 2) : LOOMI_NO_DEP;
+        rd[k] = rn ? loomi_sched_recv(s, from, 0, RECV_B, ro * es, rn, d, 2) : LOOMI_NO_DEP;
+    }
+    free(sd);
+    return LOOM_SUCCESS;
+}
+
 /*
  * Step k = 1..p-1: send block r+k to rank r+k, receive block r-k from
  * rank r-k.  Both ends of a message are at the same step, and step k
@@ -48,28 +78,14 @@ loom_result_t loomi_gen_alltoall_pairwise(struct loomi_sched *s, const struct lo
 {
     loom_result_t rc = begin(s, a);
     if (rc != LOOM_SUCCESS || !a->count) return rc;
-    const int p = s->nranks, r = s->rank;
-    const size_t n = a->count, bb = n * s->esize;
+    const int p = s->nranks;
+    const size_t n = a->count;
     if (a->inplace) {
-        s->buf_bytes[SCR_B] = (size_t)p * bb;
+        s->buf_bytes[SCR_B] = (size_t)p * n * s->esize;
         s->scratch_has_input = 1;
     }
     if (p == 1) return LOOM_SUCCESS;
-    uint32_t *sd = malloc(2 * (size_t)p * sizeof *sd);
-    if (!sd) return loomi_fail(LOOM_ERR_NO_MEMORY, r, "alltoall: out of memory");
-    uint32_t *rd = sd + p;
-    for (int k = 1; k < p; k++) {
-        int to = (r + k) % p, from = loomi_mod(r - k, p);
-        uint32_t d[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
-        if (k > A2A_WINDOW) {
-            d[0] = sd[k - A2A_WINDOW];
-            d[1] = rd[k - A2A_WINDOW];
-        }
-        sd[k] = loomi_sched_send(s, to, 0, a->inplace ? SCR_B : SEND_B, (size_t)to * bb, n, d, 2);
-        rd[k] = loomi_sched_recv(s, from, 0, RECV_B, (size_t)from * bb, n, d, 2);
-    }
-    free(sd);
-    return LOOM_SUCCESS;
+    return pairwise_steps(s, "alltoall", a->inplace ? SCR_B : SEND_B, n, NULL);
 }
 
 /*
@@ -191,21 +207,5 @@ loom_result_t loomi_gen_alltoallv_pairwise(struct loomi_sched *s, const struct l
     if (rc != LOOM_SUCCESS) return rc;
     if (sc[r]) loomi_sched_copy(s, RECV_B, rdp[r] * es, SEND_B, sdp[r] * es, sc[r], NULL, 0);
     if (p == 1) return LOOM_SUCCESS;
-    uint32_t *sd = malloc(2 * (size_t)p * sizeof *sd);
-    if (!sd) return loomi_fail(LOOM_ERR_NO_MEMORY, r, "alltoallv: out of memory");
-    uint32_t *rd = sd + p;
-    for (int k = 1; k < p; k++) {
-        int to = (r + k) % p, from = loomi_mod(r - k, p);
-        uint32_t d[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
-        if (k > A2A_WINDOW) {
-            d[0] = sd[k - A2A_WINDOW];
-            d[1] = rd[k - A2A_WINDOW];
-        }
-        sd[k] = sc[to] ? loomi_sched_send(s, to, 0, SEND_B, sdp[to] * es, sc[to], d, 2)
-                       : LOOMI_NO_DEP;
-        rd[k] = rcn[from] ? loomi_sched_recv(s, from, 0, RECV_B, rdp[from] * es, rcn[from], d, 2)
-                          : LOOMI_NO_DEP;
-    }
-    free(sd);
-    return LOOM_SUCCESS;
+    return pairwise_steps(s, "alltoallv", SEND_B, 0, a);
 }
