@@ -113,22 +113,9 @@ static const char *fmt_time(double s, char *b, size_t n)
     return b;
 }
 
-static const char *fmt_size(size_t v, char *b, size_t n)
+/* v in the largest of the five units u (powers of 1024) that divides it. */
+static const char *fmt_units(size_t v, char *b, size_t n, const char *const u[5])
 {
-    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (i < 4 && v && v % 1024 == 0) {
-        v /= 1024;
-        i++;
-    }
-    snprintf(b, n, "%zu %s", v, u[i]);
-    return b;
-}
-
-/* Sizes as LOOM_* variables write them: 512K, 2M, 1G. */
-static const char *fmt_size_short(size_t v, char *b, size_t n)
-{
-    static const char *const u[] = {"", "K", "M", "G", "T"};
     int i = 0;
     while (i < 4 && v && v % 1024 == 0) {
         v /= 1024;
@@ -136,6 +123,19 @@ static const char *fmt_size_short(size_t v, char *b, size_t n)
     }
     snprintf(b, n, "%zu%s", v, u[i]);
     return b;
+}
+
+static const char *fmt_size(size_t v, char *b, size_t n)
+{
+    static const char *const u[] = {" B", " KiB", " MiB", " GiB", " TiB"};
+    return fmt_units(v, b, n, u);
+}
+
+/* Sizes as LOOM_* variables write them: 512K, 2M, 1G. */
+static const char *fmt_size_short(size_t v, char *b, size_t n)
+{
+    static const char *const u[] = {"", "K", "M", "G", "T"};
+    return fmt_units(v, b, n, u);
 }
 
 static const char *fmt_count(uint64_t v, char *b, size_t n)
