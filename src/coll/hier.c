@@ -154,6 +154,18 @@ static loom_result_t nomem(struct loomi_sched *s, const char *fn)
     return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "%s: out of memory", fn);
 }
 
+/* rail_of(m, i) and room for n step ids, both for the caller to free;
+ * 0 (with nothing to free) when either could not be had. */
+static int rail_and_ids(const struct loomi_hostmap *m, int i, int n, int **rail, uint32_t **ids)
+{
+    *rail = rail_of(m, i);
+    *ids = malloc((size_t)n * sizeof **ids);
+    if (*rail && *ids) return 1;
+    free(*rail);
+    free(*ids);
+    return 0;
+}
+
 /* P blocks of count elements must be addressable. */
 static loom_result_t check_blocks(const struct loomi_sched *s, size_t count, const char *fn)
 {
@@ -329,13 +341,9 @@ loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s,
     s->buf_bytes[LOOMI_BUF_SEND] = (size_t)P * bb;
     s->buf_bytes[LOOMI_BUF_RECV] = bb;
     if (host_runs(m)) return reduce_scatter_runs(s, a, m);
-    int *rail = rail_of(m, i);
-    uint32_t *cp = malloc((size_t)P * sizeof *cp);
-    if (!rail || !cp) {
-        free(rail);
-        free(cp);
-        return nomem(s, "hierarchical reduce_scatter");
-    }
+    int *rail;
+    uint32_t *cp;
+    if (!rail_and_ids(m, i, P, &rail, &cp)) return nomem(s, "hierarchical reduce_scatter");
     /* A: the input as [local index][host], so that local rank i' gets
      * one contiguous run of the H blocks bound for rail i'.  B: the host
      * sums of those H blocks. */
@@ -530,13 +538,9 @@ loom_result_t loomi_gen_alltoall_hier(struct loomi_sched *s, const struct loomi_
     s->buf_bytes[LOOMI_BUF_SEND] = ip ? 0 : (size_t)P * bb;
     s->buf_bytes[LOOMI_BUF_RECV] = (size_t)P * bb;
     if (!ip && host_runs(m)) return alltoall_runs(s, a, m);
-    int *rail = rail_of(m, i);
-    uint32_t *cp = malloc((size_t)P * sizeof *cp);
-    if (!rail || !cp) {
-        free(rail);
-        free(cp);
-        return nomem(s, "hierarchical alltoall");
-    }
+    int *rail;
+    uint32_t *cp;
+    if (!rail_and_ids(m, i, P, &rail, &cp)) return nomem(s, "hierarchical alltoall");
     /* A: input as [dest host][dest local]; B: what the rail delivered,
      * [source host][dest local]; C: B transposed, [dest local][source
      * host]; D: what the host delivered, [source local][source host]. */
