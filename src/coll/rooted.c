@@ -75,9 +75,9 @@ static int fan_in(struct loomi_sched *s, uint32_t *d, int n)
     return n;
 }
 
-/* The locals every tree generator starts from, once its begin has
- * checked the arguments: p ranks, this rank r, the root, v = r relative
- * to the root, the element size es and the count n. */
+/* The locals the broadcasts and reduces start from, once their begin
+ * has checked the arguments: p ranks, this rank r, the root, v = r
+ * relative to the root, the element size es and the count n. */
 #define ROOTED_VIEW                                             \
     const int p = s->nranks, r = s->rank, root = a->root;      \
     const int v = loomi_mod(r - root, p), isroot = r == root; \

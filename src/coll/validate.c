@@ -225,6 +225,8 @@ static loom_result_t check_steps(struct vctx *v)
                 return vfail(v, "rank %d %s: count overflows", r, step_str(s, i, d, sizeof d));
             size_t bytes = st->count * s->esize;
             const char *why = NULL;
+            /* One case per step kind, alike on purpose: each spells out
+             * which ranges that kind reads and writes. */
             switch (st->kind) {
             case LOOMI_STEP_SEND:
                 if (!in_range(s, st->src, st->src_off, bytes)) why = "reads outside its buffer";

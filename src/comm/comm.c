@@ -690,6 +690,8 @@ loom_result_t loom_comm_abort(loom_comm_t h)
     return LOOM_SUCCESS;
 }
 
+/* The public getters: alike on purpose, each checks its handle and its
+ * output pointer under its own name, as the public API wrappers do. */
 loom_result_t loom_comm_rank(loom_comm_t h, int *rank)
 {
     struct loom_comm *comm;

@@ -342,6 +342,8 @@ void parse_args(int argc, char **argv, struct options *o)
             val = argv[i++];
         }
 
+        /* One case per option, alike on purpose: each names its own
+         * option and what it expects in its usage error. */
         switch (id) {
         case O_HELP:
             usage(stdout);

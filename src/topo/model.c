@@ -171,6 +171,9 @@ static int bino_down(int n)
     return worst;
 }
 
+/* One formula per algorithm below; where two read alike, that is the
+ * algorithms' likeness, kept apart on purpose so that each can be tuned
+ * against its own measurements. */
 double loomi_model_time(int coll, int algo, int p, size_t bytes,
                         const struct loomi_model_params *m)
 {

@@ -247,7 +247,11 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
     return rounds * sync + work;
 }
 
-/* The shared-arena reduce-scatter on one host (shared.c): n bytes a
+/* The shared-arena costs below (reduce-scatter, allgather, broadcast)
+ * read alike on purpose: one formula per algorithm, each fitted to its
+ * own measurements (perf/NOTES.md), rather than one shared with knobs.
+ *
+ * The shared-arena reduce-scatter on one host (shared.c): n bytes a
  * rank's block; per round a chunk of every block fills half an arena,
  * with two rounds of zero-byte messages ("in", "done"); the copy-in
  * covers (L-1) blocks once and the reduction reads L-1 peers' chunks of

@@ -616,6 +616,8 @@ static void *shm_shared_map(void *state, int rank, size_t *len)
     return a;
 }
 
+/* The ops table: every transport's lists the same members in the same
+ * order (transport.h), so the tables look alike on purpose. */
 const struct loomi_transport_ops loomi_shm_ops = {
     .name = "shm",
     .caps = LOOMI_TCAP_TWO_SIDED,

@@ -470,6 +470,8 @@ static void *sim_shared_map(void *state, int rank, size_t *len)
     return w->arena[rank];
 }
 
+/* The ops table: every transport's lists the same members in the same
+ * order (transport.h), so the tables look alike on purpose. */
 const struct loomi_transport_ops loomi_sim_ops = {
     .name = "sim",
     .caps = LOOMI_TCAP_TWO_SIDED,

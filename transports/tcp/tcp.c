@@ -1096,6 +1096,8 @@ static void tcp_destroy(void *state)
     free(t);
 }
 
+/* The ops table: every transport's lists the same members in the same
+ * order (transport.h), so the tables look alike on purpose. */
 const struct loomi_transport_ops loomi_tcp_ops = {
     .name = "tcp",
     .caps = LOOMI_TCAP_TWO_SIDED,

@@ -103,6 +103,8 @@ static void stub_cancel(void *s, struct loomi_xfer *x) { (void)s, (void)x; }
 static void stub_abort_all(void *s, int f, loom_result_t c) { (void)s, (void)f, (void)c; }
 static void stub_destroy(void *s) { (void)s; }
 
+/* The ops table: every transport's lists the same members in the same
+ * order (transport.h), so the tables look alike on purpose. */
 const struct loomi_transport_ops loomi_verbs_ops = {
     .name = "verbs",
     .caps = LOOMI_TCAP_TWO_SIDED,
@@ -672,6 +674,8 @@ static void verbs_mem_deregister(void *state, struct loomi_mr *mr)
     loomi_verbs_mr_put(t, e);
 }
 
+/* The ops table: every transport's lists the same members in the same
+ * order (transport.h), so the tables look alike on purpose. */
 const struct loomi_transport_ops loomi_verbs_ops = {
     .name = "verbs",
     .caps = LOOMI_TCAP_TWO_SIDED | LOOMI_TCAP_MEM_REG,
