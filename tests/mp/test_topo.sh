@@ -151,7 +151,11 @@ done
 ar_tuning_follows() { # ar_tuning_follows OUTPUT
     local line
     line=$(grep -o "allreduce measured from [0-9]* to [0-9]* bytes (bytes:algorithm:us[^;]*" <<<"$1")
-    [ -n "$line" ] || { echo "  no allreduce timing logged"; return 1; }
+    if [ -z "$line" ]; then
+        echo "  no allreduce timing logged; what init said of it:"
+        grep -E "not timed|timing the tables|small allreduce: slots" <<<"$1" | cut -c1-200 | sed 's/^/    /'
+        return 1
+    fi
     echo "  $line"
     { echo "$line"; grep -E "^  allreduce  |^    from [0-9]+[KM]?, below " <<<"$1"; } | awk '
         function bytes(s) { if (s ~ /K$/) return s * 1024; if (s ~ /M$/) return s * 1048576; return s + 0 }
@@ -192,6 +196,11 @@ for n in 2 3; do
         out=$(LOOM_DEBUG=info timeout 120 "$LOOMRUN" -n $n --timeout 100 "$info" --job 2>&1)
         grep -q "allreduce not timed: measuring the slots spent" <<<"$out" || break
     done
+    # Three loaded runs in a row leave nothing to judge: said, not counted.
+    if grep -q "allreduce not timed: measuring the slots spent" <<<"$out"; then
+        echo "SKIP - $n ranks: the allreduce's table was not timed in 3 runs (host too busy)"
+        continue
+    fi
     check "$n ranks: the allreduce's table follows its timing at init" ar_tuning_follows "$out"
 done
 # Whether init has time left to time the allreduce is rank 0's word.
