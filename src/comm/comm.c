@@ -283,7 +283,7 @@ static const struct loomi_engine_hooks comm_hooks = {
 void loomi_comm_engine_bind(struct loom_comm *c)
 {
     loomi_engine_bind(&c->eng, c, &comm_hooks, &c->rank, &c->set, &c->error, c->errmsg,
-                      &c->hosts, (void *const *)&c->ctrl, loomi_sched_sig_name);
+                      &c->hosts, &c->ctrl, loomi_sched_sig_name);
 }
 
 loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,

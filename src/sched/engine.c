@@ -20,12 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include "compress/compress.h"
 #include "core/hostmap.h"
-#include "reduce/reduce.h"
 #include "sched/op.h"
 #include "sched/sched.h"
 
@@ -51,8 +48,8 @@ __attribute__((format(printf, 4, 5))) static void engine_fail(struct loomi_engin
 
 void loomi_engine_bind(struct loomi_engine *e, void *owner, const struct loomi_engine_hooks *hooks,
                        const int *rank, struct loomi_settings *set, const loom_result_t *error,
-                       const char *errmsg, struct loomi_hostmap *const *hosts, void *const *ctrl,
-                       loomi_sig_namer name_sig)
+                       const char *errmsg, struct loomi_hostmap *const *hosts,
+                       struct loomi_ctrl *const *ctrl, loomi_sig_namer name_sig)
 {
     e->owner = owner;
     e->hooks = hooks;
@@ -836,6 +833,26 @@ static int test_one(struct loomi_op *op)
     return f;
 }
 
+/* Sleep until a transport of the operations ops[0..n) (NULL entries
+ * skipped; several engines) has work: short, since a transport without
+ * a descriptor can only be polled.  pf: room for n descriptors (NULL:
+ * nap). */
+static void sleep_on_engines(struct loomi_op *const *ops, size_t n, struct pollfd *pf)
+{
+    nfds_t npf = 0;
+    int blind = !pf;
+    for (size_t i = 0; i < n && pf; i++) {
+        if (!ops[i]) continue;
+        struct loomi_engine *e = ops[i]->eng;
+        loomi_engine_lock(e);
+        int fd = e->tops->wait_fd(e->tstate);
+        loomi_engine_unlock(e);
+        if (fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        else blind = 1;
+    }
+    poll(pf, npf, npf && !blind ? 10 : 1);
+}
+
 loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
 {
     struct loomi_op **ops = (struct loomi_op **)malloc((size_t)n * sizeof *ops);
@@ -863,18 +880,7 @@ loom_result_t loomi_op_wait_any(loom_request_t *reqs, int n, int *index)
         }
         /* Several: each is driven in turn, or one could wait on a peer
          * that waits on another; sleep until some transport has work. */
-        nfds_t npf = 0;
-        int blind = !pf;
-        for (int i = 0; i < n && pf; i++) {
-            if (!ops[i]) continue;
-            struct loomi_engine *e = ops[i]->eng;
-            loomi_engine_lock(e);
-            int fd = e->tops->wait_fd(e->tstate);
-            loomi_engine_unlock(e);
-            if (fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
-            else blind = 1;
-        }
-        poll(pf, npf, npf && !blind ? 10 : 1);
+        sleep_on_engines(ops, (size_t)n, pf);
     }
     free(pf);
     struct loomi_op *op = ops[found];
@@ -903,28 +909,17 @@ loom_result_t loomi_op_wait_all(struct loomi_op **ops, size_t n)
     size_t left = n;
     struct pollfd *pf = calloc(n, sizeof *pf);
     while (left) {
-        nfds_t npf = 0;
-        int blind = !pf; /* a transport with no descriptor: poll it soon */
         for (size_t i = 0; i < n; i++) {
             if (!ops[i]) continue;
-            struct loomi_engine *e = ops[i]->eng;
             int done = 0;
             loom_result_t r = loomi_op_test(ops[i], &done);
             if (done) {
-                ops[i] = NULL;
+                ops[i] = NULL; /* freed */
                 left--;
                 if (first == LOOM_SUCCESS) first = r;
-                continue;
             }
-            loomi_engine_lock(e);
-            int fd = e->tops->wait_fd(e->tstate);
-            loomi_engine_unlock(e);
-            if (pf && fd >= 0) pf[npf++] = (struct pollfd){.fd = fd, .events = POLLIN};
-            else blind = 1;
         }
-        /* Sleep until some transport has work; short, since a transport
-         * without a descriptor can only be polled. */
-        if (left) poll(pf, npf, npf && !blind ? 10 : 1);
+        if (left) sleep_on_engines(ops, n, pf);
     }
     free(pf);
     return first;

@@ -251,6 +251,7 @@ uint32_t loomi_sched_decode_acc(struct loomi_sched *s, int dst, size_t dst_off, 
 struct loomi_op;
 struct loomi_engine;
 struct loomi_hostmap;
+struct loomi_ctrl; /* the owner's control plane: opaque here */
 
 /* Where the owner has a control plane: the longest the engine sleeps in
  * one wait, so that a revocation arriving there is acted on promptly. */
@@ -326,7 +327,7 @@ struct loomi_engine {
     const loom_result_t *error;          /* the owner's first failure (set through fail) */
     const char *errmsg;                  /* and its message */
     struct loomi_hostmap *const *hosts;  /* which ranks share a host (NULL: unknown) */
-    void *const *ctrl;                   /* a control plane (NULL: none; the hooks use it) */
+    struct loomi_ctrl *const *ctrl;      /* a control plane (NULL: none; the hooks use it) */
     loomi_sig_namer name_sig;            /* names a schedule's signature (NULL: by number) */
     int oversubscribed;                  /* more ranks than cores: waiting ranks yield */
     /* The transport the engine runs schedules over: */
@@ -362,8 +363,8 @@ struct loomi_engine {
  * them through these pointers). */
 void loomi_engine_bind(struct loomi_engine *e, void *owner, const struct loomi_engine_hooks *hooks,
                        const int *rank, struct loomi_settings *set, const loom_result_t *error,
-                       const char *errmsg, struct loomi_hostmap *const *hosts, void *const *ctrl,
-                       loomi_sig_namer name_sig);
+                       const char *errmsg, struct loomi_hostmap *const *hosts,
+                       struct loomi_ctrl *const *ctrl, loomi_sig_namer name_sig);
 /* Free what the engine cached (after loomi_engine_free_all and
  * loomi_progress_stop). */
 void loomi_engine_release(struct loomi_engine *e);
