@@ -610,15 +610,22 @@ class Request:
         self._error = None
         self.done = False
 
-    def _end(self, rc):
+    def _finish(self, error):
+        """Completed (by Loom, or failed with `error`): drop the buffers."""
         self.done = True
         self._keep = None
+        self._error = error
+
+    def _end(self, rc):
+        err = None
         if rc:
             try:
                 _raise(rc)
             except Error as e:
-                self._error = e
-                raise
+                err = e
+        self._finish(err)
+        if err is not None:
+            raise err
 
     def wait(self):
         """Block (without the GIL) until the operation completes; raise its
@@ -700,9 +707,7 @@ def wait_all(requests):
             raise err  # refused: nothing was waited for
         for r in pending:
             r._h.value = None
-            r.done = True
-            r._keep = None
-            r._error = err
+            r._finish(err)
         if err is not None:
             raise err
     for r in reqs:
