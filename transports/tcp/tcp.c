@@ -25,7 +25,7 @@
 
 #include "transports/net.h"
 #include "core/internal.h"
-#include "transports/bufpool.h"
+#include "transports/match.h"
 #include "transports/transport.h"
 
 #define TCP_MAGIC 0x4c4d5450u      /* "LMTP" */
@@ -33,7 +33,6 @@
 #define MAX_MSG (1ull << 40)       /* larger than any buffer a rank can hold */
 #define SPLIT_MIN (64u * 1024u)    /* below this a message is one piece */
 #define UNEXP_LIMIT (2ull << 30)   /* bytes buffered for receives not yet posted */
-#define NBUCKETS 64
 #define IOV_BATCH 64
 
 enum { T_DATA = 1, T_ABORT = 2, T_BYE = 3 };
@@ -70,11 +69,7 @@ struct piece {
 
 #define UNEXP_PIECES 16
 struct unexp {
-    uint64_t tag;
-    uint32_t chk; /* the call's check it came with */
-    size_t total, got;
-    char *buf;
-    size_t cap; /* of buf */
+    struct loomi_unexp m; /* tag, check, length, bytes in, buffer (match.h) */
     struct loomi_xfer *waiter;
     /* Once its receive is posted, a message still arriving is moved to the
      * receive's buffer and the rest read straight into it ("direct"; buf
@@ -84,7 +79,6 @@ struct unexp {
     struct {
         size_t off, len;
     } pc[UNEXP_PIECES];
-    struct unexp *next;
 };
 
 struct peer;
@@ -111,9 +105,7 @@ struct peer {
     int failed;
     int open; /* streams still connected */
     struct stream *s;
-    struct loomi_xfer *recvs[NBUCKETS]; /* posted, by tag */
-    struct unexp *unexp[NBUCKETS];
-    int nunexp;  /* messages held in unexp[]: a receive posted scans them only then */
+    struct loomi_mq mq; /* receives posted, early messages (match.h) */
     int nposted; /* sends and receives in flight */
 };
 
@@ -126,15 +118,11 @@ struct tcp {
     struct sockaddr_storage laddr;
     socklen_t laddr_len;
     struct peer *peers;
-    size_t unexp_bytes;
     int aborted;
     struct piece *free_pieces;
-    uint64_t noted_op; /* the operation of the last collective transfer posted, + 1 */
-    struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
+    struct loomi_match match; /* early messages' buffers, the operation noted */
     char discard[65536];
 };
-
-static unsigned bucket(uint64_t tag) { return (unsigned)((tag ^ (tag >> 32) ^ (tag >> 17)) % NBUCKETS); }
 
 /* ------------------------------------------------------------- helpers */
 
@@ -167,59 +155,6 @@ static void piece_free(struct tcp *t, struct piece *p)
     p->own = NULL;
     p->next = t->free_pieces;
     t->free_pieces = p;
-}
-
-/* Transfer lists: doubly linked through t_next/t_prev. */
-static void xlist_add(struct loomi_xfer **head, struct loomi_xfer *x)
-{
-    x->t_prev = NULL;
-    x->t_next = *head;
-    if (*head) (*head)->t_prev = x;
-    *head = x;
-}
-
-static void xlist_del(struct loomi_xfer **head, struct loomi_xfer *x)
-{
-    if (x->t_prev) x->t_prev->t_next = x->t_next;
-    else *head = x->t_next;
-    if (x->t_next) x->t_next->t_prev = x->t_prev;
-    x->t_next = x->t_prev = NULL;
-}
-
-static struct loomi_xfer *find_recv(struct peer *p, uint64_t tag)
-{
-    for (struct loomi_xfer *x = p->recvs[bucket(tag)]; x; x = x->t_next)
-        if (x->tag == tag) return x;
-    return NULL;
-}
-
-/* A posted receive, or a held early message, of the operation that tag
- * belongs to but of another schedule or call (transport.h), or NULL. */
-static const struct loomi_xfer *recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
-{
-    for (int b = 0; b < NBUCKETS; b++)
-        for (const struct loomi_xfer *x = p->recvs[b]; x; x = x->t_next)
-            if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return x;
-    return NULL;
-}
-
-static const struct unexp *unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
-{
-    for (int b = 0; b < NBUCKETS; b++)
-        for (const struct unexp *u = p->unexp[b]; u; u = u->next)
-            if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return u;
-    return NULL;
-}
-
-static struct unexp *find_unexp(struct peer *p, uint64_t tag, struct unexp ***link)
-{
-    struct unexp **l = &p->unexp[bucket(tag)];
-    for (; *l; l = &(*l)->next)
-        if ((*l)->tag == tag) {
-            if (link) *link = l;
-            return *l;
-        }
-    return NULL;
 }
 
 /* Marker that a send transfer has already been completed with an error
@@ -259,25 +194,13 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
         s->rx = NULL;
         s->ru = NULL;
     }
-    for (int b = 0; b < NBUCKETS; b++) {
-        struct loomi_xfer *x;
-        while ((x = p->recvs[b]) != NULL) {
-            xlist_del(&p->recvs[b], x);
-            complete_once(x, code);
-        }
-        struct unexp *u = p->unexp[b], *n;
-        for (; u; u = n) {
-            n = u->next;
-            if (u->waiter) complete_once(u->waiter, code);
-            if (u->buf) {
-                t->unexp_bytes -= u->total;
-                loomi_bufpool_put(&t->pool, u->buf, u->cap);
-            }
-            free(u);
-        }
-        p->unexp[b] = NULL;
+    struct loomi_xfer *x;
+    while ((x = loomi_mq_recv_pop(&p->mq)) != NULL) complete_once(x, code);
+    struct loomi_unexp *u;
+    while ((u = loomi_mq_unexp_pop(&p->mq)) != NULL) {
+        if (((struct unexp *)u)->waiter) complete_once(((struct unexp *)u)->waiter, code);
+        loomi_match_unexp_free(&t->match, u);
     }
-    p->nunexp = 0;
     p->nposted = 0;
     if (notify && t->ctx.peer_failed)
         t->ctx.peer_failed(t->ctx.owner, p->rank, failed, code, why);
@@ -288,13 +211,12 @@ static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const 
 static void stream_read(struct tcp *t, struct stream *s);
 static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux);
 
-/* Fail p for a message of another schedule or call (transport.h). */
-static void conflict(struct tcp *t, struct peer *p, uint64_t theirs, uint32_t theirs_chk,
-                     uint64_t mine, uint32_t mine_chk)
+/* Fail p with what a check of match.h found (unless r is success);
+ * returns r. */
+static loom_result_t match_fail(struct tcp *t, struct peer *p, loom_result_t r, const char *why)
 {
-    char why[256];
-    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, t->ctx.name_sig, why, sizeof why);
-    peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+    if (r != LOOM_SUCCESS) peer_error(t, p, r, "%s", why);
+    return r;
 }
 
 /* A collective transfer x is posted: the first of its operation scans
@@ -303,13 +225,14 @@ static void conflict(struct tcp *t, struct peer *p, uint64_t theirs, uint32_t th
  * (found: that peer fails).  Cheap when none is held. */
 static void note_op(struct tcp *t, const struct loomi_xfer *x)
 {
-    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
-    t->noted_op = loomi_tag_op(x->tag) + 1;
+    if (!loomi_match_note_op(&t->match, x)) return;
     for (int r = 0; r < t->ctx.nranks; r++) {
         struct peer *q = &t->peers[r];
-        if (!q->nunexp || q->failed) continue;
-        const struct unexp *u = unexp_conflict(q, x->tag, x->chk);
-        if (u) conflict(t, q, u->tag, u->chk, x->tag, x->chk);
+        const struct loomi_unexp *u = q->failed ? NULL : loomi_mq_unexp_conflict(&q->mq, x->tag, x->chk);
+        if (!u) continue;
+        char why[LOOMI_MATCH_WHY];
+        loomi_match_conflict_why(&t->match, q->rank, u->tag, u->chk, x->tag, x->chk, why, sizeof why);
+        match_fail(t, q, LOOM_ERR_MISMATCH, why);
     }
 }
 
@@ -328,12 +251,11 @@ static void connection_lost(struct tcp *t, struct stream *s, const char *what, i
 }
 static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
-    char why[256];
+    char why[LOOMI_MATCH_WHY];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
+    loomi_match_vwarn(t->ctx.rank, "tcp", p->rank, why, sizeof why, fmt, ap);
     va_end(ap);
-    LOOMI_WARN(t->ctx.rank, "tcp: peer rank %d: %s", p->rank, why);
     /* A peer that disagrees is alive: tell it why before the close, or
      * it would see only the connection go. */
     if (code == LOOM_ERR_MISMATCH) send_control(t, p, T_ABORT, (uint64_t)code, t->ctx.rank);
@@ -492,7 +414,7 @@ static void recv_done(struct peer *p, struct loomi_xfer *x, size_t len)
 {
     x->t_done += len;
     if (x->t_done == x->len) {
-        xlist_del(&p->recvs[bucket(x->tag)], x);
+        loomi_mq_recv_del(&p->mq, x);
         p->nposted--;
         complete_once(x, LOOM_SUCCESS);
     }
@@ -500,21 +422,14 @@ static void recv_done(struct peer *p, struct loomi_xfer *x, size_t len)
 
 static void unexp_done(struct tcp *t, struct peer *p, struct unexp *u, size_t len)
 {
-    u->got += len;
+    u->m.got += len;
     /* Complete when all is in and someone wants it; a direct message whose
      * receive was cancelled was read into the void and just goes. */
-    if (u->got < u->total || (!u->waiter && !u->direct)) return;
-    struct unexp **link = NULL;
-    find_unexp(p, u->tag, &link);
-    *link = u->next;
-    p->nunexp--;
+    if (u->m.got < u->m.total || (!u->waiter && !u->direct)) return;
+    loomi_mq_unexp_del(&p->mq, &u->m);
     struct loomi_xfer *x = u->waiter;
-    if (u->buf) {
-        if (x) memcpy(x->buf, u->buf, u->total);
-        t->unexp_bytes -= u->total;
-        loomi_bufpool_put(&t->pool, u->buf, u->cap);
-    }
-    free(u);
+    if (x && u->m.buf) memcpy(x->buf, u->m.buf, u->m.total);
+    loomi_match_unexp_free(&t->match, &u->m);
     if (!x) return;
     p->nposted--;
     complete_once(x, LOOM_SUCCESS);
@@ -544,13 +459,11 @@ static void unexp_go_direct(struct tcp *t, struct peer *p, struct unexp *u,
                 s->rdst = (char *)x->buf + off + filled;
             }
         }
-        memcpy((char *)x->buf + off, u->buf + off, filled);
+        memcpy((char *)x->buf + off, u->m.buf + off, filled);
     }
     LOOMI_TRACE(t->ctx.rank, "tcp: receive posted for an early message from rank %d: %zu of %zu "
-                "bytes moved, the rest read in place", p->rank, u->got, u->total);
-    t->unexp_bytes -= u->total;
-    loomi_bufpool_put(&t->pool, u->buf, u->cap);
-    u->buf = NULL;
+                "bytes moved, the rest read in place", p->rank, u->m.got, u->m.total);
+    loomi_match_unexp_unbuffer(&t->match, &u->m);
     u->direct = 1;
 }
 
@@ -586,79 +499,44 @@ static int handle_header(struct tcp *t, struct stream *s)
         return -1;
     }
     const uint32_t chk = (uint32_t)h->aux;
+    char why[LOOMI_MATCH_WHY];
     s->rx = NULL;
-    s->ru = find_unexp(p, h->tag, NULL);
-    if (s->ru) {
+    s->ru = (struct unexp *)loomi_mq_unexp_find(&p->mq, h->tag);
+    if (s->ru) { /* another piece of a message held */
         struct unexp *u = s->ru;
-        if (u->total != h->total || u->chk != chk) goto size_mismatch;
+        if (u->m.total != h->total || u->m.chk != chk) {
+            peer_error(t, p, LOOM_ERR_MISMATCH,
+                       "rank %d sent pieces of one message with different lengths or checks",
+                       p->rank);
+            return -1;
+        }
         if (u->direct) {
             s->rdst = u->waiter ? (char *)u->waiter->buf + h->offset : NULL;
         } else {
-            s->rdst = u->buf + h->offset;
+            s->rdst = u->m.buf + h->offset;
             track_piece(u, h);
         }
-    } else if ((s->rx = find_recv(p, h->tag)) != NULL) {
-        if (s->rx->chk != chk) {
-            struct loomi_xfer *x = s->rx;
-            s->rx = NULL;
-            conflict(t, p, h->tag, chk, x->tag, x->chk);
+    } else if ((s->rx = loomi_mq_recv_find(&p->mq, h->tag)) != NULL) {
+        /* Left listed (failed with the peer) until its last piece is in. */
+        if (match_fail(t, p, loomi_match_pair(&t->match, p->rank, h->tag, chk, h->total, s->rx,
+                                              why, sizeof why), why))
             return -1;
-        }
-        if (s->rx->len != h->total) {
-            size_t want = s->rx->len;
-            peer_error(t, p, LOOM_ERR_MISMATCH,
-                       "rank %d sent a message of %llu bytes where this rank expects %zu: "
-                       LOOMI_MISMATCH_HINT,
-                       p->rank, (unsigned long long)h->total, want);
-            return -1;
-        }
         s->rdst = (char *)s->rx->buf + h->offset;
     } else {
-        const struct loomi_xfer *mine = recv_conflict(p, h->tag, chk);
-        if (mine) {
-            conflict(t, p, h->tag, chk, mine->tag, mine->chk);
+        struct loomi_unexp *m;
+        if (match_fail(t, p, loomi_match_early(&t->match, &p->mq, p->rank, h->tag, chk, h->total,
+                                               1, &m, why, sizeof why), why))
             return -1;
-        }
-        uint32_t my = !(h->tag & LOOMI_TAG_P2P) && t->ctx.call_check
-                          ? t->ctx.call_check(t->ctx.owner, h->tag) : 0;
-        if (my && my != chk) {
-            conflict(t, p, h->tag, chk, h->tag, my);
-            return -1;
-        }
-        if (t->unexp_bytes + h->total > UNEXP_LIMIT) {
-            peer_error(t, p, LOOM_ERR_REMOTE,
-                       "more than %llu bytes arrived for receives not posted",
-                       (unsigned long long)UNEXP_LIMIT);
-            return -1;
-        }
-        struct unexp *u = calloc(1, sizeof *u);
-        if (u) u->buf = loomi_bufpool_get(&t->pool, h->total, &u->cap);
-        if (!u || !u->buf) {
-            free(u);
-            peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
-            return -1;
-        }
-        u->tag = h->tag;
-        u->chk = chk;
-        u->total = h->total;
         LOOMI_TRACE(t->ctx.rank, "tcp: early message from rank %d, tag %llx, %zu bytes (buffered)",
-                    p->rank, (unsigned long long)h->tag, u->total);
-        struct unexp **head = &p->unexp[bucket(h->tag)];
-        u->next = *head;
-        *head = u;
-        p->nunexp++;
-        t->unexp_bytes += u->total;
+                    p->rank, (unsigned long long)h->tag, m->total);
+        struct unexp *u = (struct unexp *)m;
         s->ru = u;
-        s->rdst = u->buf + h->offset;
+        s->rdst = m->buf + h->offset;
         track_piece(u, h);
     }
     s->rleft = h->len;
     s->in_payload = 1;
     return 0;
-size_mismatch:
-    peer_error(t, p, LOOM_ERR_MISMATCH,
-               "rank %d sent pieces of one message with different lengths or checks", p->rank);
-    return -1;
 }
 
 static void payload_done(struct tcp *t, struct stream *s)
@@ -727,30 +605,17 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
     p->nposted++;
-    struct unexp *u = find_unexp(p, x->tag, NULL);
-    if (u && u->chk != x->chk) {
-        xlist_add(&p->recvs[bucket(x->tag)], x); /* failed with the peer's transfers */
-        conflict(t, p, u->tag, u->chk, x->tag, x->chk);
+    char why[LOOMI_MATCH_WHY];
+    struct loomi_unexp *m;
+    /* Failed: x fails with the peer's other transfers. */
+    if (match_fail(t, p, loomi_match_post(&t->match, &p->mq, p->rank, x, &m, why, sizeof why), why))
         return LOOM_SUCCESS;
-    }
-    if (u) {
-        if (u->total != x->len) {
-            peer_error(t, p, LOOM_ERR_MISMATCH,
-                       "rank %d sent a message of %zu bytes where this rank expects %zu: "
-                       LOOMI_MISMATCH_HINT,
-                       p->rank, u->total, x->len);
-            return LOOM_SUCCESS; /* x was completed with the error */
-        }
+    if (m) {
+        /* Left listed until all of it is in (unexp_done). */
+        struct unexp *u = (struct unexp *)m;
         u->waiter = x;
-        if (u->got < u->total && u->npc <= UNEXP_PIECES) unexp_go_direct(t, p, u, x);
+        if (m->got < m->total && u->npc <= UNEXP_PIECES) unexp_go_direct(t, p, u, x);
         unexp_done(t, p, u, 0);
-        return LOOM_SUCCESS;
-    }
-    xlist_add(&p->recvs[bucket(x->tag)], x);
-    const struct unexp *theirs = p->nunexp ? unexp_conflict(p, x->tag, x->chk) : NULL;
-    if (theirs) { /* x fails with the peer's other transfers */
-        conflict(t, p, theirs->tag, theirs->chk, x->tag, x->chk);
-        return LOOM_SUCCESS;
     }
     /* Zero-length messages travel too (a header alone), so even an empty
      * receive completes only when its message arrives. */
@@ -805,19 +670,16 @@ static void tcp_cancel(void *state, struct loomi_xfer *x)
             l = &pc->next;
         }
     }
-    for (struct loomi_xfer *y = p->recvs[bucket(x->tag)]; y; y = y->t_next)
-        if (y == x) {
-            xlist_del(&p->recvs[bucket(x->tag)], x);
-            break;
+    loomi_mq_recv_has(&p->mq, x, 1);
+    for (int b = 0; p->mq.nunexp && b < LOOMI_MQ_BUCKETS; b++)
+        for (struct loomi_unexp *m = p->mq.unexp[b].head; m; m = m->next) {
+            struct unexp *u = (struct unexp *)m;
+            if (u->waiter != x) continue;
+            u->waiter = NULL;
+            /* Direct: the rest of it must not land in x's memory. */
+            for (int i = 0; u->direct && i < all_streams(t); i++)
+                if (p->s[i].ru == u) p->s[i].rdst = NULL;
         }
-    for (int b = 0; b < NBUCKETS; b++)
-        for (struct unexp *u = p->unexp[b]; u; u = u->next)
-            if (u->waiter == x) {
-                u->waiter = NULL;
-                /* Direct: the rest of it must not land in x's memory. */
-                for (int i = 0; u->direct && i < all_streams(t); i++)
-                    if (p->s[i].ru == u) p->s[i].rdst = NULL;
-            }
 }
 
 /* ------------------------------------------------------------ progress */
@@ -853,6 +715,7 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
     struct tcp *t = calloc(1, sizeof *t);
     if (!t) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "tcp: out of memory");
     t->ctx = *ctx;
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT);
     t->nstreams = ctx->sock.streams < 1 ? 1 : ctx->sock.streams;
     t->lfd = t->epfd = -1;
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
@@ -1085,7 +948,7 @@ static void tcp_destroy(void *state)
         free(p->s);
     }
     free(t->peers);
-    loomi_bufpool_clear(&t->pool);
+    loomi_match_fini(&t->match);
     while (t->free_pieces) {
         struct piece *pc = t->free_pieces;
         t->free_pieces = pc->next;
