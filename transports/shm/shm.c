@@ -73,7 +73,6 @@
 #include <unistd.h>
 
 #include "core/internal.h"
-#include "transports/bufpool.h"
 #include "transports/shm/shm.h"
 #include "transports/shm/shm_internal.h"
 #include "transports/transport.h"
@@ -137,6 +136,7 @@ static loom_result_t shm_create(const struct loomi_tctx *ctx, void **state)
     struct shm *t = calloc(1, sizeof *t);
     if (!t) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "shm: out of memory");
     t->ctx = *ctx;
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT);
     memcpy(t->key, ctx->job_key, 16);
     t->ctx.job_key = t->key;
     t->fd = -1;
@@ -591,7 +591,7 @@ static void shm_destroy(void *state)
     unlink_own(t);
     if (t->map) munmap(t->map, t->map_len);
     if (t->fd >= 0) close(t->fd);
-    loomi_bufpool_clear(&t->pool);
+    loomi_match_fini(&t->match);
     free(t->peers);
     free(t->local);
     free(t);

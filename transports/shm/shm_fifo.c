@@ -13,72 +13,11 @@
 
 #include "transports/shm/shm_internal.h"
 
-/* The oldest posted receive with this tag, taken off its list. */
-static struct loomi_xfer *take_recv(struct peer *p, uint64_t tag)
-{
-    struct xq *q = &p->recvs[bucket(tag)];
-    for (struct loomi_xfer *x = q->head; x; x = x->t_next)
-        if (x->tag == tag) {
-            xq_del(q, x);
-            return x;
-        }
-    return NULL;
-}
-
-/* A posted receive, or a held early message, of the operation that tag
- * belongs to but of another schedule or call (transport.h), or NULL. */
-static const struct loomi_xfer *recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
-{
-    for (int b = 0; b < NBUCKETS; b++)
-        for (const struct loomi_xfer *x = p->recvs[b].head; x; x = x->t_next)
-            if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return x;
-    return NULL;
-}
-
-static const struct unexp *unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
-{
-    for (int b = 0; b < NBUCKETS; b++)
-        for (const struct unexp *u = p->unexp[b].head; u; u = u->next)
-            if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return u;
-    return NULL;
-}
-
-static struct unexp *take_unexp(struct peer *p, uint64_t tag)
-{
-    struct uq *q = &p->unexp[bucket(tag)];
-    struct unexp *prev = NULL;
-    for (struct unexp *u = q->head; u; prev = u, u = u->next)
-        if (u->tag == tag) {
-            if (prev) prev->next = u->next;
-            else q->head = u->next;
-            if (q->tail == u) q->tail = prev;
-            u->next = NULL;
-            p->nunexp--;
-            return u;
-        }
-    return NULL;
-}
-
-static void unexp_free(struct shm *t, struct unexp *u)
-{
-    if (u->buf) t->unexp_bytes -= u->total;
-    loomi_bufpool_put(&t->pool, u->buf, u->cap);
-    free(u);
-}
-
+/* An early message taken off its list, and freed. */
 static void unexp_remove(struct shm *t, struct peer *p, struct unexp *u)
 {
-    struct uq *q = &p->unexp[bucket(u->tag)];
-    struct unexp *prev = NULL;
-    for (struct unexp *v = q->head; v; prev = v, v = v->next)
-        if (v == u) {
-            if (prev) prev->next = u->next;
-            else q->head = u->next;
-            if (q->tail == u) q->tail = prev;
-            p->nunexp--;
-            break;
-        }
-    unexp_free(t, u);
+    loomi_mq_unexp_del(&p->mq, &u->m);
+    loomi_match_unexp_free(&t->match, &u->m);
 }
 
 /* ------------------------------------------------------------ failures */
@@ -93,35 +32,27 @@ void loomi_shm_peer_down(struct shm *t, struct peer *p, int failed, loom_result_
      * from now on nothing read from this process is to be trusted. */
     if (p->acks.head && t->hdr) atomic_store(&t->hdr->withdrawn, 1);
     /* Detach every list before completing: a completion may look around. */
-    struct loomi_xfer *lists[2 + NBUCKETS];
-    int nl = 0;
-    lists[nl++] = p->sq.head;
-    lists[nl++] = p->acks.head;
-    for (int b = 0; b < NBUCKETS; b++) lists[nl++] = p->recvs[b].head;
+    struct xq recvs = {NULL, NULL};
+    struct loomi_xfer *x;
+    while ((x = loomi_mq_recv_pop(&p->mq)) != NULL) xq_push(&recvs, x);
+    struct loomi_xfer *lists[3] = {p->sq.head, p->acks.head, recvs.head};
+    const int nl = 3;
     memset(&p->sq, 0, sizeof p->sq);
     memset(&p->acks, 0, sizeof p->acks);
-    memset(p->recvs, 0, sizeof p->recvs);
     struct loomi_xfer *rx = p->rx_x;
     p->rx_x = NULL;
     p->rx_u = NULL;
     p->rx_on = 0;
     struct rd *rds[2] = {p->reads, p->resends};
     p->reads = p->resends = NULL;
-    for (int b = 0; b < NBUCKETS; b++) {
-        struct unexp *u = p->unexp[b].head, *n;
-        for (; u; u = n) {
-            n = u->next;
-            unexp_free(t, u);
-        }
-        p->unexp[b].head = p->unexp[b].tail = NULL;
-    }
-    p->nunexp = 0;
+    struct loomi_unexp *u;
+    while ((u = loomi_mq_unexp_pop(&p->mq)) != NULL) loomi_match_unexp_free(&t->match, u);
     free(p->ctl);
     p->ctl = NULL;
     p->nctl = p->capctl = 0;
     for (int i = 0; i < nl; i++) {
-        struct loomi_xfer *x = lists[i], *n;
-        for (; x; x = n) {
+        struct loomi_xfer *n;
+        for (x = lists[i]; x; x = n) {
             n = x->t_next;
             x->t_next = x->t_prev = NULL;
             done(p, x, code);
@@ -143,23 +74,21 @@ void loomi_shm_peer_down(struct shm *t, struct peer *p, int failed, loom_result_
 
 void loomi_shm_peer_error(struct shm *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
-    char why[256];
+    if (p->failed) return;
+    char why[LOOMI_MATCH_WHY];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
+    loomi_match_vwarn(t->ctx.rank, "shm", p->rank, why, sizeof why, fmt, ap);
     va_end(ap);
-    if (p->failed) return;
-    LOOMI_WARN(t->ctx.rank, "shm: peer rank %d: %s", p->rank, why);
     loomi_shm_peer_down(t, p, p->rank, code, why, 1);
 }
 
-/* Fail p for a message of another schedule or call (transport.h). */
-static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint32_t theirs_chk,
-                     uint64_t mine, uint32_t mine_chk)
+/* Fail p with what a check of match.h found (unless r is success);
+ * returns r. */
+static loom_result_t match_fail(struct shm *t, struct peer *p, loom_result_t r, const char *why)
 {
-    char why[256];
-    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, t->ctx.name_sig, why, sizeof why);
-    loomi_shm_peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+    if (r != LOOM_SUCCESS) loomi_shm_peer_error(t, p, r, "%s", why);
+    return r;
 }
 
 /* A collective transfer x is posted: the first of its operation scans
@@ -168,13 +97,14 @@ static void conflict(struct shm *t, struct peer *p, uint64_t theirs, uint32_t th
  * (found: that peer fails).  Cheap when none is held. */
 static void note_op(struct shm *t, const struct loomi_xfer *x)
 {
-    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
-    t->noted_op = loomi_tag_op(x->tag) + 1;
+    if (!loomi_match_note_op(&t->match, x)) return;
     for (int i = 0; i < t->nlocal; i++) {
         struct peer *q = &t->peers[t->local[i]];
-        if (!q->nunexp || q->failed) continue;
-        const struct unexp *u = unexp_conflict(q, x->tag, x->chk);
-        if (u) conflict(t, q, u->tag, u->chk, x->tag, x->chk);
+        const struct loomi_unexp *u = q->failed ? NULL : loomi_mq_unexp_conflict(&q->mq, x->tag, x->chk);
+        if (!u) continue;
+        char why[LOOMI_MATCH_WHY];
+        loomi_match_conflict_why(&t->match, q->rank, u->tag, u->chk, x->tag, x->chk, why, sizeof why);
+        match_fail(t, q, LOOM_ERR_MISMATCH, why);
     }
 }
 
@@ -347,9 +277,9 @@ loom_result_t loomi_shm_isend(void *state, struct loomi_xfer *x)
 static void rx_data(struct shm *t, struct peer *p, const char *src, size_t len)
 {
     if (len && p->rx_x) memcpy((char *)p->rx_x->buf + p->rx_off, src, len);
-    else if (len && p->rx_u) memcpy(p->rx_u->buf + p->rx_off, src, len);
+    else if (len && p->rx_u) memcpy(p->rx_u->m.buf + p->rx_off, src, len);
     p->rx_off += len;
-    if (p->rx_u) p->rx_u->got = p->rx_off;
+    if (p->rx_u) p->rx_u->m.got = p->rx_off;
     if (p->rx_off < p->rx_total) return;
     p->rx_on = 0;
     struct loomi_xfer *x = p->rx_x;
@@ -359,59 +289,36 @@ static void rx_data(struct shm *t, struct peer *p, const char *src, size_t len)
     if (x) done(p, x, LOOM_SUCCESS);
 }
 
-static void mismatch(struct shm *t, struct peer *p, uint64_t total, size_t want)
-{
-    loomi_shm_peer_error(t, p, LOOM_ERR_MISMATCH,
-                         "rank %d sent a message of %llu bytes where this rank expects %zu: "
-                         LOOMI_MISMATCH_HINT,
-                         p->rank, (unsigned long long)total, want);
-}
-
 /* A message nobody waits for yet: keep it (descriptor, or a buffer),
  * unless a receive of its operation, or this rank's call of it, shows
  * that its sender made the call otherwise. */
-static struct unexp *unexp_new(struct shm *t, struct peer *p, uint64_t tag, uint32_t chk,
-                               uint64_t total, int rts)
+static struct unexp *unexp_new(struct shm *t, struct peer *p, const struct cell *h, int rts)
 {
-    const struct loomi_xfer *mine = recv_conflict(p, tag, chk);
-    if (mine) {
-        conflict(t, p, tag, chk, mine->tag, mine->chk);
+    char why[LOOMI_MATCH_WHY];
+    struct loomi_unexp *m;
+    if (match_fail(t, p, loomi_match_early(&t->match, &p->mq, p->rank, h->tag, h->chk, h->total,
+                                           !rts, &m, why, sizeof why), why))
         return NULL;
-    }
-    uint32_t my = !(tag & LOOMI_TAG_P2P) && t->ctx.call_check
-                      ? t->ctx.call_check(t->ctx.owner, tag) : 0;
-    if (my && my != chk) {
-        conflict(t, p, tag, chk, tag, my);
-        return NULL;
-    }
-    if (!rts && t->unexp_bytes + total > UNEXP_LIMIT) {
-        loomi_shm_peer_error(t, p, LOOM_ERR_REMOTE,
-                             "more than %llu bytes arrived for receives not posted",
-                             (unsigned long long)UNEXP_LIMIT);
-        return NULL;
-    }
-    struct unexp *u = calloc(1, sizeof *u);
-    if (u && !rts && !(u->buf = loomi_bufpool_get(&t->pool, total, &u->cap))) {
-        free(u);
-        u = NULL;
-    }
-    if (!u) {
-        loomi_shm_peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
-        return NULL;
-    }
-    u->tag = tag;
-    u->chk = chk;
-    u->total = total;
+    struct unexp *u = (struct unexp *)m;
     u->rts = rts;
-    if (!rts) t->unexp_bytes += total;
-    struct uq *q = &p->unexp[bucket(tag)];
-    if (q->tail) q->tail->next = u;
-    else q->head = u;
-    q->tail = u;
-    p->nunexp++;
     LOOMI_TRACE(t->ctx.rank, "shm: early message from rank %d, tag %llx, %llu bytes%s", p->rank,
-                (unsigned long long)tag, (unsigned long long)total, rts ? " (descriptor)" : "");
+                (unsigned long long)h->tag, (unsigned long long)h->total,
+                rts ? " (descriptor)" : "");
     return u;
+}
+
+/* The oldest receive posted for h's message, taken off its list; NULL
+ * when there is none, or (peer failed, *bad set) when it does not agree
+ * with the message. */
+static struct loomi_xfer *take_recv(struct shm *t, struct peer *p, const struct cell *h, int *bad)
+{
+    char why[LOOMI_MATCH_WHY];
+    struct loomi_xfer *x = loomi_mq_recv_find(&p->mq, h->tag);
+    *bad = x && match_fail(t, p, loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->total, x,
+                                                  why, sizeof why), why);
+    if (!x || *bad) return NULL; /* a receive that disagrees failed with the peer */
+    loomi_mq_recv_del(&p->mq, x);
+    return x;
 }
 
 /* id came back from the peer: is it one we could have issued? */
@@ -467,19 +374,10 @@ static int handle_cell(struct shm *t, struct peer *p, const struct cell *h, cons
                       (unsigned long long)h->total, x->len);
                 return -1;
             }
-        } else if ((x = take_recv(p, h->tag)) != NULL) {
-            if (x->chk != h->chk) {
-                done(p, x, LOOM_ERR_MISMATCH);
-                conflict(t, p, h->tag, h->chk, x->tag, x->chk);
-                return -1;
-            }
-            if (x->len != h->total) {
-                done(p, x, LOOM_ERR_MISMATCH);
-                mismatch(t, p, h->total, x->len);
-                return -1;
-            }
-        } else if (!(u = unexp_new(t, p, h->tag, h->chk, h->total, 0))) {
-            return -1;
+        } else {
+            int bad;
+            x = take_recv(t, p, h, &bad);
+            if (bad || (!x && !(u = unexp_new(t, p, h, 0)))) return -1;
         }
         p->rx_on = 1;
         p->rx_x = x;
@@ -504,21 +402,13 @@ static int handle_cell(struct shm *t, struct peer *p, const struct cell *h, cons
             return -1;
         }
         memcpy(d, pl, sizeof d);
-        struct loomi_xfer *x = take_recv(p, h->tag);
-        if (x && x->chk != h->chk) {
-            done(p, x, LOOM_ERR_MISMATCH);
-            conflict(t, p, h->tag, h->chk, x->tag, x->chk);
-            return -1;
-        }
+        int bad;
+        struct loomi_xfer *x = take_recv(t, p, h, &bad);
+        if (bad) return -1;
         if (x) {
-            if (x->len != h->total) {
-                done(p, x, LOOM_ERR_MISMATCH);
-                mismatch(t, p, h->total, x->len);
-                return -1;
-            }
             loomi_shm_start_read(t, p, x, d[0], d[1]);
         } else {
-            struct unexp *u = unexp_new(t, p, h->tag, h->chk, h->total, 1);
+            struct unexp *u = unexp_new(t, p, h, 1);
             if (!u) return -1;
             u->raddr = d[0];
             u->id = d[1];
@@ -604,45 +494,28 @@ loom_result_t loomi_shm_irecv(void *state, struct loomi_xfer *x)
     note_op(t, x);
     if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
     p->npending++;
-    struct unexp *u = take_unexp(p, x->tag);
-    if (!u) {
-        xq_push(&p->recvs[bucket(x->tag)], x);
-        const struct unexp *theirs = p->nunexp ? unexp_conflict(p, x->tag, x->chk) : NULL;
-        if (theirs) /* x fails with the peer's other transfers */
-            conflict(t, p, theirs->tag, theirs->chk, x->tag, x->chk);
+    char why[LOOMI_MATCH_WHY];
+    struct loomi_unexp *m;
+    /* Failed: x fails with the peer's other transfers. */
+    if (match_fail(t, p, loomi_match_post(&t->match, &p->mq, p->rank, x, &m, why, sizeof why), why))
         return LOOM_SUCCESS;
-    }
-    if (u->chk != x->chk) {
-        uint64_t tag = u->tag;
-        uint32_t chk = u->chk;
-        if (p->rx_u == u) p->rx_u = NULL;
-        unexp_free(t, u);
-        done(p, x, LOOM_ERR_MISMATCH);
-        conflict(t, p, tag, chk, x->tag, x->chk);
-        return LOOM_SUCCESS; /* completed with the error */
-    }
-    if (u->total != x->len) {
-        size_t total = u->total;
-        if (p->rx_u == u) p->rx_u = NULL; /* the rest goes nowhere */
-        unexp_free(t, u);
-        done(p, x, LOOM_ERR_MISMATCH);
-        mismatch(t, p, total, x->len);
-        return LOOM_SUCCESS; /* completed with the error */
-    }
+    if (!m) return LOOM_SUCCESS; /* listed */
+    struct unexp *u = (struct unexp *)m;
+    loomi_mq_unexp_del(&p->mq, m); /* x is not listed */
     if (u->rts) {
         loomi_shm_start_read(t, p, x, u->raddr, u->id);
-        unexp_free(t, u);
+        loomi_match_unexp_free(&t->match, m);
         return LOOM_SUCCESS;
     }
-    if (u->got) memcpy(x->buf, u->buf, u->got);
+    if (m->got) memcpy(x->buf, m->buf, m->got);
     if (p->rx_u == u) {
         /* Still arriving: the rest lands in place. */
         p->rx_u = NULL;
         p->rx_x = x;
-        unexp_free(t, u);
+        loomi_match_unexp_free(&t->match, m);
         return LOOM_SUCCESS;
     }
-    unexp_free(t, u);
+    loomi_match_unexp_free(&t->match, m);
     done(p, x, LOOM_SUCCESS);
     return LOOM_SUCCESS;
 }
@@ -670,9 +543,7 @@ void loomi_shm_cancel(void *state, struct loomi_xfer *x)
         p->npending--;
         return;
     }
-    struct xq *b = &p->recvs[bucket(x->tag)];
-    if (xq_has(b, x)) {
-        xq_del(b, x);
+    if (loomi_mq_recv_has(&p->mq, x, 1)) {
         p->npending--;
         return;
     }

@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #include "core/internal.h"
-#include "transports/bufpool.h"
+#include "transports/match.h"
 #include "transports/shm/shm.h"
 #include "transports/transport.h"
 
@@ -31,7 +31,6 @@
 #ifndef SPIN_PASSES
 #define SPIN_PASSES 64
 #endif
-#define NBUCKETS 64
 
 enum { ST_LIVE = 0, ST_BYE = 1, ST_ABORT = 2 };
 enum { C_FIRST = 1, C_CONT, C_RTS, C_RESEND, C_ACK, C_NACK, C_ABANDON };
@@ -94,19 +93,12 @@ struct xq {
     struct loomi_xfer *head, *tail;
 };
 
+/* An early message (match.h): eager, its bytes so far in m.buf; or a
+ * single-copy descriptor, nothing buffered. */
 struct unexp {
-    struct unexp *next;
-    uint64_t tag;
-    uint32_t chk; /* the call's check it came with */
-    size_t total, got;
-    char *buf;       /* eager: bytes so far */
-    size_t cap;      /* buf's size (a pool buffer may be larger) */
-    int rts;         /* a CMA descriptor, nothing buffered */
+    struct loomi_unexp m;
+    int rts;
     uint64_t raddr, id;
-};
-
-struct uq {
-    struct unexp *head, *tail;
 };
 
 /* A CMA read in progress, or a receive waiting for its resend. */
@@ -153,9 +145,7 @@ struct peer {
     struct ctl *ctl;
     size_t nctl, capctl;
     /* Receiving. */
-    struct xq recvs[NBUCKETS];
-    struct uq unexp[NBUCKETS];
-    int nunexp; /* messages held in unexp[]: a receive posted scans them only then */
+    struct loomi_mq mq; /* receives posted, early messages (match.h) */
     int rx_on; /* a multi-cell message is arriving */
     struct loomi_xfer *rx_x;
     struct unexp *rx_u; /* neither: discard */
@@ -187,17 +177,13 @@ struct shm {
     /* Completions, failures, aborts: progress() returns once it moves. */
     uint64_t events;
     uint64_t moved; /* cells and reads moved by progress (shm_moved) */
-    size_t unexp_bytes;
-    struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
-    int crowded;               /* loomi_shm_crowded */
-    uint64_t noted_op;         /* the operation of the last collective transfer posted, + 1 */
+    struct loomi_match match; /* early messages' buffers, the operation noted */
+    int crowded;              /* loomi_shm_crowded */
 };
 
 /* ------------------------------------------------------------- helpers */
 
 static inline uint64_t *events_of(struct peer *p) { return &p->t->events; }
-
-static inline unsigned bucket(uint64_t tag) { return (unsigned)((tag ^ (tag >> 32) ^ (tag >> 17)) % NBUCKETS); }
 
 static inline void xq_push(struct xq *q, struct loomi_xfer *x)
 {
