@@ -231,6 +231,7 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
         return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "verbs: out of memory");
     }
     t->ctx = *ctx;
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct loomi_unexp), UNEXP_LIMIT);
     t->dev = d;
     t->ibctx = c;
     t->lfd = t->epfd = -1;
@@ -633,6 +634,7 @@ static void verbs_destroy(void *state)
     if (t->ibctx) loomi_verbs_ib.close_device(t->ibctx);
     if (t->lfd >= 0) close(t->lfd);
     if (t->epfd >= 0) close(t->epfd);
+    loomi_match_fini(&t->match);
     free(t->cred);
     free(t->peers);
     free(t);

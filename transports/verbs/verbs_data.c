@@ -86,11 +86,7 @@ void loomi_verbs_peer_down(struct verbs *t, struct peer *p, int failed, loom_res
     }
     p->nucts = 0;
     struct loomi_xfer *x;
-    while ((x = p->recv_head) != NULL) {
-        p->recv_head = x->t_next;
-        complete_once(x, code);
-    }
-    p->recv_tail = NULL;
+    while ((x = loomi_mq_recv_pop(&p->mq)) != NULL) complete_once(x, code);
     for (int i = 0; i < RR_MAX; i++) {
         struct rrecv *r = &p->rr[i];
         if (!r->used) continue;
@@ -98,15 +94,8 @@ void loomi_verbs_peer_down(struct verbs *t, struct peer *p, int failed, loom_res
         loomi_verbs_mr_put(t, r->mr);
         memset(r, 0, sizeof *r);
     }
-    struct unexp *u = p->ux_head;
-    while (u) {
-        struct unexp *n = u->next;
-        t->unexp_bytes -= u->len;
-        free(u->buf);
-        free(u);
-        u = n;
-    }
-    p->ux_head = p->ux_tail = NULL;
+    struct loomi_unexp *u;
+    while ((u = loomi_mq_unexp_pop(&p->mq)) != NULL) loomi_match_unexp_free(&t->match, u);
     t->nposted -= p->nposted;
     p->nposted = 0;
     if (notify && t->ctx.peer_failed) t->ctx.peer_failed(t->ctx.owner, p->rank, failed, code, why);
@@ -117,12 +106,11 @@ static void peer_error(struct verbs *t, struct peer *p, loom_result_t code, cons
 static void peer_error(struct verbs *t, struct peer *p, loom_result_t code, const char *fmt, ...)
 {
     if (p->failed) return;
-    char why[256];
+    char why[LOOMI_MATCH_WHY];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
+    loomi_match_vwarn(t->ctx.rank, "verbs", p->rank, why, sizeof why, fmt, ap);
     va_end(ap);
-    LOOMI_WARN(t->ctx.rank, "verbs: peer rank %d: %s", p->rank, why);
     /* A peer that disagrees is alive: tell it why before the close, or
      * it would see only its queue pair fail. */
     if (code == LOOM_ERR_MISMATCH && p->fd >= 0)
@@ -297,20 +285,6 @@ static void pump(struct verbs *t, struct peer *p)
 
 /* ------------------------------------------------------------ receiving */
 
-static struct loomi_xfer *take_recv(struct peer *p, uint64_t tag)
-{
-    for (struct loomi_xfer *x = p->recv_head; x; x = x->t_next)
-        if (x->tag == tag) {
-            if (x->t_prev) x->t_prev->t_next = x->t_next;
-            else p->recv_head = x->t_next;
-            if (x->t_next) x->t_next->t_prev = x->t_prev;
-            else p->recv_tail = x->t_prev;
-            x->t_next = x->t_prev = NULL;
-            return x;
-        }
-    return NULL;
-}
-
 static int rr_has_tag(struct peer *p, uint64_t tag)
 {
     for (int i = 0; i < RR_MAX; i++)
@@ -325,24 +299,15 @@ struct tc {
 };
 
 /* Transfers of the operation that tag belongs to but of another
- * schedule or call (transport.h), or a zero tag: among the posted
- * receives, eager and rendezvous; the early eager messages; and a queue
- * of sends or clear-to-sends. */
-static struct tc recv_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
+ * schedule or call (transport.h), or a zero tag: among the rendezvous
+ * receives posted, and in a queue of sends or clear-to-sends (the eager
+ * receives and early messages: match.h). */
+static struct tc rr_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
 {
-    for (const struct loomi_xfer *x = p->recv_head; x; x = x->t_next)
-        if (loomi_call_conflict(x->tag, x->chk, tag, chk)) return (struct tc){x->tag, x->chk};
     for (int i = 0; i < RR_MAX; i++)
         if (p->rr[i].used && !p->rr[i].dead && p->rr[i].x &&
             loomi_call_conflict(p->rr[i].x->tag, p->rr[i].x->chk, tag, chk))
             return (struct tc){p->rr[i].x->tag, p->rr[i].x->chk};
-    return (struct tc){0, 0};
-}
-
-static struct tc unexp_conflict(const struct peer *p, uint64_t tag, uint32_t chk)
-{
-    for (const struct unexp *u = p->ux_head; u; u = u->next)
-        if (loomi_call_conflict(u->tag, u->chk, tag, chk)) return (struct tc){u->tag, u->chk};
     return (struct tc){0, 0};
 }
 
@@ -353,21 +318,27 @@ static struct tc q_conflict(const struct opq *q, uint64_t tag, uint32_t chk)
     return (struct tc){0, 0};
 }
 
-static void conflict(struct verbs *t, struct peer *p, struct tc theirs, struct tc mine)
+/* Fail p with what a check of match.h found (unless r is success);
+ * returns r. */
+static loom_result_t match_fail(struct verbs *t, struct peer *p, loom_result_t r, const char *why)
 {
-    char why[256];
-    loomi_call_conflict_why(theirs.tag, theirs.chk, mine.tag, mine.chk, t->ctx.name_sig, why,
-                            sizeof why);
-    peer_error(t, p, LOOM_ERR_MISMATCH, "rank %d %s", p->rank, why);
+    if (r != LOOM_SUCCESS) peer_error(t, p, r, "%s", why);
+    return r;
 }
 
-/* This rank's own call of the operation tag names, where it made it
- * with another check than `chk` (transport.h), or a zero tag. */
-static struct tc own_conflict(const struct verbs *t, uint64_t tag, uint32_t chk)
+static void conflict(struct verbs *t, struct peer *p, struct tc theirs, struct tc mine)
 {
-    uint32_t my = !(tag & LOOMI_TAG_P2P) && t->ctx.call_check
-                      ? t->ctx.call_check(t->ctx.owner, tag) : 0;
-    return my && my != chk ? (struct tc){tag, my} : (struct tc){0, 0};
+    char why[LOOMI_MATCH_WHY];
+    loomi_match_conflict_why(&t->match, p->rank, theirs.tag, theirs.chk, mine.tag, mine.chk, why,
+                             sizeof why);
+    match_fail(t, p, LOOM_ERR_MISMATCH, why);
+}
+
+static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
+{
+    char why[LOOMI_MATCH_WHY];
+    loomi_match_length_why(p->rank, sent, want, why, sizeof why);
+    match_fail(t, p, LOOM_ERR_MISMATCH, why);
 }
 
 /* A collective transfer x is posted: the first of its operation scans
@@ -376,39 +347,26 @@ static struct tc own_conflict(const struct verbs *t, uint64_t tag, uint32_t chk)
  * before this rank made the call (found: that peer fails). */
 static void note_op(struct verbs *t, const struct loomi_xfer *x)
 {
-    if (x->tag & LOOMI_TAG_P2P || t->noted_op == loomi_tag_op(x->tag) + 1) return;
-    t->noted_op = loomi_tag_op(x->tag) + 1;
+    if (!loomi_match_note_op(&t->match, x)) return;
     for (int r = 0; r < t->ctx.nranks; r++) {
         struct peer *q = &t->peers[r];
-        if (!q->active || q->failed || (!q->ux_head && !q->ucts.head)) continue;
-        struct tc u = unexp_conflict(q, x->tag, x->chk);
-        if (!u.tag) u = q_conflict(&q->ucts, x->tag, x->chk);
+        if (!q->active || q->failed || (!q->mq.nunexp && !q->ucts.head)) continue;
+        const struct loomi_unexp *m = loomi_mq_unexp_conflict(&q->mq, x->tag, x->chk);
+        struct tc u = m ? (struct tc){m->tag, m->chk} : q_conflict(&q->ucts, x->tag, x->chk);
         if (u.tag) conflict(t, q, u, (struct tc){x->tag, x->chk});
     }
 }
 
-static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
-{
-    peer_error(t, p, LOOM_ERR_MISMATCH,
-               "rank %d sent a message of %zu bytes where this rank expects %zu: "
-               LOOMI_MISMATCH_HINT,
-               p->rank, sent, want);
-}
-
 static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, const char *data)
 {
-    struct loomi_xfer *x = take_recv(p, h->tag);
-    if (x && x->chk != h->chk) {
-        conflict(t, p, (struct tc){h->tag, h->chk}, (struct tc){x->tag, x->chk});
-        complete_once(x, LOOM_ERR_MISMATCH);
-        return;
-    }
+    char why[LOOMI_MATCH_WHY];
+    struct loomi_xfer *x = loomi_mq_recv_find(&p->mq, h->tag);
     if (x) {
-        if (x->len != h->len) {
-            mismatch(t, p, h->len, x->len);
-            complete_once(x, LOOM_ERR_MISMATCH);
+        /* One that disagrees stays listed and fails with the peer. */
+        if (match_fail(t, p, loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->len, x, why,
+                                              sizeof why), why))
             return;
-        }
+        loomi_mq_recv_del(&p->mq, x);
         if (h->len) memcpy(x->buf, data, h->len);
         p->nposted--;
         t->nposted--;
@@ -419,35 +377,17 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
         mismatch(t, p, h->len, EAGER_MAX + 1);
         return;
     }
-    struct tc mine = recv_conflict(p, h->tag, h->chk);
-    if (!mine.tag) mine = own_conflict(t, h->tag, h->chk);
+    struct tc mine = rr_conflict(p, h->tag, h->chk);
     if (mine.tag) {
         conflict(t, p, (struct tc){h->tag, h->chk}, mine);
         return;
     }
-    if (t->unexp_bytes + h->len > UNEXP_LIMIT) {
-        peer_error(t, p, LOOM_ERR_REMOTE, "more than %llu bytes arrived for receives not posted",
-                   (unsigned long long)UNEXP_LIMIT);
+    struct loomi_unexp *u;
+    if (match_fail(t, p, loomi_match_early(&t->match, &p->mq, p->rank, h->tag, h->chk, h->len, 1,
+                                           &u, why, sizeof why), why))
         return;
-    }
-    struct unexp *u = malloc(sizeof *u);
-    char *b = malloc(h->len ? h->len : 1);
-    if (!u || !b) {
-        free(u);
-        free(b);
-        peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
-        return;
-    }
-    memcpy(b, data, h->len);
-    u->tag = h->tag;
-    u->chk = h->chk;
-    u->len = h->len;
-    u->buf = b;
-    u->next = NULL;
-    if (p->ux_tail) p->ux_tail->next = u;
-    else p->ux_head = u;
-    p->ux_tail = u;
-    t->unexp_bytes += h->len;
+    memcpy(u->buf, data, h->len);
+    u->got = h->len;
 }
 
 static void on_cts(struct verbs *t, struct peer *p, const struct vhdr *h)
@@ -455,7 +395,8 @@ static void on_cts(struct verbs *t, struct peer *p, const struct vhdr *h)
     struct op *o = q_find_tag(&p->wait_cts, h->tag);
     if (!o) {
         struct tc mine = q_conflict(&p->wait_cts, h->tag, h->chk);
-        if (!mine.tag) mine = own_conflict(t, h->tag, h->chk);
+        uint32_t my = mine.tag ? 0 : loomi_match_own_conflict(&t->match, h->tag, h->chk);
+        if (my) mine = (struct tc){h->tag, my};
         if (mine.tag) {
             conflict(t, p, (struct tc){h->tag, h->chk}, mine);
             return;
@@ -934,51 +875,22 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x)
     if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "verbs: rank %d failed", x->peer);
     p->nposted++;
     t->nposted++;
-    /* An early eager message with this tag? */
-    struct unexp *u = p->ux_head, *prev = NULL;
-    for (; u; prev = u, u = u->next)
-        if (u->tag == x->tag) break;
-    if (u) {
-        if (prev) prev->next = u->next;
-        else p->ux_head = u->next;
-        if (p->ux_tail == u) p->ux_tail = prev;
-        t->unexp_bytes -= u->len;
-        size_t got = u->len;
-        struct tc theirs = {u->tag, u->chk};
-        if (got == x->len && got && u->chk == x->chk) memcpy(x->buf, u->buf, got);
-        free(u->buf);
-        free(u);
-        if (theirs.chk != x->chk) {
-            conflict(t, p, theirs, (struct tc){x->tag, x->chk});
-            complete_once(x, LOOM_ERR_MISMATCH);
-            return LOOM_SUCCESS;
-        }
-        if (got != x->len) {
-            mismatch(t, p, got, x->len);
-            complete_once(x, LOOM_ERR_MISMATCH);
-            return LOOM_SUCCESS;
-        }
+    char why[LOOMI_MATCH_WHY];
+    struct loomi_unexp *u;
+    /* Failed: x fails with the peer's other transfers. */
+    if (match_fail(t, p, loomi_match_post(&t->match, &p->mq, p->rank, x, &u, why, sizeof why), why))
+        return LOOM_SUCCESS;
+    if (u) { /* an early eager message with this tag, all of it in */
+        loomi_mq_unexp_del(&p->mq, u);
+        if (u->total) memcpy(x->buf, u->buf, u->total);
+        loomi_match_unexp_free(&t->match, u);
         p->nposted--;
         t->nposted--;
         complete_once(x, LOOM_SUCCESS);
         return LOOM_SUCCESS;
     }
-    struct tc theirs = unexp_conflict(p, x->tag, x->chk);
-    if (theirs.tag) {
-        p->nposted--;
-        t->nposted--;
-        conflict(t, p, theirs, (struct tc){x->tag, x->chk});
-        complete_once(x, LOOM_ERR_MISMATCH);
-        return LOOM_SUCCESS;
-    }
-    if (x->len <= EAGER_MAX) {
-        x->t_prev = p->recv_tail;
-        x->t_next = NULL;
-        if (p->recv_tail) p->recv_tail->t_next = x;
-        else p->recv_head = x;
-        p->recv_tail = x;
-        return LOOM_SUCCESS;
-    }
+    if (x->len <= EAGER_MAX) return LOOM_SUCCESS; /* listed */
+    loomi_mq_recv_del(&p->mq, x); /* a rendezvous receive is matched by its id instead */
     /* Rendezvous: register, then tell the sender where to write. */
     int idx = -1;
     for (int k = 0; k < RR_MAX; k++) {
@@ -1024,17 +936,7 @@ void loomi_verbs_cancel(void *state, struct loomi_xfer *x)
     if (x->peer < 0 || x->peer >= t->ctx.nranks) return;
     struct peer *p = &t->peers[x->peer];
     if (!p->active) return;
-    int found = 0;
-    for (struct loomi_xfer *y = p->recv_head; y; y = y->t_next)
-        if (y == x) {
-            if (x->t_prev) x->t_prev->t_next = x->t_next;
-            else p->recv_head = x->t_next;
-            if (x->t_next) x->t_next->t_prev = x->t_prev;
-            else p->recv_tail = x->t_prev;
-            x->t_next = x->t_prev = NULL;
-            found = 1;
-            break;
-        }
+    int found = loomi_mq_recv_has(&p->mq, x, 1);
     for (struct op *o = p->wait_cts.head; o; o = o->next)
         if (o->x == x) {
             q_remove(&p->wait_cts, o);

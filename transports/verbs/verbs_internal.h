@@ -19,6 +19,7 @@
 #include <infiniband/verbs.h>
 
 #include "core/internal.h"
+#include "transports/match.h"
 #include "transports/net.h"
 #include "transports/verbs/verbs.h"
 
@@ -175,14 +176,6 @@ struct op {
     struct op *next;
 };
 
-struct unexp {
-    uint64_t tag;
-    uint32_t chk; /* the call's check it came with */
-    size_t len;
-    char *buf;
-    struct unexp *next;
-};
-
 struct rrecv {
     struct loomi_xfer *x;
     struct mrent *mr;
@@ -223,8 +216,7 @@ struct peer {
     struct opq inflight; /* rendezvous sends fully posted, writes in flight */
     struct opq zombies;  /* failed ops whose work requests are still out */
     int nucts;
-    struct loomi_xfer *recv_head, *recv_tail; /* posted eager receives */
-    struct unexp *ux_head, *ux_tail;
+    struct loomi_mq mq; /* eager receives posted, early eager messages (match.h) */
     struct rrecv rr[RR_MAX];
     int rr_next;
     int nposted;
@@ -246,9 +238,8 @@ struct verbs {
     socklen_t laddr_len;
     struct peer *peers;
     int npeers; /* reached through verbs */
-    size_t unexp_bytes;
+    struct loomi_match match; /* early messages' buffers, the operation noted */
     int nposted; /* over all peers */
-    uint64_t noted_op; /* the operation of the last collective transfer posted, + 1 */
     int aborted;
     int ngone_check; /* a peer left: check what it leaves pending */
     int destroying;  /* in destroy(): nobody to tell of failures */
