@@ -1,5 +1,6 @@
 /* bufpool.c - buffers for early messages, kept for reuse (bufpool.h). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "transports/bufpool.h"
 
@@ -46,4 +47,28 @@ void loomi_bufpool_clear(struct loomi_bufpool *pl)
     for (int i = 0; i < pl->n; i++) free(pl->b[i].p);
     pl->n = 0;
     pl->bytes = 0;
+}
+
+void *loomi_objpool_get(struct loomi_objpool *op, size_t size)
+{
+    void *o = op->free;
+    if (o) memcpy(&op->free, o, sizeof op->free);
+    else o = malloc(size);
+    if (o) memset(o, 0, size);
+    return o;
+}
+
+void loomi_objpool_put(struct loomi_objpool *op, void *o)
+{
+    memcpy(o, &op->free, sizeof op->free);
+    op->free = o;
+}
+
+void loomi_objpool_clear(struct loomi_objpool *op)
+{
+    while (op->free) {
+        void *o = op->free;
+        memcpy(&op->free, o, sizeof op->free);
+        free(o);
+    }
 }

@@ -33,4 +33,19 @@ char *loomi_bufpool_get(struct loomi_bufpool *pl, size_t len, size_t *cap);
 void loomi_bufpool_put(struct loomi_bufpool *pl, char *p, size_t cap);
 void loomi_bufpool_clear(struct loomi_bufpool *pl);
 
+/* Small objects of one kind kept for reuse (tcp's pieces, verbs' ops,
+ * sim's nodes): a kept object's first bytes link it to the next, so an
+ * object must be at least a pointer's size.  Not thread-safe either. */
+struct loomi_objpool {
+    void *free;
+};
+
+/* A zeroed object of `size` bytes (a kept one, or new); NULL when out of
+ * memory.  One pool hands out one size. */
+void *loomi_objpool_get(struct loomi_objpool *op, size_t size);
+/* Done with o: kept. */
+void loomi_objpool_put(struct loomi_objpool *op, void *o);
+/* Frees what is kept. */
+void loomi_objpool_clear(struct loomi_objpool *op);
+
 #endif

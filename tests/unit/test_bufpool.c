@@ -89,3 +89,30 @@ Test(bufpool, bounded_by_slots_and_bytes)
     cr_assert_leq(pl.bytes, LOOMI_BUFPOOL_MAX_BYTES);
     loomi_bufpool_clear(&pl);
 }
+
+Test(objpool, reuses_zeroed)
+{
+    struct loomi_objpool op = {0};
+    struct obj {
+        void *next;
+        char data[40];
+    };
+    struct obj *a = loomi_objpool_get(&op, sizeof *a), *b = loomi_objpool_get(&op, sizeof *b);
+    cr_assert_not_null(a);
+    cr_assert_not_null(b);
+    cr_assert_neq(a, b);
+    memset(a, 0x5a, sizeof *a);
+    loomi_objpool_put(&op, a);
+    loomi_objpool_put(&op, b);
+    /* The last kept comes back first, zeroed. */
+    struct obj *c = loomi_objpool_get(&op, sizeof *c);
+    cr_assert_eq(c, b);
+    struct obj *d = loomi_objpool_get(&op, sizeof *d);
+    cr_assert_eq(d, a);
+    for (size_t i = 0; i < sizeof *d; i++) cr_assert_eq(((unsigned char *)d)[i], 0);
+    cr_assert_null(op.free);
+    loomi_objpool_put(&op, c);
+    loomi_objpool_put(&op, d);
+    loomi_objpool_clear(&op);
+    cr_assert_null(op.free);
+}

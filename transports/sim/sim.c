@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "transports/bufpool.h"
 #include "transports/sim/sim.h"
 
 struct node {
@@ -66,7 +67,7 @@ struct loomi_sim_world {
     size_t nbuckets, nchained;
     struct pair *ready;
     size_t nready, ready_cap;
-    struct node *free_nodes;
+    struct loomi_objpool nodes; /* kept for reuse (bufpool.h) */
     uint64_t next_seq;
     struct loomi_sim_stats st;
     /* Shared arenas (every rank's, all in this process), made on first use. */
@@ -183,11 +184,7 @@ static void match(struct loomi_sim_world *w, struct node *n)
 
 static struct node *node_new(struct loomi_sim_world *w)
 {
-    struct node *n = w->free_nodes;
-    if (n) w->free_nodes = n->b_next;
-    else n = malloc(sizeof *n);
-    if (n) memset(n, 0, sizeof *n);
-    return n;
+    return loomi_objpool_get(&w->nodes, sizeof(struct node));
 }
 
 /* Take n off its endpoint and recycle it (it is in neither hash nor pair). */
@@ -197,8 +194,7 @@ static void node_release(struct loomi_sim_world *w, struct node *n)
     if (n->e_prev) n->e_prev->e_next = n->e_next;
     else ep->nodes = n->e_next;
     if (n->e_next) n->e_next->e_prev = n->e_prev;
-    n->b_next = w->free_nodes;
-    w->free_nodes = n;
+    loomi_objpool_put(&w->nodes, n);
 }
 
 /* Withdraw n: out of the hash, or out of its pair (the partner waits
@@ -550,11 +546,7 @@ void loomi_sim_world_free(struct loomi_sim_world *w)
             w->ep[r]->aborted = 1; /* no goodbyes to endpoints about to go too */
             endpoint_free(w->ep[r]);
         }
-    while (w->free_nodes) {
-        struct node *n = w->free_nodes;
-        w->free_nodes = n->b_next;
-        free(n);
-    }
+    loomi_objpool_clear(&w->nodes);
     if (w->arena)
         for (int r = 0; r < w->nranks; r++) free(w->arena[r]);
     free(w->arena);

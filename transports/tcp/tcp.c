@@ -119,7 +119,7 @@ struct tcp {
     socklen_t laddr_len;
     struct peer *peers;
     int aborted;
-    struct piece *free_pieces;
+    struct loomi_objpool pieces; /* kept for reuse (bufpool.h) */
     struct loomi_match match; /* early messages' buffers, the operation noted */
     char discard[65536];
 };
@@ -142,19 +142,14 @@ static void set_sock_opts(struct tcp *t, int fd)
 
 static struct piece *piece_new(struct tcp *t)
 {
-    struct piece *p = t->free_pieces;
-    if (p) t->free_pieces = p->next;
-    else p = malloc(sizeof *p);
-    if (p) memset(p, 0, sizeof *p);
-    return p;
+    return loomi_objpool_get(&t->pieces, sizeof(struct piece));
 }
 
 static void piece_free(struct tcp *t, struct piece *p)
 {
     free(p->own);
     p->own = NULL;
-    p->next = t->free_pieces;
-    t->free_pieces = p;
+    loomi_objpool_put(&t->pieces, p);
 }
 
 /* Marker that a send transfer has already been completed with an error
@@ -949,11 +944,7 @@ static void tcp_destroy(void *state)
     }
     free(t->peers);
     loomi_match_fini(&t->match);
-    while (t->free_pieces) {
-        struct piece *pc = t->free_pieces;
-        t->free_pieces = pc->next;
-        free(pc);
-    }
+    loomi_objpool_clear(&t->pieces);
     if (t->lfd >= 0) close(t->lfd);
     if (t->epfd >= 0) close(t->epfd);
     free(t);

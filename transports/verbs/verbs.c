@@ -612,11 +612,7 @@ static void verbs_destroy(void *state)
         t->mrs->user = 0;
         mr_unlink_free(t, t->mrs);
     }
-    while (t->free_ops) {
-        struct op *o = t->free_ops;
-        t->free_ops = o->next;
-        free(o);
-    }
+    loomi_objpool_clear(&t->ops);
     if (t->cmr) loomi_verbs_ib.dereg_mr(t->cmr);
     if (t->cq) {
         if (t->armed) {

@@ -248,7 +248,7 @@ struct verbs {
     int nmr;
     size_t mr_bytes;
     uint64_t mr_clock;
-    struct op *free_ops;
+    struct loomi_objpool ops; /* kept for reuse (bufpool.h) */
 };
 
 #define XFER_DEAD ((size_t)-1)
@@ -292,18 +292,14 @@ static inline struct op *q_find_tag(struct opq *q, uint64_t tag)
 
 static inline struct op *op_new(struct verbs *t)
 {
-    struct op *o = t->free_ops;
-    if (o) t->free_ops = o->next;
-    else o = malloc(sizeof *o);
-    if (o) memset(o, 0, sizeof *o);
+    struct op *o = loomi_objpool_get(&t->ops, sizeof(struct op));
     if (o) o->kind = K_WRITE;
     return o;
 }
 
 static inline void op_free(struct verbs *t, struct op *o)
 {
-    o->next = t->free_ops;
-    t->free_ops = o;
+    loomi_objpool_put(&t->ops, o);
 }
 
 /* ---------------------------------------------- registration cache */
