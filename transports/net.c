@@ -312,6 +312,47 @@ int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_
     }
 }
 
+int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadline_ms,
+                       const char *name, int me, loom_result_t *r)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (loomi_wire_to_sockaddr(w, &ss, &sl)) {
+        *r = loomi_fail(LOOM_ERR_MISMATCH, me, "%s: rank %d published an invalid address", name,
+                        peer);
+        return -1;
+    }
+    char msg[256];
+    int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
+    if (fd < 0) *r = loomi_fail(LOOM_ERR_CONNECT, me, "%s: rank %d: %s", name, peer, msg);
+    return fd;
+}
+
+int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks, void *hello,
+                          size_t n, uint64_t deadline_ms, const char *name, char *why,
+                          size_t wn)
+{
+    struct pollfd pf = {lfd, POLLIN, 0};
+    int k = loomi_poll_guarded(&pf, deadline_ms, why, wn);
+    if (k == -2) return -2;
+    if (k <= 0) return -3;
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return -1;
+    /* A stranger gets a short deadline, then is dropped. */
+    uint64_t d = loomi_now_ms() + 5000;
+    struct loomi_greeting g = {0};
+    if (n >= sizeof g && loomi_read_full(fd, hello, n, d < deadline_ms ? d : deadline_ms) == 0)
+        memcpy(&g, hello, sizeof g);
+    if (g.magic != want->magic || memcmp(g.job_key, want->job_key, sizeof g.job_key) != 0 ||
+        g.dst != want->dst || g.src <= want->src || g.src >= nranks) {
+        LOOMI_WARN(want->dst, "%s: dropped a connection that is not from this job "
+                              "(bad greeting, job key or rank)", name);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms)
 {
     const char *p = buf;

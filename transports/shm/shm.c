@@ -452,6 +452,8 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
 {
     struct shm *t = state;
     const int me = t->ctx.rank, n = t->ctx.nranks;
+    /* Reads the published addresses as verbs does (transport.h's
+     * convention); what each checks in one is its own. */
     if (addr_len < sizeof(struct shm_addr))
         return loomi_fail(LOOM_ERR_INTERNAL, me, "shm: address stride %zu too small", addr_len);
     if (t->hdr && atomic_load_explicit(&t->hdr->magic, memory_order_relaxed))

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,8 @@ struct hello {
     unsigned char job_key[16];
     int32_t src, dst, stream, nstreams;
 };
+_Static_assert(offsetof(struct hello, dst) == offsetof(struct loomi_greeting, dst),
+               "a greeting begins as net.h's (struct loomi_greeting)");
 
 struct piece {
     struct loomi_xfer *x; /* NULL: control message */
@@ -802,15 +805,10 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     for (int peer = 0; peer < me; peer++) {
         struct loomi_wire_addr w;
         memcpy(&w, addrs + (size_t)peer * addr_len, sizeof w);
-        struct sockaddr_storage ss;
-        socklen_t sl;
-        if (loomi_wire_to_sockaddr(&w, &ss, &sl))
-            return loomi_fail(LOOM_ERR_MISMATCH, me, "tcp: rank %d published an invalid address",
-                              peer);
         for (int i = 0; i <= ns; i++) { /* data streams, then control */
-            char msg[256];
-            int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
-            if (fd < 0) return loomi_fail(LOOM_ERR_CONNECT, me, "tcp: rank %d: %s", peer, msg);
+            loom_result_t r;
+            int fd = loomi_connect_peer(&w, peer, deadline_ms, "tcp", me, &r);
+            if (fd < 0) return r;
             h.dst = peer;
             h.stream = i;
             if (loomi_write_full(fd, &h, sizeof h, deadline_ms)) {
@@ -819,19 +817,24 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
                 return loomi_fail(LOOM_ERR_CONNECT, me, "tcp: greeting rank %d: %s", peer,
                                   strerror(e));
             }
-            loom_result_t r = attach(t, peer, i, fd);
+            r = attach(t, peer, i, fd);
             if (r != LOOM_SUCCESS) return r;
         }
     }
+    /* Accepts as verbs does (net.c has what they share); the errors say
+     * what each waits for. */
     int expected = (n - 1 - me) * (ns + 1), got = 0;
+    struct loomi_greeting want = {HELLO_MAGIC, {0}, me, me}; /* src: from above me */
+    memcpy(want.job_key, t->ctx.job_key, 16);
     while (got < expected) {
-        struct pollfd pf = {t->lfd, POLLIN, 0};
+        struct hello in;
         char why[200];
-        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
-        if (k == -2)
+        int fd = loomi_accept_greeting(t->lfd, &want, n, &in, sizeof in, deadline_ms, "tcp", why,
+                                       sizeof why);
+        if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
                               "arrived; gave up: %s", got, expected, why);
-        if (k <= 0) {
+        if (fd == -3) {
             int missing = -1;
             for (int peer = me + 1; peer < n && missing < 0; peer++)
                 for (int i = 0; i <= ns; i++)
@@ -842,17 +845,11 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
                               "deadline; rank %d did not connect",
                               got, expected, ns + 1, ns, missing);
         }
-        int fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;
-        struct hello in;
-        /* A stranger gets a short deadline, then is dropped. */
-        uint64_t d = loomi_now_ms() + 5000;
-        if (loomi_read_full(fd, &in, sizeof in, d < deadline_ms ? d : deadline_ms) ||
-            in.magic != HELLO_MAGIC || memcmp(in.job_key, t->ctx.job_key, 16) != 0 ||
-            in.dst != me || in.src <= me || in.src >= n || in.stream < 0 || in.stream > ns ||
-            in.nstreams != ns) {
-            LOOMI_WARN(me, "tcp: dropped a connection that is not from this job "
-                           "(bad greeting, job key, rank or stream count)");
+        if (in.stream < 0 || in.stream > ns || in.nstreams != ns) {
+            LOOMI_WARN(me, "tcp: dropped a connection from rank %d: stream %d, %d data "
+                           "stream(s) a peer where this rank has %d", in.src, in.stream,
+                       in.nstreams, ns);
             close(fd);
             continue;
         }

@@ -464,6 +464,8 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
 {
     struct verbs *t = state;
     const int me = t->ctx.rank, n = t->ctx.nranks;
+    /* Reads the published addresses as shm does (transport.h's
+     * convention); what each checks in one is its own. */
     if (addr_len < sizeof(struct vaddr))
         return loomi_fail(LOOM_ERR_INTERNAL, me, "verbs: address stride %zu too small", addr_len);
     int expected = 0;
@@ -489,42 +491,36 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         if (!p->active) continue;
         struct vaddr va;
         memcpy(&va, addrs + (size_t)q * addr_len, sizeof va);
-        struct sockaddr_storage ss;
-        socklen_t sl;
-        if (loomi_wire_to_sockaddr(&va.w, &ss, &sl))
-            return loomi_fail(LOOM_ERR_MISMATCH, me, "verbs: rank %d published an invalid address",
-                              q);
-        char msg[256];
-        int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
-        if (fd < 0) return loomi_fail(LOOM_ERR_CONNECT, me, "verbs: rank %d: %s", q, msg);
-        loom_result_t r = handshake(t, p, fd, NULL, deadline_ms);
+        loom_result_t r;
+        int fd = loomi_connect_peer(&va.w, q, deadline_ms, "verbs", me, &r);
+        if (fd < 0) return r;
+        r = handshake(t, p, fd, NULL, deadline_ms);
         if (r != LOOM_SUCCESS) {
             if (p->fd != fd) close(fd);
             return r;
         }
     }
+    /* Accepts as tcp does (net.c has what they share); the errors say
+     * what each waits for. */
     int got = 0;
+    struct loomi_greeting want = {HELLO_MAGIC, {0}, me, me}; /* src: from above me */
+    memcpy(want.job_key, t->ctx.job_key, 16);
     while (got < expected) {
-        struct pollfd pf = {t->lfd, POLLIN, 0};
+        struct hello in;
         char why[200];
-        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
-        if (k == -2)
+        int fd = loomi_accept_greeting(t->lfd, &want, n, &in, sizeof in, deadline_ms, "verbs", why,
+                                       sizeof why);
+        if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
                               "higher ranks done; gave up: %s", got, expected, why);
-        if (k <= 0)
+        if (fd == -3)
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
                               "verbs: %d of %d queue pair exchanges with higher ranks done "
                               "before the deadline", got, expected);
-        int fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;
-        struct hello in;
-        uint64_t d = loomi_now_ms() + 5000;
-        if (loomi_read_full(fd, &in, sizeof in, d < deadline_ms ? d : deadline_ms) ||
-            in.magic != HELLO_MAGIC || memcmp(in.job_key, t->ctx.job_key, 16) != 0 ||
-            in.dst != me || in.src <= me || in.src >= n || !t->peers[in.src].active ||
-            t->peers[in.src].fd >= 0) {
-            LOOMI_WARN(me, "verbs: dropped a connection that is not from this job "
-                           "(bad greeting, job key or rank)");
+        if (!t->peers[in.src].active || t->peers[in.src].fd >= 0) {
+            LOOMI_WARN(me, "verbs: dropped a connection from rank %d (%s)", in.src,
+                       t->peers[in.src].active ? "a second one" : "not reached through verbs");
             close(fd);
             continue;
         }

@@ -11,6 +11,7 @@
 
 #ifdef HAVE_VERBS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,8 @@ struct hello {
     uint32_t cred_rkey;
     uint32_t nrx;
 };
+_Static_assert(offsetof(struct hello, dst) == offsetof(struct loomi_greeting, dst),
+               "a greeting begins as net.h's (struct loomi_greeting)");
 
 struct ctlmsg {
     uint32_t magic;
