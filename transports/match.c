@@ -13,10 +13,14 @@ static unsigned bucket(uint64_t tag)
 }
 
 void loomi_match_init(struct loomi_match *m, const struct loomi_tctx *ctx, size_t usize,
-                      size_t limit)
+                      size_t limit,
+                      void (*fail)(void *owner, int peer, loom_result_t code, const char *why),
+                      void *owner)
 {
     memset(m, 0, sizeof *m);
     m->ctx = ctx;
+    m->fail = fail;
+    m->owner = owner;
     m->usize = usize < sizeof(struct loomi_unexp) ? sizeof(struct loomi_unexp) : usize;
     m->unexp_limit = limit;
 }
@@ -64,6 +68,8 @@ struct loomi_xfer *loomi_mq_recv_find(const struct loomi_mq *q, uint64_t tag)
     return NULL;
 }
 
+/* The receives' helpers and the early messages' below look alike on
+ * purpose: two lists of two types. */
 struct loomi_xfer *loomi_mq_recv_pop(struct loomi_mq *q)
 {
     for (int b = 0; q->nrecv && b < LOOMI_MQ_BUCKETS; b++)
@@ -152,67 +158,70 @@ uint32_t loomi_match_own_conflict(const struct loomi_match *m, uint64_t tag, uin
     return my && my != chk ? my : 0;
 }
 
-void loomi_match_conflict_why(const struct loomi_match *m, int peer, uint64_t theirs,
-                              uint32_t theirs_chk, uint64_t mine, uint32_t mine_chk, char *why,
-                              size_t n)
+static loom_result_t fail(struct loomi_match *m, int peer, loom_result_t code, const char *why)
 {
-    char t[LOOMI_MATCH_WHY];
-    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, m->ctx->name_sig, t, sizeof t);
-    snprintf(why, n, "rank %d %s", peer, t);
+    m->fail(m->owner, peer, code, why);
+    return code;
 }
 
-void loomi_match_length_why(int peer, uint64_t sent, uint64_t want, char *why, size_t n)
+loom_result_t loomi_match_conflict(struct loomi_match *m, int peer, uint64_t theirs,
+                                   uint32_t theirs_chk, uint64_t mine, uint32_t mine_chk)
 {
-    snprintf(why, n,
+    char why[LOOMI_MATCH_WHY];
+    int k = snprintf(why, sizeof why, "rank %d ", peer); /* well under sizeof why */
+    loomi_call_conflict_why(theirs, theirs_chk, mine, mine_chk, m->ctx->name_sig, why + k,
+                            sizeof why - (size_t)k);
+    return fail(m, peer, LOOM_ERR_MISMATCH, why);
+}
+
+loom_result_t loomi_match_length(struct loomi_match *m, int peer, uint64_t sent, uint64_t want)
+{
+    char why[LOOMI_MATCH_WHY];
+    snprintf(why, sizeof why,
              "rank %d sent a message of %llu bytes where this rank expects %llu: "
              LOOMI_MISMATCH_HINT,
              peer, (unsigned long long)sent, (unsigned long long)want);
+    return fail(m, peer, LOOM_ERR_MISMATCH, why);
 }
 
-loom_result_t loomi_match_pair(const struct loomi_match *m, int peer, uint64_t tag, uint32_t chk,
-                               uint64_t total, const struct loomi_xfer *x, char *why, size_t n)
+loom_result_t loomi_match_pair(struct loomi_match *m, int peer, uint64_t tag, uint32_t chk,
+                               uint64_t total, const struct loomi_xfer *x)
 {
-    if (x->chk != chk) {
-        loomi_match_conflict_why(m, peer, tag, chk, x->tag, x->chk, why, n);
-        return LOOM_ERR_MISMATCH;
-    }
-    if ((uint64_t)x->len != total) {
-        loomi_match_length_why(peer, total, x->len, why, n);
-        return LOOM_ERR_MISMATCH;
-    }
+    if (x->chk != chk) return loomi_match_conflict(m, peer, tag, chk, x->tag, x->chk);
+    if ((uint64_t)x->len != total) return loomi_match_length(m, peer, total, x->len);
     return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_match_held(struct loomi_match *m, const struct loomi_mq *q, int peer,
+                               const struct loomi_xfer *x)
+{
+    const struct loomi_unexp *theirs = loomi_mq_unexp_conflict(q, x->tag, x->chk);
+    if (!theirs) return LOOM_SUCCESS;
+    return loomi_match_conflict(m, peer, theirs->tag, theirs->chk, x->tag, x->chk);
 }
 
 loom_result_t loomi_match_early(struct loomi_match *m, struct loomi_mq *q, int peer, uint64_t tag,
                                 uint32_t chk, uint64_t total, int buffered,
-                                struct loomi_unexp **u, char *why, size_t n)
+                                struct loomi_unexp **u)
 {
     *u = NULL;
     const struct loomi_xfer *mine = loomi_mq_recv_conflict(q, tag, chk);
-    if (mine) {
-        loomi_match_conflict_why(m, peer, tag, chk, mine->tag, mine->chk, why, n);
-        return LOOM_ERR_MISMATCH;
-    }
+    if (mine) return loomi_match_conflict(m, peer, tag, chk, mine->tag, mine->chk);
     uint32_t my = loomi_match_own_conflict(m, tag, chk);
-    if (my) {
-        loomi_match_conflict_why(m, peer, tag, chk, tag, my, why, n);
-        return LOOM_ERR_MISMATCH;
-    }
+    if (my) return loomi_match_conflict(m, peer, tag, chk, tag, my);
     /* Neither sum can wrap: unexp_bytes stays under the limit. */
     if (buffered && (total > m->unexp_limit || m->unexp_bytes > m->unexp_limit - total)) {
-        snprintf(why, n, "more than %llu bytes arrived for receives not posted",
+        char why[LOOMI_MATCH_WHY];
+        snprintf(why, sizeof why, "more than %llu bytes arrived for receives not posted",
                  (unsigned long long)m->unexp_limit);
-        return LOOM_ERR_REMOTE;
+        return fail(m, peer, LOOM_ERR_REMOTE, why);
     }
     struct loomi_unexp *v = calloc(1, m->usize);
     if (v && buffered && !(v->buf = loomi_bufpool_get(&m->pool, (size_t)total, &v->cap))) {
         free(v);
         v = NULL;
     }
-    if (!v) {
-        snprintf(why, n, "out of memory for an early message");
-        return LOOM_ERR_NO_MEMORY;
-    }
+    if (!v) return fail(m, peer, LOOM_ERR_NO_MEMORY, "out of memory for an early message");
     v->tag = tag;
     v->chk = chk;
     v->total = (size_t)total;
@@ -227,22 +236,17 @@ loom_result_t loomi_match_early(struct loomi_match *m, struct loomi_mq *q, int p
 }
 
 loom_result_t loomi_match_post(struct loomi_match *m, struct loomi_mq *q, int peer,
-                               struct loomi_xfer *x, struct loomi_unexp **u, char *why, size_t n)
+                               struct loomi_xfer *x, struct loomi_unexp **u)
 {
     struct loomi_unexp *v = q->nunexp ? loomi_mq_unexp_find(q, x->tag) : NULL;
     *u = v;
-    if (v) {
-        loom_result_t r = loomi_match_pair(m, peer, v->tag, v->chk, v->total, x, why, n);
-        if (r != LOOM_SUCCESS) loomi_mq_recv_add(q, x); /* fails with the peer */
-        return r;
+    if (!v) {
+        loomi_mq_recv_add(q, x);
+        return loomi_match_held(m, q, peer, x);
     }
-    loomi_mq_recv_add(q, x);
-    const struct loomi_unexp *theirs = loomi_mq_unexp_conflict(q, x->tag, x->chk);
-    if (theirs) {
-        loomi_match_conflict_why(m, peer, theirs->tag, theirs->chk, x->tag, x->chk, why, n);
-        return LOOM_ERR_MISMATCH;
-    }
-    return LOOM_SUCCESS;
+    /* Listed first: the peer that fails here fails x too. */
+    if (v->chk != x->chk || v->total != x->len) loomi_mq_recv_add(q, x);
+    return loomi_match_pair(m, peer, v->tag, v->chk, v->total, x);
 }
 
 int loomi_match_note_op(struct loomi_match *m, const struct loomi_xfer *x)

@@ -10,13 +10,13 @@
  * arrival per tag: a message matches the oldest receive posted with its
  * tag, a receive the oldest message held with it.
  *
- * This file decides and writes the text; it fails nothing itself.  A
- * check that finds a conflict of calls (transport.h) or a length that
- * differs returns LOOM_ERR_MISMATCH with the text of the error in `why`
- * ("rank 3 sent a message of ..."), and the transport fails the peer
- * with it: the receives still listed here fail with the peer's other
- * transfers.  Every length compared comes from the peer and is taken as
- * a uint64_t: nothing here adds to it.
+ * A check that finds a conflict of calls (transport.h), a length that
+ * differs, too many bytes held or no memory fails the peer through the
+ * transport's hook (`fail`, with the code and the text of the error,
+ * "rank 3 sent a message of ..."), then returns that code: the
+ * receives still listed here fail with the peer's other transfers.
+ * Every length compared comes from the peer and is taken as a uint64_t;
+ * sums with it are checked so that they cannot wrap.
  */
 #ifndef LOOMI_MATCH_H
 #define LOOMI_MATCH_H
@@ -58,6 +58,10 @@ struct loomi_mq {
 
 struct loomi_match {
     const struct loomi_tctx *ctx; /* call_check, owner, name_sig */
+    /* The transport's: fail `peer` (and every transfer it holds) with
+     * code, for the reason why. */
+    void (*fail)(void *owner, int peer, loom_result_t code, const char *why);
+    void *owner;
     size_t usize;                 /* of the transport's early-message struct */
     size_t unexp_bytes, unexp_limit;
     struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
@@ -68,7 +72,9 @@ struct loomi_match {
  * loomi_unexp (or sizeof(struct loomi_unexp)); limit: bytes held at most
  * for receives not posted.  ctx must outlive m. */
 void loomi_match_init(struct loomi_match *m, const struct loomi_tctx *ctx, size_t usize,
-                      size_t limit);
+                      size_t limit,
+                      void (*fail)(void *owner, int peer, loom_result_t code, const char *why),
+                      void *owner);
 void loomi_match_fini(struct loomi_match *m);
 
 /* ---------------------------------------------------- posted receives */
@@ -109,45 +115,50 @@ const struct loomi_unexp *loomi_mq_unexp_conflict(const struct loomi_mq *q, uint
  * with another check than chk: its check; else 0. */
 uint32_t loomi_match_own_conflict(const struct loomi_match *m, uint64_t tag, uint32_t chk);
 
-/* The texts of the two errors (to why, n bytes), for `peer`: a conflict
- * of calls, theirs against mine (transport.h), and a length that differs
- * ("rank P sent a message of SENT bytes where this rank expects WANT"). */
-void loomi_match_conflict_why(const struct loomi_match *m, int peer, uint64_t theirs,
-                              uint32_t theirs_chk, uint64_t mine, uint32_t mine_chk, char *why,
-                              size_t n);
-void loomi_match_length_why(int peer, uint64_t sent, uint64_t want, char *why, size_t n);
+/* Fail `peer` for a conflict of calls, theirs against mine
+ * (transport.h), or for a length that differs ("rank P sent a message
+ * of SENT bytes where this rank expects WANT"), with LOOM_ERR_MISMATCH;
+ * return it. */
+loom_result_t loomi_match_conflict(struct loomi_match *m, int peer, uint64_t theirs,
+                                   uint32_t theirs_chk, uint64_t mine, uint32_t mine_chk);
+loom_result_t loomi_match_length(struct loomi_match *m, int peer, uint64_t sent, uint64_t want);
 
 /* A message (tag, chk, total bytes) meets the receive x it matches by
- * tag, or the other way round: LOOM_SUCCESS when they agree, else
- * LOOM_ERR_MISMATCH with why (the check first, then the length). */
-loom_result_t loomi_match_pair(const struct loomi_match *m, int peer, uint64_t tag, uint32_t chk,
-                               uint64_t total, const struct loomi_xfer *x, char *why, size_t n);
+ * tag, or the other way round: LOOM_SUCCESS when they agree, else the
+ * peer fails (the check first, then the length). */
+loom_result_t loomi_match_pair(struct loomi_match *m, int peer, uint64_t tag, uint32_t chk,
+                               uint64_t total, const struct loomi_xfer *x);
 
 /* A message that no receive waits for, from `peer`: *u is a new early
  * message listed in q (total bytes in a buffer from the pool when
  * `buffered`, counted against the limit; else no buffer), unless a
  * receive listed in q or this rank's own call shows that its sender
  * made the call otherwise (LOOM_ERR_MISMATCH), the limit is passed
- * (LOOM_ERR_REMOTE) or memory runs out (LOOM_ERR_NO_MEMORY): why says
- * so. */
+ * (LOOM_ERR_REMOTE) or memory runs out (LOOM_ERR_NO_MEMORY): the peer
+ * then fails and *u is NULL. */
 loom_result_t loomi_match_early(struct loomi_match *m, struct loomi_mq *q, int peer, uint64_t tag,
                                 uint32_t chk, uint64_t total, int buffered,
-                                struct loomi_unexp **u, char *why, size_t n);
+                                struct loomi_unexp **u);
 
 /* The receive x is posted.  LOOM_SUCCESS: *u is the oldest early
  * message with x's tag, agreeing with x and still listed in q (the
  * transport takes it off when it is done with it), or NULL when none is
- * held: x is then listed in q.  LOOM_ERR_MISMATCH (why set): the
- * message found does not agree with x, or none was found and another
- * early message of x's operation conflicts with it; x is then listed
- * and *u, if found, stays listed: both fail with the peer. */
+ * held: x is then listed in q.  LOOM_ERR_MISMATCH: the message found
+ * does not agree with x, or none was found and another early message of
+ * x's operation conflicts with it; x is then listed, *u (if found)
+ * stays listed, and the peer has failed with both. */
 loom_result_t loomi_match_post(struct loomi_match *m, struct loomi_mq *q, int peer,
-                               struct loomi_xfer *x, struct loomi_unexp **u, char *why, size_t n);
+                               struct loomi_xfer *x, struct loomi_unexp **u);
+
+/* An early message held in q of x's operation but of another schedule
+ * or call: the peer fails (LOOM_ERR_MISMATCH). */
+loom_result_t loomi_match_held(struct loomi_match *m, const struct loomi_mq *q, int peer,
+                               const struct loomi_xfer *x);
 
 /* A collective transfer x is posted: 1 when it is the first of its
- * operation, so that the transport scans what each peer holds for a
- * conflict with it (loomi_mq_unexp_conflict), found before this rank
- * made the call; else 0. */
+ * operation, so that the transport scans what each live peer holds
+ * (loomi_match_held) for a message of it that came before this rank made
+ * the call; else 0. */
 int loomi_match_note_op(struct loomi_match *m, const struct loomi_xfer *x);
 
 /* Formats a peer's error and logs it ("<transport>: peer rank P: ...");

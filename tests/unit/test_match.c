@@ -4,6 +4,7 @@
  * the limit on early bytes. */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,20 @@ static uint32_t call_check(void *owner, uint64_t tag)
     return my_check;
 }
 
+/* The peer failures match.c asks for: how many, the last one. */
+static int nfail, fail_peer;
+static loom_result_t fail_code;
+static char why[LOOMI_MATCH_WHY];
+
+static void fail(void *owner, int peer, loom_result_t code, const char *text)
+{
+    cr_assert_eq(owner, &nfail);
+    nfail++;
+    fail_peer = peer;
+    fail_code = code;
+    snprintf(why, sizeof why, "%s", text);
+}
+
 static struct loomi_tctx ctx;
 static struct loomi_match m;
 static struct loomi_mq q;
@@ -27,8 +42,12 @@ static void setup(void)
     memset(&ctx, 0, sizeof ctx);
     memset(&q, 0, sizeof q);
     my_check = 0;
+    nfail = 0;
+    fail_peer = -1;
+    fail_code = LOOM_SUCCESS;
+    why[0] = '\0';
     ctx.call_check = call_check;
-    loomi_match_init(&m, &ctx, sizeof(struct loomi_unexp), 1000);
+    loomi_match_init(&m, &ctx, sizeof(struct loomi_unexp), 1000, fail, &nfail);
 }
 
 static void teardown(void)
@@ -61,15 +80,14 @@ Test(match, posted_before_arrival)
     char buf[8];
     struct loomi_xfer x = xfer(P2P(1), sizeof buf, 0, buf);
     struct loomi_unexp *u = (void *)1;
-    char why[LOOMI_MATCH_WHY] = "";
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &u, why, sizeof why), LOOM_SUCCESS);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &u), LOOM_SUCCESS);
     cr_assert_null(u);
     cr_assert_eq(q.nrecv, 1);
-    cr_assert_eq(why[0], '\0');
+    cr_assert_eq(nfail, 0);
     /* The message comes: it finds x, and they agree. */
     cr_assert_eq(loomi_mq_recv_find(&q, P2P(1)), &x);
     cr_assert_null(loomi_mq_recv_find(&q, P2P(2)));
-    cr_assert_eq(loomi_match_pair(&m, 3, P2P(1), 0, sizeof buf, &x, why, sizeof why),
+    cr_assert_eq(loomi_match_pair(&m, 3, P2P(1), 0, sizeof buf, &x),
                  LOOM_SUCCESS);
     loomi_mq_recv_del(&q, &x);
     cr_assert_eq(q.nrecv, 0);
@@ -78,9 +96,8 @@ Test(match, posted_before_arrival)
 
 Test(match, arrival_before_post)
 {
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *u = NULL;
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(7), 0, 5, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(7), 0, 5, 1, &u),
                  LOOM_SUCCESS);
     cr_assert_not_null(u);
     cr_assert_not_null(u->buf);
@@ -92,7 +109,7 @@ Test(match, arrival_before_post)
     u->got = 5;
     /* A descriptor-only message holds no bytes. */
     struct loomi_unexp *d = NULL;
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(8), 0, 900, 0, &d, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(8), 0, 900, 0, &d),
                  LOOM_SUCCESS);
     cr_assert_null(d->buf);
     cr_assert_eq(m.unexp_bytes, 5);
@@ -100,7 +117,7 @@ Test(match, arrival_before_post)
     char buf[5];
     struct loomi_xfer x = xfer(P2P(7), 5, 0, buf);
     struct loomi_unexp *got = NULL;
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &got, why, sizeof why), LOOM_SUCCESS);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &got), LOOM_SUCCESS);
     cr_assert_eq(got, u);
     cr_assert_eq(q.nrecv, 0, "a receive that found its message is not listed");
     cr_assert_eq(q.nunexp, 2, "the message stays listed until the transport takes it");
@@ -116,22 +133,24 @@ Test(match, arrival_before_post)
 
 Test(match, length_mismatch)
 {
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *u;
     /* Early message of 16 bytes, receive of 8. */
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 16, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 16, 1, &u),
                  LOOM_SUCCESS);
     char buf[16];
     struct loomi_xfer x = xfer(P2P(1), 8, 0, buf);
     struct loomi_unexp *got = NULL;
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &got, why, sizeof why), LOOM_ERR_MISMATCH);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &got), LOOM_ERR_MISMATCH);
     cr_assert_eq(got, u);
+    cr_assert_eq(nfail, 1, "the peer failed");
+    cr_assert_eq(fail_peer, 3);
+    cr_assert_eq(fail_code, LOOM_ERR_MISMATCH);
     cr_assert_str_eq(why, "rank 3 sent a message of 16 bytes where this rank expects 8: "
                           LOOMI_MISMATCH_HINT);
     cr_assert_eq(q.nrecv, 1, "the receive is listed, to fail with the peer");
     cr_assert_eq(q.nunexp, 1);
     /* A message meeting a posted receive: the same text. */
-    cr_assert_eq(loomi_match_pair(&m, 5, P2P(1), 0, UINT64_MAX, &x, why, sizeof why),
+    cr_assert_eq(loomi_match_pair(&m, 5, P2P(1), 0, UINT64_MAX, &x),
                  LOOM_ERR_MISMATCH);
     cr_assert(strstr(why, "rank 5 sent a message of 18446744073709551615 bytes where this rank "
                           "expects 8") == why);
@@ -139,32 +158,32 @@ Test(match, length_mismatch)
 
 Test(match, tag_conflict)
 {
-    char why[LOOMI_MATCH_WHY];
     const uint64_t mine = loomi_tag_coll(5, 1, 0), theirs = loomi_tag_coll(5, 2, 3);
     char buf[4];
     struct loomi_xfer x = xfer(mine, 4, 0xabc, buf);
     struct loomi_unexp *u;
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &u, why, sizeof why), LOOM_SUCCESS);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &u), LOOM_SUCCESS);
     /* A message of operation 5 from another schedule meets the listed
      * receive: a mismatch, not an early message. */
-    cr_assert_eq(loomi_match_early(&m, &q, 3, theirs, 0xabc, 4, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, theirs, 0xabc, 4, 1, &u),
                  LOOM_ERR_MISMATCH);
     cr_assert_null(u);
     cr_assert_eq(q.nunexp, 0);
+    cr_assert_eq(nfail, 1);
+    cr_assert_eq(fail_code, LOOM_ERR_MISMATCH);
     cr_assert(strstr(why, "rank 3 ran operation 5 as (schedule 2) where this rank runs "
                           "(schedule 1)") == why, "%s", why);
     /* Of another operation: no conflict. */
-    cr_assert_eq(loomi_match_early(&m, &q, 3, loomi_tag_coll(6, 2, 0), 0xabc, 4, 1, &u, why,
-                                   sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, loomi_tag_coll(6, 2, 0), 0xabc, 4, 1, &u),
                  LOOM_SUCCESS);
     /* Same tag, another call check: the call's text. */
-    cr_assert_eq(loomi_match_pair(&m, 3, mine, 0xdef, 4, &x, why, sizeof why), LOOM_ERR_MISMATCH);
+    cr_assert_eq(loomi_match_pair(&m, 3, mine, 0xdef, 4, &x), LOOM_ERR_MISMATCH);
     cr_assert(strstr(why, "rank 3 made collective call 5 with other arguments than this rank "
                           "(call check 00000def there, 00000abc here)") == why, "%s", why);
     /* A receive posted after an early message of its operation from
      * another schedule: listed, and a mismatch. */
     struct loomi_xfer y = xfer(loomi_tag_coll(6, 1, 9), 4, 0xabc, buf);
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &y, &u, why, sizeof why), LOOM_ERR_MISMATCH);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &y, &u), LOOM_ERR_MISMATCH);
     cr_assert_null(u);
     cr_assert(strstr(why, "rank 3 ran operation 6") == why, "%s", why);
     cr_assert_eq(q.nrecv, 2);
@@ -173,20 +192,18 @@ Test(match, tag_conflict)
     cr_assert_eq(loomi_match_own_conflict(&m, loomi_tag_coll(7, 1, 0), 0x222), 0x111);
     cr_assert_eq(loomi_match_own_conflict(&m, loomi_tag_coll(7, 1, 0), 0x111), 0);
     cr_assert_eq(loomi_match_own_conflict(&m, P2P(1), 0), 0, "point-to-point has no call");
-    cr_assert_eq(loomi_match_early(&m, &q, 3, loomi_tag_coll(7, 1, 0), 0x222, 4, 1, &u, why,
-                                   sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, loomi_tag_coll(7, 1, 0), 0x222, 4, 1, &u),
                  LOOM_ERR_MISMATCH);
     cr_assert(strstr(why, "call check 00000222 there, 00000111 here") != NULL, "%s", why);
 }
 
 Test(match, cancel)
 {
-    char why[LOOMI_MATCH_WHY];
     char buf[4];
     struct loomi_xfer x = xfer(P2P(1), 4, 0, buf), y = xfer(P2P(2), 4, 0, buf);
     struct loomi_unexp *u;
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &u, why, sizeof why), LOOM_SUCCESS);
-    cr_assert_eq(loomi_match_post(&m, &q, 3, &y, &u, why, sizeof why), LOOM_SUCCESS);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &x, &u), LOOM_SUCCESS);
+    cr_assert_eq(loomi_match_post(&m, &q, 3, &y, &u), LOOM_SUCCESS);
     cr_assert_eq(loomi_mq_recv_has(&q, &x, 0), 1);
     cr_assert_eq(q.nrecv, 2);
     cr_assert_eq(loomi_mq_recv_has(&q, &x, 1), 1, "cancelled");
@@ -194,20 +211,19 @@ Test(match, cancel)
     cr_assert_eq(q.nrecv, 1);
     /* Its message now arrives early, for no receive. */
     cr_assert_null(loomi_mq_recv_find(&q, P2P(1)));
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 4, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 4, 1, &u),
                  LOOM_SUCCESS);
     cr_assert_eq(loomi_mq_recv_find(&q, P2P(2)), &y);
 }
 
 Test(match, oldest_first)
 {
-    char why[LOOMI_MATCH_WHY];
     char buf[4];
     struct loomi_xfer x[3];
     struct loomi_unexp *u;
     for (int i = 0; i < 3; i++) {
         x[i] = xfer(P2P(4), 4, 0, buf);
-        cr_assert_eq(loomi_match_post(&m, &q, 3, &x[i], &u, why, sizeof why), LOOM_SUCCESS);
+        cr_assert_eq(loomi_match_post(&m, &q, 3, &x[i], &u), LOOM_SUCCESS);
     }
     for (int i = 0; i < 3; i++) {
         struct loomi_xfer *f = loomi_mq_recv_find(&q, P2P(4));
@@ -216,11 +232,11 @@ Test(match, oldest_first)
     }
     struct loomi_unexp *e[3];
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(4), 0, 4, 1, &e[i], why, sizeof why),
+        cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(4), 0, 4, 1, &e[i]),
                      LOOM_SUCCESS);
     for (int i = 0; i < 3; i++) {
         struct loomi_xfer r = xfer(P2P(4), 4, 0, buf);
-        cr_assert_eq(loomi_match_post(&m, &q, 3, &r, &u, why, sizeof why), LOOM_SUCCESS);
+        cr_assert_eq(loomi_match_post(&m, &q, 3, &r, &u), LOOM_SUCCESS);
         cr_assert_eq(u, e[i]);
         loomi_mq_unexp_del(&q, u);
         loomi_match_unexp_free(&m, u);
@@ -229,17 +245,17 @@ Test(match, oldest_first)
 
 Test(match, limit_and_overflow)
 {
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *u;
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 600, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 600, 1, &u),
                  LOOM_SUCCESS);
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, 401, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, 401, 1, &u),
                  LOOM_ERR_REMOTE);
+    cr_assert_eq(fail_code, LOOM_ERR_REMOTE);
     cr_assert_str_eq(why, "more than 1000 bytes arrived for receives not posted");
     /* A length near 2^64 must not wrap the sum. */
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, UINT64_MAX - 100, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, UINT64_MAX - 100, 1, &u),
                  LOOM_ERR_REMOTE);
-    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, 400, 1, &u, why, sizeof why),
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, 400, 1, &u),
                  LOOM_SUCCESS);
     cr_assert_eq(m.unexp_bytes, 1000);
     cr_assert_eq(q.nunexp, 2);
@@ -256,18 +272,28 @@ Test(match, note_op_once_per_operation)
     cr_assert_eq(loomi_match_note_op(&m, &b), 0);
     cr_assert_eq(loomi_match_note_op(&m, &p), 0);
     cr_assert_eq(loomi_match_note_op(&m, &c), 1);
+    /* What the transport then scans: a message of operation 10 from
+     * another schedule, held before this rank made its call. */
+    struct loomi_unexp *u;
+    cr_assert_eq(loomi_match_early(&m, &q, 4, loomi_tag_coll(10, 2, 5), 1, 4, 1, &u),
+                 LOOM_SUCCESS);
+    cr_assert_eq(loomi_match_held(&m, &q, 4, &a), LOOM_SUCCESS, "another operation");
+    cr_assert_eq(nfail, 0);
+    cr_assert_eq(loomi_match_held(&m, &q, 4, &c), LOOM_ERR_MISMATCH);
+    cr_assert_eq(nfail, 1);
+    cr_assert_eq(fail_peer, 4);
+    cr_assert(strstr(why, "rank 4 ran operation 10 as (schedule 2)") == why, "%s", why);
 }
 
 Test(match, pop_drains_everything)
 {
-    char why[LOOMI_MATCH_WHY];
     char buf[4];
     struct loomi_xfer x[10];
     struct loomi_unexp *u;
     for (int i = 0; i < 10; i++) {
         x[i] = xfer(P2P(100 + i), 4, 0, buf);
-        cr_assert_eq(loomi_match_post(&m, &q, 3, &x[i], &u, why, sizeof why), LOOM_SUCCESS);
-        cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(200 + i), 0, 4, 1, &u, why, sizeof why),
+        cr_assert_eq(loomi_match_post(&m, &q, 3, &x[i], &u), LOOM_SUCCESS);
+        cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(200 + i), 0, 4, 1, &u),
                      LOOM_SUCCESS);
     }
     int n = 0;

@@ -136,7 +136,8 @@ static loom_result_t shm_create(const struct loomi_tctx *ctx, void **state)
     struct shm *t = calloc(1, sizeof *t);
     if (!t) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "shm: out of memory");
     t->ctx = *ctx;
-    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT);
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT, loomi_shm_match_fail,
+                     t);
     memcpy(t->key, ctx->job_key, 16);
     t->ctx.job_key = t->key;
     t->fd = -1;

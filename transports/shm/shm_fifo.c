@@ -83,12 +83,10 @@ void loomi_shm_peer_error(struct shm *t, struct peer *p, loom_result_t code, con
     loomi_shm_peer_down(t, p, p->rank, code, why, 1);
 }
 
-/* Fail p with what a check of match.h found (unless r is success);
- * returns r. */
-static loom_result_t match_fail(struct shm *t, struct peer *p, loom_result_t r, const char *why)
+void loomi_shm_match_fail(void *owner, int peer, loom_result_t code, const char *why)
 {
-    if (r != LOOM_SUCCESS) loomi_shm_peer_error(t, p, r, "%s", why);
-    return r;
+    struct shm *t = owner;
+    loomi_shm_peer_error(t, &t->peers[peer], code, "%s", why);
 }
 
 /* A collective transfer x is posted: the first of its operation scans
@@ -100,11 +98,7 @@ static void note_op(struct shm *t, const struct loomi_xfer *x)
     if (!loomi_match_note_op(&t->match, x)) return;
     for (int i = 0; i < t->nlocal; i++) {
         struct peer *q = &t->peers[t->local[i]];
-        const struct loomi_unexp *u = q->failed ? NULL : loomi_mq_unexp_conflict(&q->mq, x->tag, x->chk);
-        if (!u) continue;
-        char why[LOOMI_MATCH_WHY];
-        loomi_match_conflict_why(&t->match, q->rank, u->tag, u->chk, x->tag, x->chk, why, sizeof why);
-        match_fail(t, q, LOOM_ERR_MISMATCH, why);
+        if (!q->failed) loomi_match_held(&t->match, &q->mq, q->rank, x);
     }
 }
 
@@ -210,6 +204,9 @@ int loomi_shm_pump_out(struct shm *t, struct peer *p)
     return n;
 }
 
+/* The peer a new transfer goes to or comes from, the transfer noted
+ * (note_op), or NULL (error set) when it cannot: a bad rank, or a peer
+ * not reached here, failed or gone. */
 static struct peer *xfer_peer(struct shm *t, struct loomi_xfer *x, loom_result_t *r)
 {
     if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank) {
@@ -228,6 +225,11 @@ static struct peer *xfer_peer(struct shm *t, struct loomi_xfer *x, loom_result_t
     x->t_done = 0;
     x->t_posted = 0;
     x->t_next = x->t_prev = NULL;
+    note_op(t, x);
+    if (p->failed) {
+        *r = loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
+        return NULL;
+    }
     return p;
 }
 
@@ -260,8 +262,6 @@ loom_result_t loomi_shm_isend(void *state, struct loomi_xfer *x)
                           x->len);
     if (x->len > cells_max(t, p) && !p->no_cma) /* SIZE_MAX when shm_cma_min is 0 */
         x->t_posted = (size_t)(p->next_id++ << 2) | M_RTS;
-    note_op(t, x);
-    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
     p->npending++;
     int idle = p->sq.head == NULL;
     xq_push(&p->sq, x);
@@ -294,10 +294,8 @@ static void rx_data(struct shm *t, struct peer *p, const char *src, size_t len)
  * that its sender made the call otherwise. */
 static struct unexp *unexp_new(struct shm *t, struct peer *p, const struct cell *h, int rts)
 {
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *m;
-    if (match_fail(t, p, loomi_match_early(&t->match, &p->mq, p->rank, h->tag, h->chk, h->total,
-                                           !rts, &m, why, sizeof why), why))
+    if (loomi_match_early(&t->match, &p->mq, p->rank, h->tag, h->chk, h->total, !rts, &m))
         return NULL;
     struct unexp *u = (struct unexp *)m;
     u->rts = rts;
@@ -312,10 +310,8 @@ static struct unexp *unexp_new(struct shm *t, struct peer *p, const struct cell 
  * with the message. */
 static struct loomi_xfer *take_recv(struct shm *t, struct peer *p, const struct cell *h, int *bad)
 {
-    char why[LOOMI_MATCH_WHY];
     struct loomi_xfer *x = loomi_mq_recv_find(&p->mq, h->tag);
-    *bad = x && match_fail(t, p, loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->total, x,
-                                                  why, sizeof why), why);
+    *bad = x && loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->total, x);
     if (!x || *bad) return NULL; /* a receive that disagrees failed with the peer */
     loomi_mq_recv_del(&p->mq, x);
     return x;
@@ -491,14 +487,12 @@ loom_result_t loomi_shm_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
-    note_op(t, x);
-    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "shm: rank %d failed", x->peer);
+    /* Opens as tcp's and verbs' irecv do: the peer, its count, then
+     * match.c; what follows is shm's own. */
     p->npending++;
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *m;
     /* Failed: x fails with the peer's other transfers. */
-    if (match_fail(t, p, loomi_match_post(&t->match, &p->mq, p->rank, x, &m, why, sizeof why), why))
-        return LOOM_SUCCESS;
+    if (loomi_match_post(&t->match, &p->mq, p->rank, x, &m)) return LOOM_SUCCESS;
     if (!m) return LOOM_SUCCESS; /* listed */
     struct unexp *u = (struct unexp *)m;
     loomi_mq_unexp_del(&p->mq, m); /* x is not listed */

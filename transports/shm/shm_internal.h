@@ -236,6 +236,8 @@ void loomi_shm_peer_down(struct shm *t, struct peer *p, int failed, loom_result_
                          const char *why, int notify);
 void loomi_shm_peer_error(struct shm *t, struct peer *p, loom_result_t code, const char *fmt, ...)
     LOOMI_PRINTF(4, 5);
+/* match.c fails a peer through this. */
+void loomi_shm_match_fail(void *owner, int peer, loom_result_t code, const char *why);
 #define PROTO(t, p, ...)                                                                          \
     loomi_shm_peer_error(t, p, LOOM_ERR_MISMATCH, "protocol error: " __VA_ARGS__)
 

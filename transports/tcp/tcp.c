@@ -209,12 +209,11 @@ static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const 
 static void stream_read(struct tcp *t, struct stream *s);
 static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux);
 
-/* Fail p with what a check of match.h found (unless r is success);
- * returns r. */
-static loom_result_t match_fail(struct tcp *t, struct peer *p, loom_result_t r, const char *why)
+/* match.c fails a peer through this. */
+static void match_fail(void *owner, int peer, loom_result_t code, const char *why)
 {
-    if (r != LOOM_SUCCESS) peer_error(t, p, r, "%s", why);
-    return r;
+    struct tcp *t = owner;
+    peer_error(t, &t->peers[peer], code, "%s", why);
 }
 
 /* A collective transfer x is posted: the first of its operation scans
@@ -224,14 +223,8 @@ static loom_result_t match_fail(struct tcp *t, struct peer *p, loom_result_t r, 
 static void note_op(struct tcp *t, const struct loomi_xfer *x)
 {
     if (!loomi_match_note_op(&t->match, x)) return;
-    for (int r = 0; r < t->ctx.nranks; r++) {
-        struct peer *q = &t->peers[r];
-        const struct loomi_unexp *u = q->failed ? NULL : loomi_mq_unexp_conflict(&q->mq, x->tag, x->chk);
-        if (!u) continue;
-        char why[LOOMI_MATCH_WHY];
-        loomi_match_conflict_why(&t->match, q->rank, u->tag, u->chk, x->tag, x->chk, why, sizeof why);
-        match_fail(t, q, LOOM_ERR_MISMATCH, why);
-    }
+    for (int r = 0; r < t->ctx.nranks; r++)
+        if (!t->peers[r].failed) loomi_match_held(&t->match, &t->peers[r].mq, r, x);
 }
 
 /* A connection to p broke.  A peer that aborts writes its notice on the
@@ -497,7 +490,6 @@ static int handle_header(struct tcp *t, struct stream *s)
         return -1;
     }
     const uint32_t chk = (uint32_t)h->aux;
-    char why[LOOMI_MATCH_WHY];
     s->rx = NULL;
     s->ru = (struct unexp *)loomi_mq_unexp_find(&p->mq, h->tag);
     if (s->ru) { /* another piece of a message held */
@@ -516,14 +508,11 @@ static int handle_header(struct tcp *t, struct stream *s)
         }
     } else if ((s->rx = loomi_mq_recv_find(&p->mq, h->tag)) != NULL) {
         /* Left listed (failed with the peer) until its last piece is in. */
-        if (match_fail(t, p, loomi_match_pair(&t->match, p->rank, h->tag, chk, h->total, s->rx,
-                                              why, sizeof why), why))
-            return -1;
+        if (loomi_match_pair(&t->match, p->rank, h->tag, chk, h->total, s->rx)) return -1;
         s->rdst = (char *)s->rx->buf + h->offset;
     } else {
         struct loomi_unexp *m;
-        if (match_fail(t, p, loomi_match_early(&t->match, &p->mq, p->rank, h->tag, chk, h->total,
-                                               1, &m, why, sizeof why), why))
+        if (loomi_match_early(&t->match, &p->mq, p->rank, h->tag, chk, h->total, 1, &m))
             return -1;
         LOOMI_TRACE(t->ctx.rank, "tcp: early message from rank %d, tag %llx, %zu bytes (buffered)",
                     p->rank, (unsigned long long)h->tag, m->total);
@@ -602,12 +591,12 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
+    /* Opens as shm's and verbs' irecv do: the peer, its count, then
+     * match.c; what follows is tcp's own. */
     p->nposted++;
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *m;
     /* Failed: x fails with the peer's other transfers. */
-    if (match_fail(t, p, loomi_match_post(&t->match, &p->mq, p->rank, x, &m, why, sizeof why), why))
-        return LOOM_SUCCESS;
+    if (loomi_match_post(&t->match, &p->mq, p->rank, x, &m)) return LOOM_SUCCESS;
     if (m) {
         /* Left listed until all of it is in (unexp_done). */
         struct unexp *u = (struct unexp *)m;
@@ -713,7 +702,7 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
     struct tcp *t = calloc(1, sizeof *t);
     if (!t) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "tcp: out of memory");
     t->ctx = *ctx;
-    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT);
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT, match_fail, t);
     t->nstreams = ctx->sock.streams < 1 ? 1 : ctx->sock.streams;
     t->lfd = t->epfd = -1;
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);

@@ -231,7 +231,8 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
         return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "verbs: out of memory");
     }
     t->ctx = *ctx;
-    loomi_match_init(&t->match, &t->ctx, sizeof(struct loomi_unexp), UNEXP_LIMIT);
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct loomi_unexp), UNEXP_LIMIT,
+                     loomi_verbs_match_fail, t);
     t->dev = d;
     t->ibctx = c;
     t->lfd = t->epfd = -1;

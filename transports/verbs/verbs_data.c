@@ -318,27 +318,15 @@ static struct tc q_conflict(const struct opq *q, uint64_t tag, uint32_t chk)
     return (struct tc){0, 0};
 }
 
-/* Fail p with what a check of match.h found (unless r is success);
- * returns r. */
-static loom_result_t match_fail(struct verbs *t, struct peer *p, loom_result_t r, const char *why)
+void loomi_verbs_match_fail(void *owner, int peer, loom_result_t code, const char *why)
 {
-    if (r != LOOM_SUCCESS) peer_error(t, p, r, "%s", why);
-    return r;
+    struct verbs *t = owner;
+    peer_error(t, &t->peers[peer], code, "%s", why);
 }
 
 static void conflict(struct verbs *t, struct peer *p, struct tc theirs, struct tc mine)
 {
-    char why[LOOMI_MATCH_WHY];
-    loomi_match_conflict_why(&t->match, p->rank, theirs.tag, theirs.chk, mine.tag, mine.chk, why,
-                             sizeof why);
-    match_fail(t, p, LOOM_ERR_MISMATCH, why);
-}
-
-static void mismatch(struct verbs *t, struct peer *p, size_t sent, size_t want)
-{
-    char why[LOOMI_MATCH_WHY];
-    loomi_match_length_why(p->rank, sent, want, why, sizeof why);
-    match_fail(t, p, LOOM_ERR_MISMATCH, why);
+    loomi_match_conflict(&t->match, p->rank, theirs.tag, theirs.chk, mine.tag, mine.chk);
 }
 
 /* A collective transfer x is posted: the first of its operation scans
@@ -351,21 +339,18 @@ static void note_op(struct verbs *t, const struct loomi_xfer *x)
     for (int r = 0; r < t->ctx.nranks; r++) {
         struct peer *q = &t->peers[r];
         if (!q->active || q->failed || (!q->mq.nunexp && !q->ucts.head)) continue;
-        const struct loomi_unexp *m = loomi_mq_unexp_conflict(&q->mq, x->tag, x->chk);
-        struct tc u = m ? (struct tc){m->tag, m->chk} : q_conflict(&q->ucts, x->tag, x->chk);
+        if (loomi_match_held(&t->match, &q->mq, q->rank, x)) continue;
+        struct tc u = q_conflict(&q->ucts, x->tag, x->chk);
         if (u.tag) conflict(t, q, u, (struct tc){x->tag, x->chk});
     }
 }
 
 static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, const char *data)
 {
-    char why[LOOMI_MATCH_WHY];
     struct loomi_xfer *x = loomi_mq_recv_find(&p->mq, h->tag);
     if (x) {
         /* One that disagrees stays listed and fails with the peer. */
-        if (match_fail(t, p, loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->len, x, why,
-                                              sizeof why), why))
-            return;
+        if (loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->len, x)) return;
         loomi_mq_recv_del(&p->mq, x);
         if (h->len) memcpy(x->buf, data, h->len);
         p->nposted--;
@@ -374,7 +359,7 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
         return;
     }
     if (rr_has_tag(p, h->tag)) {
-        mismatch(t, p, h->len, EAGER_MAX + 1);
+        loomi_match_length(&t->match, p->rank, h->len, EAGER_MAX + 1);
         return;
     }
     struct tc mine = rr_conflict(p, h->tag, h->chk);
@@ -383,9 +368,7 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
         return;
     }
     struct loomi_unexp *u;
-    if (match_fail(t, p, loomi_match_early(&t->match, &p->mq, p->rank, h->tag, h->chk, h->len, 1,
-                                           &u, why, sizeof why), why))
-        return;
+    if (loomi_match_early(&t->match, &p->mq, p->rank, h->tag, h->chk, h->len, 1, &u)) return;
     memcpy(u->buf, data, h->len);
     u->got = h->len;
 }
@@ -437,7 +420,7 @@ static void on_cts(struct verbs *t, struct peer *p, const struct vhdr *h)
         size_t l = o->len;
         release_op(t, p, o);
         complete_once(x, LOOM_ERR_MISMATCH);
-        mismatch(t, p, l, h->len);
+        loomi_match_length(&t->match, p->rank, l, h->len);
         return;
     }
     o->raddr = h->addr;
@@ -764,6 +747,9 @@ int loomi_verbs_wait_fd(void *state)
 
 /* ---------------------------------------------------------- data calls */
 
+/* The peer a new transfer goes to or comes from, the transfer noted
+ * (note_op), or NULL (error set) when it cannot: a bad rank, a peer
+ * failed, a message too long. */
 static struct peer *xfer_peer(struct verbs *t, struct loomi_xfer *x, loom_result_t *r)
 {
     if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank ||
@@ -785,6 +771,11 @@ static struct peer *xfer_peer(struct verbs *t, struct loomi_xfer *x, loom_result
                         x->len);
         return NULL;
     }
+    note_op(t, x);
+    if (p->failed) {
+        *r = loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "verbs: rank %d failed", x->peer);
+        return NULL;
+    }
     return p;
 }
 
@@ -794,8 +785,6 @@ loom_result_t loomi_verbs_isend(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
-    note_op(t, x);
-    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "verbs: rank %d failed", x->peer);
     struct op *o = op_new(t);
     if (!o) return loomi_fail(LOOM_ERR_NO_MEMORY, t->ctx.rank, "verbs: out of memory");
     o->p = p;
@@ -838,7 +827,7 @@ loom_result_t loomi_verbs_isend(void *state, struct loomi_xfer *x)
                 op_free(t, o);
                 p->nposted++;
                 t->nposted++;
-                mismatch(t, p, x->len, want);
+                loomi_match_length(&t->match, p->rank, x->len, want);
                 complete_once(x, LOOM_ERR_MISMATCH);
                 return LOOM_SUCCESS;
             }
@@ -871,15 +860,13 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x)
     loom_result_t r;
     struct peer *p = xfer_peer(t, x, &r);
     if (!p) return r;
-    note_op(t, x);
-    if (p->failed) return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "verbs: rank %d failed", x->peer);
+    /* Opens as tcp's and shm's irecv do (and as isend above): the peer,
+     * its count, then match.c; what follows is verbs' own. */
     p->nposted++;
     t->nposted++;
-    char why[LOOMI_MATCH_WHY];
     struct loomi_unexp *u;
     /* Failed: x fails with the peer's other transfers. */
-    if (match_fail(t, p, loomi_match_post(&t->match, &p->mq, p->rank, x, &u, why, sizeof why), why))
-        return LOOM_SUCCESS;
+    if (loomi_match_post(&t->match, &p->mq, p->rank, x, &u)) return LOOM_SUCCESS;
     if (u) { /* an early eager message with this tag, all of it in */
         loomi_mq_unexp_del(&p->mq, u);
         if (u->total) memcpy(x->buf, u->buf, u->total);

@@ -20,6 +20,7 @@
 #include <infiniband/verbs.h>
 
 #include "core/internal.h"
+#include "transports/bufpool.h"
 #include "transports/match.h"
 #include "transports/net.h"
 #include "transports/verbs/verbs.h"
@@ -326,6 +327,8 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x);
 loom_result_t loomi_verbs_progress(void *state, int timeout_ms);
 int loomi_verbs_wait_fd(void *state);
 void loomi_verbs_cancel(void *state, struct loomi_xfer *x);
+/* match.c fails a peer through this. */
+void loomi_verbs_match_fail(void *owner, int peer, loom_result_t code, const char *why);
 
 #endif /* HAVE_VERBS_H */
 
