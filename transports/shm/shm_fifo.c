@@ -1,9 +1,9 @@
 /*
  * shm_fifo.c - the shared-memory transport's messages through the FIFOs:
- * the posted receives and early messages, failing a peer, writing cells
- * (eager messages, single-copy descriptors, control cells), reading and
- * acting on what arrives, and isend / irecv / cancel.  shm.c says how it
- * works.
+ * failing a peer, writing cells (eager messages, single-copy
+ * descriptors, control cells), reading and acting on what arrives
+ * (matched against the receives posted by match.c), and isend / irecv /
+ * cancel.  shm.c says how it works.
  */
 #include <errno.h>
 #include <stdarg.h>

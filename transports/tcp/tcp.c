@@ -6,9 +6,10 @@
  * header (tag, message length, offset, piece length), so pieces may
  * arrive in any order and land straight in the receiver's buffer when its
  * receive is posted (zero copy), or in an unexpected-message buffer when
- * it is not yet.  Sockets are non-blocking, driven by one epoll set per
- * communicator, written with scatter-gather sendmsg.  Every header is
- * range-checked before its payload is read anywhere.
+ * it is not yet (match.c keeps both).  Sockets are non-blocking, driven
+ * by one epoll set per communicator, written with scatter-gather
+ * sendmsg.  Every header is range-checked before its payload is read
+ * anywhere.
  */
 #include <errno.h>
 #include <fcntl.h>

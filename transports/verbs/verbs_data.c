@@ -1,9 +1,10 @@
 /*
  * verbs_data.c - the verbs transport's data path: posting eager sends,
  * clear-to-sends and RDMA writes under credits, the completions and what
- * arrives (matching, early messages, tag conflicts), the control
- * connection (aborts, goodbyes), failing a peer, progress, and the
- * isend / irecv / cancel calls.  verbs.c says how it works.
+ * arrives (matched by match.c; the conflicts of rendezvous receives and
+ * clear-to-sends here), the control connection (aborts, goodbyes),
+ * failing a peer, progress, and the isend / irecv / cancel calls.
+ * verbs.c says how it works.
  */
 #include "config.h"
 
