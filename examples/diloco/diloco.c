@@ -84,6 +84,7 @@ typedef struct opts {
     int d, hidden, classes, batch;
     size_t shard, eval_n;
     double sharp, tscale, lr, wd, beta1, beta2, outer_lr, outer_mom, lr_min;
+    double timeout_s;                 /* --timeout: the communicator's, unless LOOM_TIMEOUT */
     int cosine, quiet;
     int elastic, join;                /* --elastic, --join */
     long crash_round, crash_rank;     /* --crash-at ROUND:RANK (-1: none) */
@@ -97,6 +98,7 @@ static void usage(FILE *f)
           "              [--csv FILE] [--seed S] [--batch B] [--hidden N] [--inputs D]\n"
           "              [--classes C] [--shard N] [--eval N] [--lr X] [--wd X]\n"
           "              [--outer-lr X] [--outer-momentum X] [--const-lr] [--quiet]\n"
+          "              [--timeout SECONDS]\n"
           "              [--elastic [--join] [--crash-at ROUND:RANK] [--grow-at ROUND:WORKERS]]\n"
           "Run under loomrun, e.g.: loomrun -n 4 diloco --mode diloco --codec int8\n",
           f);
@@ -137,10 +139,12 @@ static void parse(opts_t *o, int argc, char **argv)
                   .seed = 1, .d = 64, .hidden = 256, .classes = 10, .batch = 32, .shard = 16384,
                   .eval_n = 4096, .sharp = 6.0, .tscale = 0.7, .lr = 3e-3, .wd = 1e-4, .beta1 = 0.9,
                   .beta2 = 0.99, .outer_lr = 0.7, .outer_mom = 0.5, .lr_min = 0.1, .cosine = 1,
-                  .crash_round = -1, .crash_rank = -1, .grow_round = -1, .grow_count = 0};
+                  .crash_round = -1, .crash_rank = -1, .grow_round = -1, .grow_count = 0,
+                  .timeout_s = 600};
     enum { O_MODE = 256, O_CODEC, O_EF, O_OVERLAP, O_STEPS, O_INNER, O_EVERY, O_CSV, O_SEED,
            O_BATCH, O_HIDDEN, O_INPUTS, O_CLASSES, O_SHARD, O_EVAL, O_LR, O_WD, O_OLR, O_OMOM,
-           O_CONST, O_QUIET, O_HELP, O_SHARP, O_TSCALE, O_ELASTIC, O_JOIN, O_CRASH, O_GROW };
+           O_CONST, O_QUIET, O_HELP, O_SHARP, O_TSCALE, O_ELASTIC, O_JOIN, O_CRASH, O_GROW,
+           O_TIMEOUT };
     static const struct option lo[] = {
         {"mode", 1, 0, O_MODE},       {"codec", 1, 0, O_CODEC},     {"ef", 0, 0, O_EF},
         {"overlap", 0, 0, O_OVERLAP}, {"steps", 1, 0, O_STEPS},     {"inner", 1, 0, O_INNER},
@@ -151,7 +155,7 @@ static void parse(opts_t *o, int argc, char **argv)
         {"outer-momentum", 1, 0, O_OMOM}, {"const-lr", 0, 0, O_CONST}, {"quiet", 0, 0, O_QUIET},
         {"help", 0, 0, O_HELP},       {"sharpness", 1, 0, O_SHARP}, {"teacher-scale", 1, 0, O_TSCALE},
         {"elastic", 0, 0, O_ELASTIC}, {"join", 0, 0, O_JOIN},       {"crash-at", 1, 0, O_CRASH},
-        {"grow-at", 1, 0, O_GROW},    {0, 0, 0, 0}};
+        {"grow-at", 1, 0, O_GROW},    {"timeout", 1, 0, O_TIMEOUT}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -186,6 +190,10 @@ static void parse(opts_t *o, int argc, char **argv)
         case O_CRASH: parse_pair(optarg, "--crash-at", &o->crash_round, &o->crash_rank); break;
         case O_GROW: parse_pair(optarg, "--grow-at", &o->grow_round, &o->grow_count); break;
         case O_QUIET: o->quiet = 1; break;
+        case O_TIMEOUT:
+            o->timeout_s = parse_double(optarg, "--timeout");
+            if (o->timeout_s < 0.001 || o->timeout_s > 86400) die("bad --timeout: %s (0.001 to 86400 s)", optarg);
+            break;
         case O_HELP: usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -578,12 +586,19 @@ int main(int argc, char **argv)
     trainer_t t;
     memset(&t, 0, sizeof t);
     parse(&t.o, argc, argv);
+    /* With --overlap a rank waits in the background sum, without
+     * progress, until the slowest rank starts it too: up to a round.
+     * LOOM_TIMEOUT fails an operation that long without progress, so the
+     * communicator gets --timeout unless LOOM_TIMEOUT is set. */
+    loom_config_t cfg;
+    check(loom_config_init(&cfg), "loom_config_init");
+    if (!getenv("LOOM_TIMEOUT")) cfg.timeout_ms = (int)(t.o.timeout_s * 1000 + 0.5);
     if (t.o.join) {
         /* A replacement: wait at the job's rendezvous address until the
-         * workers admit it (LOOM_TIMEOUT bounds the wait). */
-        check(loom_comm_join(&t.comm, NULL), "loom_comm_join");
+         * workers admit it (the timeout bounds the wait). */
+        check(loom_comm_join(&t.comm, &cfg), "loom_comm_join");
     } else {
-        check(loom_comm_init_env(&t.comm, NULL), "loom_comm_init_env");
+        check(loom_comm_init_env(&t.comm, &cfg), "loom_comm_init_env");
     }
     check(loom_comm_rank(t.comm, &t.rank), "loom_comm_rank");
     check(loom_comm_size(t.comm, &t.nranks), "loom_comm_size");

@@ -18,7 +18,14 @@ the project ships: its man pages.
                   and test() between steps move it) during round t+1, and
                   is applied at its end (one-step-delayed outer update):
                   local = global(new) - delta(t+1), then delta(t+1) is
-                  sent.  No round's progress counts twice.
+                  sent.  No round's progress counts twice.  A worker
+                  that starts a sum waits there, without progress, for
+                  the slowest worker to start it too: up to a round
+                  and rank 0's evaluation.  Loom fails an operation
+                  that makes no progress for the communicator's timeout
+                  (LOOM_TIMEOUT, 60 s by default), so the workers set
+                  it from --timeout (default 600 s) unless LOOM_TIMEOUT
+                  is set.  --straggle RANK:SECONDS slows one worker.
   --mode ddp      torch DistributedDataParallel, AdamW every step, over
                   --backend gloo (torch's) or loom (import loom.torch).
 
@@ -97,12 +104,32 @@ def parse():
     a("--crash-at")
     a("--grow-at")
     a("--quiet", action="store_true")
+    a("--timeout", type=float, default=600,
+      help="seconds an operation may wait without progress (the communicator's timeout; "
+      "LOOM_TIMEOUT, where set, wins): with --overlap a worker waits in the background sum "
+      "for the slowest worker to start it, up to a round and an evaluation")
+    a("--straggle", metavar="RANK:SECONDS",
+      help="rank RANK sleeps SECONDS after each inner step: a slower worker")
     o = p.parse_args()
     if o.mode == "ddp" and (o.elastic or o.join):
         p.error("--elastic and --join are for --mode diloco")
     if (o.join or o.crash_at or o.grow_at) and not o.elastic:
         p.error("--join, --crash-at and --grow-at need --elastic")
+    if o.timeout <= 0:
+        p.error("--timeout: a positive number of seconds")
+    o.straggle_rank, o.straggle_s = -1, 0.0
+    if o.straggle:
+        try:
+            sr, ss = o.straggle.split(":")
+            o.straggle_rank, o.straggle_s = int(sr), float(ss)
+        except ValueError:
+            p.error("--straggle %r: RANK:SECONDS" % o.straggle)
     return o
+
+
+def settings(o):
+    """The communicator's settings: --timeout unless LOOM_TIMEOUT is set."""
+    return {} if os.environ.get("LOOM_TIMEOUT") else {"timeout": o.timeout}
 
 
 # -------------------------------------------------------------- the data
@@ -319,11 +346,11 @@ class Worker:
         self.joined_step = -1
         if o.join:
             t0 = time.time()
-            self.comm = loom.Communicator.join(timeout=600)
+            self.comm = loom.Communicator.join(**settings(o))
             print("elastic: joined as rank %d of %d after %.1f s" % (
                 self.comm.rank, self.comm.size, time.time() - t0), flush=True)
         else:
-            self.comm = loom.Communicator.from_env()
+            self.comm = loom.Communicator.from_env(**settings(o))
         torch.manual_seed(o.seed)
         self.model = LM(o.dim, o.layers, o.heads, o.ctx)
         self.params = list(self.model.parameters())
@@ -485,6 +512,8 @@ class Worker:
                 loss = loss_of(self.model, x, y)
                 loss.backward()
                 self.opt.step()
+                if self.comm.rank == o.straggle_rank:
+                    time.sleep(o.straggle_s)
                 self.poke()
             step = min((r + 1) * o.inner, o.steps)
             if o.crash_at:

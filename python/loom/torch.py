@@ -99,11 +99,12 @@ class _Op:
     then(): a failure raised in the callback marks fut failed in C++,
     where DDP's reducer looks.  (torch 1.13's Future.set_exception stores
     the exception as the value, which C++ takes for tensors.)"""
-    __slots__ = ("start", "finish", "done", "fut", "req")
+    __slots__ = ("start", "finish", "done", "fut", "req", "p2p")
 
-    def __init__(self, start, finish):
+    def __init__(self, start, finish, p2p=False):
         self.start = start
         self.finish = finish
+        self.p2p = p2p
         self.done = torch.futures.Future()
         self.fut = self.done.then(_unwrap)
         self.req = None
@@ -114,12 +115,19 @@ class _Op:
 
 class _Driver(threading.Thread):
     """Starts a group's operations in issue order and completes their
-    futures.  It alone calls Loom on the group's communicator.  Loom's
-    progress thread (or its loom_test calls) moves them on; it polls
-    their requests, backing off up to a millisecond while none
-    completes, so that operations issued later are started at once even
-    while earlier ones are in flight (a receive can wait on a send the
-    program issues after it)."""
+    futures.  It alone calls Loom on the group's communicator.
+
+    While a send or a receive is in flight it polls the requests (Loom's
+    progress thread or its loom_test calls move them on), backing off up
+    to a millisecond while none completes, so that operations issued
+    later are started at once (a receive can wait on a send the program
+    issues after it).  While only collectives are in flight it blocks in
+    loom_wait_any over them, without the GIL, after a few tests: every
+    rank starts a group's collectives in one order, so the ones in
+    flight complete without the ones queued behind them, and Loom's own
+    wait moves them on with no gap (polls a millisecond apart left the
+    transfers of a large allreduce waiting between polls).  What was
+    queued meanwhile starts as soon as one completes."""
 
     def __init__(self, comm):
         super().__init__(name="loom-torch", daemon=True)
@@ -187,14 +195,36 @@ class _Driver(threading.Thread):
                     still.append(op)
             inflight = still
             # Small operations end within microseconds: test again at once
-            # a few times (the GIL is free during each test), then sleep
-            # longer and longer.
+            # a few times (the GIL is free during each test), then block
+            # or sleep longer and longer.
             if progressed:
                 delay, spins = 0.0, 0
             elif spins < self.SPINS:
                 spins += 1
+            elif inflight and not any(op.p2p for op in inflight):
+                with self.cv:
+                    if self.queue:
+                        continue
+                inflight = self._wait_one(inflight)
+                delay, spins = 0.0, 0
             else:
                 delay = min(max(2 * delay, 2e-5), 1e-3)
+
+    def _wait_one(self, inflight):
+        """Block until one of the collectives in flight completes; complete
+        it and return the others."""
+        try:
+            i = _core.wait_any([op.req for op in inflight])
+        except _core.Error as e:
+            i = getattr(e, "index", None)
+            if i is None:  # refused: each is tested again
+                return inflight
+            inflight[i].fail(e)
+        else:
+            if i is None:  # complete already: tested again
+                return inflight
+            self._complete(inflight[i])
+        return inflight[:i] + inflight[i + 1:]
 
     @staticmethod
     def _complete(op):
@@ -377,10 +407,10 @@ class LoomProcessGroup(_PG):
             pass
 
     # -- plumbing
-    def _submit(self, start, finish):
+    def _submit(self, start, finish, p2p=False):
         if self._driver is None:
             raise RuntimeError("loom backend: the process group was shut down")
-        w = _LoomWork(self._driver.submit(_Op(start, finish)))
+        w = _LoomWork(self._driver.submit(_Op(start, finish, p2p)))
         self._keeper.add(w)
         return w
 
@@ -585,14 +615,14 @@ class LoomProcessGroup(_PG):
         t = _one(tensors, "send")
         f = _flat(t)
         comm = self.comm
-        return self._submit(lambda: comm.isend(_bv(f), dstRank), lambda: tensors)
+        return self._submit(lambda: comm.isend(_bv(f), dstRank), lambda: tensors, p2p=True)
 
     def recv(self, tensors, srcRank, tag=0):
         t = _one(tensors, "recv")
         f = _flat(t)
         comm = self.comm
         finish = _copy_back(t, f, tensors)
-        return self._submit(lambda: comm.irecv(_bv(f), srcRank), finish)
+        return self._submit(lambda: comm.irecv(_bv(f), srcRank), finish, p2p=True)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("loom backend: receiving from any source is not supported")

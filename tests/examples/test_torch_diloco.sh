@@ -7,6 +7,8 @@
 # and a row per round.  Then the elastic run: 3 workers, rank 2 SIGKILLed
 # at round 3, a replacement started from outside joins: the survivors
 # shrink once and grow once, and all three end with the same parameters.
+# A slower worker makes the others wait in the background sum: with a
+# timeout shorter than the wait it fails, with the example's it ends.
 # Skipped without torch, and in a sanitizer build.
 . "$(dirname "$0")/../lib.sh"
 . "$SRCDIR/tests/python/pylib.sh"
@@ -48,6 +50,23 @@ if ! quick; then
     check "int8 diloco sends 40x fewer bytes than ddp ($dl8_bytes_sent, $ddp_bytes_sent)" \
         holds "$dl8_bytes_sent" "$ddp_bytes_sent" 'a > 0 && a * 40 <= b'
 fi
+
+# A straggler: rank 0 sleeps 0.8 s after each of 10 inner steps, so rank 1
+# waits about 8 s in each background sum for rank 0 to start it.  With a
+# timeout shorter than that the sum fails with LOOM_ERR_TIMEOUT (that is
+# LOOM_TIMEOUT's meaning); the example's own timeout covers it.  (The
+# 600-step comparison failed so once, with LOOM_TIMEOUT's 60 s, on a
+# loaded host.)
+strag=(--steps 30 --inner 10 --eval-batches 1 --codec int4 --straggle 0:0.8)
+out=$(timeout 150 nice "$LOOMRUN" -n 2 --timeout 140 "$PY" "$ex/diloco.py" "${tiny[@]}" \
+    "${strag[@]}" --timeout 4 2>&1)
+check "a straggler 8 s behind, --timeout 4: LOOM_ERR_TIMEOUT waiting on rank 0" \
+    grep -q 'no progress for 4000 ms (LOOM_TIMEOUT).*waiting on rank 0.*LOOM_ERR_TIMEOUT' <<<"$out" ||
+    tail -4 <<<"$out" | sed 's/^/# /'
+out=$(timeout 150 nice "$LOOMRUN" -n 2 --timeout 140 "$PY" "$ex/diloco.py" "${tiny[@]}" \
+    "${strag[@]}" 2>&1)
+check "a straggler 8 s behind, the default timeout: the run ends" \
+    grep -q '^diloco: .*steps=30 .*final_eval_loss=[0-9]' <<<"$out"
 
 out=$(BUILDDIR=$BUILDDIR LOOMRUN=$LOOMRUN timeout 200 nice "$ex/run.sh" --elastic --out "$tmp/el" \
     -- "${tiny[@]}" 2>&1)
