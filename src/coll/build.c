@@ -1,0 +1,319 @@
+/*
+ * build.c - the schedule builder (build.h): dependencies from byte ranges.
+ *
+ * Per buffer, a sorted array of ranges that covers every byte, each with
+ * its last writer and the list of its readers since.  Reader lists are
+ * linked from a pool and only ever grow at the head, so two ranges split
+ * from one share the older part of the list.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/build.h"
+#include "core/internal.h"
+
+#define NONE LOOMI_NO_DEP
+
+struct loomi_brange {
+    size_t lo;       /* the range runs to the next one's lo */
+    uint32_t writer; /* NONE: not written yet */
+    int32_t readers; /* head in the pool, -1: none */
+};
+
+struct loomi_breader {
+    uint32_t step;
+    int32_t next;
+};
+
+/* ------------------------------------------------- what a step touches */
+
+/* Bytes of an encoded slot of a step's count (0: no codec, or too big). */
+static size_t slot_of(const struct loomi_sched *s, const struct loomi_step *st)
+{
+    return s->codec ? loomi_codec_slot_bytes(s->codec, st->count) : 0;
+}
+
+static void acc(struct loomi_access *a, int *n, int buf, size_t off, size_t bytes, int write)
+{
+    if (!bytes || buf >= LOOMI_NBUFS) return;
+    a[(*n)++] = (struct loomi_access){buf, off, bytes, write};
+}
+
+int loomi_step_accesses(const struct loomi_sched *s, const struct loomi_step *st,
+                        struct loomi_access *a)
+{
+    int n = 0;
+    size_t bytes = st->count * s->esize;
+    if ((st->kind == LOOMI_STEP_ENCODE && (st->flags & LOOMI_ENC_DECODED)) ||
+        (st->kind == LOOMI_STEP_COPY && (st->flags & (LOOMI_COPY_ALSO | LOOMI_COPY_SAVE))))
+        acc(a, &n, st->src2, st->src2_off, bytes, 1);
+    switch (st->kind) {
+    case LOOMI_STEP_SEND:
+        acc(a, &n, st->src, st->src_off, bytes, 0);
+        break;
+    case LOOMI_STEP_RECV:
+        acc(a, &n, st->dst, st->dst_off, bytes, 1);
+        break;
+    case LOOMI_STEP_REDUCE:
+        acc(a, &n, st->src2, st->src2_off, bytes, 0);
+        /* fall through */
+    case LOOMI_STEP_REDUCE_SHARED: /* the arenas are not this rank's alone */
+        if (st->flags & LOOMI_RS_SAVE) acc(a, &n, LOOMI_BUF_SCRATCH, st->dst_off, bytes, 1);
+        /* fall through */
+    case LOOMI_STEP_COPY:
+        acc(a, &n, st->src, st->src_off, bytes, 0);
+        /* fall through */
+    case LOOMI_STEP_AVG:
+        acc(a, &n, st->dst, st->dst_off, bytes, 1);
+        break;
+    case LOOMI_STEP_EXPECT:
+        acc(a, &n, st->src, st->src_off, bytes, 0);
+        acc(a, &n, st->src2, st->src2_off, bytes, 0);
+        break;
+    case LOOMI_STEP_ENCODE:
+        acc(a, &n, st->src, st->src_off, bytes, 0);
+        acc(a, &n, st->dst, st->dst_off, slot_of(s, st), 1);
+        break;
+    case LOOMI_STEP_DECODE_ACC:
+        acc(a, &n, st->src2, st->src2_off, bytes, 0);
+        /* fall through */
+    case LOOMI_STEP_DECODE:
+        acc(a, &n, st->src, st->src_off, slot_of(s, st), 0);
+        acc(a, &n, st->dst, st->dst_off, bytes, 1);
+        break;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------- ranges */
+
+/* Index of the range holding byte x of buffer m, split so that one
+ * starts at x. */
+static size_t split_at(struct loomi_build *b, int buf, size_t x)
+{
+    struct loomi_brange *r = b->map[buf].r;
+    size_t n = b->map[buf].n, lo = 0, hi = n;
+    while (hi - lo > 1) { /* the last range with r.lo <= x (r[0].lo is 0) */
+        size_t mid = (lo + hi) / 2;
+        if (r[mid].lo <= x) lo = mid;
+        else hi = mid;
+    }
+    if (r[lo].lo == x) return lo;
+    if (n == b->map[buf].cap) {
+        size_t nc = 2 * n;
+        struct loomi_brange *nr = realloc(r, nc * sizeof *nr);
+        if (!nr) {
+            b->ok = 0;
+            return SIZE_MAX;
+        }
+        b->map[buf].r = r = nr;
+        b->map[buf].cap = nc;
+    }
+    memmove(&r[lo + 2], &r[lo + 1], (n - lo - 1) * sizeof *r);
+    r[lo + 1] = r[lo];
+    r[lo + 1].lo = x;
+    b->map[buf].n = n + 1;
+    return lo + 1;
+}
+
+/* Where (buf, off) lives: in-place reduce_scatter's RECV is in SEND. */
+static void place(const struct loomi_build *b, struct loomi_access *a)
+{
+    if (a->buf == LOOMI_BUF_RECV && b->recv_in_send) {
+        a->buf = LOOMI_BUF_SEND;
+        a->off += (size_t)b->s->rank * b->s->buf_bytes[LOOMI_BUF_RECV];
+    }
+}
+
+/* The ranges [*i0, *i1) of buffer a->buf that make up a's bytes. */
+static int span(struct loomi_build *b, const struct loomi_access *a, size_t *i0, size_t *i1)
+{
+    /* Split at the end first: a split at the start shifts it by one. */
+    if (split_at(b, a->buf, a->off + a->bytes) == SIZE_MAX) return 0;
+    *i0 = split_at(b, a->buf, a->off);
+    *i1 = split_at(b, a->buf, a->off + a->bytes);
+    return *i0 != SIZE_MAX && *i1 != SIZE_MAX;
+}
+
+static void want(struct loomi_build *b, uint32_t d)
+{
+    if (d == NONE) return;
+    for (size_t k = 0; k < b->ndeps; k++)
+        if (b->deps[k] == d) return;
+    if (b->ndeps == b->capdeps) {
+        size_t nc = b->capdeps ? 2 * b->capdeps : 16;
+        uint32_t *nd = realloc(b->deps, nc * sizeof *nd);
+        if (!nd) {
+            b->ok = 0;
+            return;
+        }
+        b->deps = nd;
+        b->capdeps = nc;
+    }
+    b->deps[b->ndeps++] = d;
+}
+
+/* Drop the dependencies that another one depends on directly. */
+static void prune(struct loomi_build *b)
+{
+    const struct loomi_sched *s = b->s;
+    if (b->ndeps < 2 || b->ndeps > 64) return;
+    size_t k = 0;
+    for (size_t i = 0; i < b->ndeps; i++) {
+        int implied = 0;
+        for (size_t j = 0; j < b->ndeps && !implied; j++)
+            for (int e = 0; e < s->ndeps[b->deps[j]] && !implied; e++)
+                implied = s->deps[b->deps[j]][e] == b->deps[i];
+        if (!implied) b->deps[k++] = b->deps[i];
+    }
+    b->ndeps = k;
+}
+
+static void record(struct loomi_build *b, uint32_t j, const struct loomi_access *a)
+{
+    size_t i0, i1;
+    if (!span(b, a, &i0, &i1)) return;
+    struct loomi_brange *r = b->map[a->buf].r;
+    for (size_t i = i0; i < i1; i++) {
+        if (a->write) {
+            r[i].writer = j;
+            r[i].readers = -1;
+            continue;
+        }
+        if (r[i].readers >= 0 && b->pool[r[i].readers].step == j) continue;
+        if (b->npool == b->cappool) {
+            size_t nc = b->cappool ? 2 * b->cappool : 1024;
+            struct loomi_breader *np =
+                nc > INT32_MAX ? NULL : realloc(b->pool, nc * sizeof *np);
+            if (!np) {
+                b->ok = 0;
+                return;
+            }
+            b->pool = np;
+            b->cappool = nc;
+        }
+        b->pool[b->npool] = (struct loomi_breader){j, r[i].readers};
+        r[i].readers = (int32_t)b->npool++;
+    }
+}
+
+uint32_t loomi_build_step(struct loomi_build *b, const struct loomi_step *st)
+{
+    struct loomi_sched *s = b->s;
+    struct loomi_access a[LOOMI_MAX_ACCESS];
+    if (!st->count || !b->ok) return NONE;
+    int na = loomi_step_accesses(s, st, a);
+    b->ndeps = 0;
+    want(b, b->after);
+    b->after = NONE;
+    for (int k = 0; k < na; k++) {
+        size_t i0, i1;
+        place(b, &a[k]);
+        if (!span(b, &a[k], &i0, &i1)) return NONE;
+        const struct loomi_brange *r = b->map[a[k].buf].r;
+        for (size_t i = i0; i < i1; i++) {
+            want(b, r[i].writer);
+            if (a[k].write)
+                for (int32_t q = r[i].readers; q >= 0; q = b->pool[q].next) want(b, b->pool[q].step);
+        }
+    }
+    if (!b->ok) return NONE;
+    prune(b);
+    if (b->ndeps > LOOMI_MAX_DEPS) {
+        b->deps[0] = loomi_sched_join(s, b->deps, b->ndeps);
+        b->ndeps = 1;
+    }
+    uint32_t j = loomi_sched_add(s, st, b->deps, (int)b->ndeps);
+    if (!s->ok) {
+        b->ok = 0;
+        return NONE;
+    }
+    for (int k = 0; k < na; k++) record(b, j, &a[k]);
+    return b->ok ? j : NONE;
+}
+
+loom_result_t loomi_build_init(struct loomi_build *b, struct loomi_sched *s, size_t bytes,
+                               size_t chunk_bytes)
+{
+    memset(b, 0, sizeof *b);
+    b->s = s;
+    b->C = loomi_build_chunks(bytes, chunk_bytes);
+    b->after = NONE;
+    b->ok = 1;
+    for (int m = 0; m < LOOMI_NBUFS; m++) {
+        b->map[m].r = malloc(16 * sizeof *b->map[m].r);
+        if (!b->map[m].r) b->ok = 0;
+        else b->map[m].r[0] = (struct loomi_brange){0, NONE, -1};
+        b->map[m].n = 1;
+        b->map[m].cap = 16;
+    }
+    /* What the schedule already does (e.g. loomi_allreduce_trivial's copy). */
+    for (uint32_t i = 0; i < s->nsteps && b->ok; i++) {
+        struct loomi_access a[LOOMI_MAX_ACCESS];
+        int na = loomi_step_accesses(s, &s->steps[i], a);
+        for (int k = 0; k < na; k++) {
+            place(b, &a[k]);
+            record(b, i, &a[k]);
+        }
+    }
+    if (!b->ok) {
+        loomi_build_done(b);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "schedule builder: out of memory");
+    }
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_build_done(struct loomi_build *b)
+{
+    for (int m = 0; m < LOOMI_NBUFS; m++) free(b->map[m].r);
+    free(b->pool);
+    free(b->deps);
+    int ok = b->ok && b->s->ok;
+    memset(b->map, 0, sizeof b->map);
+    b->pool = NULL;
+    b->deps = NULL;
+    return ok ? LOOM_SUCCESS
+              : loomi_fail(LOOM_ERR_NO_MEMORY, b->s->rank, "schedule builder: out of memory");
+}
+
+/* ------------------------------------------------------------ the steps */
+
+uint32_t loomi_bsend(struct loomi_build *b, int peer, uint32_t tag, int buf, size_t off,
+                     size_t count)
+{
+    struct loomi_step st = {.kind = LOOMI_STEP_SEND, .src = (uint8_t)buf, .peer = peer,
+                            .tag = tag, .src_off = off, .count = count};
+    return loomi_build_step(b, &st);
+}
+
+uint32_t loomi_brecv(struct loomi_build *b, int peer, uint32_t tag, int buf, size_t off,
+                     size_t count)
+{
+    struct loomi_step st = {.kind = LOOMI_STEP_RECV, .dst = (uint8_t)buf, .peer = peer,
+                            .tag = tag, .dst_off = off, .count = count};
+    return loomi_build_step(b, &st);
+}
+
+uint32_t loomi_breduce(struct loomi_build *b, int dst, size_t dst_off, int a, size_t a_off,
+                       int b2, size_t b2_off, size_t count)
+{
+    struct loomi_step st = {.kind = LOOMI_STEP_REDUCE, .peer = -1, .dst = (uint8_t)dst, .src = (uint8_t)a,
+                            .src2 = (uint8_t)b2, .dst_off = dst_off, .src_off = a_off,
+                            .src2_off = b2_off, .count = count};
+    return loomi_build_step(b, &st);
+}
+
+uint32_t loomi_bcopy(struct loomi_build *b, int dst, size_t dst_off, int src, size_t src_off,
+                     size_t count)
+{
+    struct loomi_step st = {.kind = LOOMI_STEP_COPY, .peer = -1, .dst = (uint8_t)dst, .src = (uint8_t)src,
+                            .dst_off = dst_off, .src_off = src_off, .count = count};
+    return loomi_build_step(b, &st);
+}
+
+uint32_t loomi_bavg(struct loomi_build *b, int dst, size_t dst_off, size_t count)
+{
+    struct loomi_step st = {.kind = LOOMI_STEP_AVG, .peer = -1, .dst = (uint8_t)dst, .dst_off = dst_off,
+                            .count = count};
+    return loomi_build_step(b, &st);
+}
