@@ -77,7 +77,8 @@ loom_result_t loomi_build_init(struct loomi_build *b, struct loomi_sched *s, siz
                                size_t chunk_bytes);
 /* Free the builder; the error of a step that could not be added. */
 loom_result_t loomi_build_done(struct loomi_build *b);
-/* The next step also waits for step (LOOMI_NO_DEP: nothing). */
+/* The next step added (not an empty one) also waits for step, which no
+ * range orders (LOOMI_NO_DEP: nothing). */
 static inline void loomi_build_after(struct loomi_build *b, uint32_t step) { b->after = step; }
 
 /* Chunk c of segment i of g, in bytes from the buffer's start (*off) and
