@@ -219,9 +219,15 @@ uint32_t loomi_build_step(struct loomi_build *b, const struct loomi_step *st)
     }
     if (!b->ok) return NONE;
     prune(b);
-    if (b->ndeps > LOOMI_MAX_DEPS) {
-        b->deps[0] = loomi_sched_join(s, b->deps, b->ndeps);
-        b->ndeps = 1;
+    /* Too many: join the first few through zero-count copies, each
+     * taking up to LOOMI_MAX_DEPS, until LOOMI_MAX_DEPS are left. */
+    while (b->ndeps > LOOMI_MAX_DEPS) {
+        size_t k = b->ndeps - LOOMI_MAX_DEPS + 1;
+        if (k > LOOMI_MAX_DEPS) k = LOOMI_MAX_DEPS;
+        uint32_t jn = loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_RECV, 0, 0, b->deps, (int)k);
+        memmove(b->deps + 1, b->deps + k, (b->ndeps - k) * sizeof *b->deps);
+        b->deps[0] = jn;
+        b->ndeps -= k - 1;
     }
     uint32_t j = loomi_sched_add(s, st, b->deps, (int)b->ndeps);
     if (!s->ok) {

@@ -14,7 +14,7 @@
  * that share no byte get no dependency, so a schedule cut into chunks
  * pipelines by itself.  A dependency that another one already implies
  * (a direct dependency of it) is dropped; more than LOOMI_MAX_DEPS
- * left are joined (loomi_sched_join).
+ * left are joined through zero-count copies, as loomi_sched_join does.
  *
  * Shared arenas are not tracked (another rank's steps order them, by
  * messages): a generator orders those with loomi_build_after.  In-place
