@@ -18,12 +18,9 @@ loom_result_t loomi_gen_allgather_bruck(struct loomi_sched *s, const struct loom
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count, bb = count * es;
-    if (loomi_allgather_trivial(s, count, inplace)) return LOOM_SUCCESS;
-    const int own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const size_t own_off = inplace ? (size_t)r * bb : 0;
-    if (!inplace)
-        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)r * bb, LOOMI_BUF_SEND, 0, count, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
+    int own_buf;
+    size_t own_off;
+    if (loomi_allgather_begin(s, count, inplace, &own_buf, &own_off)) return LOOM_SUCCESS;
     /* T[0] is needed in scratch only when a later step sends it along
      * with received blocks (p > 2); then T starts at T[0], else at T[1]. */
     const size_t t0 = p > 2 ? 0 : 1;

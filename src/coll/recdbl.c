@@ -76,14 +76,11 @@ loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_c
  */
 loom_result_t loomi_gen_allgather_rd(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    const int p = s->nranks, r = s->rank, inplace = a->inplace;
-    const size_t es = s->esize, count = a->count, bb = count * es;
-    if (loomi_allgather_trivial(s, count, inplace)) return LOOM_SUCCESS;
-    const int own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const size_t own_off = inplace ? (size_t)r * bb : 0;
-    if (!inplace) loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)r * bb, LOOMI_BUF_SEND, 0, count, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
-    const int q = loomi_pow2_floor(p), extra = p - q, L = loomi_log2(q);
+    const int p = s->nranks, r = s->rank, q = loomi_pow2_floor(p), extra = p - q, L = loomi_log2(q);
+    const size_t count = a->count, bb = count * s->esize;
+    int own_buf;
+    size_t own_off;
+    if (loomi_allgather_begin(s, count, a->inplace, &own_buf, &own_off)) return LOOM_SUCCESS;
     const uint32_t tag_lo = 1, tag_hi = 2; /* fold-out messages */
     const int nr = loomi_fold_core(r, extra), folded = r < 2 * extra;
     struct loomi_build b;

@@ -124,19 +124,15 @@ loom_result_t loomi_gen_reduce_scatter_ring(struct loomi_sched *s, const struct 
 loom_result_t loomi_gen_allgather_ring(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const int p = s->nranks, r = s->rank;
-    const size_t es = s->esize, count = a->count;
-    if (loomi_allgather_trivial(s, count, a->inplace)) return LOOM_SUCCESS;
-    if (!a->inplace)
-        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)r * count * es, LOOMI_BUF_SEND, 0, count,
-                         NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
+    int own_buf;
+    size_t own_off;
+    if (loomi_allgather_begin(s, a->count, a->inplace, &own_buf, &own_off)) return LOOM_SUCCESS;
     struct loomi_build b;
-    loom_result_t rc = loomi_build_init(&b, s, count * es, a->chunk_bytes);
+    loom_result_t rc = loomi_build_init(&b, s, a->count * s->esize, a->chunk_bytes);
     if (rc != LOOM_SUCCESS) return rc;
-    struct loomi_seg g = loomi_seg_make((size_t)p * count, p);
+    struct loomi_seg g = loomi_seg_make((size_t)p * a->count, p);
     /* The first send reads the caller's block where it is: SEND out of
      * place, so it need not wait for the copy. */
-    ring_allgather(&b, &g, r, a->inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND,
-                   a->inplace ? (size_t)r * count * es : 0, 0);
+    ring_allgather(&b, &g, r, own_buf, own_off, 0);
     return loomi_build_done(&b);
 }
