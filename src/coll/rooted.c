@@ -349,42 +349,42 @@ static int tree_begin(struct loomi_sched *s, const struct loomi_coll_args *a, in
 }
 
 /* Binomial gather: a rank collects its subtree's blocks in SCRATCH (in
- * relative order, its own first) and passes them up as one message. */
-loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+ * relative order, its own first) and passes them up as one message.
+ * Binomial scatter: a rank receives its subtree's blocks into SCRATCH (or
+ * its own block straight into RECV when it is a leaf), keeps the first
+ * and sends each child its subtree's range. */
+static loom_result_t tree_blocks(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                 int gather)
 {
     loom_result_t rc;
     struct loomi_build b;
     int sub, parent, n1, n2;
-    if (tree_begin(s, a, 1, &b, &sub, &parent, &n1, &n2, &rc)) return rc;
+    if (tree_begin(s, a, gather, &b, &sub, &parent, &n1, &n2, &rc)) return rc;
     const int p = s->nranks, v = loomi_mod(s->rank - a->root, p);
     const size_t n = a->count, bb = n * s->esize;
-    loomi_bcopy(&b, SCR_B, 0, SEND_B, 0, n);
+    uint32_t (*const up)(struct loomi_build *, int, uint32_t, int, size_t, size_t) =
+        gather ? loomi_bsend : loomi_brecv;
+    uint32_t (*const down)(struct loomi_build *, int, uint32_t, int, size_t, size_t) =
+        gather ? loomi_brecv : loomi_bsend;
+    for (int k = 0; k < 2 && !gather; k++) /* the parent's part first */
+        up(&b, parent, (uint32_t)k, SCR_B, k ? (size_t)n1 * bb : 0, (size_t)(k ? n2 : n1) * n);
+    if (gather) loomi_bcopy(&b, SCR_B, 0, SEND_B, 0, n);
+    else loomi_bcopy(&b, RECV_B, 0, SCR_B, 0, n);
     for (int m = child_mask(v, p); m; m /= 2)
-        loomi_brecv(&b, to_abs(v + m, a->root, p), 0, SCR_B, (size_t)m * bb,
-                    (size_t)subtree(v + m, p) * n);
-    loomi_bsend(&b, parent, 0, SCR_B, 0, (size_t)n1 * n);
-    loomi_bsend(&b, parent, 1, SCR_B, (size_t)n1 * bb, (size_t)n2 * n);
+        down(&b, to_abs(v + m, a->root, p), 0, SCR_B, (size_t)m * bb, (size_t)subtree(v + m, p) * n);
+    for (int k = 0; k < 2 && gather; k++) /* the parent's part last */
+        up(&b, parent, (uint32_t)k, SCR_B, k ? (size_t)n1 * bb : 0, (size_t)(k ? n2 : n1) * n);
     return loomi_build_done(&b);
 }
 
-/* Binomial scatter: a rank receives its subtree's blocks into SCRATCH (or
- * its own block straight into RECV when it is a leaf), keeps the first
- * and sends each child its subtree's range. */
+loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    return tree_blocks(s, a, 1);
+}
+
 loom_result_t loomi_gen_scatter_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    loom_result_t rc;
-    struct loomi_build b;
-    int sub, parent, n1, n2;
-    if (tree_begin(s, a, 0, &b, &sub, &parent, &n1, &n2, &rc)) return rc;
-    const int p = s->nranks, v = loomi_mod(s->rank - a->root, p);
-    const size_t n = a->count, bb = n * s->esize;
-    loomi_brecv(&b, parent, 0, SCR_B, 0, (size_t)n1 * n);
-    loomi_brecv(&b, parent, 1, SCR_B, (size_t)n1 * bb, (size_t)n2 * n);
-    loomi_bcopy(&b, RECV_B, 0, SCR_B, 0, n);
-    for (int m = child_mask(v, p); m; m /= 2)
-        loomi_bsend(&b, to_abs(v + m, a->root, p), 0, SCR_B, (size_t)m * bb,
-                    (size_t)subtree(v + m, p) * n);
-    return loomi_build_done(&b);
+    return tree_blocks(s, a, 0);
 }
 
 /* Direct gather (gather != 0): every rank sends its block to the root;
