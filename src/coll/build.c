@@ -87,6 +87,20 @@ int loomi_step_accesses(const struct loomi_sched *s, const struct loomi_step *st
 
 /* ------------------------------------------------------------- ranges */
 
+/* p with room for one more of n elements of `size` (capacity *cap,
+ * doubled from `first`); NULL, p untouched and b->ok cleared when out of
+ * memory. */
+static void *room(struct loomi_build *b, void *p, size_t *cap, size_t n, size_t size,
+                  size_t first)
+{
+    if (n < *cap) return p;
+    size_t nc = *cap ? 2 * *cap : first;
+    void *np = nc > INT32_MAX ? NULL : realloc(p, nc * size);
+    if (!np) b->ok = 0;
+    else *cap = nc;
+    return np;
+}
+
 /* Index of the range holding byte x of buffer m, split so that one
  * starts at x. */
 static size_t split_at(struct loomi_build *b, int buf, size_t x)
@@ -99,16 +113,9 @@ static size_t split_at(struct loomi_build *b, int buf, size_t x)
         else hi = mid;
     }
     if (r[lo].lo == x) return lo;
-    if (n == b->map[buf].cap) {
-        size_t nc = 2 * n;
-        struct loomi_brange *nr = realloc(r, nc * sizeof *nr);
-        if (!nr) {
-            b->ok = 0;
-            return SIZE_MAX;
-        }
-        b->map[buf].r = r = nr;
-        b->map[buf].cap = nc;
-    }
+    struct loomi_brange *nr = room(b, r, &b->map[buf].cap, n, sizeof *r, 16);
+    if (!nr) return SIZE_MAX;
+    b->map[buf].r = r = nr;
     memmove(&r[lo + 2], &r[lo + 1], (n - lo - 1) * sizeof *r);
     r[lo + 1] = r[lo];
     r[lo + 1].lo = x;
@@ -140,16 +147,9 @@ static void want(struct loomi_build *b, uint32_t d)
     if (d == NONE) return;
     for (size_t k = 0; k < b->ndeps; k++)
         if (b->deps[k] == d) return;
-    if (b->ndeps == b->capdeps) {
-        size_t nc = b->capdeps ? 2 * b->capdeps : 16;
-        uint32_t *nd = realloc(b->deps, nc * sizeof *nd);
-        if (!nd) {
-            b->ok = 0;
-            return;
-        }
-        b->deps = nd;
-        b->capdeps = nc;
-    }
+    uint32_t *nd = room(b, b->deps, &b->capdeps, b->ndeps, sizeof *nd, 16);
+    if (!nd) return;
+    b->deps = nd;
     b->deps[b->ndeps++] = d;
 }
 
@@ -181,17 +181,9 @@ static void record(struct loomi_build *b, uint32_t j, const struct loomi_access 
             continue;
         }
         if (r[i].readers >= 0 && b->pool[r[i].readers].step == j) continue;
-        if (b->npool == b->cappool) {
-            size_t nc = b->cappool ? 2 * b->cappool : 1024;
-            struct loomi_breader *np =
-                nc > INT32_MAX ? NULL : realloc(b->pool, nc * sizeof *np);
-            if (!np) {
-                b->ok = 0;
-                return;
-            }
-            b->pool = np;
-            b->cappool = nc;
-        }
+        struct loomi_breader *np = room(b, b->pool, &b->cappool, b->npool, sizeof *np, 1024);
+        if (!np) return;
+        b->pool = np;
         b->pool[b->npool] = (struct loomi_breader){j, r[i].readers};
         r[i].readers = (int32_t)b->npool++;
     }

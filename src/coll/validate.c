@@ -226,18 +226,17 @@ static loom_result_t check_steps(struct vctx *v)
                 return vfail(v, "rank %d %s: count overflows", r, step_str(s, i, d, sizeof d));
             size_t bytes = st->count * s->esize;
             const char *why = NULL;
+            const int bad_peer = st->peer < 0 || st->peer >= v->p || st->peer == r;
             /* One case per step kind, alike on purpose: each spells out
              * which ranges that kind reads and writes. */
             switch (st->kind) {
             case LOOMI_STEP_SEND:
                 if (!in_range(s, st->src, st->src_off, bytes)) why = "reads outside its buffer";
-                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
-                    why = "names a bad peer";
+                else if (bad_peer) why = "names a bad peer";
                 break;
             case LOOMI_STEP_RECV:
                 if (!in_range(s, st->dst, st->dst_off, bytes)) why = "writes outside its buffer";
-                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
-                    why = "names a bad peer";
+                else if (bad_peer) why = "names a bad peer";
                 break;
             case LOOMI_STEP_REDUCE:
                 if (!in_range(s, st->src, st->src_off, bytes) ||
@@ -292,8 +291,7 @@ static loom_result_t check_steps(struct vctx *v)
                 if (!in_range(s, st->src, st->src_off, bytes) ||
                     !in_range(s, st->src2, st->src2_off, bytes))
                     why = "reads outside its buffer";
-                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
-                    why = "names a bad peer";
+                else if (bad_peer) why = "names a bad peer";
                 break;
             case LOOMI_STEP_ENCODE:
             case LOOMI_STEP_DECODE:
