@@ -1,10 +1,13 @@
 /*
  * build.c - the schedule builder (build.h): dependencies from byte ranges.
  *
- * Per buffer, a sorted array of ranges that covers every byte, each with
- * its last writer and the list of its readers since.  Reader lists are
- * linked from a pool and only ever grow at the head, so two ranges split
- * from one share the older part of the list.
+ * Per buffer, ranges that cover every byte, each with its last writer
+ * and the list of its readers since: the nodes of a treap (a search tree
+ * kept balanced by random priorities) by offset, also linked in offset
+ * order, so that a split and the walk over a step's ranges cost a
+ * logarithm and the ranges walked.  Reader lists are linked from a pool
+ * and only ever grow at the head, so two ranges split from one share the
+ * older part of the list.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,9 @@ struct loomi_brange {
     size_t lo;       /* the range runs to the next one's lo */
     uint32_t writer; /* NONE: not written yet */
     int32_t readers; /* head in the pool, -1: none */
+    uint32_t next;   /* the range after this one (NONE: the last) */
+    uint32_t l, r, prio; /* the treap */
+    int buf;
 };
 
 struct loomi_breader {
@@ -101,26 +107,76 @@ static void *room(struct loomi_build *b, void *p, size_t *cap, size_t n, size_t 
     return np;
 }
 
-/* Index of the range holding byte x of buffer m, split so that one
- * starts at x. */
-static size_t split_at(struct loomi_build *b, int buf, size_t x)
+/* The subtree t with node n inserted (by lo), rotated to keep the
+ * greater priorities above. */
+static uint32_t insert(struct loomi_brange *N, uint32_t t, uint32_t n)
 {
-    struct loomi_brange *r = b->map[buf].r;
-    size_t n = b->map[buf].n, lo = 0, hi = n;
-    while (hi - lo > 1) { /* the last range with r.lo <= x (r[0].lo is 0) */
-        size_t mid = (lo + hi) / 2;
-        if (r[mid].lo <= x) lo = mid;
-        else hi = mid;
+    if (t == NONE) return n;
+    if (N[n].lo < N[t].lo) {
+        uint32_t c = N[t].l = insert(N, N[t].l, n);
+        if (N[c].prio <= N[t].prio) return t;
+        N[t].l = N[c].r, N[c].r = t;
+        return c;
     }
-    if (r[lo].lo == x) return lo;
-    struct loomi_brange *nr = room(b, r, &b->map[buf].cap, n, sizeof *r, 16);
-    if (!nr) return SIZE_MAX;
-    b->map[buf].r = r = nr;
-    memmove(&r[lo + 2], &r[lo + 1], (n - lo - 1) * sizeof *r);
-    r[lo + 1] = r[lo];
-    r[lo + 1].lo = x;
-    b->map[buf].n = n + 1;
-    return lo + 1;
+    uint32_t c = N[t].r = insert(N, N[t].r, n);
+    if (N[c].prio <= N[t].prio) return t;
+    N[t].r = N[c].l, N[c].l = t;
+    return c;
+}
+
+static size_t hash_of(int buf, size_t x)
+{
+    uint64_t h = ((uint64_t)x + (uint64_t)buf) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* Enter node n in the hash (which has room). */
+static void hash_put(struct loomi_build *b, uint32_t n)
+{
+    size_t i = hash_of(b->node[n].buf, b->node[n].lo) & b->hmask;
+    while (b->hash[i] != NONE) i = (i + 1) & b->hmask;
+    b->hash[i] = n;
+}
+
+/* Room in the hash for one more node: at most half full. */
+static int hash_room(struct loomi_build *b)
+{
+    if (2 * (b->nnode + 1) <= b->hmask + 1) return 1;
+    size_t cap = b->hash ? 2 * (b->hmask + 1) : 256;
+    while (2 * (b->nnode + 1) > cap) cap *= 2;
+    uint32_t *h = malloc(cap * sizeof *h);
+    if (!h) return b->ok = 0;
+    free(b->hash);
+    b->hash = h;
+    b->hmask = cap - 1;
+    for (size_t i = 0; i < cap; i++) h[i] = NONE;
+    for (uint32_t n = 0; n < b->nnode; n++) hash_put(b, n);
+    return 1;
+}
+
+/* The range of buffer buf that starts at byte x, split from the one that
+ * holds x if need be (NONE when out of memory). */
+static uint32_t split_at(struct loomi_build *b, int buf, size_t x)
+{
+    for (size_t i = hash_of(buf, x) & b->hmask; b->hash[i] != NONE; i = (i + 1) & b->hmask)
+        if (b->node[b->hash[i]].lo == x && b->node[b->hash[i]].buf == buf) return b->hash[i];
+    uint32_t at = NONE;
+    for (uint32_t t = b->root[buf]; t != NONE;) { /* the last range with lo <= x */
+        if (b->node[t].lo <= x) at = t, t = b->node[t].r;
+        else t = b->node[t].l;
+    }
+    struct loomi_brange *N = room(b, b->node, &b->capnode, b->nnode, sizeof *N, 64);
+    if (!N) return NONE;
+    b->node = N;
+    if (!hash_room(b)) return NONE;
+    uint32_t n = (uint32_t)b->nnode++;
+    b->seed = b->seed * 1664525u + 1013904223u;
+    N[n] = N[at];
+    N[n].lo = x, N[n].l = N[n].r = NONE, N[n].prio = b->seed;
+    N[at].next = n;
+    b->root[buf] = insert(N, b->root[buf], n);
+    hash_put(b, n);
+    return n;
 }
 
 /* Where (buf, off) lives: in-place reduce_scatter's RECV is in SEND. */
@@ -132,15 +188,15 @@ static void place(const struct loomi_build *b, struct loomi_access *a)
     }
 }
 
-/* The ranges [*i0, *i1) of buffer a->buf that make up a's bytes. */
-static int span(struct loomi_build *b, const struct loomi_access *a, size_t *i0, size_t *i1)
+/* The first of the ranges that make up a's bytes (they run until one
+ * starts at a->off + a->bytes), NONE when out of memory. */
+static uint32_t span(struct loomi_build *b, const struct loomi_access *a)
 {
-    /* Split at the end first: a split at the start shifts it by one. */
-    if (split_at(b, a->buf, a->off + a->bytes) == SIZE_MAX) return 0;
-    *i0 = split_at(b, a->buf, a->off);
-    *i1 = split_at(b, a->buf, a->off + a->bytes);
-    return *i0 != SIZE_MAX && *i1 != SIZE_MAX;
+    return split_at(b, a->buf, a->off + a->bytes) == NONE ? NONE : split_at(b, a->buf, a->off);
 }
+
+#define EACH(b, i, i0, a) \
+    for (uint32_t i = (i0); i != NONE && (b)->node[i].lo < (a)->off + (a)->bytes; i = (b)->node[i].next)
 
 static void want(struct loomi_build *b, uint32_t d)
 {
@@ -169,23 +225,21 @@ static void prune(struct loomi_build *b)
     b->ndeps = k;
 }
 
-static void record(struct loomi_build *b, uint32_t j, const struct loomi_access *a)
+static void record(struct loomi_build *b, uint32_t j, const struct loomi_access *a, uint32_t i0)
 {
-    size_t i0, i1;
-    if (!span(b, a, &i0, &i1)) return;
-    struct loomi_brange *r = b->map[a->buf].r;
-    for (size_t i = i0; i < i1; i++) {
+    EACH(b, i, i0, a) {
+        struct loomi_brange *r = &b->node[i];
         if (a->write) {
-            r[i].writer = j;
-            r[i].readers = -1;
+            r->writer = j;
+            r->readers = -1;
             continue;
         }
-        if (r[i].readers >= 0 && b->pool[r[i].readers].step == j) continue;
+        if (r->readers >= 0 && b->pool[r->readers].step == j) continue;
         struct loomi_breader *np = room(b, b->pool, &b->cappool, b->npool, sizeof *np, 1024);
         if (!np) return;
         b->pool = np;
-        b->pool[b->npool] = (struct loomi_breader){j, r[i].readers};
-        r[i].readers = (int32_t)b->npool++;
+        b->pool[b->npool] = (struct loomi_breader){j, r->readers};
+        r->readers = (int32_t)b->npool++;
     }
 }
 
@@ -198,15 +252,16 @@ uint32_t loomi_build_step(struct loomi_build *b, const struct loomi_step *st)
     b->ndeps = 0;
     want(b, b->after);
     b->after = NONE;
+    uint32_t first[LOOMI_MAX_ACCESS]; /* stays the first: later splits link in after it */
     for (int k = 0; k < na; k++) {
-        size_t i0, i1;
         place(b, &a[k]);
-        if (!span(b, &a[k], &i0, &i1)) return NONE;
-        const struct loomi_brange *r = b->map[a[k].buf].r;
-        for (size_t i = i0; i < i1; i++) {
-            want(b, r[i].writer);
+        uint32_t i0 = first[k] = span(b, &a[k]);
+        if (i0 == NONE) return NONE;
+        EACH(b, i, i0, &a[k]) {
+            want(b, b->node[i].writer);
             if (a[k].write)
-                for (int32_t q = r[i].readers; q >= 0; q = b->pool[q].next) want(b, b->pool[q].step);
+                for (int32_t q = b->node[i].readers; q >= 0; q = b->pool[q].next)
+                    want(b, b->pool[q].step);
         }
     }
     if (!b->ok) return NONE;
@@ -226,7 +281,7 @@ uint32_t loomi_build_step(struct loomi_build *b, const struct loomi_step *st)
         b->ok = 0;
         return NONE;
     }
-    for (int k = 0; k < na; k++) record(b, j, &a[k]);
+    for (int k = 0; k < na; k++) record(b, j, &a[k], first[k]);
     return b->ok ? j : NONE;
 }
 
@@ -238,12 +293,14 @@ loom_result_t loomi_build_init(struct loomi_build *b, struct loomi_sched *s, siz
     b->C = loomi_build_chunks(bytes, chunk_bytes);
     b->after = NONE;
     b->ok = 1;
-    for (int m = 0; m < LOOMI_NBUFS; m++) {
-        b->map[m].r = malloc(16 * sizeof *b->map[m].r);
-        if (!b->map[m].r) b->ok = 0;
-        else b->map[m].r[0] = (struct loomi_brange){0, NONE, -1};
-        b->map[m].n = 1;
-        b->map[m].cap = 16;
+    b->capnode = 64;
+    b->node = malloc(b->capnode * sizeof *b->node);
+    if (!b->node) b->ok = 0;
+    for (int m = 0; m < LOOMI_NBUFS && b->ok; m++) { /* one range: the whole buffer */
+        b->node[m] = (struct loomi_brange){0, NONE, -1, NONE, NONE, NONE, 0, m};
+        b->root[m] = (uint32_t)m;
+        b->nnode = (size_t)m + 1;
+        if (hash_room(b)) hash_put(b, (uint32_t)m);
     }
     /* What the schedule already does (e.g. loomi_allreduce_trivial's copy). */
     for (uint32_t i = 0; i < s->nsteps && b->ok; i++) {
@@ -251,7 +308,8 @@ loom_result_t loomi_build_init(struct loomi_build *b, struct loomi_sched *s, siz
         int na = loomi_step_accesses(s, &s->steps[i], a);
         for (int k = 0; k < na; k++) {
             place(b, &a[k]);
-            record(b, i, &a[k]);
+            uint32_t i0 = span(b, &a[k]);
+            if (i0 != NONE) record(b, i, &a[k], i0);
         }
     }
     if (!b->ok) {
@@ -263,11 +321,13 @@ loom_result_t loomi_build_init(struct loomi_build *b, struct loomi_sched *s, siz
 
 loom_result_t loomi_build_done(struct loomi_build *b)
 {
-    for (int m = 0; m < LOOMI_NBUFS; m++) free(b->map[m].r);
+    free(b->node);
+    free(b->hash);
     free(b->pool);
     free(b->deps);
     int ok = b->ok && b->s->ok;
-    memset(b->map, 0, sizeof b->map);
+    b->node = NULL;
+    b->hash = NULL;
     b->pool = NULL;
     b->deps = NULL;
     return ok ? LOOM_SUCCESS

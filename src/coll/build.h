@@ -49,10 +49,15 @@ struct loomi_build {
     struct loomi_sched *s;
     size_t C; /* chunks of the pipeline (loomi_build_init's rule) */
     int recv_in_send;
-    struct {
-        struct loomi_brange *r;
-        size_t n, cap;
-    } map[LOOMI_NBUFS];
+    /* Per buffer, a treap of ranges by offset (root[buf]) whose nodes
+     * are also linked in offset order; nodes in one pool, and a hash of
+     * where each starts (most steps start and end where others did). */
+    uint32_t root[LOOMI_NBUFS];
+    struct loomi_brange *node;
+    size_t nnode, capnode;
+    uint32_t *hash;
+    size_t hmask;
+    uint32_t seed;
     struct loomi_breader *pool;
     size_t npool, cappool;
     uint32_t *deps;
