@@ -10,53 +10,40 @@
  * the copy but cut messages that wrap around the end of RECV in two,
  * doubling the message count in the latency-bound range Bruck is for.)
  */
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "core/internal.h"
 
-/* loomi_wlist keeps "everything written so far" as at most LOOMI_MAX_DEPS dependencies:
- * each new write depends on the write four places back, so the last four
- * writes cover all earlier ones (the receives land in disjoint ranges, so
- * the extra edge only delays posting one behind a much earlier one). */
 loom_result_t loomi_gen_allgather_bruck(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const int p = s->nranks, r = s->rank, inplace = a->inplace;
     const size_t es = s->esize, count = a->count, bb = count * es;
-    if (loomi_allgather_trivial(s, count, inplace)) return LOOM_SUCCESS;
-    const int own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const size_t own_off = inplace ? (size_t)r * bb : 0;
-    if (!inplace)
-        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)r * bb, LOOMI_BUF_SEND, 0, count, NULL, 0);
-    if (p == 1) return LOOM_SUCCESS;
+    int own_buf;
+    size_t own_off;
+    if (loomi_allgather_begin(s, count, inplace, &own_buf, &own_off)) return LOOM_SUCCESS;
     /* T[0] is needed in scratch only when a later step sends it along
      * with received blocks (p > 2); then T starts at T[0], else at T[1]. */
     const size_t t0 = p > 2 ? 0 : 1;
 #define T(i) (((size_t)(i) - t0) * bb)
     s->buf_bytes[LOOMI_BUF_SCRATCH] = ((size_t)p - t0) * bb;
-    struct loomi_wlist wl = {.n = 0};
-    if (!t0) loomi_wl_add(&wl, loomi_sched_copy(s, LOOMI_BUF_SCRATCH, T(0), own_buf, own_off, count,
-                                          NULL, 0));
-    uint32_t deps[4];
+    struct loomi_build b;
+    loom_result_t rc = loomi_build_init(&b, s, 0, 0);
+    if (rc != LOOM_SUCCESS) return rc;
+    if (!t0) loomi_bcopy(&b, LOOMI_BUF_SCRATCH, T(0), own_buf, own_off, count);
     for (int k = 0; (1 << k) < p; k++) {
         int d = 1 << k, n = d < p - d ? d : p - d;
-        uint32_t tag = (uint32_t)k;
         if (k == 0) /* just the own block, wherever it is */
-            loomi_sched_send(s, loomi_mod(r - d, p), tag, own_buf, own_off, count, NULL, 0);
+            loomi_bsend(&b, loomi_mod(r - d, p), (uint32_t)k, own_buf, own_off, count);
         else
-            loomi_sched_send(s, loomi_mod(r - d, p), tag, LOOMI_BUF_SCRATCH, T(0),
-                             (size_t)n * count, deps, loomi_wl_all(&wl, deps));
-        uint32_t back = loomi_wl_back(&wl);
-        loomi_wl_add(&wl, loomi_sched_recv(s, loomi_mod(r + d, p), tag, LOOMI_BUF_SCRATCH, T(d),
-                                     (size_t)n * count, &back, 1));
+            loomi_bsend(&b, loomi_mod(r - d, p), (uint32_t)k, LOOMI_BUF_SCRATCH, T(0),
+                        (size_t)n * count);
+        loomi_brecv(&b, loomi_mod(r + d, p), (uint32_t)k, LOOMI_BUF_SCRATCH, T(d),
+                    (size_t)n * count);
     }
     /* Rotate: T[1, p-r) to blocks r+1.., T[p-r, p) to blocks 0..r-1. */
-    int n = loomi_wl_all(&wl, deps);
-    if (p - r > 1)
-        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)(r + 1) * bb, LOOMI_BUF_SCRATCH, T(1),
-                         (size_t)(p - r - 1) * count, deps, n);
-    if (r > 0)
-        loomi_sched_copy(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SCRATCH, T(p - r), (size_t)r * count,
-                         deps, n);
+    loomi_bcopy(&b, LOOMI_BUF_RECV, (size_t)(r + 1) * bb, LOOMI_BUF_SCRATCH, T(1),
+                (size_t)(p - r - 1) * count);
+    loomi_bcopy(&b, LOOMI_BUF_RECV, 0, LOOMI_BUF_SCRATCH, T(p - r), (size_t)r * count);
 #undef T
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }

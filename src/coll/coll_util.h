@@ -61,13 +61,23 @@ static inline int loomi_log2(int q)
     return L;
 }
 
-/* Allgather's buffer extents: this rank's block in SEND (none in place),
- * all p blocks in RECV.  Returns 1 when count is 0: nothing to do. */
-static inline int loomi_allgather_trivial(struct loomi_sched *s, size_t count, int inplace)
+/* Allgather's buffer extents (this rank's block in SEND, none in place;
+ * all p blocks in RECV), where this rank's block is (*own_buf, *own_off:
+ * SEND, or RECV in place) and, out of place, its copy into RECV, which
+ * waits for nothing.  Returns 1 when that completes the schedule (count
+ * 0 or one rank). */
+static inline int loomi_allgather_begin(struct loomi_sched *s, size_t count, int inplace,
+                                        int *own_buf, size_t *own_off)
 {
-    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : count * s->esize;
-    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)s->nranks * count * s->esize;
-    return count == 0;
+    const size_t bb = count * s->esize;
+    s->buf_bytes[LOOMI_BUF_SEND] = inplace ? 0 : bb;
+    s->buf_bytes[LOOMI_BUF_RECV] = (size_t)s->nranks * bb;
+    *own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
+    *own_off = inplace ? (size_t)s->rank * bb : 0;
+    if (count && !inplace)
+        loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)s->rank * bb, LOOMI_BUF_SEND, 0, count, NULL,
+                         0);
+    return count == 0 || s->nranks == 1;
 }
 
 /* Allreduce's buffer extents, and the cases all its algorithms share:

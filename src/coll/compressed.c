@@ -34,12 +34,10 @@
  */
 #include <stdlib.h>
 
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "compress/compress.h"
 #include "core/internal.h"
-
-#define CZ_MAX_CHUNKS 1024
 
 static uint32_t *ids(size_t n)
 {
@@ -85,7 +83,7 @@ static loom_result_t slot_size(const struct loomi_sched *s, size_t maxn, size_t 
 static loom_result_t allreduce_slots(const struct loomi_sched *s, size_t maxn, size_t chunk_bytes,
                                      size_t per_chunk, size_t *C, size_t *sb)
 {
-    *C = loomi_nchunks(maxn * s->esize, chunk_bytes, CZ_MAX_CHUNKS);
+    *C = loomi_build_chunks(maxn * s->esize, chunk_bytes);
     const size_t nslots = per_chunk * *C;
     loom_result_t rc = slot_size(s, (maxn + *C - 1) / *C, sb);
     if (rc == LOOM_SUCCESS && nslots > SIZE_MAX / *sb)
@@ -316,7 +314,7 @@ loom_result_t loomi_gen_allgather_cz(struct loomi_sched *s, const struct loomi_c
     const int src = a->inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
     const size_t src0 = a->inplace ? own_off : 0;
     unsigned ef = z->state ? LOOMI_ENC_EF : 0;
-    size_t C = loomi_nchunks(count * es, a->chunk_bytes, CZ_MAX_CHUNKS), sb;
+    size_t C = loomi_build_chunks(count * es, a->chunk_bytes), sb;
     if ((rc = slot_size(s, (count + C - 1) / C, &sb)) != LOOM_SUCCESS) return rc;
     if ((size_t)p * C > SIZE_MAX / sb)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, r, "compressed allgather: too large");
@@ -359,7 +357,7 @@ loom_result_t loomi_gen_reduce_scatter_cz(struct loomi_sched *s, const struct lo
     if (loomi_reduce_scatter_trivial(s, count, a->inplace)) return LOOM_SUCCESS;
     const int right = loomi_mod(r + 1, p), left = loomi_mod(r - 1, p);
     unsigned ef = z->state ? LOOMI_ENC_EF : 0;
-    size_t C = loomi_nchunks(count * es, a->chunk_bytes, CZ_MAX_CHUNKS), sb;
+    size_t C = loomi_build_chunks(count * es, a->chunk_bytes), sb;
     if ((rc = slot_size(s, (count + C - 1) / C, &sb)) != LOOM_SUCCESS) return rc;
     if (6 * C > SIZE_MAX / sb || count > SIZE_MAX / 8 / es)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, r, "compressed reduce_scatter: too large");

@@ -14,10 +14,8 @@
  * one hands its input to the even one before and gets its result back
  * after.
  */
-#include <stdlib.h>
-
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "core/internal.h"
 
 /* Window after level j of the halving: kept [*klo, *khi), given away
@@ -44,31 +42,25 @@ loom_result_t loomi_gen_allreduce_hd(struct loomi_sched *s, const struct loomi_c
     const size_t es = s->esize, count = a->count;
     if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q, src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const int L = loomi_log2(q);
+    const int L = loomi_log2(q), nr = loomi_fold_core(r, extra), folded = r < 2 * extra;
     const uint32_t tag_out = 1 + 2 * (uint32_t)L;
-    const int nr = loomi_fold_core(r, extra);
+    struct loomi_build b;
+    loom_result_t rc = loomi_build_init(&b, s, 0, 0);
+    if (rc != LOOM_SUCCESS) return rc;
     if (nr < 0) {
-        uint32_t sd = loomi_sched_send(s, r - 1, 0, src, 0, count, NULL, 0);
-        uint32_t dep = inplace ? sd : LOOMI_NO_DEP; /* the result lands on the input */
-        loomi_sched_recv(s, r - 1, tag_out, LOOMI_BUF_RECV, 0, count, &dep, 1);
-        return LOOM_SUCCESS;
+        loomi_bsend(&b, r - 1, 0, src, 0, count);
+        loomi_brecv(&b, r - 1, tag_out, LOOMI_BUF_RECV, 0, count); /* onto the input in place */
+        return loomi_build_done(&b);
     }
     const struct loomi_seg g = loomi_seg_make(count, q);
 #define SEG(i) loomi_seg_start(&g, (i))
-    const int folded = r < 2 * extra;
     int lo = 0, hi = q, klo, khi, glo, ghi;
     halve(nr, q / 2, lo, hi, &klo, &khi, &glo, &ghi);
-    size_t kept0 = SEG(khi) - SEG(klo);
-    s->buf_bytes[LOOMI_BUF_SCRATCH] = (folded ? count : kept0) * es;
-
-    /* cur: last writer of RECV (each level writes a subrange of the
-     * previous one); scr: last reader of scratch. */
-    uint32_t cur = LOOMI_NO_DEP, scr = LOOMI_NO_DEP, rs_send[32];
+    s->buf_bytes[LOOMI_BUF_SCRATCH] = (folded ? count : SEG(khi) - SEG(klo)) * es;
     int have = src;
     if (folded) {
-        uint32_t rv = loomi_sched_recv(s, r + 1, 0, LOOMI_BUF_SCRATCH, 0, count, NULL, 0);
-        cur = scr = loomi_sched_reduce(s, LOOMI_BUF_RECV, 0, src, 0, LOOMI_BUF_SCRATCH, 0, count,
-                                       &rv, 1);
+        loomi_brecv(&b, r + 1, 0, LOOMI_BUF_SCRATCH, 0, count);
+        loomi_breduce(&b, LOOMI_BUF_RECV, 0, src, 0, LOOMI_BUF_SCRATCH, 0, count);
         have = LOOMI_BUF_RECV;
     }
     int wins[32][4];
@@ -77,40 +69,24 @@ loom_result_t loomi_gen_allreduce_hd(struct loomi_sched *s, const struct loomi_c
         halve(nr, mask, lo, hi, &klo, &khi, &glo, &ghi);
         wins[j][0] = klo, wins[j][1] = khi, wins[j][2] = glo, wins[j][3] = ghi;
         size_t ks = SEG(klo), kn = SEG(khi) - ks, gs = SEG(glo), gn = SEG(ghi) - gs;
-        uint32_t tag = 1 + (uint32_t)j;
-        uint32_t sd = gn ? loomi_sched_send(s, peer, tag, have, gs * es, gn, &cur, 1) : LOOMI_NO_DEP;
-        /* The allgather later receives into what this send reads. */
-        rs_send[j] = have == LOOMI_BUF_RECV ? sd : LOOMI_NO_DEP;
-        if (kn) {
-            uint32_t rv = loomi_sched_recv(s, peer, tag, LOOMI_BUF_SCRATCH, 0, kn, &scr, 1);
-            uint32_t deps[2] = {rv, cur};
-            cur = scr = loomi_sched_reduce(s, LOOMI_BUF_RECV, ks * es, have, ks * es,
-                                           LOOMI_BUF_SCRATCH, 0, kn, deps, 2);
-        }
-        /* With nothing kept, nothing later is sent from RECV either. */
+        loomi_bsend(&b, peer, 1 + (uint32_t)j, have, gs * es, gn);
+        loomi_brecv(&b, peer, 1 + (uint32_t)j, LOOMI_BUF_SCRATCH, 0, kn);
+        loomi_breduce(&b, LOOMI_BUF_RECV, ks * es, have, ks * es, LOOMI_BUF_SCRATCH, 0, kn);
         have = LOOMI_BUF_RECV;
         lo = klo, hi = khi;
     }
-    size_t own = SEG(nr), ownn = SEG(nr + 1) - own;
-    if (ownn && s->op == LOOM_AVG) cur = loomi_sched_avg(s, LOOMI_BUF_RECV, own * es, ownn, &cur, 1);
-    struct loomi_wlist wl = {.n = 0};
-    loomi_wl_add(&wl, cur);
-    uint32_t deps[4];
+    if (s->op == LOOM_AVG) loomi_bavg(&b, LOOMI_BUF_RECV, SEG(nr) * es, SEG(nr + 1) - SEG(nr));
     for (int j = L - 1; j >= 0; j--) {
         int mask = q >> (j + 1), peer = loomi_fold_rank(nr ^ mask, extra);
         size_t ks = SEG(wins[j][0]), kn = SEG(wins[j][1]) - ks;
         size_t gs = SEG(wins[j][2]), gn = SEG(wins[j][3]) - gs;
         uint32_t tag = 1 + (uint32_t)L + (uint32_t)j;
-        if (kn) loomi_sched_send(s, peer, tag, LOOMI_BUF_RECV, ks * es, kn, deps, loomi_wl_all(&wl, deps));
-        if (gn) {
-            uint32_t d2[2] = {rs_send[j], loomi_wl_back(&wl)};
-            loomi_wl_add(&wl, loomi_sched_recv(s, peer, tag, LOOMI_BUF_RECV, gs * es, gn, d2, 2));
-        }
+        loomi_bsend(&b, peer, tag, LOOMI_BUF_RECV, ks * es, kn);
+        loomi_brecv(&b, peer, tag, LOOMI_BUF_RECV, gs * es, gn);
     }
-    if (folded)
-        loomi_sched_send(s, r + 1, tag_out, LOOMI_BUF_RECV, 0, count, deps, loomi_wl_all(&wl, deps));
+    if (folded) loomi_bsend(&b, r + 1, tag_out, LOOMI_BUF_RECV, 0, count);
 #undef SEG
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }
 
 /*
@@ -141,12 +117,14 @@ loom_result_t loomi_gen_reduce_scatter_hd(struct loomi_sched *s, const struct lo
     const int L = loomi_log2(q);
     const uint32_t tag_out = 1 + (uint32_t)L;
     const int nr = loomi_fold_core(r, extra);
-    if (nr < 0) {
-        uint32_t sd = loomi_sched_send(s, r - 1, 0, LOOMI_BUF_SEND, 0, (size_t)p * count, NULL, 0);
-        /* In place RECV is SEND block r, which that send reads. */
-        uint32_t dep = inplace ? sd : LOOMI_NO_DEP;
-        loomi_sched_recv(s, r - 1, tag_out, LOOMI_BUF_RECV, 0, count, &dep, 1);
-        return LOOM_SUCCESS;
+    struct loomi_build b;
+    loom_result_t rc = loomi_build_init(&b, s, 0, 0);
+    if (rc != LOOM_SUCCESS) return rc;
+    b.recv_in_send = inplace;
+    if (nr < 0) { /* in place RECV is SEND block r, which the send reads */
+        loomi_bsend(&b, r - 1, 0, LOOMI_BUF_SEND, 0, (size_t)p * count);
+        loomi_brecv(&b, r - 1, tag_out, LOOMI_BUF_RECV, 0, count);
+        return loomi_build_done(&b);
     }
     const int folded = r < 2 * extra;
     /* Size the two scratch areas: area (i & 1) holds the i-th partial
@@ -163,19 +141,14 @@ loom_result_t loomi_gen_reduce_scatter_hd(struct loomi_sched *s, const struct lo
     s->buf_bytes[LOOMI_BUF_SCRATCH] = (area[0] + area[1]) * bb;
     const size_t aoff[2] = {0, area[0] * bb};
 
-    /* Partials: buffer, byte offset of block `pblo` in it, writer. */
-    int pbuf = LOOMI_BUF_SEND;
+    /* Partials: buffer, and byte offset of block `pblo` in it. */
+    int pbuf = LOOMI_BUF_SEND, pblo = 0;
     size_t poff = 0;
-    int pblo = 0;
-    uint32_t pw = LOOMI_NO_DEP;
-    /* Per area: the steps that still read it (a receive into it waits). */
-    uint32_t busy[2][2] = {{LOOMI_NO_DEP, LOOMI_NO_DEP}, {LOOMI_NO_DEP, LOOMI_NO_DEP}};
     i = 0;
     if (folded) {
-        uint32_t rv = loomi_sched_recv(s, r + 1, 0, LOOMI_BUF_SCRATCH, aoff[0], (size_t)p * count,
-                                       NULL, 0);
-        pw = loomi_sched_reduce(s, LOOMI_BUF_SCRATCH, aoff[0], LOOMI_BUF_SCRATCH, aoff[0],
-                                LOOMI_BUF_SEND, 0, (size_t)p * count, &rv, 1);
+        loomi_brecv(&b, r + 1, 0, LOOMI_BUF_SCRATCH, aoff[0], (size_t)p * count);
+        loomi_breduce(&b, LOOMI_BUF_SCRATCH, aoff[0], LOOMI_BUF_SCRATCH, aoff[0], LOOMI_BUF_SEND,
+                      0, (size_t)p * count);
         pbuf = LOOMI_BUF_SCRATCH, poff = aoff[0], pblo = 0;
         i = 1;
     }
@@ -186,38 +159,26 @@ loom_result_t loomi_gen_reduce_scatter_hd(struct loomi_sched *s, const struct lo
         int kb0 = loomi_fold_rank(klo, extra), kb1 = loomi_fold_rank(khi, extra);
         int gb0 = loomi_fold_rank(glo, extra), gb1 = loomi_fold_rank(ghi, extra);
         uint32_t tag = 1 + (uint32_t)j;
-        uint32_t sd = loomi_sched_send(s, peer, tag, pbuf, poff + (size_t)(gb0 - pblo) * bb,
-                                       (size_t)(gb1 - gb0) * count, &pw, 1);
-        const int ar = i & 1;
-        uint32_t rv = loomi_sched_recv(s, peer, tag, LOOMI_BUF_SCRATCH, aoff[ar],
-                                       (size_t)(kb1 - kb0) * count, busy[ar], 2);
-        size_t pk = poff + (size_t)(kb0 - pblo) * bb;
-        uint32_t deps[2] = {rv, pw};
-        uint32_t red;
+        const size_t ar = aoff[i & 1], pk = poff + (size_t)(kb0 - pblo) * bb;
+        loomi_bsend(&b, peer, tag, pbuf, poff + (size_t)(gb0 - pblo) * bb,
+                    (size_t)(gb1 - gb0) * count);
+        loomi_brecv(&b, peer, tag, LOOMI_BUF_SCRATCH, ar, (size_t)(kb1 - kb0) * count);
         if (j < L - 1) {
-            red = loomi_sched_reduce(s, LOOMI_BUF_SCRATCH, aoff[ar], LOOMI_BUF_SCRATCH, aoff[ar],
-                                     pbuf, pk, (size_t)(kb1 - kb0) * count, deps, 2);
+            loomi_breduce(&b, LOOMI_BUF_SCRATCH, ar, LOOMI_BUF_SCRATCH, ar, pbuf, pk,
+                          (size_t)(kb1 - kb0) * count);
         } else {
-            /* Block r (= kb0) into RECV; in place that is SEND block r,
-             * read by nothing after this reduce. */
-            red = loomi_sched_reduce(s, LOOMI_BUF_RECV, 0, LOOMI_BUF_SCRATCH, aoff[ar], pbuf, pk,
-                                     count, deps, 2);
-            if (s->op == LOOM_AVG) loomi_sched_avg(s, LOOMI_BUF_RECV, 0, count, &red, 1);
+            /* Block r (= kb0) into RECV: in place, SEND block r. */
+            loomi_breduce(&b, LOOMI_BUF_RECV, 0, LOOMI_BUF_SCRATCH, ar, pbuf, pk, count);
+            if (s->op == LOOM_AVG) loomi_bavg(&b, LOOMI_BUF_RECV, 0, count);
             if (folded) { /* block r+1 goes on to the folded partner */
-                uint32_t r2 = loomi_sched_reduce(s, LOOMI_BUF_SCRATCH, aoff[ar] + bb,
-                                                 LOOMI_BUF_SCRATCH, aoff[ar] + bb, pbuf, pk + bb,
-                                                 count, deps, 2);
-                if (s->op == LOOM_AVG)
-                    r2 = loomi_sched_avg(s, LOOMI_BUF_SCRATCH, aoff[ar] + bb, count, &r2, 1);
-                loomi_sched_send(s, r + 1, tag_out, LOOMI_BUF_SCRATCH, aoff[ar] + bb, count, &r2,
-                                 1);
+                loomi_breduce(&b, LOOMI_BUF_SCRATCH, ar + bb, LOOMI_BUF_SCRATCH, ar + bb, pbuf,
+                              pk + bb, count);
+                if (s->op == LOOM_AVG) loomi_bavg(&b, LOOMI_BUF_SCRATCH, ar + bb, count);
+                loomi_bsend(&b, r + 1, tag_out, LOOMI_BUF_SCRATCH, ar + bb, count);
             }
         }
-        /* The area holding the old partials is read by this level's send
-         * and reduce; the next receive into it waits for both. */
-        if (pbuf == LOOMI_BUF_SCRATCH) busy[ar ^ 1][0] = sd, busy[ar ^ 1][1] = red;
-        pbuf = LOOMI_BUF_SCRATCH, poff = aoff[ar], pblo = kb0, pw = red;
+        pbuf = LOOMI_BUF_SCRATCH, poff = ar, pblo = kb0;
         lo = klo, hi = khi;
     }
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }

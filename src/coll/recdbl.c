@@ -7,13 +7,9 @@
  * one hands its input to the even one before and gets the result back
  * after, so the core is ranks 0, 2, .., 2(p-q)-2, 2(p-q), .., p-1.
  */
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "core/internal.h"
-
-#include <stdlib.h>
-
-#define RD_MAX_CHUNKS 1024
 
 /*
  * Allreduce.  Each level exchanges the whole vector (chunked, so chunk c
@@ -27,79 +23,50 @@ loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_c
     const size_t es = s->esize, count = a->count;
     if (loomi_allreduce_trivial(s, count, inplace)) return LOOM_SUCCESS;
     const int q = loomi_pow2_floor(p), extra = p - q, src = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const int L = loomi_log2(q);
-    const size_t C = loomi_nchunks(count * es, a->chunk_bytes, RD_MAX_CHUNKS);
-    const uint32_t Ct = (uint32_t)C, tag_out = (uint32_t)(L + 1) * Ct;
-    const int nr = loomi_fold_core(r, extra);
-
-    if (nr < 0) { /* folded: hand the input over, get the result back */
-        for (size_t c = 0; c < C; c++) {
-            size_t o, n;
-            loomi_chunk(count, C, c, &o, &n);
-            if (!n) continue;
-            uint32_t sd = loomi_sched_send(s, r - 1, (uint32_t)c, src, o * es, n, NULL, 0);
-            /* In place the result lands where the input is read from. */
-            uint32_t dep = inplace ? sd : LOOMI_NO_DEP;
-            loomi_sched_recv(s, r - 1, tag_out + (uint32_t)c, LOOMI_BUF_RECV, o * es, n, &dep, 1);
-        }
-        return LOOM_SUCCESS;
-    }
-    s->buf_bytes[LOOMI_BUF_SCRATCH] = count * es;
-    /* cur[c]: last writer of RECV chunk c; scr[c]: last reader of scratch
-     * chunk c. */
-    uint32_t *cur = malloc(2 * C * sizeof *cur);
-    if (!cur) return loomi_fail(LOOM_ERR_NO_MEMORY, r, "recursive doubling allreduce: out of memory");
-    uint32_t *scr = cur + C;
+    const int L = loomi_log2(q), nr = loomi_fold_core(r, extra);
+    struct loomi_build b;
+    loom_result_t rc = loomi_build_init(&b, s, count * es, a->chunk_bytes);
+    if (rc != LOOM_SUCCESS) return rc;
+    const size_t C = b.C;
+    const uint32_t tag_out = (uint32_t)((size_t)(L + 1) * C);
+    if (nr >= 0) s->buf_bytes[LOOMI_BUF_SCRATCH] = count * es;
     int have = src; /* where the current value is */
-    for (size_t c = 0; c < 2 * C; c++) cur[c] = LOOMI_NO_DEP;
-    if (r < 2 * extra) {
-        for (size_t c = 0; c < C; c++) {
-            size_t o, n;
-            loomi_chunk(count, C, c, &o, &n);
-            if (!n) continue;
-            uint32_t rv = loomi_sched_recv(s, r + 1, (uint32_t)c, LOOMI_BUF_SCRATCH, o * es, n,
-                                           NULL, 0);
-            cur[c] = scr[c] = loomi_sched_reduce(s, LOOMI_BUF_RECV, o * es, src, o * es,
-                                                 LOOMI_BUF_SCRATCH, o * es, n, &rv, 1);
+    for (size_t c = 0; c < C; c++) {
+        size_t o, n;
+        loomi_chunk(count, C, c, &o, &n);
+        o *= es;
+        if (nr < 0) { /* folded: hand the input over, get the result back */
+            loomi_bsend(&b, r - 1, (uint32_t)c, src, o, n);
+            loomi_brecv(&b, r - 1, tag_out + (uint32_t)c, LOOMI_BUF_RECV, o, n);
+        } else if (r < 2 * extra) {
+            loomi_brecv(&b, r + 1, (uint32_t)c, LOOMI_BUF_SCRATCH, o, n);
+            loomi_breduce(&b, LOOMI_BUF_RECV, o, src, o, LOOMI_BUF_SCRATCH, o, n);
+            have = LOOMI_BUF_RECV;
         }
-        have = LOOMI_BUF_RECV;
     }
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L && nr >= 0; l++) {
         int pnr = nr ^ (1 << l), peer = loomi_fold_rank(pnr, extra), lower = nr < pnr;
         for (size_t c = 0; c < C; c++) {
             size_t o, n;
             loomi_chunk(count, C, c, &o, &n);
-            if (!n) continue;
-            uint32_t tag = (uint32_t)(l + 1) * Ct + (uint32_t)c;
-            uint32_t sd = loomi_sched_send(s, peer, tag, have, o * es, n, &cur[c], 1);
-            uint32_t rv = loomi_sched_recv(s, peer, tag, LOOMI_BUF_SCRATCH, o * es, n, &scr[c], 1);
-            /* The reduce overwrites what the send reads when both are RECV. */
-            uint32_t deps[2] = {rv, have == LOOMI_BUF_RECV ? sd : LOOMI_NO_DEP};
-            cur[c] = scr[c] = loomi_sched_reduce(
-                s, LOOMI_BUF_RECV, o * es, lower ? have : LOOMI_BUF_SCRATCH, o * es,
-                lower ? LOOMI_BUF_SCRATCH : have, o * es, n, deps, 2);
+            o *= es;
+            uint32_t tag = (uint32_t)((size_t)(l + 1) * C + c);
+            loomi_bsend(&b, peer, tag, have, o, n);
+            loomi_brecv(&b, peer, tag, LOOMI_BUF_SCRATCH, o, n);
+            loomi_breduce(&b, LOOMI_BUF_RECV, o, lower ? have : LOOMI_BUF_SCRATCH, o,
+                          lower ? LOOMI_BUF_SCRATCH : have, o, n);
         }
         have = LOOMI_BUF_RECV;
     }
-    for (size_t c = 0; c < C; c++) {
+    for (size_t c = 0; c < C && nr >= 0; c++) {
         size_t o, n;
         loomi_chunk(count, C, c, &o, &n);
-        if (!n) continue;
-        if (s->op == LOOM_AVG) cur[c] = loomi_sched_avg(s, LOOMI_BUF_RECV, o * es, n, &cur[c], 1);
-        if (r < 2 * extra)
-            loomi_sched_send(s, r + 1, tag_out + (uint32_t)c, LOOMI_BUF_RECV, o * es, n, &cur[c], 1);
+        if (s->op == LOOM_AVG) loomi_bavg(&b, LOOMI_BUF_RECV, o * es, n);
+        if (r < 2 * extra) loomi_bsend(&b, r + 1, tag_out + (uint32_t)c, LOOMI_BUF_RECV, o * es, n);
     }
-    free(cur);
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }
 
-/*
- * loomi_wlist keeps "everything written so far" as at most LOOMI_MAX_DEPS dependencies:
- * each new write depends on the write four places back, so the last four
- * writes cover all earlier ones.  Writes land in disjoint ranges, so the
- * extra edge only delays posting a receive behind one that came long
- * before it.
- */
 /*
  * Allgather.  At level l a core rank holds the blocks of the 2^l core
  * ranks of its aligned group; core rank i stands for the real blocks
@@ -109,32 +76,25 @@ loom_result_t loomi_gen_allreduce_rd(struct loomi_sched *s, const struct loomi_c
  */
 loom_result_t loomi_gen_allgather_rd(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
-    const int p = s->nranks, r = s->rank, inplace = a->inplace;
-    const size_t es = s->esize, count = a->count, bb = count * es;
-    if (loomi_allgather_trivial(s, count, inplace)) return LOOM_SUCCESS;
-    const int own_buf = inplace ? LOOMI_BUF_RECV : LOOMI_BUF_SEND;
-    const size_t own_off = inplace ? (size_t)r * bb : 0;
-    struct loomi_wlist wl = {.n = 0};
-    if (!inplace) loomi_wl_add(&wl, loomi_sched_copy(s, LOOMI_BUF_RECV, (size_t)r * bb, LOOMI_BUF_SEND,
-                                               0, count, NULL, 0));
-    if (p == 1) return LOOM_SUCCESS;
-    const int q = loomi_pow2_floor(p), extra = p - q;
-    const int L = loomi_log2(q);
+    const int p = s->nranks, r = s->rank, q = loomi_pow2_floor(p), extra = p - q, L = loomi_log2(q);
+    const size_t count = a->count, bb = count * s->esize;
+    int own_buf;
+    size_t own_off;
+    if (loomi_allgather_begin(s, count, a->inplace, &own_buf, &own_off)) return LOOM_SUCCESS;
     const uint32_t tag_lo = 1, tag_hi = 2; /* fold-out messages */
-    const int nr = loomi_fold_core(r, extra);
+    const int nr = loomi_fold_core(r, extra), folded = r < 2 * extra;
+    struct loomi_build b;
+    loom_result_t rc = loomi_build_init(&b, s, 0, 0);
+    if (rc != LOOM_SUCCESS) return rc;
     if (nr < 0) {
-        loomi_sched_send(s, r - 1, 0, own_buf, own_off, count, NULL, 0);
-        loomi_sched_recv(s, r - 1, tag_lo, LOOMI_BUF_RECV, 0, (size_t)r * count, NULL, 0);
+        loomi_bsend(&b, r - 1, 0, own_buf, own_off, count);
+        loomi_brecv(&b, r - 1, tag_lo, LOOMI_BUF_RECV, 0, (size_t)r * count);
         if (r + 1 < p)
-            loomi_sched_recv(s, r - 1, tag_hi, LOOMI_BUF_RECV, (size_t)(r + 1) * bb,
-                             (size_t)(p - r - 1) * count, NULL, 0);
-        return LOOM_SUCCESS;
+            loomi_brecv(&b, r - 1, tag_hi, LOOMI_BUF_RECV, (size_t)(r + 1) * bb,
+                        (size_t)(p - r - 1) * count);
+        return loomi_build_done(&b);
     }
-    const int folded = r < 2 * extra;
-    if (folded)
-        loomi_wl_add(&wl, loomi_sched_recv(s, r + 1, 0, LOOMI_BUF_RECV, (size_t)(r + 1) * bb, count,
-                                     NULL, 0));
-    uint32_t deps[4];
+    if (folded) loomi_brecv(&b, r + 1, 0, LOOMI_BUF_RECV, (size_t)(r + 1) * bb, count);
     for (int l = 0; l < L; l++) {
         int mask = 1 << l, pnr = nr ^ mask, peer = loomi_fold_rank(pnr, extra);
         int mine = nr & ~(mask - 1), theirs = pnr & ~(mask - 1);
@@ -142,20 +102,16 @@ loom_result_t loomi_gen_allgather_rd(struct loomi_sched *s, const struct loomi_c
         size_t t0 = (size_t)loomi_fold_rank(theirs, extra), t1 = (size_t)loomi_fold_rank(theirs + mask, extra);
         uint32_t tag = 3 + (uint32_t)l;
         if (l == 0 && !folded) /* just the own block, wherever it is */
-            loomi_sched_send(s, peer, tag, own_buf, own_off, count, NULL, 0);
+            loomi_bsend(&b, peer, tag, own_buf, own_off, count);
         else
-            loomi_sched_send(s, peer, tag, LOOMI_BUF_RECV, b0 * bb, (b1 - b0) * count, deps,
-                             loomi_wl_all(&wl, deps));
-        uint32_t back = loomi_wl_back(&wl);
-        loomi_wl_add(&wl, loomi_sched_recv(s, peer, tag, LOOMI_BUF_RECV, t0 * bb, (t1 - t0) * count,
-                                     &back, 1));
+            loomi_bsend(&b, peer, tag, LOOMI_BUF_RECV, b0 * bb, (b1 - b0) * count);
+        loomi_brecv(&b, peer, tag, LOOMI_BUF_RECV, t0 * bb, (t1 - t0) * count);
     }
     if (folded) {
-        int n = loomi_wl_all(&wl, deps);
-        loomi_sched_send(s, r + 1, tag_lo, LOOMI_BUF_RECV, 0, (size_t)(r + 1) * count, deps, n);
+        loomi_bsend(&b, r + 1, tag_lo, LOOMI_BUF_RECV, 0, (size_t)(r + 1) * count);
         if (r + 2 < p)
-            loomi_sched_send(s, r + 1, tag_hi, LOOMI_BUF_RECV, (size_t)(r + 2) * bb,
-                             (size_t)(p - r - 2) * count, deps, n);
+            loomi_bsend(&b, r + 1, tag_hi, LOOMI_BUF_RECV, (size_t)(r + 2) * bb,
+                        (size_t)(p - r - 2) * count);
     }
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }

@@ -9,15 +9,9 @@
  * in the user's buffer are in absolute rank order, so a subtree that
  * crosses rank p-1 arrives at (or leaves) the root as two messages.
  */
-#include <stdlib.h>
-
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "core/internal.h"
-
-/* Enough to pipeline; bounded so that a tiny chunk size cannot blow the
- * schedule up. */
-#define MAX_CHUNKS 4096
 
 #define SEND_B LOOMI_BUF_SEND
 #define RECV_B LOOMI_BUF_RECV
@@ -43,11 +37,14 @@ static int child_mask(int v, int p)
     return m;
 }
 
-/* Never more chunks than elements: every chunk is then non-empty. */
-static size_t nchunks(size_t count, size_t es, size_t chunk_bytes)
+/* A builder pipelining count elements, never in more chunks than
+ * elements (every chunk is then non-empty). */
+static loom_result_t rooted_build(struct loomi_build *b, struct loomi_sched *s, size_t count,
+                                  size_t es, size_t chunk_bytes)
 {
-    size_t C = loomi_nchunks(count * es, chunk_bytes, MAX_CHUNKS);
-    return C > count ? count : C;
+    loom_result_t rc = loomi_build_init(b, s, count * es, chunk_bytes);
+    if (b->C > count) b->C = count;
+    return rc;
 }
 
 static loom_result_t check_root(const struct loomi_sched *s, const struct loomi_coll_args *a,
@@ -58,21 +55,6 @@ static loom_result_t check_root(const struct loomi_sched *s, const struct loomi_
                           "%s: root %d is not a rank of this communicator (size %d)", fn,
                           a->root, s->nranks);
     return LOOM_SUCCESS;
-}
-
-/* Fan deps[0..n) in to at most LOOMI_MAX_DEPS entries (returned count)
- * through zero-count copies, which move nothing and only join. */
-static int fan_in(struct loomi_sched *s, uint32_t *d, int n)
-{
-    while (n > LOOMI_MAX_DEPS) {
-        int m = 0;
-        for (int i = 0; i < n; i += LOOMI_MAX_DEPS) {
-            int k = n - i < LOOMI_MAX_DEPS ? n - i : LOOMI_MAX_DEPS;
-            d[m++] = k == 1 ? d[i] : loomi_sched_copy(s, SCR_B, 0, SCR_B, 0, 0, d + i, k);
-        }
-        n = m;
-    }
-    return n;
 }
 
 /* The locals the broadcasts and reduces start from, once their begin
@@ -112,18 +94,17 @@ loom_result_t loomi_gen_broadcast_tree(struct loomi_sched *s, const struct loomi
     int src;
     if (bcast_begin(s, a, &src, &rc)) return rc;
     ROOTED_VIEW;
-    const size_t C = nchunks(n, es, a->chunk_bytes);
+    struct loomi_build b;
+    if ((rc = rooted_build(&b, s, n, es, a->chunk_bytes)) != LOOM_SUCCESS) return rc;
     const int parent = to_abs(parent_of(v), root, p), m0 = child_mask(v, p);
-    for (size_t c = 0; c < C; c++) {
+    for (size_t c = 0; c < b.C; c++) {
         size_t o, len;
-        loomi_chunk(n, C, c, &o, &len);
-        uint32_t got = LOOMI_NO_DEP;
-        if (!isroot) got = loomi_sched_recv(s, parent, (uint32_t)c, RECV_B, o * es, len, NULL, 0);
+        loomi_chunk(n, b.C, c, &o, &len);
+        if (!isroot) loomi_brecv(&b, parent, (uint32_t)c, RECV_B, o * es, len);
         /* Largest subtree first: it has the longest way to go. */
-        for (int m = m0; m; m /= 2)
-            loomi_sched_send(s, to_abs(v + m, root, p), (uint32_t)c, src, o * es, len, &got, 1);
+        for (int m = m0; m; m /= 2) loomi_bsend(&b, to_abs(v + m, root, p), (uint32_t)c, src, o * es, len);
     }
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }
 
 /*
@@ -141,43 +122,27 @@ loom_result_t loomi_gen_broadcast_sag(struct loomi_sched *s, const struct loomi_
     ROOTED_VIEW;
     const struct loomi_seg g = loomi_seg_make(n, p);
     const int sub = subtree(v, p);
-
-    /* Scatter (tag 0). */
-    uint32_t have = LOOMI_NO_DEP; /* own subtree's segments are in RECV */
-    if (!isroot) {
-        size_t st = loomi_seg_start(&g, v), len = loomi_seg_start(&g, v + sub) - st;
-        if (len)
-            have = loomi_sched_recv(s, to_abs(parent_of(v), root, p), 0, RECV_B, st * es, len,
-                                    NULL, 0);
-    }
-    for (int m = child_mask(v, p); m; m /= 2) {
-        int w = v + m, sw = subtree(w, p);
-        size_t st = loomi_seg_start(&g, w), len = loomi_seg_start(&g, w + sw) - st;
-        if (len) loomi_sched_send(s, to_abs(w, root, p), 0, src, st * es, len, &have, 1);
-    }
+    struct loomi_build b;
+    if ((rc = loomi_build_init(&b, s, 0, 0)) != LOOM_SUCCESS) return rc;
+#define SEGS(i, k) loomi_seg_start(&g, (i)) * es, loomi_seg_start(&g, (i) + (k)) - loomi_seg_start(&g, (i))
+    /* Scatter (tag 0): the own subtree's segments into RECV. */
+    if (!isroot) loomi_brecv(&b, to_abs(parent_of(v), root, p), 0, RECV_B, SEGS(v, sub));
+    for (int m = child_mask(v, p); m; m /= 2)
+        loomi_bsend(&b, to_abs(v + m, root, p), 0, src, SEGS(v + m, subtree(v + m, p)));
 
     /* Ring allgather (tag 1 + k): step k sends segment v-k to the right and
      * receives v-k-1 from the left, forwarding what came in at step k-1. */
     const int vr = (v + 1) % p, subr = subtree(vr, p);
     const int right = to_abs(vr, root, p), left = to_abs(loomi_mod(v - 1, p), root, p);
-    uint32_t prev = LOOMI_NO_DEP;
     for (int k = 0; k < p - 1; k++) {
-        uint32_t tag = 1 + (uint32_t)k;
         int j = loomi_mod(v - k, p);
-        size_t len = loomi_seg_len(&g, j);
-        if (len && !(j >= vr && j < vr + subr)) {
-            int mine = j >= v && j < v + sub;
-            loomi_sched_send(s, right, tag, mine ? src : RECV_B, loomi_seg_start(&g, j) * es,
-                             len, mine ? &have : &prev, 1);
-        }
+        if (!(j >= vr && j < vr + subr))
+            loomi_bsend(&b, right, 1 + (uint32_t)k, j >= v && j < v + sub ? src : RECV_B, SEGS(j, 1));
         j = loomi_mod(v - k - 1, p);
-        len = loomi_seg_len(&g, j);
-        prev = LOOMI_NO_DEP;
-        if (len && !(j >= v && j < v + sub))
-            prev = loomi_sched_recv(s, left, tag, RECV_B, loomi_seg_start(&g, j) * es, len,
-                                    NULL, 0);
+        if (!(j >= v && j < v + sub)) loomi_brecv(&b, left, 1 + (uint32_t)k, RECV_B, SEGS(j, 1));
     }
-    return LOOM_SUCCESS;
+#undef SEGS
+    return loomi_build_done(&b);
 }
 
 /* --------------------------------------------------------------- reduce */
@@ -214,45 +179,32 @@ loom_result_t loomi_gen_reduce_tree(struct loomi_sched *s, const struct loomi_co
     ROOTED_VIEW;
     const int in = isroot && a->inplace ? RECV_B : SEND_B;
     const int parent = to_abs(parent_of(v), root, p);
-    const size_t C = nchunks(n, es, a->chunk_bytes);
+    struct loomi_build b;
+    if ((rc = rooted_build(&b, s, n, es, a->chunk_bytes)) != LOOM_SUCCESS) return rc;
+    const size_t C = b.C, K = C < 2 ? 1 : 2, maxc = (n + C - 1) / C;
     int ch[32], nc = 0;
     for (int m = 1; m < p && (!v || m < lowbit(v)) && v + m < p; m *= 2)
         ch[nc++] = to_abs(v + m, root, p);
-    if (!nc) { /* a leaf sends its input as it is */
-        for (size_t c = 0; c < C; c++) {
-            size_t o, len;
-            loomi_chunk(n, C, c, &o, &len);
-            loomi_sched_send(s, parent, (uint32_t)c, SEND_B, o * es, len, NULL, 0);
-        }
-        return LOOM_SUCCESS;
-    }
-    const size_t K = C < 2 ? 1 : 2, maxc = (n + C - 1) / C;
     const size_t accn = isroot ? 0 : K * maxc; /* accumulator slots (elements) */
-    s->buf_bytes[SCR_B] = (accn + (size_t)nc * K * maxc) * es;
-    uint32_t last_use[32][2], acc_free[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
-    for (int i = 0; i < nc; i++) last_use[i][0] = last_use[i][1] = LOOMI_NO_DEP;
+    if (nc) s->buf_bytes[SCR_B] = (accn + (size_t)nc * K * maxc) * es;
     for (size_t c = 0; c < C; c++) {
         size_t o, len, sl = c % K;
         loomi_chunk(n, C, c, &o, &len);
+        if (!nc) { /* a leaf sends its input as it is */
+            loomi_bsend(&b, parent, (uint32_t)c, SEND_B, o * es, len);
+            continue;
+        }
         const int acc = isroot ? RECV_B : SCR_B;
         const size_t acc_off = isroot ? o * es : sl * maxc * es;
-        uint32_t prev = LOOMI_NO_DEP;
         for (int i = 0; i < nc; i++) {
             size_t soff = (accn + ((size_t)i * K + sl) * maxc) * es;
-            uint32_t rv = loomi_sched_recv(s, ch[i], (uint32_t)c, SCR_B, soff, len,
-                                           &last_use[i][sl], 1);
-            uint32_t d[2] = {rv, i ? prev : acc_free[sl]};
-            prev = i ? loomi_sched_reduce(s, acc, acc_off, acc, acc_off, SCR_B, soff, len, d, 2)
-                     : loomi_sched_reduce(s, acc, acc_off, in, o * es, SCR_B, soff, len, d, 2);
-            last_use[i][sl] = prev;
+            loomi_brecv(&b, ch[i], (uint32_t)c, SCR_B, soff, len);
+            loomi_breduce(&b, acc, acc_off, i ? acc : in, i ? acc_off : o * es, SCR_B, soff, len);
         }
-        if (isroot) {
-            if (s->op == LOOM_AVG) loomi_sched_avg(s, RECV_B, o * es, len, &prev, 1);
-        } else {
-            acc_free[sl] = loomi_sched_send(s, parent, (uint32_t)c, SCR_B, acc_off, len, &prev, 1);
-        }
+        if (!isroot) loomi_bsend(&b, parent, (uint32_t)c, SCR_B, acc_off, len);
+        else if (s->op == LOOM_AVG) loomi_bavg(&b, RECV_B, o * es, len);
     }
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }
 
 /*
@@ -271,77 +223,41 @@ loom_result_t loomi_gen_reduce_sag(struct loomi_sched *s, const struct loomi_col
     if (reduce_begin(s, a, &rc)) return rc;
     ROOTED_VIEW;
     const struct loomi_seg g = loomi_seg_make(n, p);
-    const size_t maxseg = g.base + (g.rem ? 1 : 0);
-    const size_t C = nchunks(maxseg, es, a->chunk_bytes), maxc = (maxseg + C - 1) / C;
+    const size_t maxseg = loomi_seg_len(&g, 0);
+    struct loomi_build b;
+    if ((rc = rooted_build(&b, s, maxseg, es, a->chunk_bytes)) != LOOM_SUCCESS) return rc;
+    const size_t C = b.C, maxc = (maxseg + C - 1) / C;
     /* Partial sums, then receive slots: two alternate between steps. */
     const size_t nslots = p > 2 ? 2 : 1;
     s->buf_bytes[SCR_B] = (n + nslots * C * maxc) * es;
     const int right = to_abs((v + 1) % p, root, p), left = to_abs(loomi_mod(v - 1, p), root, p);
     const int in = isroot && a->inplace ? SCR_B : SEND_B;
-    uint32_t cp = LOOMI_NO_DEP;
-    if (isroot && a->inplace) cp = loomi_sched_copy(s, SCR_B, 0, RECV_B, 0, n, NULL, 0);
-
-    /* red[C]: reduces of the previous step (what this step forwards);
-     * nred[C]: this step's; user[2][C]: last reduce to read a slot. */
-    uint32_t *mem = malloc(4 * C * sizeof *mem);
-    if (!mem) return loomi_fail(LOOM_ERR_NO_MEMORY, r, "reduce: out of memory");
-    uint32_t *red = mem, *nred = mem + C, *user = mem + 2 * C;
-    for (size_t i = 0; i < 4 * C; i++) mem[i] = LOOMI_NO_DEP;
-    const uint32_t Ct = (uint32_t)C;
+    if (isroot && a->inplace) loomi_bcopy(&b, SCR_B, 0, RECV_B, 0, n);
     for (int k = 0; k < p - 1; k++) {
         const int ss = loomi_mod(v - k - 1, p), rs = loomi_mod(v - k - 2, p);
         const int last = k == p - 2; /* rs == v: the final value */
-        const size_t sl = (size_t)(k & 1);
         for (size_t c = 0; c < C; c++) {
             size_t o, len;
-            uint32_t tag = (uint32_t)k * Ct + (uint32_t)c;
-            loomi_chunk(loomi_seg_len(&g, ss), C, c, &o, &len);
-            if (len) {
-                uint32_t dep = k ? red[c] : cp;
-                loomi_sched_send(s, right, tag, k ? SCR_B : in,
-                                 (loomi_seg_start(&g, ss) + o) * es, len, &dep, 1);
-            }
-            loomi_chunk(loomi_seg_len(&g, rs), C, c, &o, &len);
-            nred[c] = LOOMI_NO_DEP;
-            if (!len) continue;
-            size_t soff = (n + (sl * C + c) * maxc) * es, off = (loomi_seg_start(&g, rs) + o) * es;
-            uint32_t rv = loomi_sched_recv(s, left, tag, SCR_B, soff, len, &user[sl * C + c], 1);
-            uint32_t d[2] = {rv, cp};
-            nred[c] = loomi_sched_reduce(s, last && isroot ? RECV_B : SCR_B, off, in, off, SCR_B,
-                                         soff, len, d, 2);
-            user[sl * C + c] = nred[c];
+            uint32_t tag = (uint32_t)((size_t)k * C + c);
+            loomi_build_chunk(&b, &g, ss, c, &o, &len);
+            loomi_bsend(&b, right, tag, k ? SCR_B : in, o, len);
+            loomi_build_chunk(&b, &g, rs, c, &o, &len);
+            size_t soff = (n + ((size_t)(k & 1) * C + c) * maxc) * es;
+            loomi_brecv(&b, left, tag, SCR_B, soff, len);
+            loomi_breduce(&b, last && isroot ? RECV_B : SCR_B, o, in, o, SCR_B, soff, len);
         }
-        uint32_t *t = red;
-        red = nred;
-        nred = t;
     }
-
-    /* Gather to the root (tag (p-1)*C + c); LOOM_AVG divides there, once.
-     * red[c] is now the final reduce of chunk c of the own segment. */
-    const uint32_t gtag = (uint32_t)(p - 1) * Ct;
-    if (!isroot) {
+    /* Gather to the root (tag (p-1)*C + c); LOOM_AVG divides there, once. */
+    const uint32_t gtag = (uint32_t)((size_t)(p - 1) * C);
+    for (int j = isroot ? 0 : v; j < (isroot ? p : v + 1); j++)
         for (size_t c = 0; c < C; c++) {
             size_t o, len;
-            loomi_chunk(loomi_seg_len(&g, v), C, c, &o, &len);
-            if (len)
-                loomi_sched_send(s, root, gtag + (uint32_t)c, SCR_B,
-                                 (loomi_seg_start(&g, v) + o) * es, len, &red[c], 1);
+            loomi_build_chunk(&b, &g, j, c, &o, &len);
+            if (!isroot) loomi_bsend(&b, root, gtag + (uint32_t)c, SCR_B, o, len);
+            else if (j) loomi_brecv(&b, to_abs(j, root, p), gtag + (uint32_t)c, RECV_B, o, len);
+            if (isroot && s->op == LOOM_AVG) loomi_bavg(&b, RECV_B, o, len);
         }
-    } else {
-        for (int j = 0; j < p; j++)
-            for (size_t c = 0; c < C; c++) {
-                size_t o, len;
-                loomi_chunk(loomi_seg_len(&g, j), C, c, &o, &len);
-                if (!len) continue;
-                size_t off = (loomi_seg_start(&g, j) + o) * es;
-                uint32_t done = j ? loomi_sched_recv(s, to_abs(j, root, p), gtag + (uint32_t)c,
-                                                     RECV_B, off, len, &cp, 1)
-                                  : red[c];
-                if (s->op == LOOM_AVG) loomi_sched_avg(s, RECV_B, off, len, &done, 1);
-            }
-    }
-    free(mem);
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }
 
 /* ------------------------------------------------------ gather, scatter */
@@ -394,8 +310,12 @@ static void root_split(int w, int sw, int root, int p, int *A, int *n1, int *n2)
  * way: the root's whole part (per child, largest subtree first, the
  * blocks of the child's subtree, in one message or, where the range
  * wraps, two), a leaf's (its own block, straight from SEND or into RECV)
- * and the SCRATCH others keep their subtree's blocks in. */
+ * and the SCRATCH others keep their subtree's blocks in.  Returns 0 with
+ * *b started where the rest is the caller's: this rank's subtree of *sub
+ * blocks goes to or comes from *parent as *n1 then *n2 blocks (tags 0
+ * and 1; *n2 = 0 unless the range wraps at the root). */
 static int tree_begin(struct loomi_sched *s, const struct loomi_coll_args *a, int gather,
+                      struct loomi_build *b, int *sub, int *parent, int *n1, int *n2,
                       loom_result_t *rc)
 {
     if (blocks_begin(s, a, gather, rc)) return 1;
@@ -403,83 +323,68 @@ static int tree_begin(struct loomi_sched *s, const struct loomi_coll_args *a, in
     const size_t n = a->count, bb = n * s->esize;
     uint32_t (*const xfer)(struct loomi_sched *, int, uint32_t, int, size_t, size_t,
                            const uint32_t *, int) = gather ? loomi_sched_recv : loomi_sched_send;
+    int A;
     if (v == 0) {
         const int buf = gather ? RECV_B : SEND_B;
-        int A, n1, n2;
         for (int m = child_mask(v, p); m; m /= 2) {
             int w = v + m;
-            root_split(w, subtree(w, p), root, p, &A, &n1, &n2);
+            root_split(w, subtree(w, p), root, p, &A, n1, n2);
             int peer = to_abs(w, root, p);
-            xfer(s, peer, 0, buf, (size_t)A * bb, (size_t)n1 * n, NULL, 0);
-            if (n2) xfer(s, peer, 1, buf, 0, (size_t)n2 * n, NULL, 0);
+            xfer(s, peer, 0, buf, (size_t)A * bb, (size_t)*n1 * n, NULL, 0);
+            if (*n2) xfer(s, peer, 1, buf, 0, (size_t)*n2 * n, NULL, 0);
         }
         return 1;
     }
-    const int sub = subtree(v, p), parent = to_abs(parent_of(v), root, p);
-    if (sub == 1) {
-        if (gather) loomi_sched_send(s, parent, 0, SEND_B, 0, n, NULL, 0);
-        else loomi_sched_recv(s, parent, 0, RECV_B, 0, n, NULL, 0);
+    *sub = subtree(v, p), *parent = to_abs(parent_of(v), root, p);
+    if (*sub == 1) {
+        if (gather) loomi_sched_send(s, *parent, 0, SEND_B, 0, n, NULL, 0);
+        else loomi_sched_recv(s, *parent, 0, RECV_B, 0, n, NULL, 0);
         return 1;
     }
-    s->buf_bytes[SCR_B] = (size_t)sub * bb;
-    return 0;
+    s->buf_bytes[SCR_B] = (size_t)*sub * bb;
+    *n1 = *sub, *n2 = 0;
+    if (parent_of(v) == 0) root_split(v, *sub, root, p, &A, n1, n2);
+    *rc = loomi_build_init(b, s, 0, 0);
+    return *rc != LOOM_SUCCESS;
 }
 
 /* Binomial gather: a rank collects its subtree's blocks in SCRATCH (in
- * relative order, its own first) and passes them up as one message. */
-loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
-{
-    loom_result_t rc;
-    if (tree_begin(s, a, 1, &rc)) return rc;
-    const int p = s->nranks, root = a->root, v = loomi_mod(s->rank - root, p);
-    const size_t n = a->count, bb = n * s->esize;
-    const int sub = subtree(v, p), pv = parent_of(v), parent = to_abs(pv, root, p);
-    uint32_t d[33];
-    int nd = 0;
-    d[nd++] = loomi_sched_copy(s, SCR_B, 0, SEND_B, 0, n, NULL, 0);
-    for (int m = child_mask(v, p); m; m /= 2) {
-        int w = v + m;
-        d[nd++] = loomi_sched_recv(s, to_abs(w, root, p), 0, SCR_B, (size_t)m * bb,
-                                   (size_t)subtree(w, p) * n, NULL, 0);
-    }
-    nd = fan_in(s, d, nd);
-    if (pv == 0) {
-        int A, n1, n2;
-        root_split(v, sub, root, p, &A, &n1, &n2);
-        loomi_sched_send(s, parent, 0, SCR_B, 0, (size_t)n1 * n, d, nd);
-        if (n2) loomi_sched_send(s, parent, 1, SCR_B, (size_t)n1 * bb, (size_t)n2 * n, d, nd);
-    } else {
-        loomi_sched_send(s, parent, 0, SCR_B, 0, (size_t)sub * n, d, nd);
-    }
-    return LOOM_SUCCESS;
-}
-
-/* Binomial scatter: a rank receives its subtree's blocks into SCRATCH (or
+ * relative order, its own first) and passes them up as one message.
+ * Binomial scatter: a rank receives its subtree's blocks into SCRATCH (or
  * its own block straight into RECV when it is a leaf), keeps the first
  * and sends each child its subtree's range. */
-loom_result_t loomi_gen_scatter_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+static loom_result_t tree_blocks(struct loomi_sched *s, const struct loomi_coll_args *a,
+                                 int gather)
 {
     loom_result_t rc;
-    if (tree_begin(s, a, 0, &rc)) return rc;
-    const int p = s->nranks, root = a->root, v = loomi_mod(s->rank - root, p);
+    struct loomi_build b;
+    int sub, parent, n1, n2;
+    if (tree_begin(s, a, gather, &b, &sub, &parent, &n1, &n2, &rc)) return rc;
+    const int p = s->nranks, v = loomi_mod(s->rank - a->root, p);
     const size_t n = a->count, bb = n * s->esize;
-    const int sub = subtree(v, p), pv = parent_of(v), parent = to_abs(pv, root, p);
-    uint32_t d[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
-    if (pv == 0) {
-        int A, n1, n2;
-        root_split(v, sub, root, p, &A, &n1, &n2);
-        d[0] = loomi_sched_recv(s, parent, 0, SCR_B, 0, (size_t)n1 * n, NULL, 0);
-        if (n2) d[1] = loomi_sched_recv(s, parent, 1, SCR_B, (size_t)n1 * bb, (size_t)n2 * n, NULL, 0);
-    } else {
-        d[0] = loomi_sched_recv(s, parent, 0, SCR_B, 0, (size_t)sub * n, NULL, 0);
-    }
-    loomi_sched_copy(s, RECV_B, 0, SCR_B, 0, n, d, 2);
-    for (int m = child_mask(v, p); m; m /= 2) {
-        int w = v + m;
-        loomi_sched_send(s, to_abs(w, root, p), 0, SCR_B, (size_t)m * bb,
-                         (size_t)subtree(w, p) * n, d, 2);
-    }
-    return LOOM_SUCCESS;
+    uint32_t (*const up)(struct loomi_build *, int, uint32_t, int, size_t, size_t) =
+        gather ? loomi_bsend : loomi_brecv;
+    uint32_t (*const down)(struct loomi_build *, int, uint32_t, int, size_t, size_t) =
+        gather ? loomi_brecv : loomi_bsend;
+    for (int k = 0; k < 2 && !gather; k++) /* the parent's part first */
+        up(&b, parent, (uint32_t)k, SCR_B, k ? (size_t)n1 * bb : 0, (size_t)(k ? n2 : n1) * n);
+    if (gather) loomi_bcopy(&b, SCR_B, 0, SEND_B, 0, n);
+    else loomi_bcopy(&b, RECV_B, 0, SCR_B, 0, n);
+    for (int m = child_mask(v, p); m; m /= 2)
+        down(&b, to_abs(v + m, a->root, p), 0, SCR_B, (size_t)m * bb, (size_t)subtree(v + m, p) * n);
+    for (int k = 0; k < 2 && gather; k++) /* the parent's part last */
+        up(&b, parent, (uint32_t)k, SCR_B, k ? (size_t)n1 * bb : 0, (size_t)(k ? n2 : n1) * n);
+    return loomi_build_done(&b);
+}
+
+loom_result_t loomi_gen_gather_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    return tree_blocks(s, a, 1);
+}
+
+loom_result_t loomi_gen_scatter_tree(struct loomi_sched *s, const struct loomi_coll_args *a)
+{
+    return tree_blocks(s, a, 0);
 }
 
 /* Direct gather (gather != 0): every rank sends its block to the root;

@@ -32,13 +32,10 @@
  * deeper the tree (tests/unit/test_model.c compares the simulation of
  * these schedules with the closed form of src/topo/model.c).
  */
-#include <stdlib.h>
-
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "core/internal.h"
 
-#define TREE_MAX_CHUNKS 4096
 #define TREE_SLOTS 2 /* receive buffers per child: chunk c+1 arrives while c is reduced */
 
 struct btree {
@@ -93,18 +90,16 @@ loom_result_t loomi_gen_allreduce_tree(struct loomi_sched *s, const struct loomi
     size_t scratch = 0;
     for (int k = 0; k < 2; k++) {
         tree_of(p, r, k, &t[k]);
-        C[k] = loomi_nchunks(len[k] * es, a->chunk_bytes, TREE_MAX_CHUNKS);
+        C[k] = loomi_build_chunks(len[k] * es, a->chunk_bytes);
         maxchunk[k] = (len[k] + C[k] - 1) / C[k];
         slots[k] = C[k] < TREE_SLOTS ? C[k] : TREE_SLOTS;
         sbase[k] = scratch;
         scratch += (size_t)t[k].nch * slots[k] * maxchunk[k] * es;
     }
     s->buf_bytes[LOOMI_BUF_SCRATCH] = scratch;
-    /* user[k][child][slot]: the reduce that last read that receive slot. */
-    uint32_t user[2][2][TREE_SLOTS];
-    for (int k = 0; k < 2; k++)
-        for (int j = 0; j < 2; j++)
-            for (int i = 0; i < TREE_SLOTS; i++) user[k][j][i] = LOOMI_NO_DEP;
+    struct loomi_build b;
+    loom_result_t rc = loomi_build_init(&b, s, 0, 0);
+    if (rc != LOOM_SUCCESS) return rc;
     uint32_t last_up[2] = {LOOMI_NO_DEP, LOOMI_NO_DEP};
     const size_t Cmax = C[0] > C[1] ? C[0] : C[1];
     /* Chunks of the two trees interleaved, so both pipelines fill at once. */
@@ -113,35 +108,27 @@ loom_result_t loomi_gen_allreduce_tree(struct loomi_sched *s, const struct loomi
             size_t o, n;
             if (c >= C[k]) continue;
             loomi_chunk(len[k], C[k], c, &o, &n);
-            if (!n) continue;
             const size_t at = (off[k] + o) * es;
             const uint32_t up = (uint32_t)((k ? C[0] : 0) + c) * 2, down = up + 1;
             const struct btree *tk = &t[k];
-            int acc = src;             /* where this rank's partial is */
-            uint32_t have = LOOMI_NO_DEP; /* its last writer */
+            int acc = src; /* where this rank's partial is */
             for (int j = 0; j < tk->nch; j++) {
-                size_t sl = c % slots[k];
-                size_t soff = sbase[k] + ((size_t)j * slots[k] + sl) * maxchunk[k] * es;
-                uint32_t rv = loomi_sched_recv(s, tk->child[j], up, LOOMI_BUF_SCRATCH, soff, n,
-                                               &user[k][j][sl], 1);
-                uint32_t deps[2] = {rv, have};
-                have = loomi_sched_reduce(s, LOOMI_BUF_RECV, at, acc, at, LOOMI_BUF_SCRATCH, soff,
-                                          n, deps, 2);
-                user[k][j][sl] = have;
+                size_t soff = sbase[k] + ((size_t)j * slots[k] + c % slots[k]) * maxchunk[k] * es;
+                loomi_brecv(&b, tk->child[j], up, LOOMI_BUF_SCRATCH, soff, n);
+                loomi_breduce(&b, LOOMI_BUF_RECV, at, acc, at, LOOMI_BUF_SCRATCH, soff, n);
                 acc = LOOMI_BUF_RECV;
             }
             if (tk->parent >= 0) {
-                uint32_t sdeps[2] = {have, last_up[k]};
-                uint32_t sd = loomi_sched_send(s, tk->parent, up, acc, at, n, sdeps, 2);
-                last_up[k] = sd;
-                /* The final value overwrites the partial the send reads. */
-                uint32_t guard = acc == LOOMI_BUF_RECV ? sd : LOOMI_NO_DEP;
-                have = loomi_sched_recv(s, tk->parent, down, LOOMI_BUF_RECV, at, n, &guard, 1);
+                /* Up the tree in chunk order (no data orders them). */
+                loomi_build_after(&b, last_up[k]);
+                uint32_t sd = loomi_bsend(&b, tk->parent, up, acc, at, n);
+                if (sd != LOOMI_NO_DEP) last_up[k] = sd;
+                loomi_brecv(&b, tk->parent, down, LOOMI_BUF_RECV, at, n);
             } else if (s->op == LOOM_AVG) {
-                have = loomi_sched_avg(s, LOOMI_BUF_RECV, at, n, &have, 1);
+                loomi_bavg(&b, LOOMI_BUF_RECV, at, n);
             }
             for (int j = 0; j < tk->nch; j++)
-                loomi_sched_send(s, tk->child[j], down, LOOMI_BUF_RECV, at, n, &have, 1);
+                loomi_bsend(&b, tk->child[j], down, LOOMI_BUF_RECV, at, n);
         }
-    return LOOM_SUCCESS;
+    return loomi_build_done(&b);
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "coll/build.h"
 #include "coll/validate.h"
 
 #define NONE UINT32_MAX
@@ -225,18 +226,17 @@ static loom_result_t check_steps(struct vctx *v)
                 return vfail(v, "rank %d %s: count overflows", r, step_str(s, i, d, sizeof d));
             size_t bytes = st->count * s->esize;
             const char *why = NULL;
+            const int bad_peer = st->peer < 0 || st->peer >= v->p || st->peer == r;
             /* One case per step kind, alike on purpose: each spells out
              * which ranges that kind reads and writes. */
             switch (st->kind) {
             case LOOMI_STEP_SEND:
                 if (!in_range(s, st->src, st->src_off, bytes)) why = "reads outside its buffer";
-                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
-                    why = "names a bad peer";
+                else if (bad_peer) why = "names a bad peer";
                 break;
             case LOOMI_STEP_RECV:
                 if (!in_range(s, st->dst, st->dst_off, bytes)) why = "writes outside its buffer";
-                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
-                    why = "names a bad peer";
+                else if (bad_peer) why = "names a bad peer";
                 break;
             case LOOMI_STEP_REDUCE:
                 if (!in_range(s, st->src, st->src_off, bytes) ||
@@ -291,8 +291,7 @@ static loom_result_t check_steps(struct vctx *v)
                 if (!in_range(s, st->src, st->src_off, bytes) ||
                     !in_range(s, st->src2, st->src2_off, bytes))
                     why = "reads outside its buffer";
-                else if (st->peer < 0 || st->peer >= v->p || st->peer == r)
-                    why = "names a bad peer";
+                else if (bad_peer) why = "names a bad peer";
                 break;
             case LOOMI_STEP_ENCODE:
             case LOOMI_STEP_DECODE:
@@ -650,9 +649,6 @@ static size_t find_bound(const size_t *b, size_t n, size_t x)
 static void add_access(const struct vctx *v, const struct loomi_sched *s, struct access *a,
                        size_t *n, uint32_t step, int buf, size_t off, size_t bytes, int write)
 {
-    /* Shared arenas are ordered across ranks by messages, which this
-     * per-rank analysis does not see. */
-    if (!bytes || buf >= LOOMI_NBUFS) return;
     struct access *x = &a[(*n)++];
     x->step = step;
     place(v, s, buf, off, &x->space, &x->lo);
@@ -685,48 +681,10 @@ static loom_result_t check_hazards_rank(struct vctx *v, const struct loomi_sched
     h->cur = 0;
     if (!acc || !bounds || !h->stamp || !h->stack) goto nomem;
     for (uint32_t i = 0; i < s->nsteps; i++) {
-        const struct loomi_step *st = &s->steps[i];
-        size_t bytes = st->count * s->esize;
-        if (writes_src2(st))
-            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 1);
-        switch (st->kind) {
-        case LOOMI_STEP_SEND:
-            add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
-            break;
-        case LOOMI_STEP_RECV:
-            add_access(v, s, acc, &na, i, st->dst, st->dst_off, bytes, 1);
-            break;
-        case LOOMI_STEP_REDUCE:
-            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
-            /* fall through */
-        case LOOMI_STEP_REDUCE_SHARED: /* the arenas are not this rank's alone */
-            if (st->flags & LOOMI_RS_SAVE)
-                add_access(v, s, acc, &na, i, LOOMI_BUF_SCRATCH, st->dst_off, bytes, 1);
-            /* fall through */
-        case LOOMI_STEP_COPY:
-            add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
-            /* fall through */
-        case LOOMI_STEP_AVG:
-            add_access(v, s, acc, &na, i, st->dst, st->dst_off, bytes, 1);
-            break;
-        case LOOMI_STEP_EXPECT:
-            add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
-            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
-            break;
-        case LOOMI_STEP_ENCODE: {
-            size_t sb = slot_of(s, st);
-            add_access(v, s, acc, &na, i, st->src, st->src_off, bytes, 0);
-            add_access(v, s, acc, &na, i, st->dst, st->dst_off, sb, 1);
-            break;
-        }
-        case LOOMI_STEP_DECODE_ACC:
-            add_access(v, s, acc, &na, i, st->src2, st->src2_off, bytes, 0);
-            /* fall through */
-        case LOOMI_STEP_DECODE:
-            add_access(v, s, acc, &na, i, st->src, st->src_off, slot_of(s, st), 0);
-            add_access(v, s, acc, &na, i, st->dst, st->dst_off, bytes, 1);
-            break;
-        }
+        struct loomi_access x[LOOMI_MAX_ACCESS];
+        int nx = loomi_step_accesses(s, &s->steps[i], x);
+        for (int k = 0; k < nx; k++)
+            add_access(v, s, acc, &na, i, x[k].buf, x[k].off, x[k].bytes, x[k].write);
     }
     /* Elementary ranges: every boundary of every access, per space. */
     size_t nb_space[LOOMI_NBUFS] = {0}, nbt = 0;

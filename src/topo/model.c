@@ -18,8 +18,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "coll/build.h"
 #include "coll/coll.h"
-#include "coll/coll_util.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
 #include "topo/model.h"
@@ -55,15 +55,11 @@ static double msg(const struct loomi_model_params *m, double n)
     return m->alpha + n * m->beta;
 }
 
-/* Chunks a pipelined generator cuts `bytes` into, at most maxc. */
-static double chunks(const struct loomi_model_params *m, double bytes, size_t maxc)
+/* Chunks a pipelined generator cuts `bytes` into (build.h's one rule). */
+static double chunks(const struct loomi_model_params *m, double bytes)
 {
-    return (double)loomi_nchunks((size_t)bytes, m->chunk_bytes ? m->chunk_bytes : 1, maxc);
+    return (double)loomi_build_chunks((size_t)bytes, m->chunk_bytes ? m->chunk_bytes : 1);
 }
-
-/* The generators' chunk caps (ring.c, recdbl.c, tree.c, rooted.c). */
-#define RING_MAXC 4096
-#define RD_MAXC 1024
 
 /*
  * K rounds; in each one a rank sends a block of `blk` bytes to one peer
@@ -94,7 +90,7 @@ static double rounds(const struct loomi_model_params *m, int K, int P, int rs, d
 
 static double ring(const struct loomi_model_params *m, int K, int rs, double blk)
 {
-    return rounds(m, K, K, rs, blk, chunks(m, blk, RING_MAXC));
+    return rounds(m, K, K, rs, blk, chunks(m, blk));
 }
 
 /* Recursive halving of `n` bytes over 2^lg ranks: lg messages whose
@@ -145,7 +141,7 @@ static void tree_path(int n, int *up, int *down)
 static double tree_allreduce(const struct loomi_model_params *m, int p, double n)
 {
     const int d = floor_log2(p);
-    const double C = chunks(m, n / 2, RING_MAXC);
+    const double C = chunks(m, n / 2);
     const double a = msg(m, n / 2 / C), g = n / 2 / C * m->gamma;
     if (p == 2) return 2 * a + g + (C - 1) * fmax(2 * a, g);
     const int load = p == 3 ? 3 : 4; /* 3: both roots have two leaves */
@@ -198,7 +194,7 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
              * power of two, a fold-in round (reduced) before them and a
              * fold-out round after, which take one port each. */
             return rounds(m, lgf + 2 * extra, lgf + extra, lgf + extra, n,
-                          chunks(m, n, RD_MAXC));
+                          chunks(m, n));
         case LOOMI_ALGO_HALVING_DOUBLING:
             return halving(m, lgf, n, 1) + halving(m, lgf, n, 0) +
                    (extra ? 2 * msg(m, n) + n * m->gamma : 0);
@@ -226,13 +222,18 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
              * those below nextra stand for two blocks (their own and a
              * folded partner's): the group of core rank 0 is the largest.
              * The folded ranks send their block in first and get the
-             * other p-1 back in one or two messages at the end. */
+             * other p-1 back in one or two messages: the blocks below
+             * their partner's as soon as those are in, the rest at the
+             * end.  On 3 ranks the first is rank 0's own block, sent at
+             * once, and one block is left for the end; on more, the
+             * simulation finds both at the end. */
             double t = 0;
             for (int l = 0; l < lgf; l++) {
                 int g = 1 << l;
                 t += msg(m, (g + (g < nextra ? g : nextra)) * n);
             }
-            if (extra) t += msg(m, n) + (p > 2 ? 2 : 1) * a + (p - 1) * n * m->beta;
+            if (p == 3) t += 2 * msg(m, n);
+            else if (extra) t += msg(m, n) + (p > 2 ? 2 : 1) * a + (p - 1) * n * m->beta;
             return fmax(t, n * gc);
         }
         case LOOMI_ALGO_BRUCK: {
@@ -275,7 +276,7 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
             /* Pipelined binomial tree: the root sends every chunk to its
              * lg children; below it a node forwards each chunk faster than
              * its parent feeds it, so the root's port sets the pace. */
-            double C = chunks(m, n, RING_MAXC);
+            double C = chunks(m, n);
             return lg * C * msg(m, n / C);
         }
         case LOOMI_ALGO_SCATTER_ALLGATHER:
@@ -292,7 +293,7 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
              * chunk from each of its lg children per chunk (receiving one
              * while reducing the last); the first chunk takes lg hops of
              * a message and a reduction to arrive. */
-            double C = chunks(m, n, RING_MAXC);
+            double C = chunks(m, n);
             double ca = msg(m, n / C), cg = n / C * m->gamma;
             return (C - 1) * lg * fmax(ca, cg) + lg * (ca + cg);
         }
@@ -300,7 +301,7 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
             /* Rabenseifner: a pipelined ring reduce-scatter, then every
              * owner sends its segment's chunks to the root, whose incoming
              * port takes them one after the other. */
-            double C = chunks(m, n / p, RING_MAXC);
+            double C = chunks(m, n / p);
             return ring(m, p - 1, p - 1, n / p) + (p - 1) * C * msg(m, n / p / C);
         }
         }
