@@ -533,6 +533,21 @@ struct src {
     const char *alpha, *beta, *gamma, *gamma_copy;
 };
 
+/* An option that sets one of the model's costs, and where it goes. */
+struct cost_opt {
+    const char *opt;
+    double *param;
+    const char **src;
+};
+
+/* Which of the n cost options opt is, or -1. */
+static int cost_index(const struct cost_opt *c, int n, const char *opt)
+{
+    for (int k = 0; k < n; k++)
+        if (!strcmp(opt, c[k].opt)) return k;
+    return -1;
+}
+
 static void measure(struct loomi_model_params *m, struct src *src)
 {
     double a, b, g, gc;
@@ -669,16 +684,24 @@ int main(int argc, char **argv)
     else setenv("LOOM_DEBUG", "none", 1);
 
     struct simopts o = {-1, LOOMI_ALGO_AUTO, 8, 0, (size_t)1 << 20, 0, LOOM_FLOAT32, LOOM_SUM, 0};
-    struct loomi_model_params m, given;
+    struct loomi_model_params m;
     loomi_model_defaults(&m);
     struct src src = {"default: kernel TCP latency between hosts",
                       "default: 10 Gb/s Ethernet", "default: float32 sum on one AVX2 core",
                       "default: memcpy on one core"};
-    int do_measure = 0, set_a = 0, set_b = 0, set_g = 0, set_gc = 0, hosts = 1, job = 0, topo_opts = 0, explain = 0;
+    /* The costs options give: each overrides the default and --measure,
+     * and names itself as the cost's source. */
+    const struct cost_opt costs[] = {{"--alpha", &m.alpha, &src.alpha},
+                 {"--beta", &m.beta, &src.beta},
+                 {"--gamma", &m.gamma, &src.gamma},
+                 {"--gamma-copy", &m.gamma_copy, &src.gamma_copy}};
+    enum { NCOSTS = sizeof costs / sizeof costs[0] };
+    double given[NCOSTS] = {0};
+    int cost_set[NCOSTS] = {0}, c;
+    int do_measure = 0, hosts = 1, job = 0, topo_opts = 0, explain = 0;
     int ranks_set = 0, hosts_set = 0;
     /* The first option that only --simulate takes, to refuse it alone. */
     const char *algo_s = NULL, *coll_s = NULL, *sim_only = NULL;
-    memset(&given, 0, sizeof given);
 
     for (int i = 1; i < argc; i++) {
         char opt[32];
@@ -726,22 +749,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(opt, "--op")) {
             if (!sim_only) sim_only = argv[i];
             o.op = (loom_op_t)lookup(opt, value(argc, argv, &i, opt, eq), op_name, LOOM_NUM_OPS, 0);
-        } else if (!strcmp(opt, "--alpha")) {
+        } else if ((c = cost_index(costs, NCOSTS, opt)) >= 0) {
             if (!sim_only) sim_only = argv[i];
-            given.alpha = parse_time(opt, value(argc, argv, &i, opt, eq));
-            set_a = 1;
-        } else if (!strcmp(opt, "--beta")) {
-            if (!sim_only) sim_only = argv[i];
-            given.beta = parse_time(opt, value(argc, argv, &i, opt, eq));
-            set_b = 1;
-        } else if (!strcmp(opt, "--gamma")) {
-            if (!sim_only) sim_only = argv[i];
-            given.gamma = parse_time(opt, value(argc, argv, &i, opt, eq));
-            set_g = 1;
-        } else if (!strcmp(opt, "--gamma-copy")) {
-            if (!sim_only) sim_only = argv[i];
-            given.gamma_copy = parse_time(opt, value(argc, argv, &i, opt, eq));
-            set_gc = 1;
+            given[c] = parse_time(opt, value(argc, argv, &i, opt, eq));
+            cost_set[c] = 1;
         } else if (!strcmp(opt, "--max-steps")) {
             if (!sim_only) sim_only = argv[i];
             o.max_steps = (uint64_t)parse_int(opt, value(argc, argv, &i, opt, eq), 1,
@@ -808,10 +819,8 @@ int main(int argc, char **argv)
         fatal("%s", loom_get_last_error());
     m.chunk_bytes = o.chunk ? o.chunk : set.chunk_bytes;
     if (do_measure) measure(&m, &src);
-    if (set_a) m.alpha = given.alpha, src.alpha = "--alpha";
-    if (set_b) m.beta = given.beta, src.beta = "--beta";
-    if (set_g) m.gamma = given.gamma, src.gamma = "--gamma";
-    if (set_gc) m.gamma_copy = given.gamma_copy, src.gamma_copy = "--gamma-copy";
+    for (c = 0; c < NCOSTS; c++)
+        if (cost_set[c]) *costs[c].param = given[c], *costs[c].src = costs[c].opt;
     if (m.beta <= 0 || m.gamma <= 0 || m.gamma_copy <= 0)
         die("--beta, --gamma and --gamma-copy must be greater than 0");
     if (algo_auto) o.algo = loomi_model_best(o.coll, o.p, o.bytes, &m, NULL);

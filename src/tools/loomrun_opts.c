@@ -159,6 +159,15 @@ static bool parse_seconds(const char *s, double *out)
     return true;
 }
 
+/* The value of a duration option (--timeout, --stop-delay, --grace), or
+ * a usage error naming the option; note ends the error's text. */
+static void need_seconds(const char *val, double *out, const char *opt, const char *note)
+{
+    if (!parse_seconds(val, out))
+        usage_error("invalid value '%s' for %s: expected a number of seconds >= 0%s", val, opt,
+                    note);
+}
+
 /* HOST, HOST:PORT, [V6], [V6]:PORT, or a bare IPv6 address (no port).
  * PORT 0 or no PORT: a free port is looked for on HOST. */
 static bool parse_root(const char *s, struct options *o)
@@ -377,22 +386,13 @@ void parse_args(int argc, char **argv, struct options *o)
             o->keep_going = true;
             break;
         case O_TIMEOUT:
-            if (!parse_seconds(val, &o->timeout_s))
-                usage_error("invalid value '%s' for --timeout: expected a "
-                            "number of seconds >= 0 (0: no timeout)",
-                            val);
+            need_seconds(val, &o->timeout_s, "--timeout", " (0: no timeout)");
             break;
         case O_STOP_DELAY:
-            if (!parse_seconds(val, &o->stop_delay_s))
-                usage_error("invalid value '%s' for --stop-delay: expected a "
-                            "number of seconds >= 0",
-                            val);
+            need_seconds(val, &o->stop_delay_s, "--stop-delay", "");
             break;
         case O_GRACE:
-            if (!parse_seconds(val, &o->grace_s))
-                usage_error("invalid value '%s' for --grace: expected a "
-                            "number of seconds >= 0",
-                            val);
+            need_seconds(val, &o->grace_s, "--grace", "");
             break;
         case O_BIND:
             if (!strcmp(val, "core")) o->bind = true;
