@@ -287,12 +287,8 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
         snprintf(err, errn, "out of memory for a %u-byte message", len);
         return -1;
     }
-    m->next = NULL;
-    m->type = type;
-    m->src = q;
-    m->epoch = epoch;
-    m->arg = arg;
-    m->len = len;
+    /* One initializer: a field left out (next) is zero. */
+    *m = (struct loomi_cmsg){.type = type, .src = q, .epoch = epoch, .arg = arg, .len = len};
     memcpy(m->data, h + HDR_BYTES, len);
     if (c->mb_tail) c->mb_tail->next = m;
     else c->mb_head = m;
