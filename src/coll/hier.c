@@ -327,6 +327,10 @@ static loom_result_t reduce_scatter_runs(struct loomi_sched *s, const struct loo
     return rc;
 }
 
+/* The uniform-host generators (reduce_scatter, allgather, alltoall)
+ * open alike on purpose: the same checks and the same names for where
+ * this rank stands, which their bodies use throughout; a struct of them
+ * would put every use behind its name. */
 loom_result_t loomi_gen_reduce_scatter_hier(struct loomi_sched *s,
                                             const struct loomi_coll_args *a)
 {

@@ -602,6 +602,12 @@ loom_result_t loomi_gen_reduce_scatter_shared(struct loomi_sched *s,
  * once, with user-space copies that may stream; the flat algorithms'
  * transfers over shared memory are copies through a FIFO or the
  * kernel's.  Across hosts, hierarchical; without arenas, the ring.
+ *
+ * The shared generators open alike on purpose (the fall-backs, then
+ * where this rank's host stands) and their rounds end alike ("out",
+ * then the join that frees the half): each names its own fall-backs
+ * and buffers, and a helper for the few common lines would take more
+ * arguments than it saves.
  */
 loom_result_t loomi_gen_allgather_shared(struct loomi_sched *s, const struct loomi_coll_args *a)
 {

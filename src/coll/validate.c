@@ -37,6 +37,8 @@ struct vctx {
     size_t len;
 };
 
+/* Formats as codecs.c's bad_data does (the varargs idiom, alike on
+ * purpose); it also keeps the text for the caller's msg. */
 static loom_result_t vfail(struct vctx *v, const char *fmt, ...) LOOMI_PRINTF(2, 3);
 static loom_result_t vfail(struct vctx *v, const char *fmt, ...)
 {

@@ -82,6 +82,8 @@ loom_result_t loom_mem_deregister(loom_comm_t h, loom_mem_t handle)
     return LOOM_SUCCESS;
 }
 
+/* Walks its list as loomi_mem_windows_free_all (window.c) does its
+ * own: two lists of two types, alike on purpose. */
 void loomi_mem_release_all(struct loom_comm *comm)
 {
     /* The transport is gone (its destroy released every registration):

@@ -296,6 +296,8 @@ loom_result_t loom_mem_free(loom_comm_t h, void *ptr)
     return LOOM_SUCCESS;
 }
 
+/* Walks its list as loomi_mem_release_all (mem.c) does its own: two
+ * lists of two types, alike on purpose. */
 void loomi_mem_windows_free_all(struct loom_comm *c)
 {
     while (c->wins) {

@@ -77,7 +77,9 @@ LC_INLINE float lc_ldf(const unsigned char *p)
     return lr_bitsf(loomi_le32_load(p));
 }
 
-/* "codec NAME: ..." as LOOM_ERR_REMOTE: the encoded buffer is malformed. */
+/* "codec NAME: ..." as LOOM_ERR_REMOTE: the encoded buffer is malformed.
+ * Formats as validate.c's vfail does (the varargs idiom, alike on
+ * purpose); the prefix is its own. */
 static loom_result_t bad_data(const loom_codec_t *c, const char *fmt, ...)
     LOOMI_PRINTF(2, 3);
 static loom_result_t bad_data(const loom_codec_t *c, const char *fmt, ...)
