@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/hostmap.h"
@@ -66,6 +67,9 @@ void loomi_engine_release(struct loomi_engine *e)
 {
     free(e->spare_op);
     e->spare_op = NULL;
+    free(e->slot_map);
+    e->slot_map = NULL;
+    e->slot_nmap = 0;
     free(e->scratch);
     free(e->backup);
     e->scratch = e->backup = NULL;
@@ -263,6 +267,18 @@ static void op_run_ready(struct loomi_op *op)
             if (st->count && loomi_op_run_codec(op, st) != LOOM_SUCCESS) break;
             step_done(op, i);
             break;
+        case LOOMI_STEP_SLOT: {
+            /* Publishes on its first visit, then looks for the peers'
+             * words a while on each: it stays at the head of the ready
+             * list until they are all there (slot.c). */
+            int k = loomi_op_run_slot(op, st);
+            if (k > 0) step_done(op, i);
+            else if (k == 0) {
+                op->rhead--;
+                return;
+            }
+            break;
+        }
         case LOOMI_STEP_EXPECT:
             if (bytes && memcmp(bufp(op, st->src) + st->src_off, bufp(op, st->src2) + st->src2_off,
                                 bytes) != 0) {
@@ -601,12 +617,14 @@ static int ms_to_deadline(struct loomi_engine *e)
 static int silent_peer(const struct loomi_engine *e)
 {
     int send_peer = -1;
-    for (const struct loomi_op *op = e->active; op; op = op->next)
+    for (const struct loomi_op *op = e->active; op; op = op->next) {
+        if (op->slot_wait) return op->slot_next;
         for (uint32_t i = 0; i < op->s.nsteps; i++) {
             if (!op->posted[i]) continue;
             if (op->s.steps[i].kind == LOOMI_STEP_RECV) return op->s.steps[i].peer;
             if (send_peer < 0) send_peer = op->s.steps[i].peer;
         }
+    }
     return send_peer;
 }
 
@@ -623,6 +641,8 @@ static void check_stall(struct loomi_engine *e)
     for (const struct loomi_op *op = e->active; op; op = op->next) {
         if (op->s.p2p || !op->s.call) continue;
         int peers[16], np = 0;
+        /* In the slots: the first rank whose word is not there yet. */
+        if (op->slot_wait) peers[np++] = op->slot_next;
         for (uint32_t i = 0; i < op->s.nsteps && np < 16; i++) {
             if (!op->posted[i]) continue;
             int q = op->s.steps[i].peer, seen = 0;
@@ -656,6 +676,8 @@ static void check_deadline(struct loomi_engine *e)
         snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
                  "to release the shared arenas)",
                  (unsigned long long)head->seq, head->ndone, head->s.nsteps);
+    else if (op->slot_wait)
+        snprintf(held, sizeof held, " (a small collective through the shared arenas' slots)");
     engine_fail(e, LOOM_ERR_TIMEOUT, suspect,
                     "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
                     "waiting on rank %d; operation %llu%s had %u of %u steps done%s",
@@ -764,6 +786,17 @@ static inline __attribute__((always_inline)) void drive(struct loomi_engine *e,
                 }
             }
             if (DRIVE_DONE()) break;
+        }
+        if (op && op->slot_wait) {
+            /* Waiting in the slots (slot.c), which have nothing to sleep
+             * on: a long wait (a rank still computing) naps between
+             * looks instead of burning a core. */
+            while (!op->finished) {
+                struct timespec ts = {0, 20000};
+                nanosleep(&ts, NULL);
+                engine_round(e, 0);
+            }
+            break;
         }
         engine_round(e, ms_to_deadline(e));
     }

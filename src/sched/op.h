@@ -37,6 +37,10 @@ struct loomi_op {
     struct loomi_op *next, *prev;           /* comm->active: still running */
     struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
     uintptr_t req; /* the request handle it was given as (0: none) */
+    /* LOOMI_STEP_SLOT (slot.c): published and waiting for the ranks from
+     * slot_next on, in slot operation slot_s. */
+    int slot_wait, slot_next;
+    uint64_t slot_s;
 };
 
 /* A buffer id's address: the operation's own buffers or a shared arena. */
@@ -52,6 +56,10 @@ loom_result_t loomi_op_run_codec(struct loomi_op *op, const struct loomi_step *s
 /* An EXPECT step found a peer running the operation otherwise: fail the
  * operation saying how. */
 void loomi_op_expect_failed(struct loomi_op *op, const struct loomi_step *st);
+/* A LOOMI_STEP_SLOT step, run (publish, then look for the peers' words)
+ * each time the engine visits it: 1 when done, 0 while it waits on rank
+ * op->slot_next, -1 when the operation failed (op->status). */
+int loomi_op_run_slot(struct loomi_op *op, const struct loomi_step *st);
 /* A failed saves_input operation: put back what its started steps wrote. */
 void loomi_op_restore_written(struct loomi_op *op);
 
