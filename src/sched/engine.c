@@ -747,6 +747,44 @@ static int any_finished(struct loomi_op *const *ops, int n)
     return 0;
 }
 
+/* Drive e (locked) until op, waiting in the slots (slot.c), is finished.
+ * Each visit of its step looks at the peers' words a while; between
+ * visits, the other operations progress, the control plane is heard,
+ * the deadline holds and a stalled peer is probed (check_deadline), but
+ * the transport is polled for the slot operation alone only once
+ * nothing has arrived for a millisecond (a message there may show that
+ * a peer made the call otherwise): the slots' words are the critical
+ * path.  Past spin_us the wait naps between visits (a rank still
+ * computing), as the slots have nothing to sleep on. */
+static void drive_slot(struct loomi_engine *e, struct loomi_op *op)
+{
+    uint64_t t0 = 0, seen = 0; /* ns: the wait began; a peer's word last arrived */
+    int next = op->slot_next;
+    for (unsigned visits = 1; !op->finished; visits++) {
+        engine_advance(e);
+        /* A turn every few visits, the deadline every few turns: the
+         * clock costs more than a look. */
+        if (op->finished || visits % 8) continue;
+        const uint64_t now = loomi_now_ns();
+        if (!t0) t0 = seen = now;
+        if (op->slot_next != next) {
+            next = op->slot_next;
+            seen = now;
+        }
+        if (e->nactive > 1 || now - seen >= 1000000u) {
+            engine_round(e, 0);
+        } else if (*e->ctrl && *e->error == LOOM_SUCCESS && e->hooks->sync(e) != LOOM_SUCCESS) {
+            loomi_engine_fail_all(e);
+            break;
+        }
+        if (visits % 64 == 0) check_deadline(e);
+        if (!op->finished && now - t0 >= (uint64_t)e->set->spin_us * 1000u) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 /* Drive e (locked) until op is finished or, op NULL, one of ops (all of
  * e): progress is op's steps done, or with ops any transfer completed.
  * Inlined into both callers, so each keeps its own tight polling loop. */
@@ -761,6 +799,10 @@ static inline __attribute__((always_inline)) void drive(struct loomi_engine *e,
          * may all be closed by now. */
         engine_advance(e);
         if (DRIVE_DONE()) break;
+        if (op && op->slot_wait) {
+            drive_slot(e, op);
+            break;
+        }
         /* Poll without sleeping for up to spin_us after the last progress:
          * a sleep and wake-up costs more than the wait when cores are free. */
         if (e->set->spin_us) {
@@ -786,17 +828,6 @@ static inline __attribute__((always_inline)) void drive(struct loomi_engine *e,
                 }
             }
             if (DRIVE_DONE()) break;
-        }
-        if (op && op->slot_wait) {
-            /* Waiting in the slots (slot.c), which have nothing to sleep
-             * on: a long wait (a rank still computing) naps between
-             * looks instead of burning a core. */
-            while (!op->finished) {
-                struct timespec ts = {0, 20000};
-                nanosleep(&ts, NULL);
-                engine_round(e, 0);
-            }
-            break;
         }
         engine_round(e, ms_to_deadline(e));
     }
