@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,7 +357,7 @@ static void op_free(struct loomi_op *op)
     else if (e->live == op) e->live = op->live_next;
     if (op->live_next) op->live_next->live_prev = op->live_prev;
     e->nlive--;
-    loomi_sched_free(&op->s);
+    if (!op->s.borrowed) loomi_sched_free(&op->s); /* a borrowed one is the cache's */
     free(op->shared);
     op->shared = NULL;
     if (!e->spare_op && op->cap <= 256) e->spare_op = op;
@@ -451,7 +452,10 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
             return loomi_fail(LOOM_ERR_NO_MEMORY, *e->rank, "engine: out of memory");
         }
     }
-    memset(op, 0, sizeof *op);
+    /* Everything before the schedule (copied whole below) and the
+     * message (empty until a failure) starts cleared. */
+    memset(op, 0, offsetof(struct loomi_op, s));
+    op->errmsg[0] = 0;
     op->cap = cap;
     /* xfers first: struct loomi_xfer needs the strictest alignment. */
     op->xfers = (struct loomi_xfer *)(op + 1);
@@ -462,7 +466,9 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
     op->eng = e;
     op->failed_peer = -1;
     op->s = *s;
-    memset(s, 0, sizeof *s);
+    /* The op owns it now (a borrowed one, a copy of the cache's, owns
+     * nothing: no need to clear it). */
+    if (!s->borrowed) memset(s, 0, sizeof *s);
     op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
     op->bufs[LOOMI_BUF_RECV] = recvbuf;
     if (op->s.nshared && (r = map_shared(op)) != LOOM_SUCCESS) goto fail_op;

@@ -9,7 +9,6 @@
 
 struct loomi_op {
     struct loomi_engine *eng;
-    struct loomi_sched s;
     unsigned char *bufs[LOOMI_NBUFS];
     unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
     /* Operations on the shared arenas run one at a time, in the order
@@ -26,7 +25,6 @@ struct loomi_op {
     uint32_t ndone;
     loom_result_t status; /* first failure seen by a callback */
     int failed_peer;
-    char errmsg[256];
     int finished;
     /* In-place safety: the caller's bytes, put back on failure. */
     void *backup;
@@ -41,6 +39,9 @@ struct loomi_op {
      * slot_next on, in slot operation slot_s. */
     int slot_wait, slot_next;
     uint64_t slot_s;
+    /* Last, as op_start clears all before them and copies s whole. */
+    struct loomi_sched s;
+    char errmsg[256]; /* the first failure's (set with status) */
 };
 
 /* A buffer id's address: the operation's own buffers or a shared arena. */
