@@ -304,12 +304,13 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     return LOOM_SUCCESS;
 }
 
-/* The communicator's slot schedule, rewritten for this call: one
- * LOOMI_STEP_SLOT, without dependencies, so that only its step and its
- * buffers' extents change from call to call.  Built and finished once;
- * the operation borrows it (*out). */
+/* The communicator's slot schedule, rewritten for this call (number no,
+ * check chk): one LOOMI_STEP_SLOT, without dependencies, so that only
+ * its step and its buffers' extents change from call to call.  Built and
+ * finished once; the engine runs it without taking it (*out). */
 static loom_result_t slot_sched(struct loom_comm *c, int coll, size_t count,
-                                loom_datatype_t dtype, loom_op_t op, struct loomi_sched *out)
+                                loom_datatype_t dtype, loom_op_t op, uint64_t no, uint32_t chk,
+                                const struct loomi_sched **out)
 {
     struct loomi_sched *s = &c->small_sched;
     const size_t p = (size_t)c->nranks, es = loom_datatype_size(dtype);
@@ -344,8 +345,9 @@ static loom_result_t slot_sched(struct loom_comm *c, int coll, size_t count,
             return r;
         }
     }
-    *out = *s;
-    out->borrowed = 1;
+    s->call = no;
+    s->chk = chk;
+    *out = s;
     return LOOM_SUCCESS;
 }
 
@@ -369,17 +371,12 @@ loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbu
         }
         r = loomi_fail(c->error, me, "%s: %s", fn, c->errmsg);
     }
-    struct loomi_sched s;
-    if (r == LOOM_SUCCESS) r = slot_sched(c, coll, count, dtype, op, &s);
-    struct loomi_op *o = NULL;
-    if (r == LOOM_SUCCESS) {
-        s.call = no;
-        s.chk = chk;
-        /* Not in place for the engine: the input goes into the slot
-         * first, and the result is written only at the end. */
-        r = loomi_op_start(&c->eng, &s, sendbuf, recvbuf, 0, &o);
-    }
-    if (r == LOOM_SUCCESS && (r = loomi_op_wait(o)) != LOOM_SUCCESS) {
+    const struct loomi_sched *s = NULL;
+    if (r == LOOM_SUCCESS) r = slot_sched(c, coll, count, dtype, op, no, chk, &s);
+    /* Not in place for the engine: the input goes into the slot first,
+     * and the result is written only at the end. */
+    if (r == LOOM_SUCCESS &&
+        (r = loomi_op_run_slot_sched(&c->eng, s, sendbuf, recvbuf)) != LOOM_SUCCESS) {
         char why[512];
         snprintf(why, sizeof why, "%s", loom_get_last_error());
         r = loomi_fail(r, me, "%s: %s", fn, why);

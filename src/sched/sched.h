@@ -380,6 +380,9 @@ struct loomi_engine {
     unsigned char **slot_map;
     int slot_nmap;
     uint64_t slot_seq;
+    /* The operation that runs slot schedules when nothing else runs
+     * (loomi_op_run_slot_sched), kept from call to call. */
+    struct loomi_op *slot_op;
     /* Buffers cached across operations. */
     void *scratch, *backup;
     size_t scratch_len, backup_len;
@@ -429,6 +432,15 @@ loom_result_t loomi_op_start(struct loomi_engine *e, struct loomi_sched *s,
                              struct loomi_op **out);
 /* Block until done or failed; frees the op; returns its result. */
 loom_result_t loomi_op_wait(struct loomi_op *op);
+/* Run `s`, one LOOMI_STEP_SLOT (slot.c), to its end over the given
+ * buffers, not in place; s stays the caller's.  When nothing else runs
+ * on e, on the engine's own slot operation, kept from call to call: its
+ * step first runs at once and, if the peers' words are not all there
+ * yet, the engine drives it as any operation; otherwise it is started
+ * and waited for as any schedule.  Returns its result (the thread's last
+ * error set on a failure). */
+loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi_sched *s,
+                                      const void *sendbuf, void *recvbuf);
 /* Non-blocking: *done=1 and result returned (op freed) when complete. */
 loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
