@@ -867,79 +867,14 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
     return r;
 }
 
-/* The engine's one slot operation (e->slot_op), re-armed for a slot
- * schedule: as op_start would set it up, without the lists. */
-static struct loomi_op *slot_op_arm(struct loomi_engine *e, const struct loomi_sched *s,
-                                    const void *sendbuf, void *recvbuf)
+loom_result_t loomi_op_drive_kept(struct loomi_op *op, int ran)
 {
-    struct loomi_op *op = e->slot_op;
-    if (!op) {
-        op = malloc(sizeof *op + sizeof *op->xfers + sizeof *op->pending + sizeof *op->ready + 1);
-        if (!op) return NULL;
-        e->slot_op = op;
-    }
-    memset(op, 0, offsetof(struct loomi_op, s));
-    op->errmsg[0] = 0;
-    op->cap = 1;
-    op->xfers = (struct loomi_xfer *)(op + 1);
-    op->ready = (uint32_t *)(op->xfers + 1);
-    op->pending = (uint16_t *)(op->ready + 1);
-    op->posted = (uint8_t *)(op->pending + 1);
-    op->posted[0] = 0;
-    op->pending[0] = 0;
-    op->eng = e;
-    op->failed_peer = -1;
-    op->s = *s;
-    op->s.borrowed = 1; /* the owner's: never freed here */
-    op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
-    op->bufs[LOOMI_BUF_RECV] = recvbuf;
-    op->seq = op->s.call;
-    push_ready(op, 0);
-    return op;
-}
-
-loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi_sched *s,
-                                      const void *sendbuf, void *recvbuf)
-{
-    loomi_engine_lock(e);
-    loom_result_t r;
-    struct loomi_op *op = NULL;
-    /* Something else in flight (its steps must progress while this
-     * waits), or not one slot step: an operation like any other. */
-    if (e->active || s->nsteps != 1 || s->steps[0].kind != LOOMI_STEP_SLOT || s->nshared ||
-        s->buf_bytes[LOOMI_BUF_SCRATCH] || *e->error != LOOM_SUCCESS) {
-        loomi_engine_unlock(e);
-        struct loomi_sched b = *s;
-        b.borrowed = 1;
-        r = loomi_op_start(e, &b, sendbuf, recvbuf, 0, &op);
-        return r == LOOM_SUCCESS ? loomi_op_wait(op) : r;
-    }
-    if (!(op = slot_op_arm(e, s, sendbuf, recvbuf))) {
-        loomi_engine_unlock(e);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, *e->rank, "engine: out of memory");
-    }
-    /* Its one step at once, off the lists: it publishes and looks for
-     * the peers' words a while (slot.c), which is all the usual call
-     * takes. */
-    op->rhead = 1;
-    int k = loomi_op_run_slot(op, &op->s.steps[0]);
-    if (k > 0) {
-        op->ndone = 1;
-        op->finished = 1;
-        loomi_engine_unlock(e);
-        return LOOM_SUCCESS;
-    }
-    /* Not yet every word, or a failure: the engine takes the operation
-     * over as if op_start had started it, with everything the engine
-     * does for a wait (the control plane, the transport, the deadline,
-     * the probe of a stalled peer, the failure of every rank). */
-    if (k == 0) op->rhead = 0;
-    e->progressed = 1; /* nothing else runs: the deadline counts from now */
+    struct loomi_engine *e = op->eng;
+    if (ran == 0) op->rhead = 0; /* its step runs again */
+    e->progressed = 1;           /* nothing else runs: the deadline counts from now */
     active_add(e, op);
     drive(e, op, NULL, 0);
-    r = op_status(op);
-    loomi_engine_unlock(e);
-    return r;
+    return op_status(op);
 }
 
 loom_result_t loomi_op_test(struct loomi_op *op, int *done)

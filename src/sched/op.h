@@ -61,6 +61,12 @@ void loomi_op_expect_failed(struct loomi_op *op, const struct loomi_step *st);
  * each time the engine visits it: 1 when done, 0 while it waits on rank
  * op->slot_next, -1 when the operation failed (op->status). */
 int loomi_op_run_slot(struct loomi_op *op, const struct loomi_step *st);
+/* An operation kept by the engine (e->slot_op), not started with
+ * op_start, whose one step ran once off the lists (ran: what
+ * loomi_op_run_slot returned, 0 or -1): the engine drives it to its end
+ * as any running operation, e locked; returns its result (the thread's
+ * last error set on a failure).  It is not freed. */
+loom_result_t loomi_op_drive_kept(struct loomi_op *op, int ran);
 /* A failed saves_input operation: put back what its started steps wrote. */
 void loomi_op_restore_written(struct loomi_op *op);
 

@@ -39,6 +39,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,15 +145,54 @@ static int slot_mismatch(struct loomi_op *op, int q, uint64_t v)
                      q, (unsigned long long)(no + ahead), (unsigned long long)no);
 }
 
-/* Every input is there: read what the step says into its destination. */
-static void slot_read(struct loomi_op *op, const struct loomi_step *st, size_t in)
+/* Bytes of a step's input in a slot. */
+static size_t slot_in(const struct loomi_sched *s, const struct loomi_step *st)
 {
-    const struct loomi_engine *e = op->eng;
-    const struct loomi_sched *s = &op->s;
-    const uint64_t sq = op->slot_s;
+    return st->count * s->esize * ((st->flags & LOOMI_SLOT_BLOCKS) ? (size_t)s->nranks : 1);
+}
+
+/* Publish: this rank's input into its slot of slot operation sq (the
+ * next), then the word.  In place, the input is in the slot before
+ * anything is written. */
+static uint64_t slot_publish(struct loomi_engine *e, const struct loomi_sched *s, const void *src,
+                             size_t in, uint64_t want)
+{
+    const uint64_t sq = ++e->slot_seq;
+    unsigned char *mine = e->slot_map[s->rank];
+    if (in) memcpy(slot_of(e, mine, sq, in), src, in);
+    atomic_store_explicit(word_of(mine, sq), want, memory_order_release);
+    return sq;
+}
+
+/* Look for the words of slot operation sq from rank *next on, up to
+ * SPINS loads, giving the core away between them when ranks share cores
+ * (the rank waited for may need this one).  Returns 1 when every rank's
+ * word is `want`, 0 while rank *next has not got there, -1 when it
+ * published another call's word (*v). */
+static int slot_look(struct loomi_engine *e, int p, uint64_t sq, uint64_t want, int *next,
+                     uint64_t *v)
+{
+    for (unsigned spins = 0; *next < p;) {
+        *v = atomic_load_explicit(word_of(e->slot_map[*next], sq), memory_order_acquire);
+        if (*v == want) {
+            ++*next;
+            e->progressed = 1; /* the deadline counts from the last arrival */
+            continue;
+        }
+        if ((uint32_t)*v - (uint32_t)want < (1u << 24)) return -1;
+        if (++spins == SPINS) return 0;
+        if (e->oversubscribed) sched_yield();
+    }
+    return 1;
+}
+
+/* Every input of slot operation sq is there: read what step st says into
+ * out (its destination). */
+static void slot_read(const struct loomi_engine *e, const struct loomi_sched *s,
+                      const struct loomi_step *st, uint64_t sq, size_t in, unsigned char *out)
+{
     const size_t n = st->count * s->esize;
     const size_t off = (st->flags & LOOMI_SLOT_BLOCKS) ? (size_t)s->rank * n : 0;
-    unsigned char *out = bufp(op, st->dst) + st->dst_off;
     if (!n) return;
     if (st->flags & LOOMI_SLOT_REDUCE) {
         memcpy(out, slot_of(e, e->slot_map[0], sq, in) + off, n);
@@ -170,38 +210,99 @@ int loomi_op_run_slot(struct loomi_op *op, const struct loomi_step *st)
 {
     struct loomi_engine *e = op->eng;
     const struct loomi_sched *s = &op->s;
-    const int p = s->nranks;
-    const size_t in = st->count * s->esize * ((st->flags & LOOMI_SLOT_BLOCKS) ? (size_t)p : 1);
+    const size_t in = slot_in(s, st);
     const uint64_t want = slot_word(s->call, s->chk);
     if (!op->slot_wait) {
-        /* First visit: publish.  In place, the input is in the slot
-         * before anything is written. */
-        loom_result_t r = map_slots(e, p);
+        /* First visit: publish. */
+        loom_result_t r = map_slots(e, s->nranks);
         if (r != LOOM_SUCCESS) return slot_fail(op, r, -1, "%s", loom_get_last_error());
-        op->slot_s = ++e->slot_seq;
+        op->slot_s = slot_publish(e, s, bufp(op, st->src) + st->src_off, in, want);
         op->slot_next = 0;
         op->slot_wait = 1;
-        unsigned char *mine = e->slot_map[s->rank];
-        if (in) memcpy(slot_of(e, mine, op->slot_s, in), bufp(op, st->src) + st->src_off, in);
-        atomic_store_explicit(word_of(mine, op->slot_s), want, memory_order_release);
     }
     /* Ranks below slot_next have published the call. */
-    for (unsigned spins = 0; op->slot_next < p;) {
-        const int q = op->slot_next;
-        uint64_t v = atomic_load_explicit(word_of(e->slot_map[q], op->slot_s),
-                                          memory_order_acquire);
-        if (v == want) {
-            op->slot_next++;
-            e->progressed = 1; /* the deadline counts from the last arrival */
-            continue;
-        }
-        if (slot_mismatch(op, q, v)) return -1;
-        if (++spins == SPINS) return 0;
-        /* Give the core away between looks when ranks share cores (the
-         * rank we wait for may need this one). */
-        if (e->oversubscribed) sched_yield();
-    }
+    uint64_t v = 0;
+    const int k = slot_look(e, s->nranks, op->slot_s, want, &op->slot_next, &v);
+    if (k < 0) return slot_mismatch(op, op->slot_next, v);
+    if (k == 0) return 0;
     op->slot_wait = 0;
-    slot_read(op, st, in);
+    slot_read(e, s, st, op->slot_s, in, bufp(op, st->dst) + st->dst_off);
     return 1;
+}
+
+/* The engine's one slot operation (e->slot_op, allocated), re-armed for
+ * a slot schedule: as op_start would set it up, without the lists. */
+static struct loomi_op *slot_op_arm(struct loomi_engine *e, const struct loomi_sched *s,
+                                    const void *sendbuf, void *recvbuf)
+{
+    struct loomi_op *op = e->slot_op;
+    memset(op, 0, offsetof(struct loomi_op, s));
+    op->errmsg[0] = 0;
+    op->cap = 1;
+    /* As op_start lays out a block of one step. */
+    op->xfers = (struct loomi_xfer *)(op + 1);
+    op->ready = (uint32_t *)(op->xfers + 1);
+    op->pending = (uint16_t *)(op->ready + 1);
+    op->posted = (uint8_t *)(op->pending + 1);
+    op->posted[0] = 0;
+    op->pending[0] = 0;
+    op->eng = e;
+    op->failed_peer = -1;
+    op->s = *s;
+    op->s.borrowed = 1; /* the caller's: never freed here */
+    op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
+    op->bufs[LOOMI_BUF_RECV] = recvbuf;
+    op->seq = op->s.call;
+    op->ready[op->rtail++] = 0;
+    return op;
+}
+
+loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi_sched *s,
+                                      const void *sendbuf, void *recvbuf)
+{
+    const struct loomi_step *st = s->steps;
+    loomi_engine_lock(e);
+    /* Something else in flight (its steps must progress while this
+     * waits), not one slot step between the caller's buffers, or the
+     * slots or the kept operation not there (the operation's first visit
+     * says why): an operation like any other. */
+    if (!e->slot_op) {
+        struct loomi_op *op;
+        e->slot_op = malloc(sizeof *op + sizeof *op->xfers + sizeof *op->pending +
+                            sizeof *op->ready + 1);
+    }
+    if (e->active || s->nsteps != 1 || st->kind != LOOMI_STEP_SLOT || s->nshared ||
+        st->src != LOOMI_BUF_SEND || st->dst != LOOMI_BUF_RECV || *e->error != LOOM_SUCCESS ||
+        !e->slot_op || map_slots(e, s->nranks) != LOOM_SUCCESS) {
+        loomi_engine_unlock(e);
+        struct loomi_sched b = *s;
+        b.borrowed = 1;
+        struct loomi_op *op = NULL;
+        loom_result_t r = loomi_op_start(e, &b, sendbuf, recvbuf, 0, &op);
+        return r == LOOM_SUCCESS ? loomi_op_wait(op) : r;
+    }
+    /* The step at once, as its first visit would run it: publish, and
+     * look for the words a while, which is all the usual call takes. */
+    const size_t in = slot_in(s, st);
+    const uint64_t want = slot_word(s->call, s->chk);
+    const uint64_t sq = slot_publish(e, s, (const unsigned char *)sendbuf + st->src_off, in, want);
+    int next = 0;
+    uint64_t v = 0;
+    if (slot_look(e, s->nranks, sq, want, &next, &v) > 0) {
+        slot_read(e, s, st, sq, in, (unsigned char *)recvbuf + st->dst_off);
+        loomi_engine_unlock(e);
+        return LOOM_SUCCESS;
+    }
+    /* Not yet every word, or another call's: the engine's kept operation
+     * takes the step over where it stands, and the engine drives it as
+     * if op_start had started it, with everything the engine does for a
+     * wait (the control plane, the transport, the deadline, the probe of
+     * a stalled peer, a mismatch or any failure failing every rank). */
+    struct loomi_op *op = slot_op_arm(e, s, sendbuf, recvbuf);
+    op->slot_wait = 1;
+    op->slot_s = sq;
+    op->slot_next = next;
+    const loom_result_t r = loomi_op_drive_kept(op, 0);
+    loomi_engine_unlock(e);
+    return r;
 }
