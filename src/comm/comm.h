@@ -96,7 +96,8 @@ struct loom_comm {
         int was, now;
     } tuned[LOOMI_TUNED];
     /* The one-step schedule of a small collective, rewritten for each
-     * call and lent to its operation (small.c; no steps until the first). */
+     * call and run by the engine, which keeps it the communicator's
+     * (small.c, loomi_op_run_slot_sched; no steps until the first). */
     struct loomi_sched small_sched;
     /* What the links cost and the cost model's choices (NULL: fixed
      * thresholds, as for local communicators). */

@@ -434,11 +434,13 @@ loom_result_t loomi_op_start(struct loomi_engine *e, struct loomi_sched *s,
 loom_result_t loomi_op_wait(struct loomi_op *op);
 /* Run `s`, one LOOMI_STEP_SLOT (slot.c), to its end over the given
  * buffers, not in place; s stays the caller's.  When nothing else runs
- * on e, on the engine's own slot operation, kept from call to call: its
- * step first runs at once and, if the peers' words are not all there
- * yet, the engine drives it as any operation; otherwise it is started
- * and waited for as any schedule.  Returns its result (the thread's last
- * error set on a failure). */
+ * on e, its step runs at once, on the calling thread: publish, then look
+ * for the peers' words a while; if they are not all there yet (or one
+ * is another call's), the engine's own slot operation, kept from call to
+ * call, takes the step over where it stands and the engine drives it as
+ * any operation.  Otherwise it is started and waited for as any
+ * schedule.  Returns its result (the thread's last error set on a
+ * failure). */
 loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi_sched *s,
                                       const void *sendbuf, void *recvbuf);
 /* Non-blocking: *done=1 and result returned (op freed) when complete. */

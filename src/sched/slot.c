@@ -11,7 +11,11 @@
  * reduce-scatter and all-to-all, nothing for barrier.  One
  * synchronisation instead of log2(p) rounds.  The step is the whole
  * operation; the engine visits it like any ready step until it is done
- * (op_run_ready), and its waits have the operation's deadline.
+ * (op_run_ready), and its waits have the operation's deadline.  A
+ * blocking call with nothing else in flight runs it at once instead
+ * (loomi_op_run_slot_sched): most calls find every word within the first
+ * look, and only a longer wait goes to the engine, on an operation kept
+ * for it.
  *
  * Each rank's region (at e->slot_off in its arena, which the owner set
  * with the transport): two 64-byte lines, each holding a word that names
