@@ -287,8 +287,6 @@ loom_result_t loomi_algo_parse(const char *what, const char *spec, int forced[LO
 
 /* ----------------------------------------- small collectives (small.c) */
 
-/* Bytes at the tail of each arena that slots of small_max bytes take. */
-size_t loomi_small_region_bytes(size_t small_max);
 /* The bytes of a slot (the largest allreduce that goes through the
  * slots), for LOOM_SHM_SMALL shm_small and arenas of arena_bytes (0: no
  * slots, as when the ranks are on several hosts or there are no arenas). */
@@ -331,7 +329,8 @@ loom_result_t loomi_small_tune(struct loom_comm *comm);
 #define LOOMI_TUNED 32 /* spans taken over, at most */
 loom_result_t loomi_algo_tune(struct loom_comm *comm, uint64_t budget_ns);
 /* Run it (fn names the public call in errors) as collective call `no`
- * whose check is chk (comm/calls.h). */
+ * whose check is chk (comm/calls.h): a one-step schedule (a
+ * LOOMI_STEP_SLOT) through the engine. */
 loom_result_t loomi_small_coll(struct loom_comm *comm, int coll, const void *sendbuf,
                                void *recvbuf, size_t count, loom_datatype_t dtype,
                                loom_op_t op, const char *fn, uint64_t no, uint32_t chk);

@@ -3,7 +3,7 @@
  * happens when they do not (calls.c).
  *
  * Every collective call a rank makes on a communicator (blocking or not,
- * in a group or not, through the shared-memory slots or the engine) gets
+ * in a group or not, through the shared-memory slots or messages) gets
  * the next number of the communicator's count of calls, which is the
  * same on every rank as long as the ranks make the same calls in the same
  * order; the engine's tags carry it (transport.h).  Each call has a
@@ -131,7 +131,7 @@ void loomi_calls_probe(struct loom_comm *c, uint64_t no, const int *peers, int n
 /* Answer the probes that came (under the communicator's lock; cheap when
  * none did): one whose call differs from this rank's call of the same
  * number fails the communicator with LOOM_ERR_MISMATCH.  Waits call it
- * now and then (the engine's deadline checks, the slots' slow looks). */
+ * now and then (the engine's deadline checks, in the slots' waits too). */
 void loomi_calls_poll(struct loom_comm *c);
 /* The communicator failed with LOOM_ERR_MISMATCH: send this rank's last
  * calls to every rank (once). */

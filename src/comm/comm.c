@@ -428,13 +428,16 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
     if (c->shared_bytes) {
         c->small_max =
             loomi_small_limit(c->set.shm_small, c->shared_bytes, c->nranks, c->hosts->nhosts);
-        if (c->small_max) c->small_region = loomi_small_region_bytes(c->small_max);
+        if (c->small_max) c->small_region = loomi_slot_region_bytes(c->small_max);
         for (int k = 0; k < LOOMI_SMALL_TUNED; k++)
             c->small_lim[k] = c->small_max; /* until loomi_small_tune() measures them */
         for (int k = 0; k < LOOMI_RED_CLASSES; k++) c->small_lim_red[k] = c->small_max;
         c->small_unmeasured = 0;
         c->shared_bytes -= c->small_region;
     }
+    /* The engine runs the slot operations: where its slots lie. */
+    c->eng.slot_off = c->shared_bytes;
+    c->eng.slot_bytes = c->small_max;
     /* Live from here: tuning calls the public collectives on it. */
     r = loomi_comm_publish(c);
     if (r != LOOM_SUCCESS) return r;
@@ -640,7 +643,7 @@ static void comm_free(struct loom_comm *c, int polite)
         c->agree_stash = m->next;
         free(m);
     }
-    free(c->small_map);
+    loomi_sched_free(&c->small_sched);
     free(c->hosts);
     free(c->links);
     free(c->sel);

@@ -62,10 +62,9 @@ struct loom_comm {
     /* Bytes of each rank's shared arena that schedules may use (0: none
      * reachable). */
     size_t shared_bytes;
-    /* Small collectives through slots at the tail of the arenas (small.c):
-     * inputs up to small_max bytes (0: off), in operations numbered small_seq;
-     * small_map[r] is rank r's slot region as mapped here (NULL until
-     * the first such operation). */
+    /* Small collectives through slots at the tail of the arenas (small.c,
+     * the engine's slot steps): inputs up to small_max bytes (0: off), in
+     * a region of small_region bytes (eng.slot_off, eng.slot_bytes). */
     size_t small_max, small_region;
     /* Allreduce, reduce-scatter, allgather and alltoall (the first
      * LOOMI_SMALL_TUNED collectives) take the slots up to this many bytes
@@ -96,8 +95,10 @@ struct loom_comm {
         size_t from;
         int was, now;
     } tuned[LOOMI_TUNED];
-    uint64_t small_seq;
-    unsigned char **small_map;
+    /* The one-step schedule of a small collective, rewritten for each
+     * call and run by the engine, which keeps it the communicator's
+     * (small.c, loomi_op_run_slot_sched; no steps until the first). */
+    struct loomi_sched small_sched;
     /* What the links cost and the cost model's choices (NULL: fixed
      * thresholds, as for local communicators). */
     struct loomi_links *links;

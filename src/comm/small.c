@@ -1,103 +1,39 @@
 /*
  * small.c - small collectives among the ranks of one host, through slots
- * at the tail of their shared arenas, without the engine.
+ * at the tail of their shared arenas: the generator and launcher of the
+ * engine's slot operations, and the measuring of where they pay.
  *
- * For a few bytes the engine's fixed costs (an operation, a schedule,
- * log2(p) rounds of messages through the FIFOs) are most of the time.
- * Here each rank copies its input into its own slot, publishes the
- * operation's number, waits until every rank of the host has published
- * it, and then reads what it needs from the slots: all of them for
- * allreduce and allgather (reduced in rank order, so every rank computes
- * the same bytes), its own block of each for reduce-scatter and
- * all-to-all, nothing for barrier.  One synchronisation instead of
- * log2(p) rounds.
- *
- * Each rank's region: two 64-byte lines, each holding a word that names
- * the last operation whose data is in one of two slots, then the two
- * slots.  Inputs of up to 56 bytes go in the word's own line instead.
- * Small operation s uses slot s % 2.  A rank writes slot s % 2 again only
- * in operation s + 2, which it starts after seeing every rank publish
- * s + 1; a rank publishes s + 1 only after it has finished reading for s.
- * So no slot is overwritten while it is read, without any further
- * message.
- *
- * The word is the collective call's number on the communicator (its low
- * 32 bits) and the call's check above them (comm/calls.h), so the load
- * that tells a rank its peer's input is there also tells it that the
- * peer made the same call: the same number with another check, or a
- * later number (the peer made this call some other way and went on),
- * fails every rank with LOOM_ERR_MISMATCH before any slot is read.  A
- * peer that stays away while it is in some other call is asked which
- * (a probe, after LOOMI_CALL_STALL_MS).
+ * For a few bytes the fixed costs of rounds of messages through the
+ * FIFOs are most of the time.  A slot operation (LOOMI_STEP_SLOT,
+ * src/sched/slot.c) is one synchronisation instead: each rank copies its
+ * input into its own slot and publishes the call's word, waits until
+ * every rank of the host has published it, and reads what it needs from
+ * the slots, reduced in rank order where it reduces (the same bytes on
+ * every rank).  The word carries the call's number and check
+ * (comm/calls.h), so ranks that made different calls fail with
+ * LOOM_ERR_MISMATCH before any slot is read; a peer that stays away is
+ * probed and the engine's deadline holds; the caller's buffer is
+ * written only once every input is there, so a failure leaves it
+ * untouched.  Here: which calls take the slots, the one-step schedule
+ * of such a call (the communicator's, rewritten for each call, so that
+ * a call allocates nothing), and the engine runs it.  The engine finds
+ * the slots through its own transport, at the offset comm.c gave it.
  *
  * Every rank takes this path for the same calls: blocking, without a
  * codec, with at most small_max bytes in a slot, on a communicator whose
  * ranks all share one host through shared memory, with no LOOM_ALGO for
  * the collective (comm.c and collectives.c decide it from settings that
- * are the same on every rank).  The caller's buffer is written only once
- * every input is there, so a failure leaves it untouched.
+ * are the same on every rank), so every rank runs the same slot
+ * operations one at a time, as the slots need.
  */
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "coll/coll.h"
 #include "comm/collectives.h"
 #include "comm/comm.h"
 #include "core/internal.h"
-#include "reduce/reduce.h"
-
-#define LINE 64
-#define SEQ_LINES 2
-
-/* The word of small operation s in a rank's region. */
-static _Atomic uint64_t *seq_of(unsigned char *region, uint64_t s)
-{
-    return (_Atomic uint64_t *)(void *)(region + (s & 1) * LINE);
-}
-
-/* Where operation s's input of `bytes` lies: up to INLINE bytes in the
- * line of its number, so that a reader's one cache miss brings both;
- * otherwise in slot s % 2. */
-#define INLINE (LINE - sizeof(uint64_t))
-
-static unsigned char *slot_of(const struct loom_comm *c, unsigned char *region, uint64_t s,
-                              size_t bytes)
-{
-    if (bytes <= INLINE) return region + (s & 1) * LINE + sizeof(uint64_t);
-    return region + SEQ_LINES * LINE + (s & 1) * c->small_max;
-}
-
-size_t loomi_small_region_bytes(size_t small_max)
-{
-    size_t b = SEQ_LINES * LINE + 2 * small_max;
-    return (b + 4095) / 4096 * 4096;
-}
-
-/* Find every rank's region (once per communicator). */
-static loom_result_t map_regions(struct loom_comm *c)
-{
-    if (c->small_map) return LOOM_SUCCESS;
-    unsigned char **m = calloc((size_t)c->nranks, sizeof *m);
-    if (!m) return loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "small collective: out of memory");
-    for (int q = 0; q < c->nranks; q++) {
-        size_t len = 0;
-        unsigned char *a = c->eng.tops->shared_map ? c->eng.tops->shared_map(c->eng.tstate, q, &len) : NULL;
-        if (!a || len < c->shared_bytes + c->small_region) {
-            free(m);
-            return loomi_fail(LOOM_ERR_INTERNAL, c->rank,
-                              "small collective: rank %d's shared arena is not mapped here "
-                              "(%zu bytes, %zu needed)",
-                              q, a ? len : 0, c->shared_bytes + c->small_region);
-        }
-        m[q] = a + c->shared_bytes;
-    }
-    c->small_map = m;
-    return LOOM_SUCCESS;
-}
 
 /* Each rank reads every slot: past this many bytes read in all, the
  * engine's algorithms, which read less, are faster. */
@@ -109,7 +45,7 @@ size_t loomi_small_limit(size_t shm_small, size_t arena_bytes, int nranks, int n
     size_t lim = READ_BUDGET / (size_t)nranks;
     if (lim > shm_small) lim = shm_small;
     /* The slots take a small part of the arena, or none of it. */
-    return arena_bytes >= 4 * loomi_small_region_bytes(lim) ? lim : 0;
+    return arena_bytes >= 4 * loomi_slot_region_bytes(lim) ? lim : 0;
 }
 
 /* Bytes this rank puts in its slot for the collective (n: count times
@@ -368,169 +304,82 @@ loom_result_t loomi_small_tune(struct loom_comm *c)
     return LOOM_SUCCESS;
 }
 
-/* What a rank publishes for a call: its number's low 32 bits, and its
- * check above them (calls.h), so that one load tells a peer both that
- * the data is there and that it is for the same call. */
-static uint64_t slot_word(uint64_t no, uint32_t chk) { return (uint64_t)chk << 32 | (uint32_t)no; }
-
-/* Rank q published `v` in the slot where this rank waits for call `no`
- * with check chk: the same call with other arguments, or a later call,
- * which q made without these slots (it made call `no` some other way).
- * Returns 1 for such a mismatch, 0 while q has not got there yet. */
-static int slot_mismatch(struct loom_comm *c, int q, uint64_t v, uint64_t no, uint32_t chk,
-                         const char *fn)
+/* The communicator's slot schedule, rewritten for this call (number no,
+ * check chk): one LOOMI_STEP_SLOT, without dependencies, so that only
+ * its step and its buffers' extents change from call to call.  Built and
+ * finished once; the engine runs it without taking it (*out). */
+static loom_result_t slot_sched(struct loom_comm *c, int coll, size_t count,
+                                loom_datatype_t dtype, loom_op_t op, uint64_t no, uint32_t chk,
+                                const struct loomi_sched **out)
 {
-    const uint32_t ahead = (uint32_t)v - (uint32_t)no;
-    if (ahead >= (1u << 24)) return 0; /* an earlier call's word */
-    struct loomi_call mine;
-    char what[128] = "";
-    if (loomi_call_get(c, no, &mine)) loomi_call_str(&mine, what, sizeof what);
-    if (!ahead)
-        loomi_comm_fail(c, LOOM_ERR_MISMATCH, q,
-                        "rank %d made collective call %llu with other arguments than this "
-                        "rank's %s (call check %08x there, %08x here)",
-                        q, (unsigned long long)no, what[0] ? what : fn, (unsigned)(v >> 32),
-                        (unsigned)chk);
-    else
-        loomi_comm_fail(c, LOOM_ERR_MISMATCH, q,
-                        "rank %d went on to collective call %llu without making call %llu "
-                        "through the shared-memory slots as this rank's %s does",
-                        q, (unsigned long long)(no + ahead), (unsigned long long)no,
-                        what[0] ? what : fn);
-    return 1;
-}
-
-/* Wait until every rank has published call `no` (small operation s);
- * fails when a rank published another call there, when the communicator
- * breaks, or when nothing arrives for LOOM_TIMEOUT. */
-static loom_result_t wait_all(struct loom_comm *c, uint64_t s, uint64_t no, uint32_t chk,
-                              const char *fn)
-{
-    const int n = c->nranks;
-    const uint64_t want = slot_word(no, chk);
-    int next = 0;          /* ranks below `next` have published the call */
-    int probed = -1;       /* the rank asked which call it makes (calls.h) */
-    unsigned spins = 0;
-    uint64_t start = 0, last = 0; /* ns: the wait began; something last arrived */
-    while (next < n) {
-        uint64_t v = atomic_load_explicit(seq_of(c->small_map[next], s), memory_order_acquire);
-        if (v == want) {
-            next++;
-            last = 0;
-            continue;
-        }
-        if (slot_mismatch(c, next, v, no, chk, fn)) {
-            loomi_engine_fail_all(&c->eng);
-            break;
-        }
-        /* Give the core away between looks when ranks share cores (the
-         * rank we wait for may need this one). */
-        if (c->eng.oversubscribed) sched_yield();
-        if (++spins % 32) continue;
-        uint64_t now = loomi_now_ns();
-        if (!start) start = now;
-        if (!last) last = now;
-        /* Past a millisecond, the transport too (see loomi_small_coll). */
-        if (loomi_engine_poll(&c->eng, now - last >= 1000000u) != LOOM_SUCCESS) break;
-        /* A rank stalled in another call may be asking this one. */
-        if (c->ctrl) {
-            loomi_calls_poll(c);
-            if (c->error != LOOM_SUCCESS) {
-                loomi_engine_fail_all(&c->eng);
-                break;
-            }
-        }
-        /* A rank that is in another call may never come here: ask it. */
-        if (probed != next && now - last >= (uint64_t)LOOMI_CALL_STALL_MS * 1000000u) {
-            probed = next;
-            loomi_calls_probe(c, no, &next, 1);
-        }
-        if (now - last >= (uint64_t)c->set.timeout_ms * 1000000u) {
-            loomi_comm_fail(c, LOOM_ERR_TIMEOUT, next,
-                            "no progress for %d ms (LOOM_TIMEOUT) in a small collective "
-                            "through the shared arenas' slots, waiting on rank %d",
-                            c->set.timeout_ms, next);
-            loomi_engine_fail_all(&c->eng);
-            break;
-        }
-        /* A long wait (a rank still computing) need not burn a core: past
-         * the spin time, sleep a little between looks. */
-        if (now - start >= (uint64_t)c->set.spin_us * 1000u) {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+    struct loomi_sched *s = &c->small_sched;
+    const size_t p = (size_t)c->nranks, es = loom_datatype_size(dtype);
+    unsigned flags;
+    switch (coll) {
+    case LOOMI_COLL_ALLREDUCE: flags = LOOMI_SLOT_REDUCE; break;
+    case LOOMI_COLL_REDUCE_SCATTER: flags = LOOMI_SLOT_REDUCE | LOOMI_SLOT_BLOCKS; break;
+    case LOOMI_COLL_ALLGATHER: flags = LOOMI_SLOT_GATHER; break;
+    case LOOMI_COLL_ALLTOALL: flags = LOOMI_SLOT_GATHER | LOOMI_SLOT_BLOCKS; break;
+    default: flags = 0; count = 0; break; /* the barrier: nothing in the slots */
+    }
+    const size_t n = count * es; /* within small_max: loomi_small_fits */
+    size_t bytes[LOOMI_NBUFS] = {(flags & LOOMI_SLOT_BLOCKS) ? n * p : n,
+                                 (flags & LOOMI_SLOT_GATHER) ? n * p : flags ? n : 0, 0};
+    if (s->nsteps) {
+        s->dtype = dtype;
+        s->op = op;
+        s->esize = es;
+        s->steps[0].count = count;
+        s->steps[0].flags = flags;
+    } else {
+        loomi_sched_init(s, c->rank, c->nranks, dtype, op);
+        loomi_sched_slot(s, LOOMI_BUF_RECV, LOOMI_BUF_SEND, count, flags);
+    }
+    memcpy(s->buf_bytes, bytes, sizeof bytes);
+    s->coll1 = coll + 1;
+    s->algo = LOOMI_ALGO_AUTO;
+    if (!s->succ_start) {
+        loom_result_t r = loomi_sched_finish(s);
+        if (r != LOOM_SUCCESS) {
+            loomi_sched_free(s);
+            return r;
         }
     }
-    if (next == n) return LOOM_SUCCESS;
-    if (c->error == LOOM_ERR_MISMATCH) {
-        /* Which rank's call differs: the others say (calls.h). */
-        loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS);
-        c->mismatch_told = 1;
-    }
-    return loomi_fail(c->error != LOOM_SUCCESS ? c->error : LOOM_ERR_INTERNAL, c->rank, "%s: %s",
-                      fn, c->errmsg);
-}
-
-/* Reduce block `off` of every slot of operation s into dst, in rank order. */
-static void reduce_slots(struct loom_comm *c, uint64_t s, size_t in, size_t off, void *dst,
-                         size_t count, loom_datatype_t dtype, loom_op_t op)
-{
-    size_t n = count * loom_datatype_size(dtype);
-    memcpy(dst, slot_of(c, c->small_map[0], s, in) + off, n);
-    for (int q = 1; q < c->nranks; q++)
-        loomi_reduce_inplace(dst, slot_of(c, c->small_map[q], s, in) + off, count, dtype, op);
-    if (op == LOOM_AVG) loomi_reduce_finish_avg(dst, count, dtype, c->nranks);
+    s->call = no;
+    s->chk = chk;
+    *out = s;
+    return LOOM_SUCCESS;
 }
 
 loom_result_t loomi_small_coll(struct loom_comm *c, int coll, const void *sendbuf,
                                void *recvbuf, size_t count, loom_datatype_t dtype,
                                loom_op_t op, const char *fn, uint64_t no, uint32_t chk)
 {
-    const size_t n = count * loom_datatype_size(dtype);
-    const int me = c->rank, p = c->nranks;
+    const int me = c->rank;
     loomi_comm_lock(c);
-    loom_result_t r = map_regions(c);
     /* After a rooted collective, the next calls look at the transport
      * first: there a rank may have completed its part without hearing
      * from a peer that made the call otherwise (two ranks that both took
      * themselves for the root), whose message only shows it (calls.h). */
     const int look = c->poll_slots > 0;
     if (look) c->poll_slots--;
-    if (r == LOOM_SUCCESS && loomi_engine_poll(&c->eng, look) != LOOM_SUCCESS) {
+    loom_result_t r = LOOM_SUCCESS;
+    if (loomi_engine_poll(&c->eng, look) != LOOM_SUCCESS) {
         if (c->error == LOOM_ERR_MISMATCH) { /* which rank's call differs (calls.h) */
             loomi_calls_verdict(c, LOOMI_VERDICT_WAIT_MS);
             c->mismatch_told = 1;
         }
         r = loomi_fail(c->error, me, "%s: %s", fn, c->errmsg);
     }
-    if (r != LOOM_SUCCESS) {
-        loomi_comm_unlock(c);
-        return r;
-    }
-    const uint64_t s = ++c->small_seq;
-    unsigned char *mine = c->small_map[me];
-    /* In place, the input is in this slot before anything is written. */
-    const size_t in = slot_bytes(coll, n, p);
-    if (in) memcpy(slot_of(c, mine, s, in), sendbuf, in);
-    atomic_store_explicit(seq_of(mine, s), slot_word(no, chk), memory_order_release);
-    r = wait_all(c, s, no, chk, fn);
-    if (r == LOOM_SUCCESS && n) {
-        unsigned char *out = recvbuf;
-        switch (coll) {
-        case LOOMI_COLL_ALLREDUCE: reduce_slots(c, s, in, 0, out, count, dtype, op); break;
-        case LOOMI_COLL_REDUCE_SCATTER:
-            reduce_slots(c, s, in, (size_t)me * n, out, count, dtype, op);
-            break;
-        case LOOMI_COLL_ALLGATHER:
-            for (int q = 0; q < p; q++)
-                memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s, in), n);
-            break;
-        case LOOMI_COLL_ALLTOALL:
-            for (int q = 0; q < p; q++)
-                memcpy(out + (size_t)q * n, slot_of(c, c->small_map[q], s, in) + (size_t)me * n,
-                       n);
-            break;
-        default: break;
-        }
+    const struct loomi_sched *s = NULL;
+    if (r == LOOM_SUCCESS) r = slot_sched(c, coll, count, dtype, op, no, chk, &s);
+    /* Not in place for the engine: the input goes into the slot first,
+     * and the result is written only at the end. */
+    if (r == LOOM_SUCCESS &&
+        (r = loomi_op_run_slot_sched(&c->eng, s, sendbuf, recvbuf)) != LOOM_SUCCESS) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", loom_get_last_error());
+        r = loomi_fail(r, me, "%s: %s", fn, why);
     }
     loomi_comm_unlock(c);
     return r;

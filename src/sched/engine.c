@@ -16,10 +16,12 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/hostmap.h"
@@ -66,6 +68,11 @@ void loomi_engine_release(struct loomi_engine *e)
 {
     free(e->spare_op);
     e->spare_op = NULL;
+    free(e->slot_op);
+    e->slot_op = NULL;
+    free(e->slot_map);
+    e->slot_map = NULL;
+    e->slot_nmap = 0;
     free(e->scratch);
     free(e->backup);
     e->scratch = e->backup = NULL;
@@ -263,6 +270,18 @@ static void op_run_ready(struct loomi_op *op)
             if (st->count && loomi_op_run_codec(op, st) != LOOM_SUCCESS) break;
             step_done(op, i);
             break;
+        case LOOMI_STEP_SLOT: {
+            /* Publishes on its first visit, then looks for the peers'
+             * words a while on each: it stays at the head of the ready
+             * list until they are all there (slot.c). */
+            int k = loomi_op_run_slot(op, st);
+            if (k > 0) step_done(op, i);
+            else if (k == 0) {
+                op->rhead--;
+                return;
+            }
+            break;
+        }
         case LOOMI_STEP_EXPECT:
             if (bytes && memcmp(bufp(op, st->src) + st->src_off, bufp(op, st->src2) + st->src2_off,
                                 bytes) != 0) {
@@ -340,7 +359,7 @@ static void op_free(struct loomi_op *op)
     else if (e->live == op) e->live = op->live_next;
     if (op->live_next) op->live_next->live_prev = op->live_prev;
     e->nlive--;
-    loomi_sched_free(&op->s);
+    if (!op->s.borrowed) loomi_sched_free(&op->s); /* a borrowed one is the cache's */
     free(op->shared);
     op->shared = NULL;
     if (!e->spare_op && op->cap <= 256) e->spare_op = op;
@@ -435,7 +454,10 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
             return loomi_fail(LOOM_ERR_NO_MEMORY, *e->rank, "engine: out of memory");
         }
     }
-    memset(op, 0, sizeof *op);
+    /* Everything before the schedule (copied whole below) and the
+     * message (empty until a failure) starts cleared. */
+    memset(op, 0, offsetof(struct loomi_op, s));
+    op->errmsg[0] = 0;
     op->cap = cap;
     /* xfers first: struct loomi_xfer needs the strictest alignment. */
     op->xfers = (struct loomi_xfer *)(op + 1);
@@ -446,7 +468,9 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
     op->eng = e;
     op->failed_peer = -1;
     op->s = *s;
-    memset(s, 0, sizeof *s);
+    /* The op owns it now (a borrowed one, a copy of the cache's, owns
+     * nothing: no need to clear it). */
+    if (!s->borrowed) memset(s, 0, sizeof *s);
     op->bufs[LOOMI_BUF_SEND] = (unsigned char *)(uintptr_t)sendbuf;
     op->bufs[LOOMI_BUF_RECV] = recvbuf;
     if (op->s.nshared && (r = map_shared(op)) != LOOM_SUCCESS) goto fail_op;
@@ -601,12 +625,14 @@ static int ms_to_deadline(struct loomi_engine *e)
 static int silent_peer(const struct loomi_engine *e)
 {
     int send_peer = -1;
-    for (const struct loomi_op *op = e->active; op; op = op->next)
+    for (const struct loomi_op *op = e->active; op; op = op->next) {
+        if (op->slot_wait) return op->slot_next;
         for (uint32_t i = 0; i < op->s.nsteps; i++) {
             if (!op->posted[i]) continue;
             if (op->s.steps[i].kind == LOOMI_STEP_RECV) return op->s.steps[i].peer;
             if (send_peer < 0) send_peer = op->s.steps[i].peer;
         }
+    }
     return send_peer;
 }
 
@@ -623,6 +649,8 @@ static void check_stall(struct loomi_engine *e)
     for (const struct loomi_op *op = e->active; op; op = op->next) {
         if (op->s.p2p || !op->s.call) continue;
         int peers[16], np = 0;
+        /* In the slots: the first rank whose word is not there yet. */
+        if (op->slot_wait) peers[np++] = op->slot_next;
         for (uint32_t i = 0; i < op->s.nsteps && np < 16; i++) {
             if (!op->posted[i]) continue;
             int q = op->s.steps[i].peer, seen = 0;
@@ -656,6 +684,8 @@ static void check_deadline(struct loomi_engine *e)
         snprintf(held, sizeof held, " (waiting for operation %llu, %u of %u steps done, "
                  "to release the shared arenas)",
                  (unsigned long long)head->seq, head->ndone, head->s.nsteps);
+    else if (op->slot_wait)
+        snprintf(held, sizeof held, " (a small collective through the shared arenas' slots)");
     engine_fail(e, LOOM_ERR_TIMEOUT, suspect,
                     "no progress for %d ms (LOOM_TIMEOUT) with %d operation(s) running, "
                     "waiting on rank %d; operation %llu%s had %u of %u steps done%s",
@@ -704,7 +734,8 @@ loom_result_t loomi_engine_poll(struct loomi_engine *e, int transport)
     return *e->error;
 }
 
-static loom_result_t op_result(struct loomi_op *op)
+/* A finished operation's result, the thread's last error set from it. */
+static loom_result_t op_status(struct loomi_op *op)
 {
     loom_result_t r = op->status;
     struct loomi_engine *e = op->eng;
@@ -714,6 +745,12 @@ static loom_result_t op_result(struct loomi_op *op)
     }
     if (r != LOOM_SUCCESS)
         loomi_fail(r, *op->eng->rank, "%s", op->errmsg[0] ? op->errmsg : loom_strerror(r));
+    return r;
+}
+
+static loom_result_t op_result(struct loomi_op *op)
+{
+    loom_result_t r = op_status(op);
     op_free(op);
     return r;
 }
@@ -723,6 +760,44 @@ static int any_finished(struct loomi_op *const *ops, int n)
     for (int i = 0; i < n; i++)
         if (ops[i] && ops[i]->finished) return 1;
     return 0;
+}
+
+/* Drive e (locked) until op, waiting in the slots (slot.c), is finished.
+ * Each visit of its step looks at the peers' words a while; between
+ * visits, the other operations progress, the control plane is heard,
+ * the deadline holds and a stalled peer is probed (check_deadline), but
+ * the transport is polled for the slot operation alone only once
+ * nothing has arrived for a millisecond (a message there may show that
+ * a peer made the call otherwise): the slots' words are the critical
+ * path.  Past spin_us the wait naps between visits (a rank still
+ * computing), as the slots have nothing to sleep on. */
+static void drive_slot(struct loomi_engine *e, struct loomi_op *op)
+{
+    uint64_t t0 = 0, seen = 0; /* ns: the wait began; a peer's word last arrived */
+    int next = op->slot_next;
+    for (unsigned visits = 1; !op->finished; visits++) {
+        engine_advance(e);
+        /* A turn every few visits, the deadline every few turns: the
+         * clock costs more than a look. */
+        if (op->finished || visits % 8) continue;
+        const uint64_t now = loomi_now_ns();
+        if (!t0) t0 = seen = now;
+        if (op->slot_next != next) {
+            next = op->slot_next;
+            seen = now;
+        }
+        if (e->nactive > 1 || now - seen >= 1000000u) {
+            engine_round(e, 0);
+        } else if (*e->ctrl && *e->error == LOOM_SUCCESS && e->hooks->sync(e) != LOOM_SUCCESS) {
+            loomi_engine_fail_all(e);
+            break;
+        }
+        if (visits % 64 == 0) check_deadline(e);
+        if (!op->finished && now - t0 >= (uint64_t)e->set->spin_us * 1000u) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* Drive e (locked) until op is finished or, op NULL, one of ops (all of
@@ -739,6 +814,10 @@ static inline __attribute__((always_inline)) void drive(struct loomi_engine *e,
          * may all be closed by now. */
         engine_advance(e);
         if (DRIVE_DONE()) break;
+        if (op && op->slot_wait) {
+            drive_slot(e, op);
+            break;
+        }
         /* Poll without sleeping for up to spin_us after the last progress:
          * a sleep and wake-up costs more than the wait when cores are free. */
         if (e->set->spin_us) {
@@ -786,6 +865,16 @@ loom_result_t loomi_op_wait(struct loomi_op *op)
     loom_result_t r = op_wait(op);
     loomi_engine_unlock(e);
     return r;
+}
+
+loom_result_t loomi_op_drive_kept(struct loomi_op *op, int ran)
+{
+    struct loomi_engine *e = op->eng;
+    if (ran == 0) op->rhead = 0; /* its step runs again */
+    e->progressed = 1;           /* nothing else runs: the deadline counts from now */
+    active_add(e, op);
+    drive(e, op, NULL, 0);
+    return op_status(op);
 }
 
 loom_result_t loomi_op_test(struct loomi_op *op, int *done)

@@ -9,7 +9,6 @@
 
 struct loomi_op {
     struct loomi_engine *eng;
-    struct loomi_sched s;
     unsigned char *bufs[LOOMI_NBUFS];
     unsigned char **shared; /* [s.nshared]: this host's arenas as mapped here */
     /* Operations on the shared arenas run one at a time, in the order
@@ -26,7 +25,6 @@ struct loomi_op {
     uint32_t ndone;
     loom_result_t status; /* first failure seen by a callback */
     int failed_peer;
-    char errmsg[256];
     int finished;
     /* In-place safety: the caller's bytes, put back on failure. */
     void *backup;
@@ -37,6 +35,13 @@ struct loomi_op {
     struct loomi_op *next, *prev;           /* comm->active: still running */
     struct loomi_op *live_next, *live_prev; /* comm->live: not yet waited for */
     uintptr_t req; /* the request handle it was given as (0: none) */
+    /* LOOMI_STEP_SLOT (slot.c): published and waiting for the ranks from
+     * slot_next on, in slot operation slot_s. */
+    int slot_wait, slot_next;
+    uint64_t slot_s;
+    /* Last, as op_start clears all before them and copies s whole. */
+    struct loomi_sched s;
+    char errmsg[256]; /* the first failure's (set with status) */
 };
 
 /* A buffer id's address: the operation's own buffers or a shared arena. */
@@ -52,6 +57,16 @@ loom_result_t loomi_op_run_codec(struct loomi_op *op, const struct loomi_step *s
 /* An EXPECT step found a peer running the operation otherwise: fail the
  * operation saying how. */
 void loomi_op_expect_failed(struct loomi_op *op, const struct loomi_step *st);
+/* A LOOMI_STEP_SLOT step, run (publish, then look for the peers' words)
+ * each time the engine visits it: 1 when done, 0 while it waits on rank
+ * op->slot_next, -1 when the operation failed (op->status). */
+int loomi_op_run_slot(struct loomi_op *op, const struct loomi_step *st);
+/* An operation kept by the engine (e->slot_op), not started with
+ * op_start, whose one step ran once off the lists (ran: what
+ * loomi_op_run_slot returned, 0 or -1): the engine drives it to its end
+ * as any running operation, e locked; returns its result (the thread's
+ * last error set on a failure).  It is not freed. */
+loom_result_t loomi_op_drive_kept(struct loomi_op *op, int ran);
 /* A failed saves_input operation: put back what its started steps wrote. */
 void loomi_op_restore_written(struct loomi_op *op);
 

@@ -211,6 +211,18 @@ loom_result_t loomi_sched_finish(struct loomi_sched *s)
                      (st->src_off - s->ef_base) / s->esize + st->count <= s->ef_count;
             break;
         }
+        case LOOMI_STEP_SLOT: {
+            /* Every rank of the schedule reads every rank's slot: one host. */
+            const int blocks = (st->flags & LOOMI_SLOT_BLOCKS) != 0;
+            const int gather = (st->flags & LOOMI_SLOT_GATHER) != 0;
+            const size_t n = (size_t)s->nranks;
+            ok = s->nshared == 0 && (!bytes || bytes <= SIZE_MAX / n) &&
+                 !((st->flags & LOOMI_SLOT_REDUCE) && gather) &&
+                 in_range(s, st->src, st->src_off, blocks ? bytes * n : bytes);
+            if (st->flags & (LOOMI_SLOT_REDUCE | LOOMI_SLOT_GATHER))
+                ok = ok && in_range(s, st->dst, st->dst_off, gather ? bytes * n : bytes);
+            break;
+        }
         default:
             ok = 0;
         }
@@ -262,6 +274,13 @@ uint32_t loomi_sched_avg(struct loomi_sched *s, int dst, size_t dst_off, size_t 
 {
     struct loomi_step st = mk3(LOOMI_STEP_AVG, dst, dst_off, 0, 0, 0, 0, count);
     return loomi_sched_add(s, &st, deps, ndeps);
+}
+
+uint32_t loomi_sched_slot(struct loomi_sched *s, int dst, int src, size_t count, unsigned flags)
+{
+    struct loomi_step st = mk3(LOOMI_STEP_SLOT, dst, 0, src, 0, 0, 0, count);
+    st.flags = flags;
+    return loomi_sched_add(s, &st, NULL, 0);
 }
 
 uint32_t loomi_sched_join(struct loomi_sched *s, uint32_t *list, size_t n)

@@ -42,8 +42,26 @@ enum loomi_step_kind {
     /* Fail the operation (LOOM_ERR_MISMATCH) unless count elements at
      * src equal those at src2: a received descriptor against this rank's
      * own (see loomi_sched.desc); `peer` names the rank it came from. */
-    LOOMI_STEP_EXPECT
+    LOOMI_STEP_EXPECT,
+    /* A small collective among the ranks of one host (s->nranks, all of
+     * them), through the slots at the tail of their shared arenas
+     * (slot.c): publish count elements of src (nranks blocks of them
+     * with LOOMI_SLOT_BLOCKS) in this rank's slot under the word of call
+     * s->call and check s->chk, wait until every rank published the same
+     * word, then read into dst as flags LOOMI_SLOT_* say; one step is
+     * the whole operation.  No message: the engine polls the words. */
+    LOOMI_STEP_SLOT
 };
+
+/* LOOMI_STEP_SLOT flags: what is read once every rank has published.
+ * REDUCE: dst = every rank's input reduced in rank order (the same bytes
+ * on every rank); GATHER: rank q's input to dst + q * count elements;
+ * with BLOCKS, each input is nranks blocks of count elements and a rank
+ * reads block s->rank of each (reduce-scatter, all-to-all); neither
+ * REDUCE nor GATHER: nothing (a barrier, count 0). */
+#define LOOMI_SLOT_REDUCE 0x1u
+#define LOOMI_SLOT_GATHER 0x2u
+#define LOOMI_SLOT_BLOCKS 0x4u
 
 /* LOOMI_STEP_ENCODE flags: write the decoded encoding to src2 (which may
  * be src itself); encode with error feedback (s->ef_state, s->ef_key, a
@@ -232,6 +250,11 @@ uint32_t loomi_sched_expect(struct loomi_sched *s, int a, size_t a_off, int b, s
 uint32_t loomi_sched_reduce_shared(struct loomi_sched *s, int dst, size_t dst_off, int src,
                                    size_t src_off, size_t arena_off, int skip, size_t count,
                                    const uint32_t *deps, int ndeps);
+/* LOOMI_STEP_SLOT from src (offset 0) to dst (offset 0), count elements a
+ * block, flags LOOMI_SLOT_*. */
+uint32_t loomi_sched_slot(struct loomi_sched *s, int dst, int src, size_t count, unsigned flags);
+/* Bytes at the tail of each arena that slots of slot_bytes take (slot.c). */
+size_t loomi_slot_region_bytes(size_t slot_bytes);
 
 /* Bytes of an encoded slot of n values (see LOOMI_STEP_ENCODE): 8 +
  * loom_codec_max_encoded_bytes, rounded up to 8; 0 if too large. */
@@ -333,6 +356,10 @@ struct loomi_engine {
     /* The transport the engine runs schedules over: */
     const struct loomi_transport_ops *tops;
     void *tstate;
+    /* The slots of LOOMI_STEP_SLOT (slot.c): a region at byte slot_off of
+     * every rank's shared arena (tops->shared_map), with slots of
+     * slot_bytes (0: none); the owner sets them with the transport. */
+    size_t slot_off, slot_bytes;
 
     /* The engine's own: */
     struct loomi_op *active;   /* running operations (doubly linked) */
@@ -347,6 +374,15 @@ struct loomi_engine {
     int shq_kick;              /* one of them was released: run it before sleeping */
     uint64_t stall_probed_ms;  /* the stall (its last_progress_ms) already probed */
     struct loomi_op *spare_op; /* the last small operation freed, for reuse */
+    /* LOOMI_STEP_SLOT: every rank's slot region as mapped here (slot_nmap
+     * of them; NULL until the first such step), and the slot operations
+     * started, which pick one of two slots. */
+    unsigned char **slot_map;
+    int slot_nmap;
+    uint64_t slot_seq;
+    /* The operation that runs slot schedules when nothing else runs
+     * (loomi_op_run_slot_sched), kept from call to call. */
+    struct loomi_op *slot_op;
     /* Buffers cached across operations. */
     void *scratch, *backup;
     size_t scratch_len, backup_len;
@@ -396,6 +432,17 @@ loom_result_t loomi_op_start(struct loomi_engine *e, struct loomi_sched *s,
                              struct loomi_op **out);
 /* Block until done or failed; frees the op; returns its result. */
 loom_result_t loomi_op_wait(struct loomi_op *op);
+/* Run `s`, one LOOMI_STEP_SLOT (slot.c), to its end over the given
+ * buffers, not in place; s stays the caller's.  When nothing else runs
+ * on e, its step runs at once, on the calling thread: publish, then look
+ * for the peers' words a while; if they are not all there yet (or one
+ * is another call's), the engine's own slot operation, kept from call to
+ * call, takes the step over where it stands and the engine drives it as
+ * any operation.  Otherwise it is started and waited for as any
+ * schedule.  Returns its result (the thread's last error set on a
+ * failure). */
+loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi_sched *s,
+                                      const void *sendbuf, void *recvbuf);
 /* Non-blocking: *done=1 and result returned (op freed) when complete. */
 loom_result_t loomi_op_test(struct loomi_op *op, int *done);
 
@@ -422,10 +469,10 @@ struct loomi_op *loomi_request_op(loom_request_t req, enum loomi_handle_state *w
  * goes); afterwards the engine takes no lock. */
 void loomi_progress_stop(struct loomi_engine *e);
 
-/* One pass that blocks nowhere, for a caller waiting on something other
- * than an operation (small.c): running operations progress and their
- * deadline holds, and a failure seen by the control plane breaks the
- * owner.  `transport`: the transport progresses even when no operation
+/* One pass that blocks nowhere, for a caller that needs the news before
+ * it starts an operation (small.c, before a slot operation publishes):
+ * running operations progress and their deadline holds, and a failure
+ * seen by the control plane breaks the owner.  `transport`: the transport progresses even when no operation
  * runs (a message that came for none of this rank's may show a call that
  * a peer made otherwise).  Returns *e->error. */
 loom_result_t loomi_engine_poll(struct loomi_engine *e, int transport);
