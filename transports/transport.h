@@ -3,11 +3,10 @@
  *
  * A transport moves bytes between ranks of one communicator; it knows
  * nothing about collectives.  The table is shaped for the hardest
- * transport (RDMA verbs, CUDA peer memory): memory is registered before
- * use, one-sided writes that signal the receiver are a first-class
- * operation, and two-sided send/recv match on a 64-bit tag.  TCP and
- * shared memory implement what they can and say so in `caps`; the engine
- * uses what each transport offers.
+ * transport (RDMA verbs, CUDA peer memory): memory can be registered
+ * before use, and two-sided send/recv match on a 64-bit tag (through
+ * match.c, shared by tcp, shm and verbs).  Each transport says in `caps`
+ * what it implements beyond that; the engine uses what each offers.
  *
  * Nothing on the data path blocks: isend/irecv only queue work;
  * progress() moves it and calls completion callbacks.  All calls for one
