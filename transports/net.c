@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "transports/net.h"
+#include "transports/auth.h"
 #include "core/internal.h"
 
 int loomi_sockaddr_to_wire(const struct sockaddr *sa, struct loomi_wire_addr *w)
@@ -313,7 +314,8 @@ int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_
 }
 
 int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadline_ms,
-                       const char *name, int me, loom_result_t *r)
+                       const char *name, int me, const unsigned char *key, uint32_t kind,
+                       uint32_t stream, loom_result_t *r)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -324,13 +326,22 @@ int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadl
     }
     char msg[256];
     int fd = loomi_connect_retry((struct sockaddr *)&ss, sl, deadline_ms, msg, sizeof msg);
-    if (fd < 0) *r = loomi_fail(LOOM_ERR_CONNECT, me, "%s: rank %d: %s", name, peer, msg);
+    if (fd < 0) {
+        *r = loomi_fail(LOOM_ERR_CONNECT, me, "%s: rank %d: %s", name, peer, msg);
+        return -1;
+    }
+    struct loomi_auth_id id = {kind, me, peer, stream};
+    if (loomi_auth_open(fd, key, &id, deadline_ms, msg, sizeof msg)) {
+        close(fd);
+        *r = loomi_fail(LOOM_ERR_MISMATCH, me, "%s: rank %d: handshake: %s", name, peer, msg);
+        return -1;
+    }
     return fd;
 }
 
-int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks, void *hello,
-                          size_t n, uint64_t deadline_ms, const char *name, char *why,
-                          size_t wn)
+int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks,
+                          const unsigned char *key, uint32_t kind, void *hello, size_t n,
+                          uint64_t deadline_ms, const char *name, char *why, size_t wn)
 {
     struct pollfd pf = {lfd, POLLIN, 0};
     int k = loomi_poll_guarded(&pf, deadline_ms, why, wn);
@@ -339,14 +350,18 @@ int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks
     int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) return -1;
     /* A stranger gets a short deadline, then is dropped. */
-    uint64_t d = loomi_now_ms() + 5000;
+    uint64_t d = loomi_now_ms() + LOOMI_AUTH_WAIT_MS;
+    if (d > deadline_ms) d = deadline_ms;
     struct loomi_greeting g = {0};
-    if (n >= sizeof g && loomi_read_full(fd, hello, n, d < deadline_ms ? d : deadline_ms) == 0)
+    struct loomi_auth_id id;
+    char msg[200] = "a bad greeting";
+    if (loomi_auth_accept(fd, key, 1u << kind, want->dst, &id, d, msg, sizeof msg) == 0 &&
+        n >= sizeof g && loomi_read_full(fd, hello, n, d) == 0)
         memcpy(&g, hello, sizeof g);
-    if (g.magic != want->magic || memcmp(g.job_key, want->job_key, sizeof g.job_key) != 0 ||
-        g.dst != want->dst || g.src <= want->src || g.src >= nranks) {
-        LOOMI_WARN(want->dst, "%s: dropped a connection that is not from this job "
-                              "(bad greeting, job key or rank)", name);
+    if (g.magic != want->magic || g.dst != want->dst || g.src != id.src || g.src <= want->src ||
+        g.src >= nranks) {
+        loomi_auth_log_refusal(want->dst, name, fd,
+                               g.magic == want->magic ? "a greeting from the wrong rank" : msg);
         close(fd);
         return -1;
     }

@@ -65,32 +65,38 @@ const char *loomi_errno_name(int e);
 struct pollfd;
 int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_t n);
 /* A connection to rank `peer`, which published w (tcp's and verbs'
- * connections to lower ranks), made as loomi_connect_retry makes it;
- * or -1 with *r set: LOOM_ERR_MISMATCH when w is no address,
+ * connections to lower ranks), made as loomi_connect_retry makes it, on
+ * which this rank (me) then proved it holds the job's key and the peer
+ * did (auth.h: a connection of that kind and stream); or -1 with *r set:
+ * LOOM_ERR_MISMATCH when w is no address or the handshake fails,
  * LOOM_ERR_CONNECT when it cannot be reached ("NAME: rank P: ..." for
  * rank me). */
 int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadline_ms,
-                       const char *name, int me, loom_result_t *r);
+                       const char *name, int me, const unsigned char *key, uint32_t kind,
+                       uint32_t stream, loom_result_t *r);
 
 /* What a greeting on a connection from a higher rank begins with (tcp's
- * and verbs' struct hello: more follows). */
+ * and verbs' struct hello: more follows).  It comes after the handshake
+ * of auth.h, and carries nothing secret. */
 struct loomi_greeting {
     uint32_t magic;
-    unsigned char job_key[16];
     int32_t src, dst;
 };
 
 /* The next connection on the listening socket lfd (tcp's and verbs'
  * connections from higher ranks), waited for until deadline_ms as
- * loomi_poll_guarded waits, and its greeting, n bytes read into hello
- * (within 5 s for a stranger).  One whose greeting does not begin with
- * want's magic and job key, name want->dst, and come from a rank above
- * want->src and below nranks is logged (as `name`'s) and dropped.
- * Returns the connection; -1 when none came that passed (wait again), -2
- * when the guard stopped the wait (why says why), -3 at the deadline. */
-int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks, void *hello,
-                          size_t n, uint64_t deadline_ms, const char *name, char *why,
-                          size_t wn);
+ * loomi_poll_guarded waits; its handshake (auth.h, with key: a
+ * connection of this kind to rank want->dst), then its greeting, n bytes
+ * read into hello (within LOOMI_AUTH_WAIT_MS for a stranger).  One that
+ * does not prove it holds the key, or whose greeting does not begin with
+ * want's magic, name want->dst, and come from the rank it proved to be,
+ * above want->src and below nranks, is logged with its address (as
+ * `name`'s) and dropped.  Returns the connection; -1 when none came that
+ * passed (wait again), -2 when the guard stopped the wait (why says
+ * why), -3 at the deadline. */
+int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks,
+                          const unsigned char *key, uint32_t kind, void *hello, size_t n,
+                          uint64_t deadline_ms, const char *name, char *why, size_t wn);
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);
 int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms);
 

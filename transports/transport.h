@@ -134,7 +134,7 @@ struct loomi_xfer {
 /* What the transport is given at creation, and how it reports trouble. */
 struct loomi_tctx {
     int rank, nranks;
-    const unsigned char *job_key; /* 16 bytes: checked in every handshake */
+    const unsigned char *job_key; /* auth.h's key (32 bytes): proven in every handshake */
     /* A peer failed (connection broken, protocol violation, or it sent an
      * abort notice naming `failed`).  Called from progress(); the
      * transport has already failed that peer's posted transfers. */

@@ -12,6 +12,12 @@
  * let parts of two jobs merge into one.  A rank whose deadline passes
  * asks the root what holds the job up, and every rank is told which
  * ranks never registered.  Everything it reads is length-checked first.
+ *
+ * Every connection to the root begins with the handshake of auth.h: a
+ * registration is read only from a process that proved it holds the
+ * job's key.  Until then a connection costs the root one fixed-size
+ * record; at most ROOT_UNPROVEN of them wait at a time, each for
+ * LOOMI_AUTH_WAIT_MS at most.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,15 +42,14 @@
 /* 2: addresses carry topology cards; 3: and control addresses; 4: hellos
  * carry the settings every rank must share; 5: and flags, the pid and the
  * host (for messages), and a registered rank may ask what holds the job
- * up. */
-#define BOOT_VERSION 5u
+ * up; 6: after the handshake of auth.h, without the key. */
+#define BOOT_VERSION 6u
 #define BOOT_MAX_RANKS (1 << 20)
 /* Not a registration: a rank 0 found this root's address in use. */
 #define BOOT_F_CONFLICT 1u
 
 struct boot_hello {
     uint32_t magic, version;
-    unsigned char job_key[16];
     int32_t nranks, rank;
     uint32_t flags;
     int32_t pid;
@@ -77,15 +82,21 @@ static void hello_init(struct boot_hello *h, const struct loomi_boot_target *t, 
     memset(h, 0, sizeof *h);
     h->magic = BOOT_MAGIC;
     h->version = BOOT_VERSION;
-    memcpy(h->job_key, t->job_key, 16);
+    (void)t;
     h->nranks = nranks;
     h->rank = rank;
 }
 
 /* ---------------------------------------------------------------- root */
 
+/* Connections not yet proven that the root keeps at a time; more wait in
+ * the listening socket's backlog. */
+#define ROOT_UNPROVEN 64
+
 struct root_client {
     int fd;
+    struct loomi_auth_accept auth; /* proven when auth.phase == 2 */
+    uint64_t since;                /* accepted at (ms) */
     size_t got;
     struct boot_hello h;
     int rank;     /* registered as this rank; -1: not (yet) */
@@ -95,7 +106,7 @@ struct root_client {
 
 struct root_args {
     int lfd;
-    unsigned char key[16];
+    unsigned char key[LOOMI_AUTH_KEY_BYTES];
     int keyed;
     int nranks;        /* 0: set by the first registration */
     int size_from_env; /* nranks came from rank 0's own environment */
@@ -213,13 +224,6 @@ static int judge(struct root_args *a, struct root_client *cl, int i, int **by_ra
                     h->version, BOOT_VERSION);
         return 0;
     }
-    if (memcmp(h->job_key, a->key, 16) != 0) {
-        reply_error(c->fd, LOOM_ERR_MISMATCH, a->deadline_ms,
-                    "rank %d (%s) carries another job's key: another job's root listens at "
-                    "%s (two jobs on one root address?)",
-                    (int)h->rank, who, a->name);
-        return 0;
-    }
     if (a->refused) {
         send_reply(c->fd, a->refused, 1, a->deadline_ms, a->why);
         return 0;
@@ -278,10 +282,72 @@ static int judge(struct root_args *a, struct root_client *cl, int i, int **by_ra
     return 1;
 }
 
+/* Take the next connection from the listening socket into a free
+ * record of cl (growing it while every record holds a rank or an
+ * unproven connection, ROOT_UNPROVEN of those at most).  Returns 0, or
+ * -1 when the root cannot go on (out of memory). */
+static int root_accept(struct root_args *a, struct root_client **clp, int *cap, int *n,
+                       int *unproven, uint64_t *pause_until)
+{
+    int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            /* Out of descriptors: the connection stays in the backlog;
+             * look again shortly rather than spin on it. */
+            LOOMI_WARN(-1, "rendezvous root %s: cannot accept a connection: %s (%s); "
+                           "trying again in 100 ms", a->name, strerror(errno),
+                       loomi_errno_name(errno));
+            *pause_until = loomi_now_ms() + 100;
+        }
+        return 0;
+    }
+    struct root_client *cl = *clp;
+    int slot = -1;
+    for (int i = 0; i < *n && slot < 0; i++)
+        if (cl[i].fd < 0 && cl[i].rank < 0) slot = i;
+    if (slot < 0) {
+        if (*n == *cap) {
+            struct root_client *ncl = realloc(cl, (size_t)*cap * 2 * sizeof *cl);
+            if (!ncl) {
+                close(fd);
+                return -1;
+            }
+            *clp = cl = ncl;
+            *cap *= 2;
+        }
+        slot = (*n)++;
+    }
+    memset(&cl[slot], 0, sizeof cl[slot]);
+    cl[slot].rank = -1;
+    cl[slot].fd = fd;
+    cl[slot].since = loomi_now_ms();
+    /* A joiner that comes before the job formed is proven here too, and
+     * then told its request is no registration: it tries again until
+     * the job's join service holds the address. */
+    loomi_auth_accept_init(&cl[slot].auth, 1u << LOOMI_AUTH_BOOT | 1u << LOOMI_AUTH_JOIN, -1);
+    ++*unproven;
+    return 0;
+}
+
+/* Drop an unregistered connection (a stranger, or one that failed or
+ * timed out), logging why with its address. */
+static void root_drop(struct root_args *a, struct root_client *c, int *unproven, const char *why)
+{
+    if (why) {
+        char service[128];
+        snprintf(service, sizeof service, "rendezvous root %s", a->name);
+        loomi_auth_log_refusal(-1, service, c->fd, why);
+    }
+    --*unproven; /* every connection dropped here is unregistered */
+    close(c->fd);
+    c->fd = -1;
+}
+
 static void *root_main(void *arg)
 {
     struct root_args *a = arg;
-    int cap = 64, n = 0, registered = 0;
+    int cap = 64, n = 0, registered = 0, unproven = 0;
+    uint64_t pause_until = 0;
     pthread_setname_np(pthread_self(), "loom-root");
     struct root_client *cl = calloc((size_t)cap, sizeof *cl);
     int *by_rank = NULL;
@@ -299,36 +365,41 @@ static void *root_main(void *arg)
             }
             goto out;
         }
+        /* Unproven connections past their time go. */
+        uint64_t now = loomi_now_ms();
+        for (int i = 0; i < n; i++)
+            if (cl[i].fd >= 0 && cl[i].rank < 0 && now - cl[i].since > LOOMI_AUTH_WAIT_MS)
+                root_drop(a, &cl[i], &unproven,
+                          cl[i].auth.phase == 2 ? "proven, but no registration in time"
+                                                : "no handshake in time");
         free(pf);
         pf = calloc((size_t)n + 1, sizeof *pf);
         if (!pf) goto out;
-        pf[0].fd = a->lfd;
+        pf[0].fd = unproven < ROOT_UNPROVEN && now >= pause_until ? a->lfd : -1;
         pf[0].events = POLLIN;
         for (int i = 0; i < n; i++) {
             pf[i + 1].fd = cl[i].fd;
             pf[i + 1].events = POLLIN;
         }
-        int k = poll(pf, (nfds_t)n + 1, left);
+        /* Wake for the deadlines of unproven connections too. */
+        int k = poll(pf, (nfds_t)n + 1, left < 100 ? left : 100);
         if (k < 0 && errno != EINTR) goto out;
         if (k <= 0) continue;
         int polled = n; /* clients accepted below have no pollfd yet */
-        if (pf[0].revents & POLLIN) {
-            int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0) {
-                if (n == cap) {
-                    struct root_client *ncl = realloc(cl, (size_t)cap * 2 * sizeof *cl);
-                    if (!ncl) { close(fd); goto out; }
-                    cl = ncl;
-                    cap *= 2;
-                }
-                memset(&cl[n], 0, sizeof cl[n]);
-                cl[n].rank = -1;
-                cl[n++].fd = fd;
-            }
-        }
+        if ((pf[0].revents & POLLIN) &&
+            root_accept(a, &cl, &cap, &n, &unproven, &pause_until))
+            goto out;
         for (int i = 0; i < polled; i++) {
             struct root_client *c = &cl[i];
             if (c->fd < 0 || !(pf[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            if (c->auth.phase != 2) {
+                char why[200];
+                int ak = loomi_auth_accept_step(&c->auth, c->fd, a->key, why, sizeof why);
+                if (ak < 0) root_drop(a, c, &unproven, why);
+                if (ak <= 0) continue;
+                /* Proven: its registration follows (read below, or on
+                 * the next round). */
+            }
             if (c->rank >= 0) {
                 /* A registered rank: it asks at its deadline what holds
                  * the job up, or it went away. */
@@ -354,8 +425,7 @@ static void *root_main(void *arg)
             }
             ssize_t r = recv(c->fd, (char *)&c->h + c->got, sizeof c->h - c->got, MSG_DONTWAIT);
             if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-                close(c->fd);
-                c->fd = -1;
+                root_drop(a, c, &unproven, NULL);
                 continue;
             }
             if (r < 0) continue;
@@ -367,10 +437,8 @@ static void *root_main(void *arg)
                               (h->magic != BOOT_MAGIC || h->version != BOOT_VERSION);
             if (c->got < sizeof c->h && !early) continue;
             c->h.host[sizeof c->h.host - 1] = '\0';
-            if (!judge(a, cl, i, &by_rank, &registered, early)) {
-                close(c->fd);
-                c->fd = -1;
-            }
+            if (!judge(a, cl, i, &by_rank, &registered, early)) root_drop(a, c, &unproven, NULL);
+            else unproven--;
         }
     }
 
@@ -418,9 +486,8 @@ out:
     return NULL;
 }
 
-int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len,
-                          const unsigned char key[16], int keyed, const char *addr, char *why,
-                          size_t whyn)
+int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len, int keyed,
+                          const char *addr, char *why, size_t whyn)
 {
     struct boot_hello h;
     uint32_t w[2];
@@ -441,11 +508,8 @@ int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len,
     else
         snprintf(who, sizeof who, "rank %d (pid %d on %.64s)", (int)h.rank, (int)h.pid, h.host);
     char msg[sizeof ((struct boot_reply *)0)->msg];
-    int same = memcmp(h.job_key, key, 16) == 0;
-    if (!same)
-        snprintf(msg, sizeof msg, "%s carries another job's key: a running job holds %s "
-                 "(two jobs on one root address?)", who, addr);
-    else if (keyed)
+    /* It proved it holds this job's key (the join service saw to it). */
+    if (keyed)
         snprintf(msg, sizeof msg, "%s came to %s after its job had formed without it: the "
                  "job is running (a rank started twice?)", who, addr);
     else
@@ -454,11 +518,29 @@ int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len,
                  "Give each job its own port, or a LOOM_JOB_KEY of its own", who, addr);
     LOOMI_WARN(-1, "join service at %s: refusing a registration: %s", addr, msg);
     send_reply(fd, LOOM_ERR_MISMATCH, 1, d, msg);
-    if (!same || keyed) return 1;
+    if (keyed) return 1;
     snprintf(why, whyn, "%s registered at this job's root address %s after the job had "
              "formed: two jobs on one root address, and this one may hold ranks of the other; "
              "give each job its own port, or a LOOM_JOB_KEY of its own", who, addr);
     return 2;
+}
+
+int loomi_boot_host_is_local(const char *host)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+    int local = 1;
+    /* Every address the name has must be this host's: one that binds. */
+    for (struct addrinfo *ai = res; ai && local; ai = ai->ai_next) {
+        int s = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        local = s >= 0 && bind(s, ai->ai_addr, ai->ai_addrlen) == 0;
+        if (s >= 0) close(s);
+    }
+    freeaddrinfo(res);
+    return local;
 }
 
 /* This host's addresses, for a message: "127.0.0.1, 192.0.2.2". */
@@ -497,6 +579,12 @@ static void tell_root_in_use(const struct loomi_boot_target *t, const struct soc
                             "version)");
     int fd = loomi_connect_retry(sa, len, d, msg, sizeof msg);
     if (fd < 0) return;
+    struct loomi_auth_id id = {LOOMI_AUTH_BOOT, 0, -1, 0};
+    if (loomi_auth_open(fd, t->job_key, &id, d, msg, sizeof msg)) {
+        snprintf(said, saidlen, "what listens there is not this job's (%s)", msg);
+        close(fd);
+        return;
+    }
     struct boot_hello h;
     hello_init(&h, t, nranks, 0);
     h.flags = BOOT_F_CONFLICT;
@@ -590,7 +678,7 @@ loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, si
         return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "rendezvous root: out of memory");
     }
     a->lfd = fd;
-    memcpy(a->key, t->job_key, 16);
+    memcpy(a->key, t->job_key, sizeof a->key);
     a->keyed = t->keyed;
     a->nranks = nranks;
     a->size_from_env = nranks > 0;
@@ -638,6 +726,15 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
     if (fd < 0)
         return loomi_fail(LOOM_ERR_CONNECT, rank, "rendezvous root %s:%s unreachable within %s: %s",
                           t->host, t->port, tmo, msg);
+    struct loomi_auth_id id = {rank < 0 ? LOOMI_AUTH_JOIN : LOOMI_AUTH_BOOT, rank, -1, 0};
+    if (loomi_auth_open(fd, t->job_key, &id, deadline_ms, msg, sizeof msg)) {
+        close(fd);
+        return loomi_fail(LOOM_ERR_MISMATCH, rank,
+                          "rendezvous root %s:%s: the handshake failed: %s. Another job's "
+                          "root may listen there (two jobs on one root address?), or "
+                          "LOOM_JOB_KEY differs between ranks",
+                          t->host, t->port, msg);
+    }
     if (local) {
         socklen_t l = *local_len;
         getsockname(fd, local, &l);

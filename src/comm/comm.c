@@ -481,8 +481,12 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
     struct loomi_boot_target tt = *target;
     const struct loomi_boot_target *t = &tt;
     loomi_timeout_str(&c->set, tt.tmo, sizeof tt.tmo);
-    memcpy(c->job_key, t->job_key, 16);
+    memcpy(c->job_key, t->job_key, sizeof c->job_key);
     c->rdv_keyed = t->keyed;
+    if (!t->keyed && rank == 0)
+        LOOMI_NOTICE(rank, "this job has no secret (LOOM_JOB_KEY is not set): it takes "
+                           "connections from this host only, and any process on this host "
+                           "can join it");
     r = loomi_route_parse(c->set.transport, &c->route_mask, rank);
     if (r != LOOM_SUCCESS) {
         free(c);
@@ -553,7 +557,7 @@ loom_result_t loom_get_unique_id(loom_unique_id_t *id)
     memset(&u, 0, sizeof u);
     u.magic = UID_MAGIC;
     u.version = 1;
-    if (getrandom(u.job_key, sizeof u.job_key, 0) != (ssize_t)sizeof u.job_key)
+    if (loomi_auth_random(u.job_key, sizeof u.job_key))
         return loomi_fail(LOOM_ERR_SYSTEM, -1, "loom_get_unique_id: getrandom: %s",
                           strerror(errno));
     struct sockaddr_storage ss;
@@ -578,7 +582,7 @@ loom_result_t loom_get_unique_id(loom_unique_id_t *id)
     struct loomi_boot_target t;
     memset(&t, 0, sizeof t);
     snprintf(t.host, sizeof t.host, "%s", u.host);
-    memcpy(t.job_key, u.job_key, 16);
+    loomi_auth_key(u.job_key, sizeof u.job_key, t.job_key);
     t.keyed = 1;
     loom_result_t r = loomi_root_start(&t, port, sizeof port, 0,
                                        loomi_now_ms() + (uint64_t)e->timeout_ms + 1000, 1, NULL,
@@ -612,7 +616,7 @@ loom_result_t loom_comm_init_rank(loom_comm_t *comm, int nranks, const loom_uniq
     memset(&t, 0, sizeof t);
     snprintf(t.host, sizeof t.host, "%s", u.host);
     snprintf(t.port, sizeof t.port, "%s", u.port);
-    memcpy(t.job_key, u.job_key, 16);
+    loomi_auth_key(u.job_key, sizeof u.job_key, t.job_key);
     t.keyed = 1;
     *comm = NULL;
     return loomi_comm_create(comm, &t, rank, nranks, cfg, fn, false);

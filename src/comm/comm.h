@@ -10,6 +10,7 @@
 #include "coll/coll.h"
 #include "comm/calls.h"
 #include "core/internal.h"
+#include "transports/auth.h"
 #include "transports/transport.h"
 
 struct loomi_op;
@@ -34,7 +35,7 @@ struct loom_comm {
     int rank, nranks;
     int algo_forced[LOOMI_MAX_COLLS]; /* from LOOM_ALGO */
     struct loomi_settings set;
-    unsigned char job_key[16];
+    unsigned char job_key[LOOMI_AUTH_KEY_BYTES]; /* auth.h: the secret's key */
 
     /* The engine that runs this communicator's operations over its
      * transport (eng.tops, eng.tstate), bound to it at allocation
@@ -325,10 +326,11 @@ int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
 struct loomi_boot_target {
     char host[256];
     char port[16];
-    unsigned char job_key[16];
+    unsigned char job_key[LOOMI_AUTH_KEY_BYTES]; /* auth.h: the secret's key */
     char tmo[128];
-    /* 0: derived from the root address alone (no LOOM_JOB_KEY, no job
-     * id): two jobs started by hand on one address hold the same key. */
+    /* 0: no secret (no LOOM_JOB_KEY): the public key, which only ranks
+     * on one host may use; two jobs started by hand on one address then
+     * hold the same key. */
     int keyed;
 };
 
@@ -348,23 +350,27 @@ loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, si
                                int nranks, uint64_t deadline_ms, int detached,
                                pthread_t *thread, int *listen_fd);
 
-/* A connection to a running job's join service (ctrl.c) began with the
- * `len` bytes in buf: when they are a rendezvous hello (a rank
- * registering after the job formed, or a second rank 0 that found the
- * address in use), answer it with LOOM_ERR_MISMATCH.  Returns -1 when
- * buf is not a hello, 0 when more bytes are needed, 1 when it was
- * answered and the job goes on (another job's key, or a job with a key
- * of its own: the process is refused), 2 when it was answered and the
- * job must be refused too (why, for the revocation): it holds the same
- * key as a job without a key of its own, so two jobs started by hand
- * share the address and this one may hold ranks of the other. */
-int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len,
-                          const unsigned char key[16], int keyed, const char *addr, char *why,
-                          size_t whyn);
+/* A connection to a running job's join service (ctrl.c), proven to hold
+ * the job's key, began with the `len` bytes in buf: when they are a
+ * rendezvous hello (a rank registering after the job formed, or a second
+ * rank 0 that found the address in use), answer it with
+ * LOOM_ERR_MISMATCH.  Returns -1 when buf is not a hello, 0 when more
+ * bytes are needed, 1 when it was answered and the job goes on (a job
+ * with a key of its own: the process is refused), 2 when it was answered
+ * and the job must be refused too (why, for the revocation): the job has
+ * no secret, so two jobs started by hand share the address and this one
+ * may hold ranks of the other. */
+int loomi_boot_late_hello(int fd, const unsigned char *buf, size_t len, int keyed,
+                          const char *addr, char *why, size_t whyn);
 
-/* Connect to the root before deadline_ms; `local` receives the address
- * this process used to reach it (the interface to use for data when none
- * is configured). */
+/* 1 when host (a name or an address) is an address of this host. */
+int loomi_boot_host_is_local(const char *host);
+
+/* Connect to the root before deadline_ms, and prove this process holds
+ * the job's key (auth.h: as rank `rank`, or as a joiner when rank is -1,
+ * whom only a running job's join service takes); `local` receives the
+ * address this process used to reach it (the interface to use for data
+ * when none is configured). */
 loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
                                  uint64_t deadline_ms, int *fd, void *local, unsigned *local_len);
 /* Register with the root over fd (closed on return) and receive every

@@ -206,8 +206,8 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     if (q >= c->n) {
         struct peer *p = &c->p[q];
         if (p->jstate == J_HELLO) {
-            if (type != T_JOIN || len != 16 || memcmp(h + HDR_BYTES, c->key, 16) != 0) {
-                snprintf(err, errn, "a joiner without the job's key");
+            if (type != T_JOIN || len != 0) {
+                snprintf(err, errn, "a joiner's first message is not a join request");
                 return -1;
             }
             p->jstate = J_PENDING;
@@ -304,6 +304,23 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
     struct peer *p = &c->p[q];
     char err[192] = "";
     int eof = 0, eno = 0;
+    if (q >= c->n && p->jstate == J_AUTH) {
+        /* Nothing but the handshake is read, and nothing allocated,
+         * before the process proves it holds the job's key. */
+        char why[200], a[80];
+        int k = loomi_auth_accept_step(&p->auth, p->fd, c->key, why, sizeof why);
+        if (k == 0) return;
+        if (k < 0) {
+            loomi_sockaddr_str((struct sockaddr *)&c->jaddr, a, sizeof a);
+            char service[112];
+            snprintf(service, sizeof service, "join service %s", a);
+            loomi_auth_log_refusal(c->rank, service, p->fd, why);
+            close_peer(p);
+            p->jstate = J_FREE;
+            return;
+        }
+        p->jstate = J_HELLO; /* its request may have come already: read on */
+    }
     for (;;) {
         if (p->in_cap - p->in_len < 65536) {
             size_t cap = p->in_cap ? p->in_cap * 2 : 131072;
@@ -327,13 +344,12 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
         eno = got < 0 ? errno : 0;
         break;
     }
-    if (q >= c->n && p->jstate == J_HELLO && p->in_len >= 4 && get32(p->in) != CTRL_MSG_MAGIC) {
+    if (q >= c->n && p->jstate == J_HELLO && p->auth.id.kind == LOOMI_AUTH_BOOT && p->in_len >= 4) {
         /* Not a joiner: a rank registering with the rendezvous, after
          * the job formed (bootstrap.c answers it). */
         char a[80], why[sizeof c->why];
         loomi_sockaddr_str((struct sockaddr *)&c->jaddr, a, sizeof a);
-        int k = loomi_boot_late_hello(p->fd, p->in, p->in_len, c->key, c->keyed, a, why,
-                                      sizeof why);
+        int k = loomi_boot_late_hello(p->fd, p->in, p->in_len, c->keyed, a, why, sizeof why);
         if (k == 0 && !eof) return;
         if (k == 2 && !atomic_load(&c->revoked)) {
             LOOMI_WARN(c->rank, "control plane: %s", why);
@@ -427,7 +443,8 @@ static void accept_joiner(struct loomi_ctrl *c, uint64_t now)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         p->fd = fd;
         p->failed = p->bye = 0;
-        p->jstate = J_HELLO;
+        p->jstate = J_AUTH;
+        loomi_auth_accept_init(&p->auth, 1u << LOOMI_AUTH_JOIN | 1u << LOOMI_AUTH_BOOT, -1);
         p->jsince = now;
         p->last_heard_ms = now;
         return;
@@ -468,8 +485,12 @@ static void serve_joins(struct loomi_ctrl *c, uint64_t now, int *gossiped)
     }
     for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
         struct peer *p = &c->p[c->n + j];
-        if (p->jstate == J_HELLO && now - p->jsince > JOIN_HELLO_MS)
+        if ((p->jstate == J_AUTH || p->jstate == J_HELLO) && now - p->jsince > JOIN_HELLO_MS) {
+            loomi_auth_log_refusal(c->rank, "join service", p->fd,
+                                   p->jstate == J_AUTH ? "no handshake in time"
+                                                       : "no request in time");
             loomi_ctrl_fail_peer(c, c->n + j, "no hello in time");
+        }
         else if (p->jstate == J_CLOSING && p->out_off == p->out_len) {
             close_peer(p);
             p->jstate = J_FREE;
@@ -616,7 +637,7 @@ static void *ctrl_main(void *arg)
 
 /* ------------------------------------------------------------- set up */
 
-loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[16],
+loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
                                 int heartbeat_ms, const struct sockaddr *bind_sa,
                                 socklen_t bind_len, struct loomi_ctrl **out)
 {
@@ -624,7 +645,7 @@ loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[16
     if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, rank, "control plane: out of memory");
     c->rank = rank;
     c->n = nranks;
-    memcpy(c->key, key, 16);
+    memcpy(c->key, key, sizeof c->key);
     c->hb_ms = heartbeat_ms;
     c->lfd = -1;
     c->wake[0] = c->wake[1] = -1;
@@ -691,6 +712,8 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
 {
     const int me = c->rank;
     loom_result_t r = LOOM_SUCCESS;
+    int lost[8], nlost = 0;
+    char lost_why[8][160];
     /* Higher ranks are connected to (their listeners exist: addresses
      * are published only after listening), lower ranks are accepted. */
     for (int q = me + 1; q < c->n; q++) {
@@ -711,11 +734,33 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         if (fd < 0)
             return loomi_fail(LOOM_ERR_CONNECT, me, "control plane: cannot reach rank %d: %s", q,
                               msg);
+        /* The handshake waits for rank q to answer: a rank that died or
+         * stopped since it published its address is failed (below), as
+         * its broken connection would have failed it, not waited for
+         * until the deadline; another job's is an error. */
+        struct loomi_auth_id id = {LOOMI_AUTH_CTRL, me, q, 0};
+        uint64_t ad = loomi_now_ms() + LOOMI_AUTH_WAIT_MS;
+        if (loomi_auth_open(fd, c->key, &id, ad < deadline_ms ? ad : deadline_ms, msg,
+                            sizeof msg)) {
+            close(fd);
+            if (strstr(msg, "does not hold this job's key"))
+                return loomi_fail(LOOM_ERR_MISMATCH, me,
+                                  "control plane: handshake with rank %d: %s", q, msg);
+            if (nlost < (int)(sizeof lost / sizeof lost[0])) {
+                lost[nlost] = q;
+                snprintf(lost_why[nlost], sizeof lost_why[nlost],
+                         "its control connection failed in the handshake (%.80s)", msg);
+                nlost++;
+                continue;
+            }
+            return loomi_fail(LOOM_ERR_REMOTE, me,
+                              "control plane: handshakes with %d ranks failed, the last with "
+                              "rank %d: %s", nlost + 1, q, msg);
+        }
         unsigned char h[HELLO_BYTES];
-        memset(h, 0, sizeof h);
+        memset(h, 0, sizeof h); /* bytes 8-23: unused */
         put32(h, CTRL_HELLO_MAGIC);
         put32(h + 4, CTRL_VERSION);
-        memcpy(h + 8, c->key, 16);
         memcpy(h + 24, a + 8, 8); /* the target's nonce */
         put32(h + 32, (uint32_t)me);
         put32(h + 36, (uint32_t)q);
@@ -746,15 +791,19 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         uint64_t hd = loomi_now_ms() + 2000;
         if (hd > deadline_ms) hd = deadline_ms;
         int from = -1;
-        if (loomi_read_full(fd, h, sizeof h, hd) == 0 && get32(h) == CTRL_HELLO_MAGIC &&
-            get32(h + 4) == CTRL_VERSION && !memcmp(h + 8, c->key, 16) &&
-            get64(h + 24) == c->nonce && get32(h + 36) == (uint32_t)me &&
-            get32(h + 40) == (uint32_t)c->n && get32(h + 32) < (uint32_t)me) {
+        struct loomi_auth_id id;
+        char amsg[200] = "a bad hello";
+        if (loomi_auth_accept(fd, c->key, 1u << LOOMI_AUTH_CTRL, me, &id, hd, amsg,
+                              sizeof amsg) == 0 &&
+            loomi_read_full(fd, h, sizeof h, hd) == 0 && get32(h) == CTRL_HELLO_MAGIC &&
+            get32(h + 4) == CTRL_VERSION && get64(h + 24) == c->nonce &&
+            get32(h + 36) == (uint32_t)me && get32(h + 40) == (uint32_t)c->n &&
+            get32(h + 32) < (uint32_t)me && (int32_t)get32(h + 32) == id.src) {
             from = (int)get32(h + 32);
             if (c->p[from].fd >= 0) from = -1; /* a duplicate */
         }
         if (from < 0) {
-            LOOMI_WARN(me, "control plane: refused a connection with a bad handshake");
+            loomi_auth_log_refusal(me, "control plane", fd, amsg);
             close(fd);
             continue;
         }
@@ -768,6 +817,9 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
     }
     if (c->lfd >= 0) close(c->lfd);
     c->lfd = -1;
+    pthread_mutex_lock(&c->mu);
+    for (int k = 0; k < nlost; k++) loomi_ctrl_fail_peer(c, lost[k], lost_why[k]);
+    pthread_mutex_unlock(&c->mu);
     if (c->n > 1) {
         if (pthread_create(&c->thread, NULL, ctrl_main, c) != 0)
             return loomi_fail(LOOM_ERR_SYSTEM, me, "control plane: cannot start its thread");

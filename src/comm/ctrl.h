@@ -85,7 +85,7 @@ struct loomi_ctrl;
 /* Listen on the address `bind` (port ignored) for the control plane of
  * rank `rank` of `nranks`.  heartbeat_ms 0: no heartbeats (only broken
  * connections are detected). */
-loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[16],
+loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[32],
                                 int heartbeat_ms, const struct sockaddr *bind, socklen_t bind_len,
                                 struct loomi_ctrl **out);
 /* This rank's published address (LOOMI_CTRL_ADDR_BYTES). */

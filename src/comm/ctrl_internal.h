@@ -16,11 +16,13 @@
 
 #include "comm/ctrl.h"
 #include "core/internal.h"
+#include "transports/auth.h"
 
 #define CTRL_ADDR_MAGIC 0x4c4d4341u  /* "LMCA" */
 #define CTRL_HELLO_MAGIC 0x4c4d4348u /* "LMCH" */
 #define CTRL_MSG_MAGIC 0x4c4d434du   /* "LMCM" */
-#define CTRL_VERSION 1u
+/* 2: after the handshake of auth.h, without the key */
+#define CTRL_VERSION 2u
 #define HDR_BYTES 32
 #define HELLO_BYTES 48
 /* A peer whose unsent bytes pile up beyond this is not reading: it is
@@ -40,14 +42,16 @@ enum { T_HB = 1, T_FAILED = 2, T_REVOKE = 3, T_BYE = 4, T_JOIN = 5, T_PENDING = 
 #define AGREED_KEEP 4
 
 /* Joiner slots (after the n ranks in `p`): states. */
-enum { J_FREE = 0, J_HELLO, J_PENDING, J_ADMITTED, J_CLOSING };
-/* A joiner must say who it is this soon after connecting. */
+enum { J_FREE = 0, J_AUTH, J_HELLO, J_PENDING, J_ADMITTED, J_CLOSING };
+/* A joiner must prove it holds the job's key (J_AUTH, auth.h) and say
+ * what it wants this soon after connecting. */
 #define JOIN_HELLO_MS 2000
 
 struct peer {
     int fd;
     int failed, bye;
     int jstate; /* joiner slots only (J_*) */
+    struct loomi_auth_accept auth; /* joiner slots: the handshake (J_AUTH) */
     uint64_t jsince; /* when it connected, or was marked pending (arrival order) */
     uint64_t last_heard_ms;
     unsigned char *in;
@@ -58,7 +62,7 @@ struct peer {
 
 struct loomi_ctrl {
     int rank, n;
-    unsigned char key[16];
+    unsigned char key[LOOMI_AUTH_KEY_BYTES];
     int hb_ms;
     int lfd;
     uint64_t nonce;

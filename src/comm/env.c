@@ -87,21 +87,22 @@ static void port_from_job(const char *job, struct loomi_boot_target *t)
     snprintf(t->port, sizeof t->port, "%u", 20000u + (unsigned)((h[0] | (h[1] << 8)) % 10000));
 }
 
-static int set_key(struct loomi_boot_target *t, const char *src)
+/* LOOM_JOB_KEY, the job's secret, into t's key; or the failure, naming
+ * the variable (not its value). */
+static loom_result_t set_key(struct loomi_boot_target *t, const char *src, const char *fn)
 {
-    /* 32 hex digits are taken as the key itself (loomrun makes those). */
-    if (strlen(src) == 32) {
-        int ok = 1;
-        for (int i = 0; i < 16 && ok; i++) {
-            unsigned v;
-            ok = sscanf(src + 2 * i, "%2x", &v) == 1 && isxdigit((unsigned char)src[2 * i]) &&
-                 isxdigit((unsigned char)src[2 * i + 1]);
-            t->job_key[i] = (unsigned char)v;
-        }
-        if (ok) return 0;
-    }
-    loomi_hash128(src, strlen(src), t->job_key);
-    return 0;
+    unsigned char s[LOOMI_AUTH_SECRET_MAX];
+    const char *why = "";
+    int n = loomi_auth_parse_secret(src, s, sizeof s, &why);
+    if (n < 0)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: LOOM_JOB_KEY %s: the job's secret must be 32 to 128 hex digits "
+                          "of random bits, the same on every rank (make one with "
+                          "`openssl rand -hex 16`; loomrun makes one itself)",
+                          fn, why);
+    loomi_auth_key(s, (size_t)n, t->job_key);
+    t->keyed = 1;
+    return LOOM_SUCCESS;
 }
 
 loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nranks)
@@ -182,21 +183,22 @@ loom_result_t loomi_env_target(struct loomi_boot_target *t, int *rank, int *nran
                               "LOOM_ROOT=host:port (or MASTER_ADDR and MASTER_PORT) to rank 0's host",
                               rn, sn);
     }
+    /* The secret is LOOM_JOB_KEY, or none.  A launcher's job id is not
+     * one: anyone who can list the jobs knows it. */
     const char *key = env("LOOM_JOB_KEY");
-    t->keyed = 1;
-    if (key) set_key(t, key);
-    else if (jobid) set_key(t, jobid);
-    else {
-        /* Without a job id, ranks of one job share at least the root.
-         * Not the size: a rank with another size is then refused naming
-         * both sizes, not as another job's.  Two jobs started by hand on
-         * one root hold the same key: the root tells them apart by what
-         * it sees (bootstrap.c). */
-        char buf[300];
-        snprintf(buf, sizeof buf, "root-%s:%s", t->host, t->port);
-        set_key(t, buf);
-        t->keyed = 0;
-    }
+    if (key) return set_key(t, key, "loom_comm_init_env");
+    /* No secret: the public key, for ranks on one host only (auth.h).
+     * Two jobs started by hand on one root hold the same key: the root
+     * tells them apart by what it sees (bootstrap.c). */
+    loomi_auth_key(NULL, 0, t->job_key);
+    t->keyed = 0;
+    if (*rank != 0 && !loomi_boot_host_is_local(t->host))
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, *rank,
+                          "loom_comm_init_env: the job's root %s:%s is on another host and the "
+                          "job has no secret: set LOOM_JOB_KEY, the same on every rank, to 32 "
+                          "hex digits of random bits (`openssl rand -hex 16`), or start the job "
+                          "with loomrun, which makes one",
+                          t->host, t->port);
     return LOOM_SUCCESS;
 }
 
@@ -211,9 +213,7 @@ loom_result_t loomi_env_join_target(struct loomi_boot_target *t)
     if (split_hostport(root, t))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "loom_comm_join: LOOM_ROOT=%s is not host:port", root);
-    set_key(t, key);
-    t->keyed = 1;
-    return LOOM_SUCCESS;
+    return set_key(t, key, "loom_comm_join");
 }
 
 void loomi_env_local_rank(int rank, int *local, int *nlocal)

@@ -111,7 +111,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             unsigned llen = sizeof local;
             r = loomi_boot_connect(&t, -1, deadline, &fd, &local, &llen);
             if (r != LOOM_SUCCESS) break;
-            if (send_msg(fd, LOOMI_CTRL_T_JOIN, 0, 0, t.job_key, 16, deadline)) {
+            if (send_msg(fd, LOOMI_CTRL_T_JOIN, 0, 0, NULL, 0, deadline)) {
                 close(fd);
                 fd = -1;
                 continue;
@@ -189,7 +189,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             c->failed_rank = -1;
             c->set = proto->set;
             memcpy(c->algo_forced, proto->algo_forced, sizeof c->algo_forced);
-            memcpy(c->job_key, t.job_key, 16);
+            memcpy(c->job_key, t.job_key, sizeof c->job_key);
             c->eng.tops = &loomi_route_ops;
             c->route_mask = mask;
             c->bind_addr = proto->bind_addr;

@@ -77,16 +77,14 @@ struct win_hello {
     uint64_t bytes, id;
     int64_t pid;
     uint32_t num, ok;
+    uint64_t tag; /* random: in the segment's name, which holds nothing secret */
 };
 
 static atomic_uint next_num;
 
-static void seg_name(char *out, size_t n, const unsigned char *key, int rank, long pid,
-                     unsigned num)
+static void seg_name(char *out, size_t n, uint64_t tag, int rank, long pid, unsigned num)
 {
-    char hex[17];
-    for (int i = 0; i < 8; i++) snprintf(hex + 2 * i, 3, "%02x", key[i]);
-    snprintf(out, n, SEG_DIR "loom-%s-%d-%ld-%u", hex, rank, pid, num);
+    snprintf(out, n, SEG_DIR "loom-%016llx-%d-%ld-%u", (unsigned long long)tag, rank, pid, num);
 }
 
 static void win_unmap(struct loomi_win *w)
@@ -189,7 +187,10 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     w->li = li;
     char path[128];
     const unsigned num = WIN_NUM_BASE | (atomic_fetch_add(&next_num, 1) & 0x7fffffffu);
-    seg_name(path, sizeof path, c->job_key, c->rank, (long)getpid(), num);
+    uint64_t tag = 0;
+    if (loomi_auth_random(&tag, sizeof tag))
+        return loomi_fail(LOOM_ERR_SYSTEM, c->rank, "%s: getrandom: %s", fn, strerror(errno));
+    seg_name(path, sizeof path, tag, c->rank, (long)getpid(), num);
     int fd = -1;
     loom_result_t mine = create_own(c, w, path, &fd);
     char why[256] = "";
@@ -198,7 +199,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
 
     /* Every rank's size, number and segment name. */
     struct win_hello me = {.bytes = bytes, .id = w->id, .pid = getpid(), .num = num,
-                           .ok = mine == LOOM_SUCCESS};
+                           .ok = mine == LOOM_SUCCESS, .tag = tag};
     struct win_hello *all = calloc((size_t)c->nranks, sizeof *all);
     if (!all) {
         r = loomi_fail(LOOM_ERR_NO_MEMORY, c->rank, "%s: out of memory", fn);
@@ -229,7 +230,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
         w->pids[i] = (long)all[q].pid;
         if (q == c->rank) continue;
         char peer[128];
-        seg_name(peer, sizeof peer, c->job_key, q, (long)all[q].pid, all[q].num);
+        seg_name(peer, sizeof peer, all[q].tag, q, (long)all[q].pid, all[q].num);
         if (!(w->maps[i] = map_peer(c, peer, w->map_len))) {
             snprintf(why, sizeof why, "%s", loom_get_last_error());
             ok = 0;

@@ -25,7 +25,7 @@
  *    before, still reads what it wrote after abort_all (only destroy
  *    unmaps);
  *  - leftovers: a fake segment of a dead pid is removed by the next
- *    create, and no /dev/shm/loom-<key>-* of any job remains at the end.
+ *    create, and no segment of any job's process remains at the end.
  * Every wait has a deadline.  Exit 0 only when everything passed.
  */
 #include <dirent.h>
@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "transports/auth.h"
 #include "transports/shm/shm.h"
 #include "transports/transport.h"
 
@@ -632,35 +633,42 @@ static int child(const struct jobspec *j, int r, const unsigned char *key, int u
     return failures ? 1 : 0;
 }
 
-static void random_key(unsigned char key[16])
+static void random_key(unsigned char key[LOOMI_AUTH_KEY_BYTES])
 {
     int fd = open("/dev/urandom", O_RDONLY);
-    if (fd < 0 || read(fd, key, 16) != 16) {
-        for (int i = 0; i < 16; i++) key[i] = (unsigned char)(rand() ^ getpid() ^ i);
+    if (fd < 0 || read(fd, key, LOOMI_AUTH_KEY_BYTES) != LOOMI_AUTH_KEY_BYTES) {
+        for (int i = 0; i < LOOMI_AUTH_KEY_BYTES; i++)
+            key[i] = (unsigned char)(rand() ^ getpid() ^ i);
     }
     if (fd >= 0) close(fd);
 }
 
-static void key_hex(const unsigned char *key, char out[17])
-{
-    for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", key[i]);
-}
+/* Every rank process of every job (segment names carry the pid, not the
+ * key: shm.c). */
+static pid_t job_pids[64 * MAXR];
+static int njob_pids;
 
-/* Files in /dev/shm left by the job with this key. */
-static int leftovers(const unsigned char *key)
+/* Files in /dev/shm left by any rank of any job. */
+static int leftovers(void)
 {
-    char prefix[64], kh[17];
-    key_hex(key, kh);
-    snprintf(prefix, sizeof prefix, LOOMI_SHM_PREFIX "%s-", kh);
     int n = 0;
     DIR *d = opendir("/dev/shm");
     if (!d) return 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (!strncmp(e->d_name, prefix, strlen(prefix))) {
-            fprintf(stderr, "left behind: /dev/shm/%s\n", e->d_name);
-            n++;
-        }
+    const size_t pl = strlen(LOOMI_SHM_PREFIX);
+    while ((e = readdir(d)) != NULL) {
+        char hex[17];
+        int rank, pid;
+        unsigned num;
+        if (strncmp(e->d_name, LOOMI_SHM_PREFIX, pl) ||
+            sscanf(e->d_name + pl, "%16[0-9a-f]-%d-%d-%u", hex, &rank, &pid, &num) != 4)
+            continue;
+        for (int k = 0; k < njob_pids; k++)
+            if (job_pids[k] == pid) {
+                fprintf(stderr, "left behind: /dev/shm/%s\n", e->d_name);
+                n++;
+            }
+    }
     closedir(d);
     return n;
 }
@@ -686,6 +694,7 @@ static int run_job(const struct jobspec *j, const unsigned char *key)
             for (int k = 0; k < i; k++) close(up[k][0]), close(down[k][1]);
             _exit(child(j, i, key, up[i][1], down[i][0]));
         }
+        if (njob_pids < (int)(sizeof job_pids / sizeof job_pids[0])) job_pids[njob_pids++] = pid[i];
         close(up[i][1]);
         close(down[i][0]);
     }
@@ -749,7 +758,7 @@ int main(int argc, char **argv)
         {"kill", n, 64 << 10, 0, 1},
     };
     enum { NJOBS = sizeof jobs / sizeof jobs[0] };
-    unsigned char keys[NJOBS][16];
+    unsigned char keys[NJOBS][LOOMI_AUTH_KEY_BYTES];
     int total = 0;
     for (int i = 0; i < NJOBS; i++) {
         random_key(keys[i]);
@@ -761,9 +770,8 @@ int main(int argc, char **argv)
             dead = fork();
             if (dead == 0) _exit(0);
             waitpid(dead, NULL, 0);
-            char kh[17];
-            key_hex(keys[i], kh);
-            snprintf(fake, sizeof fake, "/dev/shm/" LOOMI_SHM_PREFIX "%s-9-%d-0", kh, (int)dead);
+            snprintf(fake, sizeof fake, "/dev/shm/" LOOMI_SHM_PREFIX "0123456789abcdef-9-%d-0",
+                     (int)dead);
             int fd = open(fake, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
             if (fd < 0 || ftruncate(fd, 4096) != 0) {
                 perror(fake);
@@ -779,7 +787,7 @@ int main(int argc, char **argv)
         }
     }
     int left = 0;
-    for (int i = 0; i < NJOBS; i++) left += leftovers(keys[i]);
+    left += leftovers();
     if (left) fprintf(stderr, "%d segment(s) left in /dev/shm\n", left);
     total += left;
     printf("mp_shm on %d ranks: %s\n", n, total ? "FAILED" : "all passed");

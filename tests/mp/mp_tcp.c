@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "transports/auth.h"
 #include "transports/transport.h"
 
 #define ADDR 128
@@ -161,8 +162,8 @@ static int child(int rank, const unsigned char *key, int up, int down)
 
 int main(void)
 {
-    unsigned char key[16];
-    for (int i = 0; i < 16; i++) key[i] = (unsigned char)(getpid() * 31 + i * 7);
+    unsigned char key[LOOMI_AUTH_KEY_BYTES]; /* as transport.h's job_key */
+    for (int i = 0; i < (int)sizeof key; i++) key[i] = (unsigned char)(getpid() * 31 + i * 7);
     int up[2][2], down[2][2];
     pid_t pid[2];
     for (int i = 0; i < 2; i++) {

@@ -90,9 +90,15 @@ static void pause_short(void)
 
 /* -------------------------------------------------------------- set-up */
 
-static void key_hex(const unsigned char *key, char out[17])
+/* 16 hex digits of fresh random bits: segment names carry nothing
+ * derived from the job's secret (peers learn them from the address
+ * table, which only members receive). */
+static int random_hex(char out[17])
 {
-    for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", key[i]);
+    unsigned char b[8];
+    if (loomi_auth_random(b, sizeof b)) return -1;
+    for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 0;
 }
 
 /* Remove segments of processes that died without cleaning up: the name's
@@ -138,8 +144,9 @@ static loom_result_t shm_create(const struct loomi_tctx *ctx, void **state)
     t->ctx = *ctx;
     loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT, loomi_shm_match_fail,
                      t);
-    memcpy(t->key, ctx->job_key, 16);
+    memcpy(t->key, ctx->job_key, sizeof t->key);
     t->ctx.job_key = t->key;
+    loomi_auth_tag(t->key, "loom shm segment", t->tag);
     t->fd = -1;
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
     if (!t->peers) {
@@ -156,7 +163,10 @@ static loom_result_t shm_create(const struct loomi_tctx *ctx, void **state)
     loom_result_t r = LOOM_SUCCESS;
     scan_stale(ctx->rank);
     char kh[17], path[128];
-    key_hex(ctx->job_key, kh);
+    if (random_hex(kh)) {
+        r = loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "shm: getrandom: %s", strerror(errno));
+        goto fail;
+    }
     snprintf(t->name, sizeof t->name, LOOMI_SHM_PREFIX "%s-%d-%d-%u", kh, ctx->rank, (int)getpid(),
              atomic_fetch_add(&counter, 1));
     seg_path(path, sizeof path, t->name);
@@ -193,7 +203,7 @@ static loom_result_t shm_create(const struct loomi_tctx *ctx, void **state)
     t->hdr->rank = ctx->rank;
     t->hdr->nranks = ctx->nranks;
     t->hdr->pid = (int32_t)getpid();
-    memcpy(t->hdr->job_key, ctx->job_key, 16);
+    memcpy(t->hdr->job_tag, t->tag, sizeof t->tag);
     *state = t;
     return LOOM_SUCCESS;
 fail:
@@ -337,7 +347,7 @@ static int open_peer(struct shm *t, struct peer *p, loom_result_t *err)
                           q, path, (unsigned long long)magic, h.version);
         return -1;
     }
-    if (memcmp(h.job_key, t->key, 16) != 0 || h.rank != q || h.nranks != t->ctx.nranks ||
+    if (memcmp(h.job_tag, t->tag, sizeof t->tag) != 0 || h.rank != q || h.nranks != t->ctx.nranks ||
         h.pid != p->pid) {
         *err = loomi_fail(LOOM_ERR_MISMATCH, me,
                           "shm: rank %d: segment %s belongs to another job or rank (rank %d of "

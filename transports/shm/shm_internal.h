@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "core/internal.h"
+#include "transports/auth.h"
 #include "transports/match.h"
 #include "transports/shm/shm.h"
 #include "transports/transport.h"
@@ -43,7 +44,9 @@ struct seg_hdr {
     _Atomic uint64_t magic; /* set last, once the layout below is final */
     uint32_t version;
     int32_t rank, nranks, pid;
-    unsigned char job_key[16];
+    /* loomi_auth_tag of the job's key: tells this job's segments from
+     * another's without the key in them. */
+    unsigned char job_tag[16];
     uint64_t total;                 /* bytes of the segment */
     uint32_t nslots, ncells, cell_bytes, pad0;
     uint64_t slots_off, rings_off, ring_stride, arena_off, arena_bytes;
@@ -159,7 +162,7 @@ struct peer {
 
 struct shm {
     struct loomi_tctx ctx;
-    unsigned char key[16];
+    unsigned char key[LOOMI_AUTH_KEY_BYTES], tag[16];
     int aborted;
     int fd; /* own segment, holding the liveness lock */
     char name[56];

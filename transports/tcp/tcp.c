@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "transports/auth.h"
 #include "transports/net.h"
 #include "core/internal.h"
 #include "transports/match.h"
@@ -52,7 +53,6 @@ struct wire_hdr {
 
 struct hello {
     uint32_t magic;
-    unsigned char job_key[16];
     int32_t src, dst, stream, nstreams;
 };
 _Static_assert(offsetof(struct hello, dst) == offsetof(struct loomi_greeting, dst),
@@ -787,7 +787,6 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     struct hello h;
     memset(&h, 0, sizeof h);
     h.magic = HELLO_MAGIC;
-    memcpy(h.job_key, t->ctx.job_key, 16);
     h.src = me;
     h.nstreams = ns;
     /* Lower ranks listen for us; their backlog takes the connection even
@@ -797,7 +796,8 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         memcpy(&w, addrs + (size_t)peer * addr_len, sizeof w);
         for (int i = 0; i <= ns; i++) { /* data streams, then control */
             loom_result_t r;
-            int fd = loomi_connect_peer(&w, peer, deadline_ms, "tcp", me, &r);
+            int fd = loomi_connect_peer(&w, peer, deadline_ms, "tcp", me, t->ctx.job_key,
+                                        LOOMI_AUTH_TCP, (uint32_t)i, &r);
             if (fd < 0) return r;
             h.dst = peer;
             h.stream = i;
@@ -814,13 +814,12 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     /* Accepts as verbs does (net.c has what they share); the errors say
      * what each waits for. */
     int expected = (n - 1 - me) * (ns + 1), got = 0;
-    struct loomi_greeting want = {HELLO_MAGIC, {0}, me, me}; /* src: from above me */
-    memcpy(want.job_key, t->ctx.job_key, 16);
+    struct loomi_greeting want = {HELLO_MAGIC, me, me}; /* src: from above me */
     while (got < expected) {
         struct hello in;
         char why[200];
-        int fd = loomi_accept_greeting(t->lfd, &want, n, &in, sizeof in, deadline_ms, "tcp", why,
-                                       sizeof why);
+        int fd = loomi_accept_greeting(t->lfd, &want, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
+                                       sizeof in, deadline_ms, "tcp", why, sizeof why);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
                               "arrived; gave up: %s", got, expected, why);

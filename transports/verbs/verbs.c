@@ -96,6 +96,7 @@ const struct loomi_transport_ops loomi_verbs_ops = {
 
 #include <infiniband/verbs.h>
 
+#include "transports/auth.h"
 #include "transports/net.h"
 #include "transports/verbs/verbs_internal.h"
 
@@ -338,7 +339,6 @@ static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const st
     struct hello h;
     memset(&h, 0, sizeof h);
     h.magic = HELLO_MAGIC;
-    memcpy(h.job_key, t->ctx.job_key, 16);
     h.src = me;
     h.dst = p->rank;
     h.qpn = p->qp->qp_num;
@@ -356,7 +356,7 @@ static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const st
         (!in && loomi_read_full(fd, &r, sizeof r, deadline_ms)))
         return loomi_fail(LOOM_ERR_CONNECT, me, "verbs: exchange with rank %d: %s", p->rank,
                           strerror(errno));
-    if (r.magic != HELLO_MAGIC || memcmp(r.job_key, t->ctx.job_key, 16) || r.src != p->rank ||
+    if (r.magic != HELLO_MAGIC || r.src != p->rank ||
         r.dst != me || r.nrx != NRX || r.mtu < IBV_MTU_256 || r.mtu > IBV_MTU_4096 ||
         r.qpn > 0xffffffu || r.psn > 0xffffffu)
         return loomi_fail(LOOM_ERR_MISMATCH, me, "verbs: rank %d answered with a bad greeting "
@@ -455,7 +455,8 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         struct vaddr va;
         memcpy(&va, addrs + (size_t)q * addr_len, sizeof va);
         loom_result_t r;
-        int fd = loomi_connect_peer(&va.w, q, deadline_ms, "verbs", me, &r);
+        int fd = loomi_connect_peer(&va.w, q, deadline_ms, "verbs", me, t->ctx.job_key,
+                                    LOOMI_AUTH_VERBS, 0, &r);
         if (fd < 0) return r;
         r = handshake(t, p, fd, NULL, deadline_ms);
         if (r != LOOM_SUCCESS) {
@@ -466,13 +467,12 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
     /* Accepts as tcp does (net.c has what they share); the errors say
      * what each waits for. */
     int got = 0;
-    struct loomi_greeting want = {HELLO_MAGIC, {0}, me, me}; /* src: from above me */
-    memcpy(want.job_key, t->ctx.job_key, 16);
+    struct loomi_greeting want = {HELLO_MAGIC, me, me}; /* src: from above me */
     while (got < expected) {
         struct hello in;
         char why[200];
-        int fd = loomi_accept_greeting(t->lfd, &want, n, &in, sizeof in, deadline_ms, "verbs", why,
-                                       sizeof why);
+        int fd = loomi_accept_greeting(t->lfd, &want, n, t->ctx.job_key, LOOMI_AUTH_VERBS, &in,
+                                       sizeof in, deadline_ms, "verbs", why, sizeof why);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
                               "higher ranks done; gave up: %s", got, expected, why);

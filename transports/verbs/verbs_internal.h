@@ -125,7 +125,6 @@ _Static_assert(sizeof(struct vaddr) == LOOMI_VERBS_ADDR_BYTES, "verbs address si
 
 struct hello {
     uint32_t magic;
-    unsigned char job_key[16];
     int32_t src, dst;
     uint32_t qpn, psn;
     uint16_t lid;
