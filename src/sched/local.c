@@ -112,14 +112,16 @@ void loomi_op_restore_written(struct loomi_op *op)
     }
 }
 
-/* A REDUCE_SHARED step's block of k elements from element o: out = a's
- * block OP every other arena's (all but st->peer, at src2_off), one pass
- * per arena over a block that stays in cache.  out may be a's block. */
+/* A REDUCE_SHARED step's block of k elements from element o: out = the
+ * step's source block (a) OP every other arena's (all but st->peer, at
+ * src2_off), one pass per arena over a block that stays in cache.  out
+ * may be a's block. */
 static void reduce_arenas(const struct loomi_op *op, const struct loomi_step *st,
-                          unsigned char *out, const unsigned char *a, size_t o, size_t k)
+                          unsigned char *out, size_t o, size_t k)
 {
     const struct loomi_sched *s = &op->s;
     const size_t es = s->esize;
+    const unsigned char *a = bufp(op, st->src) + st->src_off;
     int first = 1;
     for (int i = 0; i < s->nshared; i++) {
         if (i == st->peer) continue;
@@ -151,11 +153,10 @@ static void reduce_push(struct loomi_op *op, const struct loomi_step *st)
     const size_t es = s->esize, blk = PUT_BLOCK / es;
     _Alignas(64) unsigned char tmp[PUT_BLOCK];
     unsigned char *d = bufp(op, st->dst) + st->dst_off;
-    const unsigned char *a = bufp(op, st->src) + st->src_off;
     const int nt = (st->flags & LOOMI_RS_STREAM) != 0;
     for (size_t o = 0; o < st->count; o += blk) {
         size_t k = st->count - o < blk ? st->count - o : blk;
-        reduce_arenas(op, st, tmp, a, o, k);
+        reduce_arenas(op, st, tmp, o, k);
         if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
         for (int i = 0; i < s->nshared; i++) {
             unsigned char *to = i == st->peer
@@ -178,7 +179,6 @@ static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
     const size_t es = s->esize, blk = KEEP_BLOCK / es;
     _Alignas(64) unsigned char tmp[KEEP_BLOCK];
     unsigned char *d = bufp(op, st->dst) + st->dst_off;
-    const unsigned char *a = bufp(op, st->src) + st->src_off;
     unsigned char *keep = op->shared[st->peer] + st->src2_off;
     unsigned char *save = (st->flags & LOOMI_RS_SAVE)
                               ? op->bufs[LOOMI_BUF_SCRATCH] + st->dst_off
@@ -186,7 +186,7 @@ static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
     const int nt = (st->flags & LOOMI_RS_STREAM) != 0;
     for (size_t o = 0; o < st->count; o += blk) {
         size_t k = st->count - o < blk ? st->count - o : blk;
-        reduce_arenas(op, st, tmp, a, o, k);
+        reduce_arenas(op, st, tmp, o, k);
         if (s->op == LOOM_AVG) loomi_reduce_finish_avg(tmp, k, s->dtype, s->nranks);
         if (save && nt) loomi_copy_stream_nf(save + o * es, NULL, d + o * es, k * es, 0);
         else if (save) memcpy(save + o * es, d + o * es, k * es);
@@ -241,7 +241,6 @@ void loomi_op_run_local(struct loomi_op *op, const struct loomi_step *st, size_t
         /* Block by block, so that the partial result stays in cache while
          * each arena's operand streams past it once. */
         unsigned char *d = bufp(op, st->dst) + st->dst_off;
-        const unsigned char *a = bufp(op, st->src) + st->src_off;
         unsigned char *save = (st->flags & LOOMI_RS_SAVE)
                                   ? op->bufs[LOOMI_BUF_SCRATCH] + st->dst_off
                                   : NULL;
@@ -254,7 +253,7 @@ void loomi_op_run_local(struct loomi_op *op, const struct loomi_step *st, size_t
                 loomi_copy_stream_nf(save + o * es, NULL, d + o * es, k * es, 0);
             else if (save)
                 memcpy(save + o * es, d + o * es, k * es);
-            reduce_arenas(op, st, d + o * es, a, o, k);
+            reduce_arenas(op, st, d + o * es, o, k);
         }
         loomi_copy_fence(save && (st->flags & LOOMI_RS_STREAM));
         break;
