@@ -1,10 +1,14 @@
 /* test_wire.c - the checks of bytes a peer sends, driven directly
  * (security issue 47, item 5): the pieces of one tcp message must tile
- * it exactly. */
+ * it exactly; a peer's shared-memory segment must be the job user's and
+ * lie, rings and all, inside its file. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "transports/shm/shm_internal.h"
 #include "transports/tcp/tcp.h"
 
 /* ------------------------------------------------------- tcp's pieces */
@@ -79,4 +83,85 @@ Test(tcp_tiling, too_many_holes_are_refused)
     /* Filling a hole still works. */
     cr_assert_eq(loomi_tcp_tile_claim(&t, 1000, 5, 5), LOOMI_TCP_TILE_OK);
     cr_assert_eq(t.n, LOOMI_TCP_TILES - 1);
+}
+
+/* ------------------------------------------------- shm's segment header */
+
+/* A segment laid out as build_segment does for 3 local peers of a job of
+ * 4 ranks, 16 cells of 16 KiB, an arena of 64 KiB. */
+static struct seg_hdr good_hdr(struct stat *sb)
+{
+    struct seg_hdr h;
+    memset(&h, 0, sizeof h);
+    h.nranks = 4;
+    h.nslots = 3;
+    h.ncells = 16;
+    h.cell_bytes = 16384;
+    h.slots_off = PAGE;
+    h.rings_off = 2 * PAGE;
+    h.ring_stride = 65 * PAGE; /* 128 + 16 * 16384, page-aligned */
+    h.arena_off = h.rings_off + 3 * h.ring_stride;
+    h.arena_bytes = 16 * PAGE;
+    h.total = h.arena_off + h.arena_bytes;
+    memset(sb, 0, sizeof *sb);
+    sb->st_uid = geteuid();
+    sb->st_size = (off_t)h.total;
+    return h;
+}
+
+Test(shm_segment, a_good_layout_passes)
+{
+    struct stat sb;
+    struct seg_hdr h = good_hdr(&sb);
+    cr_assert_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
+}
+
+Test(shm_segment, a_ring_stride_that_wraps_is_refused)
+{
+    struct stat sb;
+    struct seg_hdr h = good_hdr(&sb);
+    /* rings_off + ring_stride * nslots wraps past 2^64 to a small
+     * number: the old sum passed it, and the FIFO of the third slot lay
+     * far outside the mapping. */
+    h.ring_stride = 0x5555555555555580ull; /* a multiple of 64; 3 * it is 128 mod 2^64 */
+    cr_assert_lt(h.rings_off + h.ring_stride * h.nslots, h.total, "the wrap is what is tested");
+    cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
+}
+
+Test(shm_segment, slots_offset_that_wraps_is_refused)
+{
+    struct stat sb;
+    struct seg_hdr h = good_hdr(&sb);
+    /* 32 FIFOs in a job of 64 ranks: slots_off + 4 * nslots wraps to
+     * 64, and the slots would be read 2^64 - 64 bytes past the map. */
+    h.nranks = 64;
+    h.nslots = 32;
+    h.ncells = 2;
+    h.cell_bytes = 256;
+    h.ring_stride = 640;
+    h.slots_off = UINT64_MAX - 63;
+    cr_assert_lt(h.slots_off + 4ull * h.nslots, h.rings_off, "the wrap is what is tested");
+    cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 64));
+}
+
+Test(shm_segment, rings_past_the_end_are_refused)
+{
+    struct stat sb;
+    struct seg_hdr h = good_hdr(&sb);
+    h.rings_off = h.total; /* aligned, after the slots, but outside */
+    cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
+    h = good_hdr(&sb);
+    h.total = sb.st_size + PAGE; /* larger than the file */
+    cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
+    h = good_hdr(&sb);
+    h.arena_off = h.total; /* arena_off + arena_bytes past the end */
+    cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
+}
+
+Test(shm_segment, another_users_segment_is_refused)
+{
+    struct stat sb;
+    struct seg_hdr h = good_hdr(&sb);
+    sb.st_uid = geteuid() + 1;
+    cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
 }
