@@ -1,13 +1,16 @@
 /* test_wire.c - the checks of bytes a peer sends, driven directly
  * (security issue 47, item 5): the pieces of one tcp message must tile
  * it exactly; a peer's shared-memory segment must be the job user's and
- * lie, rings and all, inside its file. */
+ * lie, rings and all, inside its file; the control plane's mailbox takes
+ * from a joiner only its address, and from anyone a bounded number of
+ * messages. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/ctrl.h"
 #include "transports/shm/shm_internal.h"
 #include "transports/tcp/tcp.h"
 
@@ -164,4 +167,50 @@ Test(shm_segment, another_users_segment_is_refused)
     struct seg_hdr h = good_hdr(&sb);
     sb.st_uid = geteuid() + 1;
     cr_assert_not_null(loomi_shm_seg_bad(&sb, geteuid(), &h, 4));
+}
+
+/* -------------------------------------------- the control plane's mailbox */
+
+Test(ctrl_mail, a_ranks_messages_are_taken)
+{
+    cr_assert_null(loomi_ctrl_mail_bad(4, 2, LOOMI_CMSG_AGREE, 12, 0, 0));
+    cr_assert_null(loomi_ctrl_mail_bad(4, 0, LOOMI_CMSG_ADDR, 64, 10, 640));
+    cr_assert_null(loomi_ctrl_mail_bad(4, 4, LOOMI_CMSG_ADDR, 64, 0, 0), "a joiner's address");
+}
+
+Test(ctrl_mail, a_joiner_sends_only_its_address)
+{
+    /* A joiner's slot is past the ranks (4 + j): agree.c indexes its
+     * arrays of n ranks by the sender, so a proposal from a joiner wrote
+     * past them. */
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 4, LOOMI_CMSG_AGREE, 12, 0, 0));
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 5, LOOMI_CMSG_AGREED, 12, 0, 0));
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 6, LOOMI_CMSG_CALL_PROBE, 8, 0, 0));
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 4 + LOOMI_CTRL_MAX_JOINERS, LOOMI_CMSG_ADDR, 64, 0,
+                                           0), "no such slot");
+}
+
+Test(ctrl_mail, unknown_types_are_refused)
+{
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 1, LOOMI_CMSG_ACCEPT, 0, 0, 0));
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 1, LOOMI_CMSG_MAX + 1, 0, 0, 0));
+    cr_assert_not_null(loomi_ctrl_mail_bad(4, 1, 15, 0, 0, 0));
+}
+
+Test(ctrl_mail, a_peer_cannot_fill_the_mailbox)
+{
+    unsigned held = 0;
+    while (held < 100000 && !loomi_ctrl_mail_bad(4, 1, LOOMI_CMSG_CALL_SHOW, 8, held, 8ull * held))
+        held++;
+    cr_assert_eq(held, LOOMI_CTRL_MAIL_MAX, "refused once %u are held", LOOMI_CTRL_MAIL_MAX);
+    /* In bytes: a few of the largest messages, not more. */
+    uint64_t bytes = 0;
+    held = 0;
+    while (held < 1000 && !loomi_ctrl_mail_bad(4, 1, LOOMI_CMSG_CALL_SHOW, LOOMI_CTRL_MAX_PAYLOAD,
+                                               held, bytes)) {
+        held++;
+        bytes += LOOMI_CTRL_MAX_PAYLOAD;
+    }
+    cr_assert_leq(bytes, LOOMI_CTRL_MAIL_BYTES);
+    cr_assert_lt(held, 1000);
 }
