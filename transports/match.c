@@ -23,6 +23,7 @@ void loomi_match_init(struct loomi_match *m, const struct loomi_tctx *ctx, size_
     m->owner = owner;
     m->usize = usize < sizeof(struct loomi_unexp) ? sizeof(struct loomi_unexp) : usize;
     m->unexp_limit = limit;
+    m->count_limit = LOOMI_MATCH_EARLY_COUNT;
 }
 
 void loomi_match_fini(struct loomi_match *m) { loomi_bufpool_clear(&m->pool); }
@@ -120,6 +121,7 @@ void loomi_match_unexp_unbuffer(struct loomi_match *m, struct loomi_unexp *u)
 {
     if (!u->buf) return;
     m->unexp_bytes -= u->total;
+    if (u->q) u->q->early_bytes -= u->total;
     loomi_bufpool_put(&m->pool, u->buf, u->cap);
     u->buf = NULL;
 }
@@ -209,11 +211,19 @@ loom_result_t loomi_match_early(struct loomi_match *m, struct loomi_mq *q, int p
     if (mine) return loomi_match_conflict(m, peer, tag, chk, mine->tag, mine->chk);
     uint32_t my = loomi_match_own_conflict(m, tag, chk);
     if (my) return loomi_match_conflict(m, peer, tag, chk, tag, my);
-    /* Neither sum can wrap: unexp_bytes stays under the limit. */
-    if (buffered && (total > m->unexp_limit || m->unexp_bytes > m->unexp_limit - total)) {
+    /* The budget is the peer's own, so the peer that passes it fails,
+     * not another whose message comes after.  Neither sum can wrap:
+     * early_bytes stays under the limit. */
+    if (buffered && (total > m->unexp_limit || q->early_bytes > m->unexp_limit - total)) {
         char why[LOOMI_MATCH_WHY];
         snprintf(why, sizeof why, "more than %llu bytes arrived for receives not posted",
                  (unsigned long long)m->unexp_limit);
+        return fail(m, peer, LOOM_ERR_REMOTE, why);
+    }
+    if (q->nunexp < 0 || (unsigned)q->nunexp >= m->count_limit) {
+        char why[LOOMI_MATCH_WHY];
+        snprintf(why, sizeof why, "more than %u messages arrived for receives not posted",
+                 m->count_limit);
         return fail(m, peer, LOOM_ERR_REMOTE, why);
     }
     struct loomi_unexp *v = calloc(1, m->usize);
@@ -225,7 +235,11 @@ loom_result_t loomi_match_early(struct loomi_match *m, struct loomi_mq *q, int p
     v->tag = tag;
     v->chk = chk;
     v->total = (size_t)total;
-    if (buffered) m->unexp_bytes += v->total;
+    v->q = q;
+    if (buffered) {
+        m->unexp_bytes += v->total;
+        q->early_bytes += v->total;
+    }
     unsigned b = bucket(tag);
     if (q->unexp[b].tail) q->unexp[b].tail->next = v;
     else q->unexp[b].head = v;

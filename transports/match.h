@@ -42,6 +42,7 @@ struct loomi_unexp {
     size_t got;      /* bytes of it in buf so far (the transport's count) */
     char *buf;       /* its bytes (from the pool), or NULL: none held */
     size_t cap;      /* buf's size */
+    struct loomi_mq *q; /* the peer's queues it is counted in */
 };
 
 /* One peer's queues. */
@@ -54,7 +55,13 @@ struct loomi_mq {
     } unexp[LOOMI_MQ_BUCKETS];
     int nrecv;  /* receives listed */
     int nunexp; /* early messages listed: a receive posted scans them only then */
+    size_t early_bytes; /* bytes buffered for them: the peer's budget */
 };
+
+/* Early messages one peer may have listed at once: past it, that peer
+ * fails (each costs memory even when it brings no bytes, like a verbs
+ * rendezvous). */
+#define LOOMI_MATCH_EARLY_COUNT 65536u
 
 struct loomi_match {
     const struct loomi_tctx *ctx; /* call_check, owner, name_sig */
@@ -63,14 +70,17 @@ struct loomi_match {
     void (*fail)(void *owner, int peer, loom_result_t code, const char *why);
     void *owner;
     size_t usize;                 /* of the transport's early-message struct */
-    size_t unexp_bytes, unexp_limit;
+    size_t unexp_bytes;        /* bytes buffered, all peers */
+    size_t unexp_limit;        /* ... at most, per peer */
+    unsigned count_limit;      /* early messages listed per peer, at most */
     struct loomi_bufpool pool; /* buffers of early messages (bufpool.h) */
     uint64_t noted_op;         /* the operation of the last collective transfer posted, + 1 */
 };
 
 /* usize: sizeof the transport's struct that starts with a struct
  * loomi_unexp (or sizeof(struct loomi_unexp)); limit: bytes held at most
- * for receives not posted.  ctx must outlive m. */
+ * for receives not posted, per peer (and LOOMI_MATCH_EARLY_COUNT early
+ * messages per peer).  ctx must outlive m. */
 void loomi_match_init(struct loomi_match *m, const struct loomi_tctx *ctx, size_t usize,
                       size_t limit,
                       void (*fail)(void *owner, int peer, loom_result_t code, const char *why),
@@ -133,8 +143,9 @@ loom_result_t loomi_match_pair(struct loomi_match *m, int peer, uint64_t tag, ui
  * message listed in q (total bytes in a buffer from the pool when
  * `buffered`, counted against the limit; else no buffer), unless a
  * receive listed in q or this rank's own call shows that its sender
- * made the call otherwise (LOOM_ERR_MISMATCH), the limit is passed
- * (LOOM_ERR_REMOTE) or memory runs out (LOOM_ERR_NO_MEMORY): the peer
+ * made the call otherwise (LOOM_ERR_MISMATCH), this peer's budget of
+ * early bytes or messages is passed (LOOM_ERR_REMOTE: the peer that
+ * sent too much fails, not one whose message comes after) or memory runs out (LOOM_ERR_NO_MEMORY): the peer
  * then fails and *u is NULL. */
 loom_result_t loomi_match_early(struct loomi_match *m, struct loomi_mq *q, int peer, uint64_t tag,
                                 uint32_t chk, uint64_t total, int buffered,

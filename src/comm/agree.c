@@ -136,6 +136,10 @@ static struct loomi_cmsg *next_msg(struct agree *g, int wait_ms)
         uint64_t d = loomi_now_ms() + (uint64_t)wait_ms;
         if (d > g->deadline) d = g->deadline;
         struct loomi_cmsg *m = loomi_ctrl_recv(g->ctrl, g->gen, d, LOOMI_CMSG_AGREEMENT);
+        if (m && (m->src < 0 || m->src >= g->n)) { /* no rank of this agreement */
+            free(m);
+            continue;
+        }
         if (!m || m->arg == g->id) return m;
         if (m->arg > g->id && m->arg <= g->id + 1) { /* a faster rank: its next one */
             m->next = c->agree_stash;

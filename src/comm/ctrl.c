@@ -196,6 +196,21 @@ int loomi_ctrl_answer_agreed(struct loomi_ctrl *c, int q, uint64_t id)
     return 0;
 }
 
+const char *loomi_ctrl_mail_bad(int n, int q, uint16_t type, uint32_t len, unsigned held,
+                                uint64_t bytes)
+{
+    if (q < 0 || q >= n + LOOMI_CTRL_MAX_JOINERS) return "a message from no peer";
+    if (type < LOOMI_CMSG_GIVEUP || type > LOOMI_CMSG_MAX || type == LOOMI_CMSG_ACCEPT)
+        return "a message of an unknown type";
+    /* A joiner sends its address, nothing else: agreements, probes and
+     * the rest index arrays by the sender's rank, which it has none of. */
+    if (q >= n && type != LOOMI_CMSG_ADDR) return "a message of a type a joiner does not send";
+    if (len > LOOMI_CTRL_MAX_PAYLOAD) return "a message too long";
+    if (held >= LOOMI_CTRL_MAIL_MAX) return "more messages than this rank has taken";
+    if (bytes > LOOMI_CTRL_MAIL_BYTES - len) return "more bytes than this rank has taken";
+    return NULL;
+}
+
 /* Act on one complete message from peer q (under mu).  Returns -1 when
  * the peer broke the protocol. */
 static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err, size_t errn)
@@ -216,7 +231,7 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
             LOOMI_INFO(c->rank, "control plane: a process asks to join (%d pending)", c->npending);
             return 0;
         }
-        if (p->jstate != J_ADMITTED || type < 16) {
+        if (p->jstate != J_ADMITTED || type != LOOMI_CMSG_ADDR) {
             snprintf(err, errn, "unexpected message type %u from a joiner", type);
             return -1;
         }
@@ -278,8 +293,9 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     default:
         break;
     }
-    if (type < LOOMI_CMSG_GIVEUP || type > LOOMI_CMSG_MAX || type == LOOMI_CMSG_ACCEPT) {
-        snprintf(err, errn, "unknown message type %u", type);
+    const char *bad = loomi_ctrl_mail_bad(c->n, q, type, len, c->p[q].mb_held, c->p[q].mb_bytes);
+    if (bad) {
+        snprintf(err, errn, "%s (type %u, %u bytes)", bad, type, len);
         return -1;
     }
     struct loomi_cmsg *m = malloc(sizeof *m + len);
@@ -290,6 +306,8 @@ static int handle(struct loomi_ctrl *c, int q, const unsigned char *h, char *err
     /* One initializer: a field left out (next) is zero. */
     *m = (struct loomi_cmsg){.type = type, .src = q, .epoch = epoch, .arg = arg, .len = len};
     memcpy(m->data, h + HDR_BYTES, len);
+    c->p[q].mb_held++;
+    c->p[q].mb_bytes += len;
     if (c->mb_tail) c->mb_tail->next = m;
     else c->mb_head = m;
     c->mb_tail = m;

@@ -36,6 +36,12 @@
 /* Processes waiting to join that one holder admits at a time. */
 #define LOOMI_CTRL_MAX_JOINERS 64
 
+/* Messages from one peer held in the mailbox and not yet taken, at
+ * most, and their payload bytes: a peer that sends more than any
+ * exchange needs is failed, not buffered for without bound. */
+#define LOOMI_CTRL_MAIL_MAX 1024u
+#define LOOMI_CTRL_MAIL_BYTES ((uint64_t)LOOMI_CTRL_MAX_PAYLOAD * 4)
+
 /* Message types of membership protocols (values below 16 are the control
  * plane's own). */
 enum {
@@ -81,6 +87,13 @@ struct loomi_cmsg {
 };
 
 struct loomi_ctrl;
+
+/* Whether a message (type, len) that peer slot q sent (q >= n: a joiner's
+ * slot) may go in the mailbox, that peer having `held` messages of
+ * `bytes` bytes there already: NULL, or what is wrong with it (the peer
+ * is then failed).  Pure, so that tests drive it. */
+const char *loomi_ctrl_mail_bad(int n, int q, uint16_t type, uint32_t len, unsigned held,
+                                uint64_t bytes);
 
 /* Listen on the address `bind` (port ignored) for the control plane of
  * rank `rank` of `nranks`.  heartbeat_ms 0: no heartbeats (only broken

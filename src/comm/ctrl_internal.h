@@ -49,6 +49,8 @@ enum { J_FREE = 0, J_AUTH, J_HELLO, J_PENDING, J_ADMITTED, J_CLOSING };
 
 struct peer {
     int fd;
+    unsigned mb_held;  /* its messages in the mailbox (loomi_ctrl_mail_bad) */
+    uint64_t mb_bytes; /* and their payload bytes */
     int failed, bye;
     int jstate; /* joiner slots only (J_*) */
     struct loomi_auth_accept auth; /* joiner slots: the handshake (J_AUTH) */

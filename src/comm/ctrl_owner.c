@@ -120,6 +120,9 @@ static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, uint64_t 
     if (*l) {
         m = *l;
         *l = m->next;
+        struct peer *from = &c->p[m->src]; /* handle() checked src */
+        if (from->mb_held) from->mb_held--;
+        from->mb_bytes -= LOOMI_MIN(from->mb_bytes, (uint64_t)m->len);
         if (c->mb_tail == m) { /* the new tail: the one before, if any */
             c->mb_tail = NULL;
             for (struct loomi_cmsg *t = c->mb_head; t; t = t->next) c->mb_tail = t;

@@ -309,3 +309,45 @@ Test(match, pop_drains_everything)
     cr_assert_eq(q.nunexp, 0);
     cr_assert_eq(m.unexp_bytes, 0);
 }
+
+/* Security issue 47, item 4: early messages are budgeted per peer, in
+ * bytes and in count, and the peer that passes its budget is the one
+ * that fails. */
+Test(match, the_peer_over_its_byte_budget_fails_not_the_next)
+{
+    struct loomi_mq q2;
+    memset(&q2, 0, sizeof q2);
+    struct loomi_unexp *u, *v;
+    /* Rank 3 holds 900 of its 1000 bytes... */
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(1), 0, 900, 1, &u), LOOM_SUCCESS);
+    /* ... which leaves rank 5's budget whole: it is not failed for it. */
+    cr_assert_eq(loomi_match_early(&m, &q2, 5, P2P(1), 0, 200, 1, &v), LOOM_SUCCESS);
+    cr_assert_eq(nfail, 0);
+    /* Rank 3 passing its own budget fails rank 3. */
+    cr_assert_eq(loomi_match_early(&m, &q, 3, P2P(2), 0, 101, 1, &u), LOOM_ERR_REMOTE);
+    cr_assert_eq(fail_peer, 3);
+    cr_assert_eq(q2.early_bytes, 200);
+    cr_assert_eq(q.early_bytes, 900);
+    while ((v = loomi_mq_unexp_pop(&q2)) != NULL) loomi_match_unexp_free(&m, v);
+    cr_assert_eq(q2.early_bytes, 0);
+}
+
+Test(match, early_messages_are_counted_per_peer)
+{
+    struct loomi_unexp *u;
+    /* Messages that bring no bytes (a rendezvous) cost memory too. */
+    unsigned k = 0;
+    while (k <= LOOMI_MATCH_EARLY_COUNT &&
+           loomi_match_early(&m, &q, 3, P2P(k), 0, 64, 0, &u) == LOOM_SUCCESS)
+        k++;
+    cr_assert_eq(k, LOOMI_MATCH_EARLY_COUNT, "refused past %u", LOOMI_MATCH_EARLY_COUNT);
+    cr_assert_eq(fail_peer, 3);
+    cr_assert_eq(fail_code, LOOM_ERR_REMOTE);
+    cr_assert_str_eq(why, "more than 65536 messages arrived for receives not posted");
+    /* Another peer's budget is its own. */
+    struct loomi_mq q2;
+    memset(&q2, 0, sizeof q2);
+    cr_assert_eq(loomi_match_early(&m, &q2, 5, P2P(1), 0, 64, 0, &u), LOOM_SUCCESS);
+    loomi_mq_unexp_del(&q2, u);
+    loomi_match_unexp_free(&m, u);
+}

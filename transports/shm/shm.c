@@ -307,6 +307,36 @@ static loom_result_t build_segment(struct shm *t, int k)
     return LOOM_SUCCESS;
 }
 
+const char *loomi_shm_seg_bad(const struct stat *sb, uid_t euid, const struct seg_hdr *h,
+                              int nranks)
+{
+    /* Anyone may create a file in /dev/shm under the name a peer will
+     * use: only one of this job's user is trusted. */
+    if (sb->st_uid != euid) return "is not owned by this job's user";
+    if (sb->st_size < 0 || h->total < PAGE || h->total > MAX_SEG ||
+        h->total > (uint64_t)sb->st_size)
+        return "has a size that does not fit the file";
+    if (nranks < 1 || h->nslots > (uint32_t)nranks) return "has more FIFOs than ranks";
+    if (h->ncells < 2 || h->ncells > 1024 || (h->ncells & (h->ncells - 1)) ||
+        h->cell_bytes < 256 || h->cell_bytes > (1u << 20) || h->cell_bytes % 64)
+        return "has bad cells";
+    uint64_t slots_end, rings_bytes, rings_end;
+    if (h->slots_off < PAGE || h->slots_off % 64 ||
+        __builtin_add_overflow(h->slots_off, 4ull * h->nslots, &slots_end) || slots_end > h->total)
+        return "has its slots outside it";
+    /* ncells <= 1024, cell_bytes <= 1 MiB: no wrap. */
+    const uint64_t ring_min = sizeof(struct ring_ctl) + (uint64_t)h->ncells * h->cell_bytes;
+    if (h->ring_stride < ring_min || h->ring_stride % 64 || h->rings_off % 64 ||
+        h->rings_off < slots_end ||
+        __builtin_mul_overflow(h->ring_stride, (uint64_t)h->nslots, &rings_bytes) ||
+        __builtin_add_overflow(h->rings_off, rings_bytes, &rings_end) || rings_end > h->total)
+        return "has its rings outside it";
+    if (h->arena_off % PAGE || h->arena_bytes > h->total ||
+        h->arena_off > h->total - h->arena_bytes)
+        return "has its arena outside it";
+    return NULL;
+}
+
 /* Map q's segment and say hello.  0: done; 1: not there yet; else an error. */
 static int open_peer(struct shm *t, struct peer *p, loom_result_t *err)
 {
@@ -323,7 +353,14 @@ static int open_peer(struct shm *t, struct peer *p, loom_result_t *err)
         }
     }
     struct stat sb;
-    if (fstat(p->fd, &sb) != 0 || (size_t)sb.st_size < PAGE) return 1;
+    if (fstat(p->fd, &sb) != 0) return 1;
+    if (sb.st_uid != geteuid()) { /* before a byte of it is mapped */
+        *err = loomi_fail(LOOM_ERR_CONNECT, me, "shm: rank %d: %s is owned by uid %u, not by "
+                          "this job's user (uid %u)", q, path, (unsigned)sb.st_uid,
+                          (unsigned)geteuid());
+        return -1;
+    }
+    if ((size_t)sb.st_size < PAGE) return 1;
     if (!p->map) {
         p->map = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
         if (p->map == MAP_FAILED) {
@@ -356,18 +393,9 @@ static int open_peer(struct shm *t, struct peer *p, loom_result_t *err)
         return -1;
     }
     if (fstat(p->fd, &sb) != 0) sb.st_size = 0;
-    int bad = h.total > MAX_SEG || h.total > (uint64_t)sb.st_size || h.nslots > (uint32_t)h.nranks ||
-              h.ncells < 2 || h.ncells > 1024 || (h.ncells & (h.ncells - 1)) ||
-              h.cell_bytes < 256 || h.cell_bytes > (1u << 20) || h.cell_bytes % 64 ||
-              h.slots_off < PAGE || h.slots_off % 64 ||
-              h.slots_off + 4ull * h.nslots > h.total || h.rings_off % 64 ||
-              h.ring_stride < sizeof(struct ring_ctl) + (uint64_t)h.ncells * h.cell_bytes ||
-              h.ring_stride % 64 || h.rings_off < h.slots_off + 4ull * h.nslots ||
-              h.rings_off + h.ring_stride * h.nslots > h.total ||
-              h.arena_off % PAGE || h.arena_bytes > h.total || h.arena_off > h.total - h.arena_bytes;
+    const char *bad = loomi_shm_seg_bad(&sb, geteuid(), &h, t->ctx.nranks);
     if (bad) {
-        *err = loomi_fail(LOOM_ERR_MISMATCH, me, "shm: rank %d: segment %s has a bad layout", q,
-                          path);
+        *err = loomi_fail(LOOM_ERR_MISMATCH, me, "shm: rank %d: segment %s %s", q, path, bad);
         return -1;
     }
     /* Populated, as our own segment is (build_segment). */

@@ -241,6 +241,15 @@ void loomi_shm_peer_error(struct shm *t, struct peer *p, loom_result_t code, con
     LOOMI_PRINTF(4, 5);
 /* match.c fails a peer through this. */
 void loomi_shm_match_fail(void *owner, int peer, loom_result_t code, const char *why);
+
+struct stat;
+/* A peer's segment, as fstat saw it (sb) with a private copy of its
+ * header (h), checked before anything in it is used by a job of nranks
+ * ranks run by the user euid: NULL when it may be mapped and used, else
+ * what is wrong with it.  Pure, with no sum of the peer's numbers that
+ * can wrap: the rings, slots and arena lie inside the segment. */
+const char *loomi_shm_seg_bad(const struct stat *sb, uid_t euid, const struct seg_hdr *h,
+                              int nranks);
 #define PROTO(t, p, ...)                                                                          \
     loomi_shm_peer_error(t, p, LOOM_ERR_MISMATCH, "protocol error: " __VA_ARGS__)
 

@@ -29,6 +29,7 @@
 #include "transports/net.h"
 #include "core/internal.h"
 #include "transports/match.h"
+#include "transports/tcp/tcp.h"
 #include "transports/transport.h"
 
 #define TCP_MAGIC 0x4c4d5450u      /* "LMTP" */
@@ -83,6 +84,15 @@ struct unexp {
     struct {
         size_t off, len;
     } pc[UNEXP_PIECES];
+    struct loomi_tcp_tiling tl; /* the bytes its pieces claimed (tcp.h) */
+};
+
+/* A posted receive that pieces are arriving for, and the bytes they
+ * claimed (tcp.h): listed from its first piece's header until it
+ * completes, is cancelled or fails with its peer. */
+struct rtile {
+    struct loomi_xfer *x;
+    struct loomi_tcp_tiling tl;
 };
 
 struct peer;
@@ -111,6 +121,8 @@ struct peer {
     struct stream *s;
     struct loomi_mq mq; /* receives posted, early messages (match.h) */
     int nposted; /* sends and receives in flight */
+    struct rtile *rt; /* receives with pieces arriving */
+    int nrt, cap_rt;
 };
 
 struct tcp {
@@ -193,6 +205,7 @@ static void peer_down(struct tcp *t, struct peer *p, int failed, loom_result_t c
         s->rx = NULL;
         s->ru = NULL;
     }
+    p->nrt = 0;
     struct loomi_xfer *x;
     while ((x = loomi_mq_recv_pop(&p->mq)) != NULL) complete_once(x, code);
     struct loomi_unexp *u;
@@ -402,10 +415,96 @@ static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
 
 /* ----------------------------------------------------------- receiving */
 
+int loomi_tcp_tile_claim(struct loomi_tcp_tiling *t, uint64_t total, uint64_t off, uint64_t len)
+{
+    uint64_t end;
+    if (__builtin_add_overflow(off, len, &end) || end > total) return LOOMI_TCP_TILE_BOUNDS;
+    if (t->claimed == total && (total || t->n)) return LOOMI_TCP_TILE_OVERLAP; /* whole */
+    if (len == 0) {
+        if (total) return LOOMI_TCP_TILE_BOUNDS; /* only a message of 0 bytes has one */
+        t->n = 1; /* marks it whole */
+        t->r[0].off = t->r[0].end = 0;
+        return LOOMI_TCP_TILE_OK;
+    }
+    int i = 0;
+    while (i < t->n && t->r[i].end <= off) i++;
+    if (i < t->n && t->r[i].off < end) return LOOMI_TCP_TILE_OVERLAP;
+    int left = i > 0 && t->r[i - 1].end == off;
+    int right = i < t->n && t->r[i].off == end;
+    if (left && right) {
+        t->r[i - 1].end = t->r[i].end;
+        memmove(&t->r[i], &t->r[i + 1], (size_t)(t->n - i - 1) * sizeof t->r[0]);
+        t->n--;
+    } else if (left) {
+        t->r[i - 1].end = end;
+    } else if (right) {
+        t->r[i].off = off;
+    } else {
+        if (t->n == LOOMI_TCP_TILES) return LOOMI_TCP_TILE_HOLES;
+        memmove(&t->r[i + 1], &t->r[i], (size_t)(t->n - i) * sizeof t->r[0]);
+        t->r[i].off = off;
+        t->r[i].end = end;
+        t->n++;
+    }
+    t->claimed += len;
+    return LOOMI_TCP_TILE_OK;
+}
+
+/* The piece whose header is h claims its bytes of the message tl tracks;
+ * refused: the peer fails, naming the piece. */
+static int claim_piece(struct tcp *t, struct peer *p, struct loomi_tcp_tiling *tl,
+                       const struct wire_hdr *h)
+{
+    int r = loomi_tcp_tile_claim(tl, h->total, h->offset, h->len);
+    if (r == LOOMI_TCP_TILE_OK) return 0;
+    peer_error(t, p, LOOM_ERR_REMOTE,
+               "protocol error: rank %d sent a piece (offset %llu, length %u) of a message of "
+               "%llu bytes (tag %llx) that %s",
+               p->rank, (unsigned long long)h->offset, h->len, (unsigned long long)h->total,
+               (unsigned long long)h->tag,
+               r == LOOMI_TCP_TILE_OVERLAP ? "overlaps bytes already received"
+               : r == LOOMI_TCP_TILE_HOLES ? "leaves too many holes"
+                                           : "does not fit it");
+    return -1;
+}
+
+/* The bytes claimed of the posted receive x (listed at its first piece),
+ * or NULL: out of memory, and the peer has failed. */
+static struct loomi_tcp_tiling *rtile_of(struct tcp *t, struct peer *p, struct loomi_xfer *x)
+{
+    for (int i = 0; i < p->nrt; i++)
+        if (p->rt[i].x == x) return &p->rt[i].tl;
+    if (p->nrt == p->cap_rt) {
+        int cap = p->cap_rt ? 2 * p->cap_rt : 8;
+        struct rtile *rt = realloc(p->rt, (size_t)cap * sizeof *rt);
+        if (!rt) {
+            peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory receiving a message");
+            return NULL;
+        }
+        p->rt = rt;
+        p->cap_rt = cap;
+    }
+    struct rtile *e = &p->rt[p->nrt++];
+    memset(e, 0, sizeof *e);
+    e->x = x;
+    return &e->tl;
+}
+
+/* x is done with (completed or cancelled): its claims go. */
+static void rtile_drop(struct peer *p, const struct loomi_xfer *x)
+{
+    for (int i = 0; i < p->nrt; i++)
+        if (p->rt[i].x == x) {
+            p->rt[i] = p->rt[--p->nrt];
+            return;
+        }
+}
+
 static void recv_done(struct peer *p, struct loomi_xfer *x, size_t len)
 {
     x->t_done += len;
     if (x->t_done == x->len) {
+        rtile_drop(p, x);
         loomi_mq_recv_del(&p->mq, x);
         p->nposted--;
         complete_once(x, LOOM_SUCCESS);
@@ -501,6 +600,10 @@ static int handle_header(struct tcp *t, struct stream *s)
                        p->rank);
             return -1;
         }
+        /* Its bytes must not have arrived already: a piece twice, or one
+         * once the message is whole, would write into memory that may be
+         * gone by the time its payload arrives. */
+        if (claim_piece(t, p, &u->tl, h)) return -1;
         if (u->direct) {
             s->rdst = u->waiter ? (char *)u->waiter->buf + h->offset : NULL;
         } else {
@@ -510,6 +613,10 @@ static int handle_header(struct tcp *t, struct stream *s)
     } else if ((s->rx = loomi_mq_recv_find(&p->mq, h->tag)) != NULL) {
         /* Left listed (failed with the peer) until its last piece is in. */
         if (loomi_match_pair(&t->match, p->rank, h->tag, chk, h->total, s->rx)) return -1;
+        /* The receive completes when every byte claimed is in, so none
+         * is claimed twice: no stream then still writes into it. */
+        struct loomi_tcp_tiling *tl = rtile_of(t, p, s->rx);
+        if (!tl || claim_piece(t, p, tl, h)) return -1;
         s->rdst = (char *)s->rx->buf + h->offset;
     } else {
         struct loomi_unexp *m;
@@ -518,6 +625,7 @@ static int handle_header(struct tcp *t, struct stream *s)
         LOOMI_TRACE(t->ctx.rank, "tcp: early message from rank %d, tag %llx, %zu bytes (buffered)",
                     p->rank, (unsigned long long)h->tag, m->total);
         struct unexp *u = (struct unexp *)m;
+        if (claim_piece(t, p, &u->tl, h)) return -1;
         s->ru = u;
         s->rdst = m->buf + h->offset;
         track_piece(u, h);
@@ -616,6 +724,7 @@ static void tcp_cancel(void *state, struct loomi_xfer *x)
     if (x->peer < 0 || x->peer >= t->ctx.nranks) return;
     struct peer *p = &t->peers[x->peer];
     x->t_posted = XFER_DEAD;
+    rtile_drop(p, x);
     for (int i = 0; i < all_streams(t); i++) {
         struct stream *s = &p->s[i];
         if (s->rx == x) {
@@ -927,6 +1036,7 @@ static void tcp_destroy(void *state)
         if (!p->s) continue;
         peer_down(t, p, -1, LOOM_ERR_REVOKED, "communicator destroyed", 0);
         free(p->s);
+        free(p->rt);
     }
     free(t->peers);
     loomi_match_fini(&t->match);
