@@ -27,7 +27,24 @@ check() { # check "description" command...: passes when the command exits 0
     local d=$1; shift
     if "$@"; then ok "$d"; else bad "$d"; fi
 }
+# Under ThreadSanitizer (configure --enable-tsan) every process of the
+# test writes its reports to a file here rather than to its stderr, which
+# many tests discard or only grep, and where a rank's exit code is not
+# looked at (--keep-going): finish fails the test on any report.
+if [ "${LOOM_TEST_TSAN:-no}" = yes ]; then
+    tsan_dir=$(mktemp -d)
+    export TSAN_OPTIONS="${TSAN_OPTIONS:-} log_path=$tsan_dir/tsan"
+fi
 finish() {
+    if [ -n "${tsan_dir:-}" ]; then
+        local r
+        for r in "$tsan_dir"/tsan.*; do
+            [ -f "$r" ] || continue
+            bad "ThreadSanitizer report ($(grep -m1 'WARNING: ThreadSanitizer' "$r" | sed 's/^WARNING: ThreadSanitizer: //'))"
+            cat "$r"
+        done
+        rm -rf "$tsan_dir"
+    fi
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
 }

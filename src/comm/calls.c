@@ -79,9 +79,10 @@ static int rec_read(const struct loomi_call_rec *r, uint64_t *no, uint64_t *w0, 
 {
     struct loomi_call_rec *m = (struct loomi_call_rec *)r;
     uint64_t a = atomic_load_explicit(&m->no, memory_order_acquire);
-    *w0 = atomic_load_explicit(&m->w0, memory_order_relaxed);
-    *w1 = atomic_load_explicit(&m->w1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
+    /* Acquire loads of the words (loomi_call_rec_put stores them with
+     * release) keep the second load of the number after them. */
+    *w0 = atomic_load_explicit(&m->w0, memory_order_acquire);
+    *w1 = atomic_load_explicit(&m->w1, memory_order_acquire);
     uint64_t b = atomic_load_explicit(&m->no, memory_order_relaxed);
     *no = a;
     return a != 0 && a == b;

@@ -29,9 +29,12 @@ fi
 # the survivors never hands out those bytes.  Runs whose donors died
 # before any transfer or after the end prove nothing and are not counted.
 hits=0 tries=0 why=""
-want=3
+want=3 most=20
 [ "${LOOM_TEST_QUICK:-0}" = 1 ] && want=1
-while [ $hits -lt $want ] && [ $tries -lt 20 ]; do
+# Under ThreadSanitizer (25 s a run, the kill's timing off): two runs, for
+# its reports; whether one hit the transfer is not required.
+[ "${LOOM_TEST_TSAN:-no}" = yes ] && want=0 most=2
+while { [ $hits -lt $want ] || [ $want = 0 ]; } && [ $tries -lt $most ]; do
     tries=$((tries + 1))
     rm -rf "$tmp/out"
     timeout 120 "$LOOMRUN" -n 5 --keep-going --timeout 100 --output "$tmp/out" "$prog" lost 48 >/dev/null 2>&1

@@ -5,9 +5,10 @@
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3 || true)
 [ -n "$PY" ] || { echo "no Python interpreter (set PYTHON): skipping"; exit 77; }
-if [ "${LOOM_TEST_SANITIZERS:-no}" = yes ]; then
-    # ctypes would load an ASan-built libloom into an interpreter that was
-    # not started with the sanitizer runtime first, which ASan refuses.
+if [ "${LOOM_TEST_SANITIZERS:-no}" = yes ] || [ "${LOOM_TEST_TSAN:-no}" = yes ]; then
+    # ctypes would load an ASan- or TSan-built libloom into an interpreter
+    # that was not started with the sanitizer runtime first, which both
+    # refuse.
     echo "a sanitizer build: Python cannot load this libloom (ASan must be the first"
     echo "library of the process); the Python tests run in the plain build: skipping"
     exit 77
