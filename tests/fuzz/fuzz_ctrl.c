@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             off += len;
             continue;
         }
-        if (len && write(far[who], data + off, len) != (ssize_t)len) abort();
+        if (len) (void)send(far[who], data + off, len, MSG_NOSIGNAL); /* gone: EPIPE */
         off += len;
         if (eof) {
             close(far[who]);

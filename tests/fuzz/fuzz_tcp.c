@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
             size_t len = (size_t)(d[off + 2] | d[off + 3] << 8);
             off += 4;
             if (len > size - off) len = size - off;
-            if (far[r][i] >= 0 && len && write(far[r][i], d + off, len) != (ssize_t)len) abort();
+            if (far[r][i] >= 0 && len) (void)send(far[r][i], d + off, len, MSG_NOSIGNAL); /* gone: EPIPE */
             off += len;
             if (t->peers[r].s[i].fd >= 0) stream_read(t, &t->peers[r].s[i]);
         } else if (op == 1 && size - off >= 5 && nx < MAXX) {
