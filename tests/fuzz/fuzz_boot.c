@@ -24,7 +24,7 @@ static void fuzz_root(const uint8_t *d, size_t n, int nranks)
     struct root_client *cl = calloc(MAXC, sizeof *cl);
     int *by_rank = NULL, registered = 0, nc = 0;
     if (!a || !cl) abort();
-    memset(a->key, 0x5a, 16);
+    memset(a->key, 0x5a, sizeof a->key);
     a->keyed = nranks & 1;
     a->nranks = nranks;
     a->lfd = -1;
@@ -64,12 +64,10 @@ static void fuzz_root(const uint8_t *d, size_t n, int nranks)
 
 static void fuzz_late(const uint8_t *d, size_t n, int keyed)
 {
-    unsigned char key[16];
     char why[256];
-    memset(key, 0x5a, 16);
     int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (fd < 0) abort();
-    loomi_boot_late_hello(fd, d, n, key, keyed, "fuzz:0", why, sizeof why);
+    loomi_boot_late_hello(fd, d, n, keyed, "fuzz:0", why, sizeof why);
     close(fd);
 }
 
@@ -87,7 +85,7 @@ static void fuzz_reply(const uint8_t *d, size_t n, int nranks)
     memset(&t, 0, sizeof t);
     snprintf(t.host, sizeof t.host, "fuzz");
     snprintf(t.port, sizeof t.port, "0");
-    memset(t.job_key, 0x5a, 16);
+    memset(t.job_key, 0x5a, sizeof t.job_key);
     struct loomi_uniform u;
     memset(&u, 0, sizeof u);
     unsigned char addr[LOOMI_ADDR_BYTES] = {0};
@@ -113,13 +111,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 /* Seeds: a job of 1, 2 and 3 ranks registering (and one twice, one of
- * another version, one with another key), late hellos, and the root's
+ * another version, one out of range), late hellos, and the root's
  * replies: a table, a refusal, a timeout. */
 int fuzz_seeds(const char *dir)
 {
     struct loomi_boot_target t;
     memset(&t, 0, sizeof t);
-    memset(t.job_key, 0x5a, 16);
+    memset(t.job_key, 0x5a, sizeof t.job_key);
     unsigned char buf[2 + 4 * sizeof(struct boot_hello)];
     for (int nr = 1; nr <= 3; nr++) {
         for (int var = 0; var < 4; var++) {
@@ -133,7 +131,7 @@ int fuzz_seeds(const char *dir)
                 h.pid = 100 + r;
                 h.addr_len = 16;
                 if (var == 2 && r == 1) h.version = 4;
-                if (var == 2 && r == 0) h.job_key[0] ^= 1;
+                if (var == 2 && r == 0) h.rank = -1;
                 if (var == 3 && r == 1) h.uniform.chunk_bytes = 7;
                 memcpy(buf + len, &h, sizeof h);
                 len += sizeof h;
@@ -150,7 +148,6 @@ int fuzz_seeds(const char *dir)
     memcpy(buf + 2, &h, sizeof h);
     if (fuzz_write_seed(dir, "late-same-key", buf, 2 + sizeof h)) return -1;
     h.flags = BOOT_F_CONFLICT;
-    h.job_key[3] = 0;
     memcpy(buf + 2, &h, sizeof h);
     if (fuzz_write_seed(dir, "late-conflict", buf, 2 + sizeof h)) return -1;
     if (fuzz_write_seed(dir, "late-short", buf, 2 + 12)) return -1;

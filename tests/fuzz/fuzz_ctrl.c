@@ -21,7 +21,7 @@ FUZZ_QUIET_INIT
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    unsigned char key[16];
+    unsigned char key[32];
     memset(key, 0x5a, sizeof key);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
