@@ -20,6 +20,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
 #include <openssl/sha.h>
 
 #include "core/internal.h"
@@ -141,6 +142,30 @@ static void mac(const unsigned char key[LOOMI_AUTH_KEY_BYTES], const char *label
     HMAC(EVP_sha256(), key, LOOMI_AUTH_KEY_BYTES, buf, o, out, &olen);
 }
 
+/* HKDF-SHA256: ikm the job's key, salt both nonces, info a label and
+ * the OPEN.  Returns 0, or -1 (OpenSSL failed). */
+static int session_key(const unsigned char key[LOOMI_AUTH_KEY_BYTES], const unsigned char *open,
+                       const unsigned char nonce_a[LOOMI_AUTH_NONCE],
+                       unsigned char out[LOOMI_AUTH_SESSION_BYTES])
+{
+    static const char label[] = "loom session v1";
+    unsigned char salt[2 * LOOMI_AUTH_NONCE], info[sizeof label + OPEN_BYTES];
+    memcpy(salt, open + 24, LOOMI_AUTH_NONCE);
+    memcpy(salt + LOOMI_AUTH_NONCE, nonce_a, LOOMI_AUTH_NONCE);
+    memcpy(info, label, sizeof label);
+    memcpy(info + sizeof label, open, OPEN_BYTES);
+    size_t outlen = LOOMI_AUTH_SESSION_BYTES;
+    EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
+    int ok = pc && EVP_PKEY_derive_init(pc) > 0 &&
+             EVP_PKEY_CTX_set_hkdf_md(pc, EVP_sha256()) > 0 &&
+             EVP_PKEY_CTX_set1_hkdf_salt(pc, salt, sizeof salt) > 0 &&
+             EVP_PKEY_CTX_set1_hkdf_key(pc, key, LOOMI_AUTH_KEY_BYTES) > 0 &&
+             EVP_PKEY_CTX_add1_hkdf_info(pc, info, sizeof info) > 0 &&
+             EVP_PKEY_derive(pc, out, &outlen) > 0 && outlen == LOOMI_AUTH_SESSION_BYTES;
+    EVP_PKEY_CTX_free(pc);
+    return ok ? 0 : -1;
+}
+
 static void encode_open(unsigned char *o, const struct loomi_auth_id *id,
                         const unsigned char nonce[LOOMI_AUTH_NONCE])
 {
@@ -166,8 +191,8 @@ static const char *kind_name(uint32_t k)
 }
 
 int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
-                    const struct loomi_auth_id *id, uint64_t deadline_ms, char *msg,
-                    size_t msglen)
+                    const struct loomi_auth_id *id, uint64_t deadline_ms,
+                    unsigned char *session, char *msg, size_t msglen)
 {
     unsigned char nonce[LOOMI_AUTH_NONCE], open[OPEN_BYTES], ans[ANSWER_BYTES];
     unsigned char want[LOOMI_AUTH_MAC], proof[PROOF_BYTES];
@@ -211,6 +236,10 @@ int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
         ans + 8 + LOOMI_AUTH_NONCE, LOOMI_AUTH_MAC, proof + 8);
     if (loomi_write_full(fd, proof, sizeof proof, deadline_ms)) {
         snprintf(msg, msglen, "%s sending the handshake's proof", loomi_errno_name(errno));
+        return -1;
+    }
+    if (session && session_key(key, open, ans + 8, session)) {
+        snprintf(msg, msglen, "OpenSSL's HKDF failed");
         return -1;
     }
     return 0;
@@ -345,13 +374,18 @@ int loomi_auth_accept_step(struct loomi_auth_accept *a, int fd,
         a->phase = -1;
         return -1;
     }
+    if (session_key(key, a->open, a->nonce, a->session)) {
+        snprintf(msg, msglen, "OpenSSL's HKDF failed");
+        a->phase = -1;
+        return -1;
+    }
     a->phase = 2;
     return 1;
 }
 
 int loomi_auth_accept(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES], uint32_t kinds,
-                      int me, struct loomi_auth_id *id, uint64_t deadline_ms, char *msg,
-                      size_t msglen)
+                      int me, struct loomi_auth_id *id, unsigned char *session,
+                      uint64_t deadline_ms, char *msg, size_t msglen)
 {
     struct loomi_auth_accept a;
     loomi_auth_accept_init(&a, kinds, me);
@@ -359,6 +393,8 @@ int loomi_auth_accept(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES], uin
         int k = loomi_auth_accept_step(&a, fd, key, msg, msglen);
         if (k > 0) {
             *id = a.id;
+            if (session) memcpy(session, a.session, sizeof a.session);
+            OPENSSL_cleanse(&a, sizeof a);
             return 0;
         }
         if (k < 0) return -1;

@@ -16,7 +16,9 @@
  * checks the acceptor's code before it proves anything, so an acceptor
  * that does not hold the key learns nothing.  The acceptor reads exactly
  * the handshake's bytes (OPEN, then PROOF) and nothing else until the
- * opener has proven itself.
+ * opener has proven itself.  Both sides then hold key material of that
+ * connection alone (LOOMI_AUTH_SESSION_BYTES): HKDF-SHA256 of the key,
+ * salted with both nonces, over OPEN.
  *
  * A job without a secret (one host, no LOOM_JOB_KEY) has the public key
  * of the empty secret (loomi_auth_key_is_public): its handshakes prove
@@ -32,6 +34,9 @@
 #define LOOMI_AUTH_KEY_BYTES 32
 #define LOOMI_AUTH_NONCE 32
 #define LOOMI_AUTH_MAC 32
+/* Key material of one connection, from its handshake: bytes 0-31 for
+ * what the opener sends, 32-63 for what the acceptor sends. */
+#define LOOMI_AUTH_SESSION_BYTES 64
 /* The fewest bytes of secret taken (128 bits). */
 #define LOOMI_AUTH_SECRET_MIN 16
 #define LOOMI_AUTH_SECRET_MAX 64
@@ -76,12 +81,13 @@ void loomi_auth_tag(const unsigned char key[LOOMI_AUTH_KEY_BYTES], const char *l
 int loomi_auth_random(void *buf, size_t n);
 
 /* The opener's side, on a blocking or non-blocking connected fd, until
- * deadline_ms.  Returns 0 when both sides proved themselves; -1 with msg
- * set otherwise ("the acceptor did not prove it holds the job's key",
+ * deadline_ms.  Returns 0 when both sides proved themselves, with the
+ * connection's key material in session (unless NULL); -1 with msg set
+ * otherwise ("the acceptor did not prove it holds the job's key",
  * "ECONNRESET", ...). */
 int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
-                    const struct loomi_auth_id *id, uint64_t deadline_ms, char *msg,
-                    size_t msglen);
+                    const struct loomi_auth_id *id, uint64_t deadline_ms,
+                    unsigned char *session, char *msg, size_t msglen);
 
 /* The acceptor's side, one step at a time, for poll loops: a fresh
  * connection starts with loomi_auth_accept_init, then each time fd is
@@ -96,6 +102,7 @@ struct loomi_auth_accept {
     unsigned char nonce[LOOMI_AUTH_NONCE];
     unsigned char mac[LOOMI_AUTH_MAC]; /* the ANSWER's code */
     struct loomi_auth_id id;           /* valid once proven */
+    unsigned char session[LOOMI_AUTH_SESSION_BYTES]; /* valid once proven */
     uint32_t kinds;
     int me;
     int checked; /* the peer's address was looked at */
@@ -108,10 +115,11 @@ void loomi_auth_accept_init(struct loomi_auth_accept *a, uint32_t kinds, int me)
 int loomi_auth_accept_step(struct loomi_auth_accept *a, int fd,
                            const unsigned char key[LOOMI_AUTH_KEY_BYTES], char *msg,
                            size_t msglen);
-/* The whole acceptor's side, waiting until deadline_ms. */
+/* The whole acceptor's side, waiting until deadline_ms; the connection's
+ * key material goes to session (unless NULL). */
 int loomi_auth_accept(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES], uint32_t kinds,
-                      int me, struct loomi_auth_id *id, uint64_t deadline_ms, char *msg,
-                      size_t msglen);
+                      int me, struct loomi_auth_id *id, unsigned char *session,
+                      uint64_t deadline_ms, char *msg, size_t msglen);
 
 /* For a job without a secret: 1 when the peer on fd connects from an
  * address of this host. */

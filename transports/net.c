@@ -315,7 +315,7 @@ int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_
 
 int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadline_ms,
                        const char *name, int me, const unsigned char *key, uint32_t kind,
-                       uint32_t stream, loom_result_t *r)
+                       uint32_t stream, unsigned char *session, loom_result_t *r)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -331,7 +331,7 @@ int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadl
         return -1;
     }
     struct loomi_auth_id id = {kind, me, peer, stream};
-    if (loomi_auth_open(fd, key, &id, deadline_ms, msg, sizeof msg)) {
+    if (loomi_auth_open(fd, key, &id, deadline_ms, session, msg, sizeof msg)) {
         close(fd);
         *r = loomi_fail(LOOM_ERR_MISMATCH, me, "%s: rank %d: handshake: %s", name, peer, msg);
         return -1;
@@ -341,7 +341,8 @@ int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadl
 
 int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks,
                           const unsigned char *key, uint32_t kind, void *hello, size_t n,
-                          uint64_t deadline_ms, const char *name, char *why, size_t wn)
+                          unsigned char *session, uint64_t deadline_ms, const char *name,
+                          char *why, size_t wn)
 {
     struct pollfd pf = {lfd, POLLIN, 0};
     int k = loomi_poll_guarded(&pf, deadline_ms, why, wn);
@@ -355,7 +356,7 @@ int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks
     struct loomi_greeting g = {0};
     struct loomi_auth_id id;
     char msg[200] = "a bad greeting";
-    if (loomi_auth_accept(fd, key, 1u << kind, want->dst, &id, d, msg, sizeof msg) == 0 &&
+    if (loomi_auth_accept(fd, key, 1u << kind, want->dst, &id, session, d, msg, sizeof msg) == 0 &&
         n >= sizeof g && loomi_read_full(fd, hello, n, d) == 0)
         memcpy(&g, hello, sizeof g);
     if (g.magic != want->magic || g.dst != want->dst || g.src != id.src || g.src <= want->src ||

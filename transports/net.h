@@ -67,13 +67,14 @@ int loomi_poll_guarded(struct pollfd *pf, uint64_t deadline_ms, char *why, size_
 /* A connection to rank `peer`, which published w (tcp's and verbs'
  * connections to lower ranks), made as loomi_connect_retry makes it, on
  * which this rank (me) then proved it holds the job's key and the peer
- * did (auth.h: a connection of that kind and stream); or -1 with *r set:
+ * did (auth.h: a connection of that kind and stream), with its key
+ * material in session (unless NULL); or -1 with *r set:
  * LOOM_ERR_MISMATCH when w is no address or the handshake fails,
  * LOOM_ERR_CONNECT when it cannot be reached ("NAME: rank P: ..." for
  * rank me). */
 int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadline_ms,
                        const char *name, int me, const unsigned char *key, uint32_t kind,
-                       uint32_t stream, loom_result_t *r);
+                       uint32_t stream, unsigned char *session, loom_result_t *r);
 
 /* What a greeting on a connection from a higher rank begins with (tcp's
  * and verbs' struct hello: more follows).  It comes after the handshake
@@ -91,12 +92,14 @@ struct loomi_greeting {
  * does not prove it holds the key, or whose greeting does not begin with
  * want's magic, name want->dst, and come from the rank it proved to be,
  * above want->src and below nranks, is logged with its address (as
- * `name`'s) and dropped.  Returns the connection; -1 when none came that
+ * `name`'s) and dropped.  Returns the connection (its key material in
+ * session, unless NULL); -1 when none came that
  * passed (wait again), -2 when the guard stopped the wait (why says
  * why), -3 at the deadline. */
 int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks,
                           const unsigned char *key, uint32_t kind, void *hello, size_t n,
-                          uint64_t deadline_ms, const char *name, char *why, size_t wn);
+                          unsigned char *session, uint64_t deadline_ms, const char *name,
+                          char *why, size_t wn);
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);
 int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms);
 

@@ -580,7 +580,7 @@ static void tell_root_in_use(const struct loomi_boot_target *t, const struct soc
     int fd = loomi_connect_retry(sa, len, d, msg, sizeof msg);
     if (fd < 0) return;
     struct loomi_auth_id id = {LOOMI_AUTH_BOOT, 0, -1, 0};
-    if (loomi_auth_open(fd, t->job_key, &id, d, msg, sizeof msg)) {
+    if (loomi_auth_open(fd, t->job_key, &id, d, NULL, msg, sizeof msg)) {
         snprintf(said, saidlen, "what listens there is not this job's (%s)", msg);
         close(fd);
         return;
@@ -727,7 +727,7 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
         return loomi_fail(LOOM_ERR_CONNECT, rank, "rendezvous root %s:%s unreachable within %s: %s",
                           t->host, t->port, tmo, msg);
     struct loomi_auth_id id = {rank < 0 ? LOOMI_AUTH_JOIN : LOOMI_AUTH_BOOT, rank, -1, 0};
-    if (loomi_auth_open(fd, t->job_key, &id, deadline_ms, msg, sizeof msg)) {
+    if (loomi_auth_open(fd, t->job_key, &id, deadline_ms, NULL, msg, sizeof msg)) {
         close(fd);
         return loomi_fail(LOOM_ERR_MISMATCH, rank,
                           "rendezvous root %s:%s: the handshake failed: %s. Another job's "

@@ -758,7 +758,7 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
          * until the deadline; another job's is an error. */
         struct loomi_auth_id id = {LOOMI_AUTH_CTRL, me, q, 0};
         uint64_t ad = loomi_now_ms() + LOOMI_AUTH_WAIT_MS;
-        if (loomi_auth_open(fd, c->key, &id, ad < deadline_ms ? ad : deadline_ms, msg,
+        if (loomi_auth_open(fd, c->key, &id, ad < deadline_ms ? ad : deadline_ms, NULL, msg,
                             sizeof msg)) {
             close(fd);
             if (strstr(msg, "does not hold this job's key"))
@@ -811,7 +811,7 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         int from = -1;
         struct loomi_auth_id id;
         char amsg[200] = "a bad hello";
-        if (loomi_auth_accept(fd, c->key, 1u << LOOMI_AUTH_CTRL, me, &id, hd, amsg,
+        if (loomi_auth_accept(fd, c->key, 1u << LOOMI_AUTH_CTRL, me, &id, NULL, hd, amsg,
                               sizeof amsg) == 0 &&
             loomi_read_full(fd, h, sizeof h, hd) == 0 && get32(h) == CTRL_HELLO_MAGIC &&
             get32(h + 4) == CTRL_VERSION && get64(h + 24) == c->nonce &&

@@ -27,12 +27,17 @@ struct side {
     struct loomi_auth_id id;
     int rc;
     char msg[256];
+    unsigned char session[LOOMI_AUTH_SESSION_BYTES];
 };
+
+/* The opener's key material of the last run. */
+static unsigned char opener_session[LOOMI_AUTH_SESSION_BYTES];
 
 static void *acceptor(void *arg)
 {
     struct side *s = arg;
-    s->rc = loomi_auth_accept(s->fd, s->key, s->kinds, s->me, &s->id, loomi_now_ms() + 5000,
+    s->rc = loomi_auth_accept(s->fd, s->key, s->kinds, s->me, &s->id, s->session,
+                              loomi_now_ms() + 5000,
                               s->msg, sizeof s->msg);
     /* An opener that gave up leaves; so does this side. */
     if (s->rc) shutdown(s->fd, SHUT_RDWR);
@@ -97,7 +102,7 @@ static int run(const unsigned char *ka, const unsigned char *kb, const struct lo
     acc->kinds = kinds;
     acc->me = me;
     pthread_create(&at, NULL, acceptor, acc);
-    int rc = loomi_auth_open(opener_fd, ka, id, loomi_now_ms() + 5000, omsg, on);
+    int rc = loomi_auth_open(opener_fd, ka, id, loomi_now_ms() + 5000, opener_session, omsg, on);
     if (rc) shutdown(opener_fd, SHUT_RDWR);
     pthread_join(at, NULL);
     close(opener_fd);
@@ -133,6 +138,15 @@ Test(auth, members_prove_themselves_and_nothing_secret_travels)
     cr_assert_eq(acc.id.dst, 1);
     cr_assert_eq(acc.id.stream, 2u);
     cr_assert_gt(rl.n, 100u);
+    /* Both sides hold the same key material, which is not the key and
+     * differs from one connection to the next. */
+    cr_assert_eq(memcmp(opener_session, acc.session, sizeof acc.session), 0);
+    cr_assert_neq(memcmp(acc.session, key, sizeof key), 0);
+    unsigned char first[LOOMI_AUTH_SESSION_BYTES];
+    memcpy(first, acc.session, sizeof first);
+    cr_assert_eq(run(key, key, &id, 1u << LOOMI_AUTH_TCP, 1, &acc, msg, sizeof msg, NULL), 0);
+    cr_assert_eq(memcmp(opener_session, acc.session, sizeof acc.session), 0);
+    cr_assert_neq(memcmp(first, acc.session, sizeof first), 0);
     /* No 8 bytes of the secret or of the key appear on the wire. */
     for (size_t o = 0; o + 8 <= sizeof secret_a; o++)
         cr_assert_not(contains(rl.log, rl.n, secret_a + o, 8), "secret on the wire");
@@ -186,7 +200,7 @@ Test(auth, a_recorded_handshake_cannot_be_replayed)
     cr_assert_eq(write(sp[0], rl.from_opener, rl.nfrom), (ssize_t)rl.nfrom);
     struct loomi_auth_id got;
     char why[256] = "";
-    cr_assert_neq(loomi_auth_accept(sp[1], key, 1u << LOOMI_AUTH_TCP, 0, &got,
+    cr_assert_neq(loomi_auth_accept(sp[1], key, 1u << LOOMI_AUTH_TCP, 0, &got, NULL,
                                     loomi_now_ms() + 2000, why, sizeof why),
                   0);
     cr_assert(strstr(why, "proof is wrong"), "%s", why);
@@ -221,7 +235,7 @@ Test(auth, garbage_and_silence_are_dropped)
     cr_assert_eq(write(sp[0], junk, sizeof junk), (ssize_t)sizeof junk);
     struct loomi_auth_id got;
     char why[256] = "";
-    cr_assert_neq(loomi_auth_accept(sp[1], key, 1u << LOOMI_AUTH_TCP, 0, &got,
+    cr_assert_neq(loomi_auth_accept(sp[1], key, 1u << LOOMI_AUTH_TCP, 0, &got, NULL,
                                     loomi_now_ms() + 2000, why, sizeof why), 0);
     cr_assert(strstr(why, "not a Loom handshake"), "%s", why);
     close(sp[0]);
@@ -229,7 +243,7 @@ Test(auth, garbage_and_silence_are_dropped)
     /* Silence: dropped at the deadline, not waited for. */
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
     uint64_t t0 = loomi_now_ms();
-    cr_assert_neq(loomi_auth_accept(sp[1], key, 1u << LOOMI_AUTH_TCP, 0, &got, t0 + 300, why,
+    cr_assert_neq(loomi_auth_accept(sp[1], key, 1u << LOOMI_AUTH_TCP, 0, &got, NULL, t0 + 300, why,
                                     sizeof why), 0);
     cr_assert_lt(loomi_now_ms() - t0, 2000u);
     cr_assert(strstr(why, "in time"), "%s", why);
@@ -251,7 +265,7 @@ Test(auth, nothing_but_the_handshake_is_read)
     pthread_create(&at, NULL, acceptor, &acc);
     struct loomi_auth_id id = {LOOMI_AUTH_VERBS, 1, 0, 0};
     char msg[256];
-    cr_assert_eq(loomi_auth_open(sp[0], key, &id, loomi_now_ms() + 5000, msg, sizeof msg), 0);
+    cr_assert_eq(loomi_auth_open(sp[0], key, &id, loomi_now_ms() + 5000, NULL, msg, sizeof msg), 0);
     cr_assert_eq(write(sp[0], "after", 5), 5);
     pthread_join(at, NULL);
     cr_assert_eq(acc.rc, 0, "%s", acc.msg);

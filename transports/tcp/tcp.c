@@ -906,7 +906,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         for (int i = 0; i <= ns; i++) { /* data streams, then control */
             loom_result_t r;
             int fd = loomi_connect_peer(&w, peer, deadline_ms, "tcp", me, t->ctx.job_key,
-                                        LOOMI_AUTH_TCP, (uint32_t)i, &r);
+                                        LOOMI_AUTH_TCP, (uint32_t)i, NULL, &r);
             if (fd < 0) return r;
             h.dst = peer;
             h.stream = i;
@@ -928,7 +928,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         struct hello in;
         char why[200];
         int fd = loomi_accept_greeting(t->lfd, &want, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
-                                       sizeof in, deadline_ms, "tcp", why, sizeof why);
+                                       sizeof in, NULL, deadline_ms, "tcp", why, sizeof why);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
                               "arrived; gave up: %s", got, expected, why);

@@ -456,7 +456,7 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         memcpy(&va, addrs + (size_t)q * addr_len, sizeof va);
         loom_result_t r;
         int fd = loomi_connect_peer(&va.w, q, deadline_ms, "verbs", me, t->ctx.job_key,
-                                    LOOMI_AUTH_VERBS, 0, &r);
+                                    LOOMI_AUTH_VERBS, 0, NULL, &r);
         if (fd < 0) return r;
         r = handshake(t, p, fd, NULL, deadline_ms);
         if (r != LOOM_SUCCESS) {
@@ -472,7 +472,7 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         struct hello in;
         char why[200];
         int fd = loomi_accept_greeting(t->lfd, &want, n, t->ctx.job_key, LOOMI_AUTH_VERBS, &in,
-                                       sizeof in, deadline_ms, "verbs", why, sizeof why);
+                                       sizeof in, NULL, deadline_ms, "verbs", why, sizeof why);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
                               "higher ranks done; gave up: %s", got, expected, why);
