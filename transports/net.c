@@ -339,34 +339,109 @@ int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadl
     return fd;
 }
 
-int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks,
-                          const unsigned char *key, uint32_t kind, void *hello, size_t n,
+void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd)
+{
+    memset(ac, 0, sizeof *ac);
+    ac->lfd = lfd;
+    for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++) ac->c[i].fd = -1;
+}
+
+void loomi_acceptor_close(struct loomi_acceptor *ac)
+{
+    for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++)
+        if (ac->c[i].fd >= 0) {
+            close(ac->c[i].fd);
+            ac->c[i].fd = -1;
+        }
+    ac->n = 0;
+}
+
+static void drop_pending(struct loomi_acceptor *ac, int i, int me, const char *name,
+                         const char *why)
+{
+    loomi_auth_log_refusal(me, name, ac->c[i].fd, why);
+    close(ac->c[i].fd);
+    ac->c[i].fd = -1;
+    ac->n--;
+}
+
+int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting *want, int lo,
+                          int hi, const unsigned char *key, uint32_t kind, void *hello, size_t n,
                           unsigned char *session, uint64_t deadline_ms, const char *name,
                           char *why, size_t wn)
 {
-    struct pollfd pf = {lfd, POLLIN, 0};
-    int k = loomi_poll_guarded(&pf, deadline_ms, why, wn);
-    if (k == -2) return -2;
-    if (k <= 0) return -3;
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return -1;
-    /* A stranger gets a short deadline, then is dropped. */
-    uint64_t d = loomi_now_ms() + LOOMI_AUTH_WAIT_MS;
-    if (d > deadline_ms) d = deadline_ms;
-    struct loomi_greeting g = {0};
-    struct loomi_auth_id id;
-    char msg[200] = "a bad greeting";
-    if (loomi_auth_accept(fd, key, 1u << kind, want->dst, &id, session, d, msg, sizeof msg) == 0 &&
-        n >= sizeof g && loomi_read_full(fd, hello, n, d) == 0)
-        memcpy(&g, hello, sizeof g);
-    if (g.magic != want->magic || g.dst != want->dst || g.src != id.src || g.src <= want->src ||
-        g.src >= nranks) {
-        loomi_auth_log_refusal(want->dst, name, fd,
-                               g.magic == want->magic ? "a greeting from the wrong rank" : msg);
-        close(fd);
-        return -1;
+    const int me = want->dst;
+    for (;;) {
+        if (loomi_guard_stop(why, wn)) return -2;
+        uint64_t now = loomi_now_ms();
+        for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++)
+            if (ac->c[i].fd >= 0 && now - ac->c[i].since > LOOMI_AUTH_WAIT_MS)
+                drop_pending(ac, i, me, name, "no handshake in time");
+        int left = loomi_ms_left(deadline_ms);
+        if (left == 0) return -3;
+        /* The listening socket while there is room, and every connection
+         * still proving itself: one slow or silent stalls no other. */
+        struct pollfd pf[LOOMI_ACCEPT_PENDING + 1];
+        int who[LOOMI_ACCEPT_PENDING + 1], np = 0;
+        if (ac->n < LOOMI_ACCEPT_PENDING) {
+            pf[np] = (struct pollfd){ac->lfd, POLLIN, 0};
+            who[np++] = -1;
+        }
+        for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++)
+            if (ac->c[i].fd >= 0) {
+                pf[np] = (struct pollfd){ac->c[i].fd, POLLIN, 0};
+                who[np++] = i;
+            }
+        int k = poll(pf, (nfds_t)np, left > 20 ? 20 : left);
+        if (k < 0 && errno != EINTR) return -3;
+        if (k <= 0) continue;
+        for (int j = 0; j < np; j++) {
+            if (!pf[j].revents) continue;
+            if (who[j] < 0) {
+                int fd = accept4(ac->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0) {
+                    if (errno == EMFILE || errno == ENFILE) usleep(20000); /* not a spin */
+                    continue;
+                }
+                for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++)
+                    if (ac->c[i].fd < 0) {
+                        ac->c[i].fd = fd;
+                        ac->c[i].since = loomi_now_ms();
+                        loomi_auth_accept_init(&ac->c[i].a, 1u << kind, me);
+                        ac->n++;
+                        break;
+                    }
+                continue;
+            }
+            const int i = who[j];
+            if (ac->c[i].fd != pf[j].fd) continue;
+            char msg[200];
+            int ak = loomi_auth_accept_step(&ac->c[i].a, ac->c[i].fd, key, msg, sizeof msg);
+            if (ak < 0) drop_pending(ac, i, me, name, msg);
+            if (ak <= 0) continue;
+            /* Proven: its greeting follows at once. */
+            int fd = ac->c[i].fd;
+            uint64_t d = ac->c[i].since + LOOMI_AUTH_WAIT_MS;
+            struct loomi_greeting g = {0};
+            int ok = n >= sizeof g && loomi_read_full(fd, hello, n, d < deadline_ms ? d : deadline_ms) == 0;
+            if (ok) memcpy(&g, hello, sizeof g);
+            const struct loomi_auth_id *id = &ac->c[i].a.id;
+            if (!ok || g.magic != want->magic || g.dst != me || g.src != id->src || g.src < lo ||
+                g.src >= hi) {
+                drop_pending(ac, i, me, name,
+                             ok ? "a greeting that is not this job's, or from the wrong rank"
+                                : "no greeting in time after the handshake");
+                continue;
+            }
+            if (session) memcpy(session, ac->c[i].a.session, LOOMI_AUTH_SESSION_BYTES);
+            memset(&ac->c[i].a, 0, sizeof ac->c[i].a);
+            ac->c[i].fd = -1;
+            ac->n--;
+            int fl = fcntl(fd, F_GETFL);
+            if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            return fd;
+        }
     }
-    return fd;
 }
 
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms)

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "loom.h"
+#include "transports/auth.h"
 
 /* What each rank publishes at bootstrap: its transports' addresses
  * (route.h), its topology card (topo.h) and its control-plane address
@@ -84,20 +85,36 @@ struct loomi_greeting {
     int32_t src, dst;
 };
 
-/* The next connection on the listening socket lfd (tcp's and verbs'
- * connections from higher ranks), waited for until deadline_ms as
- * loomi_poll_guarded waits; its handshake (auth.h, with key: a
- * connection of this kind to rank want->dst), then its greeting, n bytes
- * read into hello (within LOOMI_AUTH_WAIT_MS for a stranger).  One that
- * does not prove it holds the key, or whose greeting does not begin with
- * want's magic, name want->dst, and come from the rank it proved to be,
- * above want->src and below nranks, is logged with its address (as
- * `name`'s) and dropped.  Returns the connection (its key material in
- * session, unless NULL); -1 when none came that
- * passed (wait again), -2 when the guard stopped the wait (why says
- * why), -3 at the deadline. */
-int loomi_accept_greeting(int lfd, const struct loomi_greeting *want, int nranks,
-                          const unsigned char *key, uint32_t kind, void *hello, size_t n,
+/* Connections accepted on a listening socket and still proving
+ * themselves, kept between calls of loomi_accept_greeting: at most
+ * LOOMI_ACCEPT_PENDING at a time, each for LOOMI_AUTH_WAIT_MS at most,
+ * all served at once, so a silent or slow stranger holds up no member. */
+#define LOOMI_ACCEPT_PENDING 16
+struct loomi_acceptor {
+    int lfd, n;
+    struct {
+        int fd;
+        uint64_t since;
+        struct loomi_auth_accept a;
+    } c[LOOMI_ACCEPT_PENDING];
+};
+void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd);
+/* Drop the connections still pending (not the listening socket). */
+void loomi_acceptor_close(struct loomi_acceptor *ac);
+
+/* The next connection on ac's listening socket (tcp's and verbs'
+ * connections from higher ranks, the control plane's from lower ones),
+ * waited for until deadline_ms, asking the thread's guard
+ * (loomi_guard_set) every few milliseconds: its handshake (auth.h, with
+ * key: a connection of this kind to rank want->dst), then its greeting,
+ * n bytes read into hello.  One that does not prove it holds the key in
+ * time, or whose greeting does not begin with want's magic, name
+ * want->dst, and come from the rank it proved to be, in lo..hi-1, is
+ * logged with its address (as `name`'s) and dropped.  Returns the
+ * connection, blocking (its key material in session, unless NULL); -2
+ * when the guard stopped the wait (why says why), -3 at the deadline. */
+int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting *want, int lo,
+                          int hi, const unsigned char *key, uint32_t kind, void *hello, size_t n,
                           unsigned char *session, uint64_t deadline_ms, const char *name,
                           char *why, size_t wn);
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);

@@ -775,13 +775,14 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
                               "control plane: handshakes with %d ranks failed, the last with "
                               "rank %d: %s", nlost + 1, q, msg);
         }
+        /* Begins as net.h's struct loomi_greeting: magic, from, to. */
         unsigned char h[HELLO_BYTES];
-        memset(h, 0, sizeof h); /* bytes 8-23: unused */
+        memset(h, 0, sizeof h); /* bytes 16-23, 32-39, 44-47: unused */
         put32(h, CTRL_HELLO_MAGIC);
-        put32(h + 4, CTRL_VERSION);
+        put32(h + 4, (uint32_t)me);
+        put32(h + 8, (uint32_t)q);
+        put32(h + 12, CTRL_VERSION);
         memcpy(h + 24, a + 8, 8); /* the target's nonce */
-        put32(h + 32, (uint32_t)me);
-        put32(h + 36, (uint32_t)q);
         put32(h + 40, (uint32_t)c->n);
         if (loomi_write_full(fd, h, sizeof h, deadline_ms)) {
             close(fd);
@@ -790,44 +791,38 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         }
         c->p[q].fd = fd;
     }
+    /* Lower ranks are accepted as tcp's streams are (net.c): every
+     * connection proving itself at once, strangers dropped. */
     int need = me;
+    struct loomi_acceptor ac;
+    loomi_acceptor_init(&ac, c->lfd);
+    struct loomi_greeting want = {CTRL_HELLO_MAGIC, me, me};
     while (need > 0) {
-        struct pollfd pf = {.fd = c->lfd, .events = POLLIN};
+        unsigned char h[HELLO_BYTES];
         char why[200];
-        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
-        if (k == -2)
+        int fd = loomi_accept_greeting(&ac, &want, 0, me, c->key, LOOMI_AUTH_CTRL, h, sizeof h,
+                                       NULL, deadline_ms, "control plane", why, sizeof why);
+        if (fd < 0) loomi_acceptor_close(&ac);
+        if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me,
                               "control plane: %d lower rank(s) still to connect; gave up: %s",
                               need, why);
-        if (k == 0)
+        if (fd < 0)
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
                               "control plane: %d lower rank(s) did not connect in time", need);
-        if (k < 0) continue;
-        int fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        unsigned char h[HELLO_BYTES];
-        uint64_t hd = loomi_now_ms() + 2000;
-        if (hd > deadline_ms) hd = deadline_ms;
-        int from = -1;
-        struct loomi_auth_id id;
-        char amsg[200] = "a bad hello";
-        if (loomi_auth_accept(fd, c->key, 1u << LOOMI_AUTH_CTRL, me, &id, NULL, hd, amsg,
-                              sizeof amsg) == 0 &&
-            loomi_read_full(fd, h, sizeof h, hd) == 0 && get32(h) == CTRL_HELLO_MAGIC &&
-            get32(h + 4) == CTRL_VERSION && get64(h + 24) == c->nonce &&
-            get32(h + 36) == (uint32_t)me && get32(h + 40) == (uint32_t)c->n &&
-            get32(h + 32) < (uint32_t)me && (int32_t)get32(h + 32) == id.src) {
-            from = (int)get32(h + 32);
-            if (c->p[from].fd >= 0) from = -1; /* a duplicate */
-        }
-        if (from < 0) {
-            loomi_auth_log_refusal(me, "control plane", fd, amsg);
+        int from = (int)get32(h + 4);
+        if (get32(h + 12) != CTRL_VERSION || get64(h + 24) != c->nonce ||
+            get32(h + 40) != (uint32_t)c->n || c->p[from].fd >= 0) {
+            loomi_auth_log_refusal(me, "control plane", fd,
+                                   c->p[from].fd >= 0 ? "a second connection from its rank"
+                                                      : "a hello of another communicator");
             close(fd);
             continue;
         }
         c->p[from].fd = fd;
         need--;
     }
+    loomi_acceptor_close(&ac);
     uint64_t now = loomi_now_ms();
     for (int q = 0; q < c->n; q++) {
         c->p[q].last_heard_ms = now;

@@ -923,12 +923,15 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     /* Accepts as verbs does (net.c has what they share); the errors say
      * what each waits for. */
     int expected = (n - 1 - me) * (ns + 1), got = 0;
-    struct loomi_greeting want = {HELLO_MAGIC, me, me}; /* src: from above me */
+    struct loomi_greeting want = {HELLO_MAGIC, me, me};
+    struct loomi_acceptor ac;
+    loomi_acceptor_init(&ac, t->lfd);
     while (got < expected) {
         struct hello in;
         char why[200];
-        int fd = loomi_accept_greeting(t->lfd, &want, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
+        int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
                                        sizeof in, NULL, deadline_ms, "tcp", why, sizeof why);
+        if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
                               "arrived; gave up: %s", got, expected, why);
@@ -943,7 +946,6 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
                               "deadline; rank %d did not connect",
                               got, expected, ns + 1, ns, missing);
         }
-        if (fd < 0) continue;
         if (in.stream < 0 || in.stream > ns || in.nstreams != ns) {
             LOOMI_WARN(me, "tcp: dropped a connection from rank %d: stream %d, %d data "
                            "stream(s) a peer where this rank has %d", in.src, in.stream,
@@ -952,9 +954,13 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
             continue;
         }
         loom_result_t r = attach(t, in.src, in.stream, fd);
-        if (r != LOOM_SUCCESS) return r;
+        if (r != LOOM_SUCCESS) {
+            loomi_acceptor_close(&ac);
+            return r;
+        }
         got++;
     }
+    loomi_acceptor_close(&ac);
     close(t->lfd);
     t->lfd = -1;
     return LOOM_SUCCESS;

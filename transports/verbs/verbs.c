@@ -467,12 +467,16 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
     /* Accepts as tcp does (net.c has what they share); the errors say
      * what each waits for. */
     int got = 0;
-    struct loomi_greeting want = {HELLO_MAGIC, me, me}; /* src: from above me */
+    struct loomi_greeting want = {HELLO_MAGIC, me, me};
+    struct loomi_acceptor ac;
+    loomi_acceptor_init(&ac, t->lfd);
     while (got < expected) {
         struct hello in;
         char why[200];
-        int fd = loomi_accept_greeting(t->lfd, &want, n, t->ctx.job_key, LOOMI_AUTH_VERBS, &in,
-                                       sizeof in, NULL, deadline_ms, "verbs", why, sizeof why);
+        int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_VERBS,
+                                       &in, sizeof in, NULL, deadline_ms, "verbs", why,
+                                       sizeof why);
+        if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
                               "higher ranks done; gave up: %s", got, expected, why);
@@ -480,7 +484,6 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
             return loomi_fail(LOOM_ERR_TIMEOUT, me,
                               "verbs: %d of %d queue pair exchanges with higher ranks done "
                               "before the deadline", got, expected);
-        if (fd < 0) continue;
         if (!t->peers[in.src].active || t->peers[in.src].fd >= 0) {
             LOOMI_WARN(me, "verbs: dropped a connection from rank %d (%s)", in.src,
                        t->peers[in.src].active ? "a second one" : "not reached through verbs");
@@ -490,10 +493,12 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         loom_result_t r = handshake(t, &t->peers[in.src], fd, &in, deadline_ms);
         if (r != LOOM_SUCCESS) {
             if (t->peers[in.src].fd != fd) close(fd);
+            loomi_acceptor_close(&ac);
             return r;
         }
         got++;
     }
+    loomi_acceptor_close(&ac);
     close(t->lfd);
     t->lfd = -1;
     LOOMI_INFO(me, "verbs: %d queue pair(s) up on %s port %d", t->npeers, t->dev.name,
