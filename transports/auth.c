@@ -45,6 +45,13 @@ static const char label_key[] = "loom job key v1";
 static const char label_acceptor[] = "loom auth acceptor v1";
 static const char label_opener[] = "loom auth opener v1";
 
+/* OpenSSL, set up once and never torn down: its exit handler would free
+ * what a thread of Loom (the rendezvous root, the control plane) may
+ * still use while the process exits. */
+static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
+static void crypto_init(void) { OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL); }
+static void crypto_ready(void) { pthread_once(&crypto_once, crypto_init); }
+
 static void put32(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)v;
@@ -61,6 +68,7 @@ static uint32_t get32(const unsigned char *p)
 void loomi_auth_key(const unsigned char *secret, size_t n, unsigned char key[LOOMI_AUTH_KEY_BYTES])
 {
     unsigned char buf[sizeof label_key + LOOMI_AUTH_SECRET_MAX];
+    crypto_ready();
     if (n > LOOMI_AUTH_SECRET_MAX) n = LOOMI_AUTH_SECRET_MAX;
     memcpy(buf, label_key, sizeof label_key);
     if (n) memcpy(buf + sizeof label_key, secret, n);
@@ -106,6 +114,7 @@ void loomi_auth_tag(const unsigned char key[LOOMI_AUTH_KEY_BYTES], const char *l
 {
     unsigned char m[32];
     unsigned int ml = sizeof m;
+    crypto_ready();
     HMAC(EVP_sha256(), key, LOOMI_AUTH_KEY_BYTES, (const unsigned char *)label, strlen(label), m,
          &ml);
     memcpy(out, m, 16);
@@ -130,6 +139,7 @@ static void mac(const unsigned char key[LOOMI_AUTH_KEY_BYTES], const char *label
 {
     unsigned char buf[32 + OPEN_BYTES + LOOMI_AUTH_NONCE + LOOMI_AUTH_MAC];
     size_t ln = strlen(label) + 1, o = 0;
+    crypto_ready();
     memcpy(buf, label, ln);
     o += ln;
     memcpy(buf + o, a, an);
@@ -155,6 +165,7 @@ static int session_key(const unsigned char key[LOOMI_AUTH_KEY_BYTES], const unsi
     memcpy(info, label, sizeof label);
     memcpy(info + sizeof label, open, OPEN_BYTES);
     size_t outlen = LOOMI_AUTH_SESSION_BYTES;
+    crypto_ready();
     EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
     int ok = pc && EVP_PKEY_derive_init(pc) > 0 &&
              EVP_PKEY_CTX_set_hkdf_md(pc, EVP_sha256()) > 0 &&

@@ -112,6 +112,10 @@ loom_result_t loomi_route_create(const struct loomi_tctx *ctx, unsigned mask,
         r->ops[i] = known[i];
         loom_result_t rc = known[i]->create(ctx, &r->st[i]);
         if (rc != LOOM_SUCCESS) {
+            /* tcp and verbs hand back what they made before failing, for
+             * their destroy to release (their listening socket too). */
+            if (r->st[i]) known[i]->destroy(r->st[i]);
+            r->st[i] = NULL;
             r->ops[i] = NULL;
             loomi_route_ops.destroy(r);
             return rc;

@@ -37,7 +37,8 @@ if command -v tcpdump >/dev/null && [ "$(id -u)" = 0 ]; then
 fi
 run_rank() { # run_rank PORT RANK SECONDS OUT
     env LOOM_ROOT=127.0.0.1:$1 LOOM_RANK=$2 LOOM_SIZE=4 LOOM_JOB_KEY=$key LOOM_TRANSPORT=tcp \
-        LOOM_DEBUG=warn LOOM_TIMEOUT=60000 timeout 120 "$prog" "$3" >"$4.out" 2>"$4.err" &
+        LOOM_DEBUG=warn LOOM_TIMEOUT=60000 ASAN_OPTIONS="${ASAN_OPTIONS:-} quarantine_size_mb=16" \
+        timeout 120 "$prog" "$3" >"$4.out" 2>"$4.err" &
     pids+=($!)
     echo $! >>"$dir/pids"
 }
@@ -99,8 +100,12 @@ check "the job finished with every element right while attacked (exit codes ok: 
 if [ $rc != 0 ]; then tail -3 "$dir"/rank.*.err; fi
 read -r first last < <(sed -n 's/.*rss_kib_first=\([0-9-]*\) rss_kib_last=\([0-9-]*\).*/\1 \2/p' \
     "$dir/rank.0.out")
-check "rank 0's memory did not grow under attack (VmRSS ${first:-?} -> ${last:-?} KiB)" \
-    bash -c "[ '${first:--1}' -gt 0 ] && [ $((${last:-0} - ${first:-0})) -lt 8192 ]"
+# Under AddressSanitizer freed memory waits in a quarantine (kept small
+# here, see run_rank), so allow for it.
+grow=8192
+[ "${LOOM_TEST_SANITIZERS:-no}" = yes ] && grow=40960
+check "rank 0's memory did not grow under attack (VmRSS ${first:-?} -> ${last:-?} KiB, under $grow more)" \
+    bash -c "[ '${first:--1}' -gt 0 ] && [ $((${last:-0} - ${first:-0})) -lt $grow ]"
 cat "$dir/stranger.out"
 python3 - "$dir/summary.json" <<'PY' >"$dir/verdict" 2>&1
 import json, sys
