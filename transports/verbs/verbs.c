@@ -28,12 +28,19 @@
  * as the peer has receive buffers posted for it; the peer RDMA-writes its
  * running count of posted buffers into this rank's credit word.
  *
- * Buffers of rendezvous transfers are registered through a small cache
- * (LRU, bounded in entries and bytes).  Entries that no transfer uses are
- * dropped whenever the transport goes idle, since the application may
- * free that memory once its operation is done and get the same addresses
- * back later for other pages; memory registered with mem_register stays
- * until mem_deregister.
+ * A registration gives a peer only what the protocol needs of it.  A
+ * rendezvous receive's buffer is registered for that receive alone, with
+ * REMOTE_WRITE (never REMOTE_READ: nothing is read remotely), and is
+ * deregistered the moment the receive ends (its final write arrived, it
+ * was cancelled, the peer failed): its address and key in the CTS open
+ * nothing afterwards.  Send buffers, the sources of the writes, need
+ * local access only; they are registered through a small cache (LRU,
+ * bounded in entries and bytes) that holds nothing but such local-access
+ * registrations.  Cache entries that no transfer uses are dropped
+ * whenever the transport goes idle, since the application may free that
+ * memory once its operation is done and get the same addresses back
+ * later for other pages; memory registered with mem_register stays (for
+ * local access, as the cache's) until mem_deregister.
  *
  * An error completion, a queue pair in error or a control connection
  * that ends without a goodbye is a failed peer (ctx->peer_failed).  Every
@@ -143,9 +150,9 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     loomi_verbs_mr_trim(t, 0, len);
     struct mrent *e = calloc(1, sizeof *e);
     if (!e) return NULL;
-    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ);
+    /* Local access only (LOCAL_WRITE: a writable pin, so that the pages
+     * stay the ones the process writes). */
+    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1, IBV_ACCESS_LOCAL_WRITE);
     if (!e->mr) {
         LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
                    strerror(errno));
@@ -163,9 +170,36 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     return e;
 }
 
+struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len)
+{
+    struct mrent *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    /* REMOTE_WRITE needs LOCAL_WRITE with it (the verbs API's rule). */
+    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!e->mr) {
+        LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
+                   strerror(errno));
+        free(e);
+        return NULL;
+    }
+    e->addr = addr;
+    e->len = len;
+    e->refs = 1;
+    e->remote = 1;
+    return e;
+}
+
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e)
 {
     if (!e) return;
+    if (e->remote) {
+        if (--e->refs == 0) {
+            loomi_verbs_ib.dereg_mr(e->mr);
+            free(e);
+        }
+        return;
+    }
     if (--e->refs == 0 && e->doomed && !e->user) mr_unlink_free(t, e);
 }
 
@@ -596,7 +630,11 @@ static void verbs_destroy(void *state)
 }
 
 /* Explicit registration: kept until mem_deregister, which invalidates it
- * (the cache never hands it out again). */
+ * (the cache never hands it out again).  Local access only, as the
+ * cache's: it spares sends their registration; a receive into it still
+ * registers its own, for that receive only, since nothing here may stay
+ * open to peers beyond a transfer.  So no peer is given a key to it:
+ * desc is empty. */
 static loom_result_t verbs_mem_register(void *state, void *addr, size_t len,
                                        enum loomi_mem_kind kind, struct loomi_mr *mr)
 {
@@ -612,11 +650,7 @@ static loom_result_t verbs_mem_register(void *state, void *addr, size_t len,
     mr->len = len;
     mr->kind = kind;
     mr->handle = e;
-    uint64_t a = (uintptr_t)addr;
-    uint32_t rkey = e->mr->rkey;
-    memcpy(mr->desc, &a, 8);
-    memcpy(mr->desc + 8, &rkey, 4);
-    mr->desc_len = 12;
+    mr->desc_len = 0;
     return LOOM_SUCCESS;
 }
 

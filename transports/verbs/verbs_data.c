@@ -889,7 +889,7 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x)
         }
     }
     struct op *o = idx >= 0 ? op_new(t) : NULL;
-    struct mrent *e = o ? loomi_verbs_mr_get(t, x->buf, x->len) : NULL;
+    struct mrent *e = o ? loomi_verbs_mr_recv(t, x->buf, x->len) : NULL;
     if (!e) {
         if (o) op_free(t, o);
         p->nposted--;
@@ -946,13 +946,10 @@ void loomi_verbs_cancel(void *state, struct loomi_xfer *x)
         if (r->used && r->x == x && !r->dead) {
             r->dead = 1;
             r->x = NULL;
-            /* The peer may still write: its registration goes now (the
-             * writes then fail there), unless another transfer uses it. */
-            if (r->mr) {
-                r->mr->doomed = 1;
-                loomi_verbs_mr_put(t, r->mr);
-                r->mr = NULL;
-            }
+            /* The peer may still write: the receive's own registration
+             * goes now (the writes then fail there). */
+            loomi_verbs_mr_put(t, r->mr);
+            r->mr = NULL;
             found = 1;
         }
     }

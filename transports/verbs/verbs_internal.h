@@ -145,6 +145,10 @@ struct ctlmsg {
     int32_t failed;
 };
 
+/* A registration.  Those in the cache (t->mrs) give local access only
+ * (sources of RDMA writes); a rendezvous receive's own (remote) is the
+ * only one a peer may write, is never shared or cached, and is
+ * deregistered when its receive ends. */
 struct mrent {
     void *addr;
     size_t len;
@@ -152,6 +156,7 @@ struct mrent {
     int refs;
     int doomed; /* no new users; deregistered when the last one goes */
     int user;   /* registered through mem_register */
+    int remote; /* a receive's: REMOTE_WRITE, not in the cache */
     uint64_t used;
     struct mrent *next;
 };
@@ -307,9 +312,12 @@ static inline void op_free(struct verbs *t, struct op *o)
 
 /* ---------------------------------------------- registration cache */
 
-/* verbs.c: a registration covering [addr, addr + len), from the cache or
- * new, with a reference; its release; dropping unused entries. */
+/* verbs.c: a registration covering [addr, addr + len) for local access
+ * (a send's source), from the cache or new, with a reference; one that a
+ * peer may RDMA-write, for one receive only (never cached: its release
+ * deregisters it); the release of either; dropping unused entries. */
 struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len);
+struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len);
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e);
 void loomi_verbs_mr_trim(struct verbs *t, int all, size_t extra);
 
