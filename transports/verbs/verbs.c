@@ -26,7 +26,11 @@
  * Flow control is by credits: the sender may have as many messages that
  * take a receive buffer (eager, CTS, the write with immediate) in flight
  * as the peer has receive buffers posted for it; the peer RDMA-writes its
- * running count of posted buffers into this rank's credit word.
+ * running count of posted buffers into this rank's credit word for it.
+ * Each peer's credit word is registered on its own (8 bytes, its own
+ * key, sent in that peer's hello only), so a peer can write its own
+ * count and nothing else: not another peer's, not the words this rank
+ * sends from (those sit in the peer's local-access region).
  *
  * A registration gives a peer only what the protocol needs of it.  A
  * rendezvous receive's buffer is registered for that receive alone, with
@@ -235,9 +239,10 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
     t->lfd = t->epfd = -1;
     *state = t; /* from here on, destroy() cleans up */
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
-    t->cred = aligned_alloc(4096, LOOMI_MAX((size_t)4096, ((size_t)ctx->nranks * 16 + 4095) / 4096 * 4096));
+    size_t cbytes = (size_t)ctx->nranks * CRED_STRIDE * sizeof(uint64_t);
+    t->cred = aligned_alloc(4096, (cbytes + 4095) / 4096 * 4096);
     if (!t->peers || !t->cred) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "verbs: out of memory");
-    memset(t->cred, 0, (size_t)ctx->nranks * 16);
+    memset(t->cred, 0, cbytes);
     for (int r = 0; r < ctx->nranks; r++) {
         t->peers[r].rank = r;
         t->peers[r].fd = -1;
@@ -256,11 +261,6 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
     if (!t->cq)
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: %s: cannot create a %d-entry CQ: %s",
                           d.name, t->cq_size, strerror(errno));
-    t->cmr = loomi_verbs_ib.reg_mr(t->pd, t->cred, (size_t)ctx->nranks * 16,
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!t->cmr)
-        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: cannot register memory: %s",
-                          strerror(errno));
     int fl = fcntl(t->chan->fd, F_GETFL);
     if (fl >= 0) fcntl(t->chan->fd, F_SETFL, fl | O_NONBLOCK);
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -303,17 +303,26 @@ static loom_result_t verbs_local_addr(void *state, void *buf, size_t *len)
     return LOOM_SUCCESS;
 }
 
-/* The queue pair to p, in INIT with its receive buffers posted. */
+/* The queue pair to p, in INIT with its receive buffers posted, and the
+ * credit word p writes, registered alone. */
 static loom_result_t peer_setup(struct verbs *t, struct peer *p)
 {
     const int me = t->ctx.rank;
-    size_t bytes = (size_t)(NRX + NSB) * SLOT_BYTES;
+    size_t slots = (size_t)(NRX + NSB) * SLOT_BYTES;
+    size_t bytes = slots + sizeof(uint64_t); /* then credsrc */
     p->region = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (!p->region) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "verbs: out of memory");
     p->rmr = loomi_verbs_ib.reg_mr(t->pd, p->region, bytes, IBV_ACCESS_LOCAL_WRITE);
     if (!p->rmr)
         return loomi_fail(LOOM_ERR_SYSTEM, me, "verbs: cannot register %zu bytes of buffers: %s",
                           bytes, strerror(errno));
+    p->credsrc = (uint64_t *)(void *)(p->region + slots);
+    p->cmr = loomi_verbs_ib.reg_mr(t->pd, &t->cred[(size_t)p->rank * CRED_STRIDE],
+                                   sizeof(uint64_t),
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!p->cmr)
+        return loomi_fail(LOOM_ERR_SYSTEM, me, "verbs: cannot register the credit word for "
+                          "rank %d: %s", p->rank, strerror(errno));
     struct ibv_qp_init_attr ia;
     memset(&ia, 0, sizeof ia);
     ia.send_cq = t->cq;
@@ -358,7 +367,7 @@ static loom_result_t peer_setup(struct verbs *t, struct peer *p)
     p->credslot.p = p;
     p->rposted = NRX;
     p->radvert = NRX;
-    t->cred[p->rank] = NRX;
+    t->cred[(size_t)p->rank * CRED_STRIDE] = NRX;
     unsigned seed = (unsigned)loomi_now_ns() ^ ((unsigned)me << 8) ^ (unsigned)p->rank;
     p->psn = (uint32_t)rand_r(&seed) & 0xffffffu;
     return LOOM_SUCCESS;
@@ -381,8 +390,8 @@ static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const st
     h.link_layer = t->dev.link_layer;
     h.mtu = (uint8_t)t->dev.mtu;
     memcpy(h.gid, t->dev.gid.raw, 16);
-    h.cred_addr = (uintptr_t)t->cred;
-    h.cred_rkey = t->cmr->rkey;
+    h.cred_addr = (uintptr_t)&t->cred[(size_t)p->rank * CRED_STRIDE]; /* p's word alone */
+    h.cred_rkey = p->cmr->rkey;
     h.nrx = NRX;
     struct hello r;
     if (in) r = *in;
@@ -599,6 +608,7 @@ static void verbs_destroy(void *state)
         }
         if (p->qp) loomi_verbs_ib.destroy_qp(p->qp);
         if (p->rmr) loomi_verbs_ib.dereg_mr(p->rmr);
+        if (p->cmr) loomi_verbs_ib.dereg_mr(p->cmr);
         free(p->region);
     }
     while (t->mrs) {
@@ -606,7 +616,6 @@ static void verbs_destroy(void *state)
         mr_unlink_free(t, t->mrs);
     }
     loomi_objpool_clear(&t->ops);
-    if (t->cmr) loomi_verbs_ib.dereg_mr(t->cmr);
     if (t->cq) {
         if (t->armed) {
             /* An event may be pending on the channel: take it so the CQ

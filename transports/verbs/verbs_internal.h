@@ -96,6 +96,7 @@ struct ibv_context *loomi_verbs_open_choice(struct dev_choice *d, const char *hi
 #define MAX_MSG (1ull << 40)
 #define REG_MAX_ENTRIES 64
 #define REG_MAX_BYTES (4ull << 30)
+#define CRED_STRIDE 8 /* words between peers' credit words (each on its own line) */
 
 enum { T_EAGER = 1, T_CTS = 2 };
 enum { C_ABORT = 1, C_BYE = 2 };
@@ -206,10 +207,12 @@ struct peer {
     size_t cgot;
     struct ibv_qp *qp;
     uint32_t psn;
-    uint64_t cred_raddr;
+    uint64_t cred_raddr; /* the peer's credit word for this rank */
     uint32_t cred_rkey;
-    char *region;
-    struct ibv_mr *rmr;
+    struct ibv_mr *cmr;  /* this rank's credit word for the peer, alone */
+    char *region;        /* receive buffers, send slots, then credsrc */
+    struct ibv_mr *rmr;  /* the region, local access only */
+    uint64_t *credsrc;   /* the count the credit write sends (in region) */
     struct slot rx[NRX], sb[NSB];
     struct slot *free_sb;
     int sq_free;
@@ -239,8 +242,9 @@ struct verbs {
     struct ibv_cq *cq;
     int armed;
     int cq_size;
-    uint64_t *cred; /* [2 * nranks]: words peers write, then our sources */
-    struct ibv_mr *cmr;
+    /* Credit words, peer r's at [r * CRED_STRIDE], each registered on its
+     * own (peer->cmr) so that a peer can write its own word only. */
+    uint64_t *cred;
     int lfd, epfd;
     struct sockaddr_storage laddr;
     socklen_t laddr_len;
