@@ -111,7 +111,7 @@ echo "127.0.0.1 localhost" >"$root/etc/hosts"
 # Loom's binaries: the real ELF files behind libtool's wrappers.
 for b in loomrun loom-info all_reduce_perf reduce_scatter_perf all_gather_perf alltoall_perf broadcast_perf \
     reduce_perf gather_perf scatter_perf sendrecv_perf tests/mp/mp_allreduce tests/mp/mp_kill \
-    tests/mp/mp_p2p tests/mp/mp_boot tests/mp/mp_memreg tests/mp/mp_mismatch; do
+    tests/mp/mp_p2p tests/mp/mp_boot tests/mp/mp_memreg tests/mp/mp_mismatch tests/verbs/verbs_access; do
     d=$(dirname "$b") n=$(basename "$b") src=
     for c in "$BUILDDIR/$d/.libs/$n" "$BUILDDIR/$b"; do
         if [[ -f $c ]] && head -c4 "$c" | grep -q ELF; then src=$c; break; fi

@@ -20,7 +20,11 @@
 #     its GPU), else the first device with an active port; loom-info
 #     --job shows the NICs in use;
 #  8. ranks whose collective calls differ: every rank fails at once,
-#     naming the rank that differs and both calls.
+#     naming the rank that differs and both calls;
+#  9. what a peer can reach through the transport's registrations
+#     (verbs_access): a receive buffer only by RDMA write and only until
+#     its transfer ends, send buffers and loom_mem_register's memory not
+#     at all, and only its own credit word.
 # LOOM_VM_QUICK=1 skips 3 and 6; LOOM_VM_SECTIONS="N ..." runs only those.  Ends with "N passed, N failed".
 pass=0 fail=0
 # LOOM_VM_SECTIONS="5 6": only those sections (default: all).
@@ -290,6 +294,20 @@ for n in 2 3; do
         else bad "mp_mismatch $cs on $n ranks over verbs (exit $rc)"; echo "$out" | grep '^rank' | tail -6; fi
     done
 done
+fi
+
+# 9. Registrations and credit words (tests/verbs/verbs_access.c): each
+#    of its checks counts here.
+if want 9; then
+out=$(timeout 240 verbs_access 2>&1)
+rc=$?
+echo "$out" | grep '^#'
+okn=$(echo "$out" | grep -c '^ok ')
+badn=$(echo "$out" | grep -c '^FAIL ')
+echo "$out" | grep -E '^(ok|FAIL) ' | sed 's/ - / - verbs_access: /'
+pass=$((pass + okn))
+fail=$((fail + badn))
+if [ $rc -ne 0 ] && [ "$badn" = 0 ]; then bad "verbs_access (exit $rc)"; echo "$out" | tail -5; fi
 fi
 
 echo "$pass passed, $fail failed"

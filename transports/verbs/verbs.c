@@ -26,14 +26,25 @@
  * Flow control is by credits: the sender may have as many messages that
  * take a receive buffer (eager, CTS, the write with immediate) in flight
  * as the peer has receive buffers posted for it; the peer RDMA-writes its
- * running count of posted buffers into this rank's credit word.
+ * running count of posted buffers into this rank's credit word for it.
+ * Each peer's credit word is registered on its own (8 bytes, its own
+ * key, sent in that peer's hello only), so a peer can write its own
+ * count and nothing else: not another peer's, not the words this rank
+ * sends from (those sit in the peer's local-access region).
  *
- * Buffers of rendezvous transfers are registered through a small cache
- * (LRU, bounded in entries and bytes).  Entries that no transfer uses are
- * dropped whenever the transport goes idle, since the application may
- * free that memory once its operation is done and get the same addresses
- * back later for other pages; memory registered with mem_register stays
- * until mem_deregister.
+ * A registration gives a peer only what the protocol needs of it.  A
+ * rendezvous receive's buffer is registered for that receive alone, with
+ * REMOTE_WRITE (never REMOTE_READ: nothing is read remotely), and is
+ * deregistered the moment the receive ends (its final write arrived, it
+ * was cancelled, the peer failed): its address and key in the CTS open
+ * nothing afterwards.  Send buffers, the sources of the writes, need
+ * local access only; they are registered through a small cache (LRU,
+ * bounded in entries and bytes) that holds nothing but such local-access
+ * registrations.  Cache entries that no transfer uses are dropped
+ * whenever the transport goes idle, since the application may free that
+ * memory once its operation is done and get the same addresses back
+ * later for other pages; memory registered with mem_register stays (for
+ * local access, as the cache's) until mem_deregister.
  *
  * An error completion, a queue pair in error or a control connection
  * that ends without a goodbye is a failed peer (ctx->peer_failed).  Every
@@ -143,9 +154,9 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     loomi_verbs_mr_trim(t, 0, len);
     struct mrent *e = calloc(1, sizeof *e);
     if (!e) return NULL;
-    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ);
+    /* Local access only (LOCAL_WRITE: a writable pin, so that the pages
+     * stay the ones the process writes). */
+    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1, IBV_ACCESS_LOCAL_WRITE);
     if (!e->mr) {
         LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
                    strerror(errno));
@@ -163,9 +174,36 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     return e;
 }
 
+struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len)
+{
+    struct mrent *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    /* REMOTE_WRITE needs LOCAL_WRITE with it (the verbs API's rule). */
+    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!e->mr) {
+        LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
+                   strerror(errno));
+        free(e);
+        return NULL;
+    }
+    e->addr = addr;
+    e->len = len;
+    e->refs = 1;
+    e->remote = 1;
+    return e;
+}
+
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e)
 {
     if (!e) return;
+    if (e->remote) {
+        if (--e->refs == 0) {
+            loomi_verbs_ib.dereg_mr(e->mr);
+            free(e);
+        }
+        return;
+    }
     if (--e->refs == 0 && e->doomed && !e->user) mr_unlink_free(t, e);
 }
 
@@ -201,9 +239,10 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
     t->lfd = t->epfd = -1;
     *state = t; /* from here on, destroy() cleans up */
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
-    t->cred = aligned_alloc(4096, LOOMI_MAX((size_t)4096, ((size_t)ctx->nranks * 16 + 4095) / 4096 * 4096));
+    size_t cbytes = (size_t)ctx->nranks * CRED_STRIDE * sizeof(uint64_t);
+    t->cred = aligned_alloc(4096, (cbytes + 4095) / 4096 * 4096);
     if (!t->peers || !t->cred) return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "verbs: out of memory");
-    memset(t->cred, 0, (size_t)ctx->nranks * 16);
+    memset(t->cred, 0, cbytes);
     for (int r = 0; r < ctx->nranks; r++) {
         t->peers[r].rank = r;
         t->peers[r].fd = -1;
@@ -222,11 +261,6 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
     if (!t->cq)
         return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: %s: cannot create a %d-entry CQ: %s",
                           d.name, t->cq_size, strerror(errno));
-    t->cmr = loomi_verbs_ib.reg_mr(t->pd, t->cred, (size_t)ctx->nranks * 16,
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!t->cmr)
-        return loomi_fail(LOOM_ERR_SYSTEM, ctx->rank, "verbs: cannot register memory: %s",
-                          strerror(errno));
     int fl = fcntl(t->chan->fd, F_GETFL);
     if (fl >= 0) fcntl(t->chan->fd, F_SETFL, fl | O_NONBLOCK);
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -269,17 +303,26 @@ static loom_result_t verbs_local_addr(void *state, void *buf, size_t *len)
     return LOOM_SUCCESS;
 }
 
-/* The queue pair to p, in INIT with its receive buffers posted. */
+/* The queue pair to p, in INIT with its receive buffers posted, and the
+ * credit word p writes, registered alone. */
 static loom_result_t peer_setup(struct verbs *t, struct peer *p)
 {
     const int me = t->ctx.rank;
-    size_t bytes = (size_t)(NRX + NSB) * SLOT_BYTES;
+    size_t slots = (size_t)(NRX + NSB) * SLOT_BYTES;
+    size_t bytes = slots + sizeof(uint64_t); /* then credsrc */
     p->region = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (!p->region) return loomi_fail(LOOM_ERR_NO_MEMORY, me, "verbs: out of memory");
     p->rmr = loomi_verbs_ib.reg_mr(t->pd, p->region, bytes, IBV_ACCESS_LOCAL_WRITE);
     if (!p->rmr)
         return loomi_fail(LOOM_ERR_SYSTEM, me, "verbs: cannot register %zu bytes of buffers: %s",
                           bytes, strerror(errno));
+    p->credsrc = (uint64_t *)(void *)(p->region + slots);
+    p->cmr = loomi_verbs_ib.reg_mr(t->pd, &t->cred[(size_t)p->rank * CRED_STRIDE],
+                                   sizeof(uint64_t),
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!p->cmr)
+        return loomi_fail(LOOM_ERR_SYSTEM, me, "verbs: cannot register the credit word for "
+                          "rank %d: %s", p->rank, strerror(errno));
     struct ibv_qp_init_attr ia;
     memset(&ia, 0, sizeof ia);
     ia.send_cq = t->cq;
@@ -324,7 +367,7 @@ static loom_result_t peer_setup(struct verbs *t, struct peer *p)
     p->credslot.p = p;
     p->rposted = NRX;
     p->radvert = NRX;
-    t->cred[p->rank] = NRX;
+    t->cred[(size_t)p->rank * CRED_STRIDE] = NRX;
     unsigned seed = (unsigned)loomi_now_ns() ^ ((unsigned)me << 8) ^ (unsigned)p->rank;
     p->psn = (uint32_t)rand_r(&seed) & 0xffffffu;
     return LOOM_SUCCESS;
@@ -347,8 +390,8 @@ static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const st
     h.link_layer = t->dev.link_layer;
     h.mtu = (uint8_t)t->dev.mtu;
     memcpy(h.gid, t->dev.gid.raw, 16);
-    h.cred_addr = (uintptr_t)t->cred;
-    h.cred_rkey = t->cmr->rkey;
+    h.cred_addr = (uintptr_t)&t->cred[(size_t)p->rank * CRED_STRIDE]; /* p's word alone */
+    h.cred_rkey = p->cmr->rkey;
     h.nrx = NRX;
     struct hello r;
     if (in) r = *in;
@@ -570,6 +613,7 @@ static void verbs_destroy(void *state)
         }
         if (p->qp) loomi_verbs_ib.destroy_qp(p->qp);
         if (p->rmr) loomi_verbs_ib.dereg_mr(p->rmr);
+        if (p->cmr) loomi_verbs_ib.dereg_mr(p->cmr);
         free(p->region);
     }
     while (t->mrs) {
@@ -577,7 +621,6 @@ static void verbs_destroy(void *state)
         mr_unlink_free(t, t->mrs);
     }
     loomi_objpool_clear(&t->ops);
-    if (t->cmr) loomi_verbs_ib.dereg_mr(t->cmr);
     if (t->cq) {
         if (t->armed) {
             /* An event may be pending on the channel: take it so the CQ
@@ -601,7 +644,11 @@ static void verbs_destroy(void *state)
 }
 
 /* Explicit registration: kept until mem_deregister, which invalidates it
- * (the cache never hands it out again). */
+ * (the cache never hands it out again).  Local access only, as the
+ * cache's: it spares sends their registration; a receive into it still
+ * registers its own, for that receive only, since nothing here may stay
+ * open to peers beyond a transfer.  So no peer is given a key to it:
+ * desc is empty. */
 static loom_result_t verbs_mem_register(void *state, void *addr, size_t len,
                                        enum loomi_mem_kind kind, struct loomi_mr *mr)
 {
@@ -617,11 +664,7 @@ static loom_result_t verbs_mem_register(void *state, void *addr, size_t len,
     mr->len = len;
     mr->kind = kind;
     mr->handle = e;
-    uint64_t a = (uintptr_t)addr;
-    uint32_t rkey = e->mr->rkey;
-    memcpy(mr->desc, &a, 8);
-    memcpy(mr->desc + 8, &rkey, 4);
-    mr->desc_len = 12;
+    mr->desc_len = 0;
     return LOOM_SUCCESS;
 }
 

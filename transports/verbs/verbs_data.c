@@ -147,19 +147,19 @@ static int post_send(struct peer *p, struct ibv_send_wr *wr)
 
 static uint64_t credits(struct verbs *t, struct peer *p)
 {
-    uint64_t posted = __atomic_load_n(&t->cred[p->rank], __ATOMIC_ACQUIRE);
+    uint64_t posted = __atomic_load_n(&t->cred[(size_t)p->rank * CRED_STRIDE], __ATOMIC_ACQUIRE);
     return posted > p->sent ? posted - p->sent : 0;
 }
 
 /* Tell the peer how many receive buffers it may fill (an RDMA write of
- * the running count into its credit word). */
+ * the running count into the word it keeps for this rank, whose address
+ * and key came in its hello). */
 static void maybe_send_credit(struct verbs *t, struct peer *p)
 {
     if (p->failed || p->cred_busy || p->sq_free < 1 || p->rposted - p->radvert < CREDIT_BATCH)
         return;
-    uint64_t *src = &t->cred[t->ctx.nranks + p->rank];
-    *src = p->rposted;
-    struct ibv_sge sge = {.addr = (uintptr_t)src, .length = 8, .lkey = t->cmr->lkey};
+    *p->credsrc = p->rposted;
+    struct ibv_sge sge = {.addr = (uintptr_t)p->credsrc, .length = 8, .lkey = p->rmr->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof wr);
     wr.wr_id = (uintptr_t)&p->credslot;
@@ -167,7 +167,7 @@ static void maybe_send_credit(struct verbs *t, struct peer *p)
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = p->cred_raddr + 8u * (uint64_t)t->ctx.rank;
+    wr.wr.rdma.remote_addr = p->cred_raddr;
     wr.wr.rdma.rkey = p->cred_rkey;
     int rc = post_send(p, &wr);
     if (rc) {
@@ -889,7 +889,7 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x)
         }
     }
     struct op *o = idx >= 0 ? op_new(t) : NULL;
-    struct mrent *e = o ? loomi_verbs_mr_get(t, x->buf, x->len) : NULL;
+    struct mrent *e = o ? loomi_verbs_mr_recv(t, x->buf, x->len) : NULL;
     if (!e) {
         if (o) op_free(t, o);
         p->nposted--;
@@ -946,13 +946,10 @@ void loomi_verbs_cancel(void *state, struct loomi_xfer *x)
         if (r->used && r->x == x && !r->dead) {
             r->dead = 1;
             r->x = NULL;
-            /* The peer may still write: its registration goes now (the
-             * writes then fail there), unless another transfer uses it. */
-            if (r->mr) {
-                r->mr->doomed = 1;
-                loomi_verbs_mr_put(t, r->mr);
-                r->mr = NULL;
-            }
+            /* The peer may still write: the receive's own registration
+             * goes now (the writes then fail there). */
+            loomi_verbs_mr_put(t, r->mr);
+            r->mr = NULL;
             found = 1;
         }
     }

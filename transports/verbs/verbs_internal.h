@@ -96,6 +96,7 @@ struct ibv_context *loomi_verbs_open_choice(struct dev_choice *d, const char *hi
 #define MAX_MSG (1ull << 40)
 #define REG_MAX_ENTRIES 64
 #define REG_MAX_BYTES (4ull << 30)
+#define CRED_STRIDE 8 /* words between peers' credit words (each on its own line) */
 
 enum { T_EAGER = 1, T_CTS = 2 };
 enum { C_ABORT = 1, C_BYE = 2 };
@@ -145,6 +146,10 @@ struct ctlmsg {
     int32_t failed;
 };
 
+/* A registration.  Those in the cache (t->mrs) give local access only
+ * (sources of RDMA writes); a rendezvous receive's own (remote) is the
+ * only one a peer may write, is never shared or cached, and is
+ * deregistered when its receive ends. */
 struct mrent {
     void *addr;
     size_t len;
@@ -152,6 +157,7 @@ struct mrent {
     int refs;
     int doomed; /* no new users; deregistered when the last one goes */
     int user;   /* registered through mem_register */
+    int remote; /* a receive's: REMOTE_WRITE, not in the cache */
     uint64_t used;
     struct mrent *next;
 };
@@ -201,10 +207,12 @@ struct peer {
     size_t cgot;
     struct ibv_qp *qp;
     uint32_t psn;
-    uint64_t cred_raddr;
+    uint64_t cred_raddr; /* the peer's credit word for this rank */
     uint32_t cred_rkey;
-    char *region;
-    struct ibv_mr *rmr;
+    struct ibv_mr *cmr;  /* this rank's credit word for the peer, alone */
+    char *region;        /* receive buffers, send slots, then credsrc */
+    struct ibv_mr *rmr;  /* the region, local access only */
+    uint64_t *credsrc;   /* the count the credit write sends (in region) */
     struct slot rx[NRX], sb[NSB];
     struct slot *free_sb;
     int sq_free;
@@ -234,8 +242,9 @@ struct verbs {
     struct ibv_cq *cq;
     int armed;
     int cq_size;
-    uint64_t *cred; /* [2 * nranks]: words peers write, then our sources */
-    struct ibv_mr *cmr;
+    /* Credit words, peer r's at [r * CRED_STRIDE], each registered on its
+     * own (peer->cmr) so that a peer can write its own word only. */
+    uint64_t *cred;
     int lfd, epfd;
     struct sockaddr_storage laddr;
     socklen_t laddr_len;
@@ -307,9 +316,12 @@ static inline void op_free(struct verbs *t, struct op *o)
 
 /* ---------------------------------------------- registration cache */
 
-/* verbs.c: a registration covering [addr, addr + len), from the cache or
- * new, with a reference; its release; dropping unused entries. */
+/* verbs.c: a registration covering [addr, addr + len) for local access
+ * (a send's source), from the cache or new, with a reference; one that a
+ * peer may RDMA-write, for one receive only (never cached: its release
+ * deregisters it); the release of either; dropping unused entries. */
 struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len);
+struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len);
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e);
 void loomi_verbs_mr_trim(struct verbs *t, int all, size_t extra);
 
