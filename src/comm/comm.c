@@ -364,6 +364,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
                           (const struct sockaddr *)&c->bind_addr, (socklen_t)c->bind_len,
                           &c->ctrl);
     if (r != LOOM_SUCCESS) return r;
+    if (c->set.encrypt) loomi_ctrl_set_sealed(c->ctrl);
     loomi_ctrl_addr(c->ctrl, addr + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES);
     return LOOM_SUCCESS;
 }
