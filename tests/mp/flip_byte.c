@@ -3,7 +3,8 @@
  * In the process whose LOOM_RANK is FLIP_RANK (default 1), the
  * FLIP_AFTER-th (default 3) send() or sendmsg() of at least FLIP_MIN
  * bytes (default 100000: only the TCP transport's bulk writes are that
- * large) goes out with one byte changed, at FLIP_AT (default 100), once.
+ * large; FLIP_MAX, if set, the most) goes out with one byte changed, at
+ * FLIP_AT (default 100), once.
  * The caller's buffer is not touched: the changed copy is what the
  * kernel gets, as a middle box would change it on the wire.
  */
@@ -28,7 +29,9 @@ static int is_victim(size_t n)
 {
     static int armed = -1;
     if (armed < 0) armed = env_num("LOOM_RANK", -1) == env_num("FLIP_RANK", 1);
-    if (!armed || n < (size_t)env_num("FLIP_MIN", 100000)) return 0;
+    if (!armed || n < (size_t)env_num("FLIP_MIN", 100000) ||
+        n > (size_t)env_num("FLIP_MAX", (long)(~0ul >> 1)))
+        return 0;
     return atomic_fetch_add(&seen, 1) + 1 == env_num("FLIP_AFTER", 3);
 }
 

@@ -3,7 +3,8 @@
 # sealed, every element checked; a rank that seals against one that does
 # not is refused naming LOOM_ENCRYPT; and a byte changed on the wire
 # (flip_byte.c, a man in the middle in the sender's process) fails the
-# job with the authentication error instead of delivering wrong data.
+# job with the authentication error instead of delivering wrong data,
+# on a data stream and on the control plane.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_allreduce
 for n in 2 3; do
@@ -59,6 +60,15 @@ if [ -f "$flip" ]; then
     out=$(tamper 0)
     check "the same change in the clear: a wrong element, found only by the test's check" \
         grep -q " wrong, first at" <<<"$out"
+    # The control plane's frames are sealed too: a sealed heartbeat is
+    # 48 bytes (32 and its tag), sent every 20 ms; the tenth 48-byte
+    # write of rank 1 changed.
+    out=$(LOOM_HEARTBEAT_MS=20 FLIP_MIN=48 FLIP_MAX=48 FLIP_AFTER=10 FLIP_AT=10 tamper 1)
+    rc=$?
+    check "a control frame changed on the wire: the job fails (exit $rc)" [ $rc -ne 0 -a $rc -ne 124 ]
+    check "... rank 0 names rank 1 and the authentication error" \
+        grep -q "rank 1 failed: a record on its control connection failed authentication: tampered or replayed" <<<"$out"
+    [ $? -eq 0 ] || echo "$out" | tail -20
 else
     bad "flip_byte.so not built ($flip)"
 fi
