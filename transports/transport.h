@@ -160,6 +160,7 @@ struct loomi_tctx {
      * during create() (strings and the address are the caller's). */
     struct {
         int streams;          /* tcp: connections per peer */
+        int encrypt;          /* tcp: seal every record (LOOM_ENCRYPT; tcp.c) */
         size_t sockbuf;       /* tcp: socket buffer size (0: the system's) */
         const char *ifname;   /* tcp, verbs' connection setup: LOOM_SOCKET_IFNAME */
         const void *bind_hint; /* tcp, verbs: struct sockaddr of the local address, or NULL */

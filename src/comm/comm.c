@@ -332,6 +332,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
         .name_sig = loomi_sched_sig_name,
         .sock = {.streams = c->set.tcp_streams,
                  .sockbuf = c->set.tcp_sockbuf,
+                 .encrypt = c->set.encrypt,
                  .ifname = c->set.socket_ifname[0] ? c->set.socket_ifname : NULL,
                  .bind_hint = &c->bind_addr,
                  .bind_hint_len = c->bind_len},
@@ -363,6 +364,7 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
                           (const struct sockaddr *)&c->bind_addr, (socklen_t)c->bind_len,
                           &c->ctrl);
     if (r != LOOM_SUCCESS) return r;
+    if (c->set.encrypt) loomi_ctrl_set_sealed(c->ctrl);
     loomi_ctrl_addr(c->ctrl, addr + LOOMI_ROUTE_ADDR_BYTES + LOOMI_TOPO_CARD_BYTES);
     return LOOM_SUCCESS;
 }

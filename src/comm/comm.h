@@ -291,7 +291,8 @@ void loomi_comm_on_peer_failed(void *owner, int peer, int failed, loom_result_t 
 /* The settings that choose each rank's part of a schedule or a path
  * (LOOM_ALGO, LOOM_CHUNK_SIZE, LOOM_SHM_*, LOOM_PROBE, LOOM_TRANSPORT,
  * LOOM_TUNING_FILE's content, LOOM_HEARTBEAT_MS, by which a peer's
- * silence is judged, and LOOM_QUORUM, by which survivors may go on).
+ * silence is judged, LOOM_QUORUM, by which survivors may go on, and
+ * LOOM_ENCRYPT, without which the ends of a connection cannot talk).
  * Ranks that differ in one would wait on each other until LOOM_TIMEOUT,
  * call a live peer failed or split the job: they are compared when
  * the ranks meet (bootstrap.c, join.c) and refused with the name.
@@ -304,6 +305,7 @@ struct loomi_uniform {
     int32_t tuning; /* 0: no file, 1: read, 2: could not be read */
     int32_t probe, shm_stream_saves, shm_stream_copyin, heartbeat_ms, tcp_streams;
     int32_t quorum_any;
+    int32_t encrypt; /* LOOM_ENCRYPT */
     uint32_t route_mask;
     int8_t algo[LOOMI_MAX_COLLS];
     char transport[64]; /* as given, for the message */

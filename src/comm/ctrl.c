@@ -42,7 +42,9 @@ int loomi_ctrl_queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t ep
 {
     struct peer *p = &c->p[q];
     if (p->failed || p->fd < 0) return -1;
-    size_t need = HDR_BYTES + (size_t)len;
+    const int sealed = p->stx.ctx != NULL;
+    const size_t nrec = ((size_t)len + LOOMI_SEAL_MAX - 1) / LOOMI_SEAL_MAX;
+    size_t need = HDR_BYTES + (size_t)len + (sealed ? LOOMI_SEAL_TAG * (1 + nrec) : 0);
     if (p->out_len + need > OUT_LIMIT) return -1;
     if (p->out_off && p->out_off == p->out_len) p->out_off = p->out_len = 0;
     if (p->out_len + need > p->out_cap) {
@@ -60,7 +62,7 @@ int loomi_ctrl_queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t ep
             p->out_cap = cap;
         }
     }
-    unsigned char *h = p->out + p->out_len;
+    unsigned char hb[HDR_BYTES], *h = sealed ? hb : p->out + p->out_len;
     put32(h, CTRL_MSG_MAGIC);
     h[4] = (unsigned char)type;
     h[5] = (unsigned char)(type >> 8);
@@ -70,7 +72,21 @@ int loomi_ctrl_queue_msg(struct loomi_ctrl *c, int q, uint16_t type, uint32_t ep
     put64(h + 16, arg);
     put32(h + 24, len);
     put32(h + 28, 0);
-    if (len) memcpy(h + HDR_BYTES, data, len);
+    if (sealed) {
+        /* The header as one record, the payload as records after it. */
+        unsigned char *o = p->out + p->out_len;
+        if (loomi_seal(&p->stx, LOOMI_SEAL_HDR, hb, HDR_BYTES, o)) return -1;
+        o += HDR_BYTES + LOOMI_SEAL_TAG;
+        for (uint32_t at = 0; at < len;) {
+            size_t k = LOOMI_MIN((size_t)(len - at), (size_t)LOOMI_SEAL_MAX);
+            if (loomi_seal(&p->stx, LOOMI_SEAL_DATA, (const unsigned char *)data + at, k, o))
+                return -1;
+            o += k + LOOMI_SEAL_TAG;
+            at += (uint32_t)k;
+        }
+    } else if (len) {
+        memcpy(h + HDR_BYTES, data, len);
+    }
     p->out_len += need;
     return 0;
 }
@@ -100,6 +116,9 @@ static void close_peer(struct peer *p)
     free(p->out);
     p->in = p->out = NULL;
     p->in_len = p->in_cap = p->out_off = p->out_len = p->out_cap = 0;
+    loomi_seal_free(&p->stx);
+    loomi_seal_free(&p->srx);
+    p->hopen = 0;
 }
 
 /* p said goodbye before its connection ended: a departure, not a
@@ -382,8 +401,18 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
         }
     }
     size_t off = 0;
-    while (p->in_len - off >= HDR_BYTES) {
-        const unsigned char *h = p->in + off;
+    const int sealed = p->srx.ctx != NULL;
+    for (;;) {
+        unsigned char *h = p->in + off;
+        size_t avail = p->in_len - off;
+        if (sealed && !p->hopen) {
+            /* The header opens before a byte of it is used. */
+            if (avail < HDR_BYTES + LOOMI_SEAL_TAG) break;
+            if (loomi_seal_open(&p->srx, LOOMI_SEAL_HDR, h, HDR_BYTES, h)) goto forged;
+            p->hopen = 1;
+        } else if (!sealed && avail < HDR_BYTES) {
+            break;
+        }
         uint32_t len = get32(h + 24);
         if (get32(h) != CTRL_MSG_MAGIC || len > LOOMI_CTRL_MAX_PAYLOAD) {
             snprintf(err, sizeof err, "protocol violation on its control connection "
@@ -391,7 +420,23 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
             loomi_ctrl_fail_peer(c, q, err);
             return;
         }
-        if (p->in_len - off < HDR_BYTES + (size_t)len) break;
+        size_t nrec = ((size_t)len + LOOMI_SEAL_MAX - 1) / LOOMI_SEAL_MAX;
+        size_t flen = HDR_BYTES + (size_t)len + (sealed ? LOOMI_SEAL_TAG * (1 + nrec) : 0);
+        if (avail < flen) break;
+        if (sealed) {
+            /* Each payload record opened in place, then closed up behind
+             * the header, so the frame reads as a plain one. */
+            unsigned char *src = h + HDR_BYTES + LOOMI_SEAL_TAG, *dst = h + HDR_BYTES;
+            for (uint32_t at = 0; at < len;) {
+                size_t k = LOOMI_MIN((size_t)(len - at), (size_t)LOOMI_SEAL_MAX);
+                if (loomi_seal_open(&p->srx, LOOMI_SEAL_DATA, src, k, src)) goto forged;
+                memmove(dst, src, k);
+                dst += k;
+                src += k + LOOMI_SEAL_TAG;
+                at += (uint32_t)k;
+            }
+            p->hopen = 0;
+        }
         char why[112];
         if (handle(c, q, h, why, sizeof why)) {
             snprintf(err, sizeof err, "protocol violation: %s", why);
@@ -399,7 +444,7 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
             return;
         }
         if (p->fd < 0) return; /* handle() failed this peer */
-        off += HDR_BYTES + (size_t)len;
+        off += flen;
     }
     if (off) {
         memmove(p->in, p->in + off, p->in_len - off);
@@ -414,6 +459,11 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
     }
     snprintf(err, sizeof err, "its control connection broke (%s)",
              eno ? strerror(eno) : "closed");
+    loomi_ctrl_fail_peer(c, q, err);
+    return;
+forged:
+    snprintf(err, sizeof err, "a record on its control connection failed authentication: "
+                              "tampered or replayed");
     loomi_ctrl_fail_peer(c, q, err);
 }
 
@@ -725,10 +775,14 @@ static void set_socket(int fd)
     if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+void loomi_ctrl_set_sealed(struct loomi_ctrl *c) { c->sealed = 1; }
+
 loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs, size_t stride,
                                uint64_t deadline_ms)
 {
     const int me = c->rank;
+    unsigned char session[LOOMI_AUTH_SESSION_BYTES];
+    unsigned char *sess = c->sealed ? session : NULL;
     loom_result_t r = LOOM_SUCCESS;
     int lost[8], nlost = 0;
     char lost_why[8][160];
@@ -758,7 +812,7 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
          * until the deadline; another job's is an error. */
         struct loomi_auth_id id = {LOOMI_AUTH_CTRL, me, q, 0};
         uint64_t ad = loomi_now_ms() + LOOMI_AUTH_WAIT_MS;
-        if (loomi_auth_open(fd, c->key, &id, ad < deadline_ms ? ad : deadline_ms, NULL, msg,
+        if (loomi_auth_open(fd, c->key, &id, ad < deadline_ms ? ad : deadline_ms, sess, msg,
                             sizeof msg)) {
             close(fd);
             if (strstr(msg, "does not hold this job's key"))
@@ -789,6 +843,10 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
             return loomi_fail(LOOM_ERR_CONNECT, me, "control plane: handshake with rank %d: %s", q,
                               strerror(errno));
         }
+        if (sess && loomi_seal_setup(&c->p[q].stx, &c->p[q].srx, sess, 1)) {
+            close(fd);
+            return loomi_fail(LOOM_ERR_NO_MEMORY, me, "control plane: cannot set up sealing");
+        }
         c->p[q].fd = fd;
     }
     /* Lower ranks are accepted as tcp's streams are (net.c): every
@@ -801,7 +859,7 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         unsigned char h[HELLO_BYTES];
         char why[200];
         int fd = loomi_accept_greeting(&ac, &want, 0, me, c->key, LOOMI_AUTH_CTRL, h, sizeof h,
-                                       NULL, deadline_ms, "control plane", why, sizeof why);
+                                       sess, deadline_ms, "control plane", why, sizeof why);
         if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me,
@@ -818,6 +876,11 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
                                                       : "a hello of another communicator");
             close(fd);
             continue;
+        }
+        if (sess && loomi_seal_setup(&c->p[from].stx, &c->p[from].srx, sess, 0)) {
+            close(fd);
+            loomi_acceptor_close(&ac);
+            return loomi_fail(LOOM_ERR_NO_MEMORY, me, "control plane: cannot set up sealing");
         }
         c->p[from].fd = fd;
         need--;

@@ -101,6 +101,12 @@ const char *loomi_ctrl_mail_bad(int n, int q, uint16_t type, uint32_t len, unsig
 loom_result_t loomi_ctrl_create(int rank, int nranks, const unsigned char key[32],
                                 int heartbeat_ms, const struct sockaddr *bind, socklen_t bind_len,
                                 struct loomi_ctrl **out);
+/* LOOM_ENCRYPT=1: the connections between ranks that loomi_ctrl_start
+ * makes carry every frame sealed (transports/seal.h): its header as one
+ * record, its payload as records of up to LOOMI_SEAL_MAX bytes; a record
+ * that does not open fails its sender.  Before loomi_ctrl_start.  (A
+ * joiner's connection to the join service stays plain.) */
+void loomi_ctrl_set_sealed(struct loomi_ctrl *c);
 /* This rank's published address (LOOMI_CTRL_ADDR_BYTES). */
 void loomi_ctrl_addr(const struct loomi_ctrl *c, unsigned char *out);
 /* Connect to every peer, given all ranks' control addresses (rank r's at

@@ -17,6 +17,7 @@
 #include "comm/ctrl.h"
 #include "core/internal.h"
 #include "transports/auth.h"
+#include "transports/seal.h"
 
 #define CTRL_ADDR_MAGIC 0x4c4d4341u  /* "LMCA" */
 #define CTRL_HELLO_MAGIC 0x4c4d4348u /* "LMCH" */
@@ -60,12 +61,18 @@ struct peer {
     size_t in_len, in_cap;
     unsigned char *out;
     size_t out_off, out_len, out_cap;
+    /* Sealed (LOOM_ENCRYPT; ranks' connections only, not joiners'):
+     * each direction's records (stx.ctx NULL: plain), and whether the
+     * header record at in[0] is opened already. */
+    struct loomi_seal stx, srx;
+    int hopen;
 };
 
 struct loomi_ctrl {
     int rank, n;
     unsigned char key[LOOMI_AUTH_KEY_BYTES];
     int hb_ms;
+    int sealed; /* LOOM_ENCRYPT: ranks' connections sealed (loomi_ctrl_set_sealed) */
     int lfd;
     uint64_t nonce;
     struct sockaddr_storage laddr;

@@ -43,6 +43,7 @@ void loomi_uniform_fill(struct loomi_uniform *u, const struct loomi_settings *s,
     u->heartbeat_ms = s->heartbeat_ms;
     u->tcp_streams = s->tcp_streams;
     u->quorum_any = s->quorum_any;
+    u->encrypt = s->encrypt;
     u->route_mask = route_mask;
     for (int k = 0; k < LOOMI_MAX_COLLS; k++) u->algo[k] = (int8_t)algo_forced[k];
     snprintf(u->transport, sizeof u->transport, "%s", s->transport);
@@ -153,6 +154,7 @@ int loomi_uniform_diff(const struct loomi_uniform *a, const char *who_a,
     NUM(probe, "LOOM_PROBE")
     NUM(heartbeat_ms, "LOOM_HEARTBEAT_MS")
     NUM(tcp_streams, "LOOM_TCP_STREAMS")
+    NUM(encrypt, "LOOM_ENCRYPT")
     if (!name && a->quorum_any != b->quorum_any) {
         name = "LOOM_QUORUM";
         va = a->quorum_any ? "any" : "majority";

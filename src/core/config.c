@@ -45,6 +45,7 @@ static const struct var vars[] = {
     {"LOOM_HEARTBEAT_MS", K_MS, 0, 600000, OFF(heartbeat_ms), "500"},
     {"LOOM_PROGRESS_THREAD", K_INT, 0, 1, OFF(progress_thread), "0"},
     {"LOOM_QUORUM", K_STR, 0, 0, OFF(quorum), NULL},
+    {"LOOM_ENCRYPT", K_INT, 0, 1, OFF(encrypt), "0"},
 };
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -163,6 +164,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->shm_stream_copyin = e->shm_stream_copyin;
     out->heartbeat_ms = e->heartbeat_ms;
     out->progress_thread = e->progress_thread;
+    out->encrypt = e->encrypt;
     if (e->quorum && strcmp(e->quorum, "majority") && strcmp(e->quorum, "any"))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "%s: LOOM_QUORUM=%s is invalid (expected majority or any)", caller,

@@ -98,6 +98,7 @@ struct loomi_env {
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
     const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
+    int encrypt;               /* LOOM_ENCRYPT: 1 seals tcp and control records (AEAD) */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -139,6 +140,7 @@ struct loomi_settings {
     int heartbeat_ms;
     int progress_thread;
     int quorum_any; /* LOOM_QUORUM=any: any survivors may go on, not only a majority */
+    int encrypt;    /* LOOM_ENCRYPT=1: tcp streams and control frames sealed (AES-256-GCM) */
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -10,6 +10,16 @@
  * by one epoll set per communicator, written with scatter-gather
  * sendmsg.  Every header is range-checked before its payload is read
  * anywhere.
+ *
+ * With LOOM_ENCRYPT=1 every stream is sealed (seal.h) under the key
+ * material of its own handshake: a piece goes as its header, sealed as
+ * one record (so its lengths are trusted before they are used), and its
+ * payload as records of up to LOOMI_SEAL_MAX bytes.  The sender seals
+ * into a staging buffer per stream (ebuf) and writes that; the receiver
+ * reads each record whole into rbuf and opens it into where the bytes
+ * go, so a piece counts as received only once every record of it has
+ * opened.  A record that does not open fails its peer.  The plain path
+ * is untouched: the choice is made once per flush or read.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +39,7 @@
 #include "transports/net.h"
 #include "core/internal.h"
 #include "transports/match.h"
+#include "transports/seal.h"
 #include "transports/tcp/tcp.h"
 #include "transports/transport.h"
 
@@ -38,6 +49,10 @@
 #define SPLIT_MIN (64u * 1024u)    /* below this a message is one piece */
 #define UNEXP_LIMIT (2ull << 30)   /* bytes buffered for receives not yet posted */
 #define IOV_BATCH 64
+/* Sealed: a header record, and how many bytes are sealed ahead of the
+ * socket (at least a header and a full payload record). */
+#define HREC (sizeof(struct wire_hdr) + LOOMI_SEAL_TAG)
+#define EBUF_BYTES (4 * ((size_t)LOOMI_SEAL_MAX + LOOMI_SEAL_TAG))
 
 enum { T_DATA = 1, T_ABORT = 2, T_BYE = 3 };
 
@@ -112,6 +127,15 @@ struct stream {
     struct loomi_xfer *rx;
     struct unexp *ru;
     int bye; /* the peer said goodbye on this stream: its end is no failure */
+    /* Sealed (LOOM_ENCRYPT) only: each direction's records, the sealed
+     * bytes not yet written (ebuf[eoff, elen)), the header record and the
+     * payload record being read (hrec: rh_got bytes; rbuf: rgot). */
+    struct loomi_seal stx, srx;
+    char *ebuf;
+    size_t eoff, elen;
+    unsigned char hrec[sizeof(struct wire_hdr) + LOOMI_SEAL_TAG];
+    char *rbuf;
+    size_t rgot;
 };
 
 struct peer {
@@ -135,10 +159,13 @@ struct tcp {
     socklen_t laddr_len;
     struct peer *peers;
     int aborted;
+    int sealed; /* LOOM_ENCRYPT=1: every record sealed (seal.h) */
     struct loomi_objpool pieces; /* kept for reuse (bufpool.h) */
     struct loomi_match match; /* early messages' buffers, the operation noted */
     char discard[65536];
 };
+_Static_assert(LOOMI_SEAL_MAX <= sizeof(((struct tcp *)0)->discard),
+               "a payload record read into the void opens into discard");
 
 /* ------------------------------------------------------------- helpers */
 
@@ -269,9 +296,101 @@ static void peer_error(struct tcp *t, struct peer *p, loom_result_t code, const 
 
 /* ------------------------------------------------------------- sending */
 
+/* The head piece pc of s is all out (on the wire, or sealed): it leaves
+ * the queue, and its transfer completes with its last piece. */
+static void piece_out(struct tcp *t, struct stream *s, struct piece *pc)
+{
+    struct peer *p = s->peer;
+    s->sq_head = pc->next;
+    if (!s->sq_head) s->sq_tail = NULL;
+    s->queued -= pc->h.len + sizeof pc->h;
+    struct loomi_xfer *x = pc->x;
+    if (x && x->t_posted != XFER_DEAD) {
+        x->t_done += pc->h.len;
+        if (x->t_done == x->len) {
+            p->nposted--;
+            complete_once(x, LOOM_SUCCESS);
+        }
+    }
+    piece_free(t, pc);
+}
+
+/* A record that did not open: its peer fails (the stream cannot go on). */
+static void record_failed(struct tcp *t, struct stream *s, const char *what)
+{
+    peer_error(t, s->peer, LOOM_ERR_REMOTE,
+               "a record (%s) from rank %d on stream %d failed authentication: tampered or "
+               "replayed", what, s->peer->rank, s->idx);
+}
+
+/* Sealed: the queued pieces of s sealed into its empty staging buffer,
+ * as much as fits.  A piece counts as out once sealed (its bytes are no
+ * longer read from the transfer's buffer); hdr_sent and sent then count
+ * sealed bytes, so cancel keeps what is still to seal. */
+static int seal_fill(struct tcp *t, struct stream *s)
+{
+    if (!s->ebuf && !(s->ebuf = malloc(EBUF_BYTES))) {
+        peer_error(t, s->peer, LOOM_ERR_NO_MEMORY, "out of memory sealing a send");
+        return -1;
+    }
+    size_t n = 0;
+    struct piece *pc;
+    while ((pc = s->sq_head) != NULL) {
+        if (pc->hdr_sent == 0) {
+            if (n + HREC > EBUF_BYTES) break;
+            if (loomi_seal(&s->stx, LOOMI_SEAL_HDR, &pc->h, sizeof pc->h, s->ebuf + n)) goto bad;
+            n += HREC;
+            pc->hdr_sent = sizeof pc->h;
+        }
+        while (pc->sent < pc->h.len) {
+            size_t k = LOOMI_MIN((size_t)pc->h.len - pc->sent, (size_t)LOOMI_SEAL_MAX);
+            if (n + k + LOOMI_SEAL_TAG > EBUF_BYTES) break;
+            if (loomi_seal(&s->stx, LOOMI_SEAL_DATA, pc->data + (pc->sent - pc->data_off), k,
+                           s->ebuf + n))
+                goto bad;
+            n += k + LOOMI_SEAL_TAG;
+            pc->sent += k;
+        }
+        if (pc->sent < pc->h.len) break;
+        piece_out(t, s, pc);
+    }
+    s->eoff = 0;
+    s->elen = n;
+    return 0;
+bad:
+    peer_error(t, s->peer, LOOM_ERR_INTERNAL, "sealing a record failed (libcrypto)");
+    return -1;
+}
+
+static void stream_flush_sealed(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    while (s->writable && !p->failed && s->fd >= 0) {
+        if (s->eoff == s->elen) {
+            s->eoff = s->elen = 0;
+            if (!s->sq_head || seal_fill(t, s) || s->elen == 0) return;
+        }
+        ssize_t w = send(s->fd, s->ebuf + s->eoff, s->elen - s->eoff, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                s->writable = 0;
+                return;
+            }
+            connection_lost(t, s, "send", errno);
+            return;
+        }
+        s->eoff += (size_t)w;
+    }
+}
+
 static void stream_flush(struct tcp *t, struct stream *s)
 {
     struct peer *p = s->peer;
+    if (t->sealed) {
+        stream_flush_sealed(t, s);
+        return;
+    }
     while (s->sq_head && s->writable && !p->failed) {
         struct iovec iov[IOV_BATCH];
         int n = 0;
@@ -305,20 +424,7 @@ static void stream_flush(struct tcp *t, struct stream *s)
             size_t d = LOOMI_MIN(left, (size_t)pc->h.len - pc->sent);
             pc->sent += d;
             left -= d;
-            if (pc->hdr_sent == sizeof pc->h && pc->sent == pc->h.len) {
-                s->sq_head = pc->next;
-                if (!s->sq_head) s->sq_tail = NULL;
-                s->queued -= pc->h.len + sizeof pc->h;
-                struct loomi_xfer *x = pc->x;
-                if (x && x->t_posted != XFER_DEAD) {
-                    x->t_done += pc->h.len;
-                    if (x->t_done == x->len) {
-                        p->nposted--;
-                        complete_once(x, LOOM_SUCCESS);
-                    }
-                }
-                piece_free(t, pc);
-            }
+            if (pc->hdr_sent == sizeof pc->h && pc->sent == pc->h.len) piece_out(t, s, pc);
         }
     }
 }
@@ -646,9 +752,93 @@ static void payload_done(struct tcp *t, struct stream *s)
     s->ru = NULL;
 }
 
+/* The end of stream s came (r == 0 from recv): a polite close, or the
+ * connection lost. */
+static void stream_eof(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    if (s->bye && !s->in_payload && s->rh_got == 0) {
+        /* A polite close of this stream: everything sent on it
+         * before the goodbye has been read. */
+        close(s->fd);
+        s->fd = -1;
+        if (--p->open == 0 && p->nposted)
+            peer_error(t, p, LOOM_ERR_REMOTE,
+                       "the peer destroyed the communicator with operations pending here");
+        return;
+    }
+    connection_lost(t, s, "receive", 0);
+}
+
+/* Sealed: as stream_read, record by record.  The header record opens
+ * into rh before handle_header reads a length of it; a payload record
+ * (its length known from the header) is read whole into rbuf and opened
+ * into where its bytes go, and the piece is done only when all its
+ * records opened. */
+static void stream_read_sealed(struct tcp *t, struct stream *s)
+{
+    struct peer *p = s->peer;
+    while (s->fd >= 0 && !p->failed) {
+        ssize_t r;
+        size_t k = 0; /* payload bytes of the record being read */
+        if (!s->in_payload) {
+            r = recv(s->fd, s->hrec + s->rh_got, HREC - s->rh_got, MSG_DONTWAIT);
+        } else if (s->rleft == 0) {
+            payload_done(t, s);
+            continue;
+        } else {
+            if (!s->rbuf && !(s->rbuf = malloc((size_t)LOOMI_SEAL_MAX + LOOMI_SEAL_TAG))) {
+                peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory receiving a sealed record");
+                return;
+            }
+            k = LOOMI_MIN(s->rleft, (size_t)LOOMI_SEAL_MAX);
+            r = recv(s->fd, s->rbuf + s->rgot, k + LOOMI_SEAL_TAG - s->rgot, MSG_DONTWAIT);
+        }
+        if (r == 0) {
+            stream_eof(t, s);
+            return;
+        }
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            connection_lost(t, s, "receive", errno);
+            return;
+        }
+        if (!s->in_payload) {
+            s->rh_got += (size_t)r;
+            if (s->rh_got < HREC) continue;
+            if (loomi_seal_open(&s->srx, LOOMI_SEAL_HDR, s->hrec, sizeof s->rh, &s->rh)) {
+                record_failed(t, s, "a header");
+                return;
+            }
+            if (handle_header(t, s)) return;
+            if (!s->in_payload) s->rh_got = 0; /* control message consumed */
+        } else {
+            s->rgot += (size_t)r;
+            if (s->rgot < k + LOOMI_SEAL_TAG) continue;
+            s->rgot = 0;
+            /* Opened straight into the receive's memory: a record that
+             * fails leaves bytes there, but its receive then fails with
+             * the peer and never completes. */
+            if (loomi_seal_open(&s->srx, LOOMI_SEAL_DATA, s->rbuf, k,
+                                s->rdst ? s->rdst : t->discard)) {
+                record_failed(t, s, "a payload");
+                return;
+            }
+            if (s->rdst) s->rdst += k;
+            s->rleft -= k;
+            if (s->rleft == 0) payload_done(t, s);
+        }
+    }
+}
+
 static void stream_read(struct tcp *t, struct stream *s)
 {
     struct peer *p = s->peer;
+    if (t->sealed) {
+        stream_read_sealed(t, s);
+        return;
+    }
     while (s->fd >= 0 && !p->failed) {
         ssize_t r;
         if (!s->in_payload) {
@@ -662,17 +852,7 @@ static void stream_read(struct tcp *t, struct stream *s)
             r = recv(s->fd, t->discard, LOOMI_MIN(s->rleft, sizeof t->discard), MSG_DONTWAIT);
         }
         if (r == 0) {
-            if (s->bye && !s->in_payload && s->rh_got == 0) {
-                /* A polite close of this stream: everything sent on it
-                 * before the goodbye has been read. */
-                close(s->fd);
-                s->fd = -1;
-                if (--p->open == 0 && p->nposted)
-                    peer_error(t, p, LOOM_ERR_REMOTE,
-                               "the peer destroyed the communicator with operations pending here");
-                return;
-            }
-            connection_lost(t, s, "receive", 0);
+            stream_eof(t, s);
             return;
         }
         if (r < 0) {
@@ -814,6 +994,7 @@ static loom_result_t tcp_create(const struct loomi_tctx *ctx, void **state)
     t->ctx = *ctx;
     loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT, match_fail, t);
     t->nstreams = ctx->sock.streams < 1 ? 1 : ctx->sock.streams;
+    t->sealed = ctx->sock.encrypt != 0;
     t->lfd = t->epfd = -1;
     t->peers = calloc((size_t)ctx->nranks, sizeof *t->peers);
     if (!t->peers) goto nomem;
@@ -865,13 +1046,20 @@ static loom_result_t tcp_local_addr(void *state, void *buf, size_t *len)
     return LOOM_SUCCESS;
 }
 
-static loom_result_t attach(struct tcp *t, int peer, int idx, int fd)
+/* session: the connection's key material (sealed only); opener: this
+ * rank opened it. */
+static loom_result_t attach(struct tcp *t, int peer, int idx, int fd,
+                            const unsigned char *session, int opener)
 {
     struct stream *s = &t->peers[peer].s[idx];
     if (s->fd >= 0) {
         close(fd);
         return loomi_fail(LOOM_ERR_MISMATCH, t->ctx.rank,
                           "tcp: rank %d opened stream %d twice", peer, idx);
+    }
+    if (t->sealed && loomi_seal_setup(&s->stx, &s->srx, session, opener)) {
+        close(fd);
+        return loomi_fail(LOOM_ERR_NO_MEMORY, t->ctx.rank, "tcp: cannot set up sealing (libcrypto)");
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
@@ -894,6 +1082,8 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
     struct tcp *t = state;
     const int me = t->ctx.rank, n = t->ctx.nranks, ns = t->nstreams;
     struct hello h;
+    unsigned char session[LOOMI_AUTH_SESSION_BYTES];
+    unsigned char *sess = t->sealed ? session : NULL;
     memset(&h, 0, sizeof h);
     h.magic = HELLO_MAGIC;
     h.src = me;
@@ -906,7 +1096,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         for (int i = 0; i <= ns; i++) { /* data streams, then control */
             loom_result_t r;
             int fd = loomi_connect_peer(&w, peer, deadline_ms, "tcp", me, t->ctx.job_key,
-                                        LOOMI_AUTH_TCP, (uint32_t)i, NULL, &r);
+                                        LOOMI_AUTH_TCP, (uint32_t)i, sess, &r);
             if (fd < 0) return r;
             h.dst = peer;
             h.stream = i;
@@ -916,7 +1106,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
                 return loomi_fail(LOOM_ERR_CONNECT, me, "tcp: greeting rank %d: %s", peer,
                                   strerror(e));
             }
-            r = attach(t, peer, i, fd);
+            r = attach(t, peer, i, fd, sess, 1);
             if (r != LOOM_SUCCESS) return r;
         }
     }
@@ -930,7 +1120,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         struct hello in;
         char why[200];
         int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
-                                       sizeof in, NULL, deadline_ms, "tcp", why, sizeof why);
+                                       sizeof in, sess, deadline_ms, "tcp", why, sizeof why);
         if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
@@ -953,7 +1143,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
             close(fd);
             continue;
         }
-        loom_result_t r = attach(t, in.src, in.stream, fd);
+        loom_result_t r = attach(t, in.src, in.stream, fd, sess, 0);
         if (r != LOOM_SUCCESS) {
             loomi_acceptor_close(&ac);
             return r;
@@ -977,6 +1167,20 @@ static struct wire_hdr control_hdr(int type, uint64_t tag, int aux)
     return h;
 }
 
+/* A control header as it goes on s: plain, or sealed as the stream's
+ * next record; its length to *n.  0, or -1 (it cannot be sealed). */
+static int control_bytes(struct tcp *t, struct stream *s, const struct wire_hdr *h,
+                         unsigned char out[HREC], size_t *n)
+{
+    if (!t->sealed) {
+        memcpy(out, h, sizeof *h);
+        *n = sizeof *h;
+        return 0;
+    }
+    *n = HREC;
+    return loomi_seal(&s->stx, LOOMI_SEAL_HDR, h, sizeof *h, out);
+}
+
 /* Best effort: a control header written only where no piece is half
  * sent (else the stream would desync); never blocks. */
 static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, int aux)
@@ -987,8 +1191,12 @@ static void send_control(struct tcp *t, struct peer *p, int type, uint64_t tag, 
         struct stream *s = &p->s[(k + t->nstreams) % all_streams(t)];
         if (s->fd < 0) continue;
         if (s->sq_head && (s->sq_head->hdr_sent || s->sq_head->sent)) continue;
-        ssize_t w = send(s->fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w == (ssize_t)sizeof h) return;
+        if (s->eoff < s->elen) continue; /* sealed records half written */
+        unsigned char b[HREC];
+        size_t n;
+        if (control_bytes(t, s, &h, b, &n)) continue;
+        ssize_t w = send(s->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w == (ssize_t)n) return;
         if (w > 0) return; /* partial: the stream is now garbage, but it closes next */
     }
 }
@@ -1019,9 +1227,12 @@ static void tcp_destroy(void *state)
         if (r == t->ctx.rank || p->failed) continue;
         for (int i = 0; i < all_streams(t); i++) {
             struct stream *s = &p->s[i];
-            if (s->fd < 0 || s->sq_head) continue;
+            if (s->fd < 0 || s->sq_head || s->eoff < s->elen) continue;
             struct wire_hdr h = control_hdr(T_BYE, 0, 0);
-            if (loomi_write_full(s->fd, &h, sizeof h, deadline) == 0) shutdown(s->fd, SHUT_WR);
+            unsigned char b[HREC];
+            size_t n;
+            if (control_bytes(t, s, &h, b, &n) == 0 && loomi_write_full(s->fd, b, n, deadline) == 0)
+                shutdown(s->fd, SHUT_WR);
         }
     }
     for (int r = 0; r < t->ctx.nranks && !t->aborted; r++) {
@@ -1041,6 +1252,12 @@ static void tcp_destroy(void *state)
         struct peer *p = &t->peers[r];
         if (!p->s) continue;
         peer_down(t, p, -1, LOOM_ERR_REVOKED, "communicator destroyed", 0);
+        for (int i = 0; i < all_streams(t); i++) {
+            loomi_seal_free(&p->s[i].stx);
+            loomi_seal_free(&p->s[i].srx);
+            free(p->s[i].ebuf);
+            free(p->s[i].rbuf);
+        }
         free(p->s);
         free(p->rt);
     }
