@@ -356,6 +356,14 @@ void loomi_acceptor_close(struct loomi_acceptor *ac)
     ac->n = 0;
 }
 
+loom_result_t loomi_acceptor_finish(struct loomi_acceptor *ac, int *lfd)
+{
+    loomi_acceptor_close(ac);
+    if (*lfd >= 0) close(*lfd);
+    *lfd = -1;
+    return LOOM_SUCCESS;
+}
+
 static void drop_pending(struct loomi_acceptor *ac, int i, int me, const char *name,
                          const char *why)
 {

@@ -101,6 +101,9 @@ struct loomi_acceptor {
 void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd);
 /* Drop the connections still pending (not the listening socket). */
 void loomi_acceptor_close(struct loomi_acceptor *ac);
+/* Every connection is in: drop the pending ones, close the listening
+ * socket and set *lfd to -1.  Returns LOOM_SUCCESS. */
+loom_result_t loomi_acceptor_finish(struct loomi_acceptor *ac, int *lfd);
 
 /* The next connection on ac's listening socket (tcp's and verbs'
  * connections from higher ranks, the control plane's from lower ones),

@@ -885,7 +885,7 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         c->p[from].fd = fd;
         need--;
     }
-    loomi_acceptor_close(&ac);
+    loomi_acceptor_finish(&ac, &c->lfd);
     uint64_t now = loomi_now_ms();
     for (int q = 0; q < c->n; q++) {
         c->p[q].last_heard_ms = now;

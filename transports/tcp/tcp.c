@@ -362,6 +362,14 @@ bad:
     return -1;
 }
 
+/* A send on s failed (not EINTR): the socket is full, to be written when
+ * it drains, or the connection broke. */
+static void send_ended(struct tcp *t, struct stream *s)
+{
+    if (errno == EAGAIN || errno == EWOULDBLOCK) s->writable = 0;
+    else connection_lost(t, s, "send", errno);
+}
+
 static void stream_flush_sealed(struct tcp *t, struct stream *s)
 {
     struct peer *p = s->peer;
@@ -373,11 +381,7 @@ static void stream_flush_sealed(struct tcp *t, struct stream *s)
         ssize_t w = send(s->fd, s->ebuf + s->eoff, s->elen - s->eoff, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                s->writable = 0;
-                return;
-            }
-            connection_lost(t, s, "send", errno);
+            send_ended(t, s);
             return;
         }
         s->eoff += (size_t)w;
@@ -408,11 +412,7 @@ static void stream_flush(struct tcp *t, struct stream *s)
         ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                s->writable = 0;
-                return;
-            }
-            connection_lost(t, s, "send", errno);
+            send_ended(t, s);
             return;
         }
         size_t left = (size_t)w;
@@ -770,6 +770,14 @@ static void stream_eof(struct tcp *t, struct stream *s)
     connection_lost(t, s, "receive", 0);
 }
 
+/* A receive on s gave r <= 0 (not EINTR): the peer closed it, or it
+ * broke, or there is nothing more now; reading stops either way. */
+static void read_ended(struct tcp *t, struct stream *s, ssize_t r)
+{
+    if (r == 0) stream_eof(t, s);
+    else if (errno != EAGAIN && errno != EWOULDBLOCK) connection_lost(t, s, "receive", errno);
+}
+
 /* Sealed: as stream_read, record by record.  The header record opens
  * into rh before handle_header reads a length of it; a payload record
  * (its length known from the header) is read whole into rbuf and opened
@@ -794,14 +802,9 @@ static void stream_read_sealed(struct tcp *t, struct stream *s)
             k = LOOMI_MIN(s->rleft, (size_t)LOOMI_SEAL_MAX);
             r = recv(s->fd, s->rbuf + s->rgot, k + LOOMI_SEAL_TAG - s->rgot, MSG_DONTWAIT);
         }
-        if (r == 0) {
-            stream_eof(t, s);
-            return;
-        }
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-            connection_lost(t, s, "receive", errno);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            read_ended(t, s, r);
             return;
         }
         if (!s->in_payload) {
@@ -851,14 +854,9 @@ static void stream_read(struct tcp *t, struct stream *s)
         } else {
             r = recv(s->fd, t->discard, LOOMI_MIN(s->rleft, sizeof t->discard), MSG_DONTWAIT);
         }
-        if (r == 0) {
-            stream_eof(t, s);
-            return;
-        }
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-            connection_lost(t, s, "receive", errno);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            read_ended(t, s, r);
             return;
         }
         if (!s->in_payload) {
@@ -1150,10 +1148,7 @@ static loom_result_t tcp_connect_all(void *state, const unsigned char *addrs, si
         }
         got++;
     }
-    loomi_acceptor_close(&ac);
-    close(t->lfd);
-    t->lfd = -1;
-    return LOOM_SUCCESS;
+    return loomi_acceptor_finish(&ac, &t->lfd);
 }
 
 static struct wire_hdr control_hdr(int type, uint64_t tag, int aux)

@@ -140,6 +140,24 @@ void loomi_verbs_mr_trim(struct verbs *t, int all, size_t extra)
     }
 }
 
+/* A registration of [addr, addr+len) with the access given, held once. */
+static struct mrent *mr_new(struct verbs *t, void *addr, size_t len, int access)
+{
+    struct mrent *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1, access);
+    if (!e->mr) {
+        LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
+                   strerror(errno));
+        free(e);
+        return NULL;
+    }
+    e->addr = addr;
+    e->len = len;
+    e->refs = 1;
+    return e;
+}
+
 struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -152,20 +170,10 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
         }
     }
     loomi_verbs_mr_trim(t, 0, len);
-    struct mrent *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
     /* Local access only (LOCAL_WRITE: a writable pin, so that the pages
      * stay the ones the process writes). */
-    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1, IBV_ACCESS_LOCAL_WRITE);
-    if (!e->mr) {
-        LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
-                   strerror(errno));
-        free(e);
-        return NULL;
-    }
-    e->addr = addr;
-    e->len = len;
-    e->refs = 1;
+    struct mrent *e = mr_new(t, addr, len, IBV_ACCESS_LOCAL_WRITE);
+    if (!e) return NULL;
     e->used = ++t->mr_clock;
     e->next = t->mrs;
     t->mrs = e;
@@ -176,21 +184,9 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
 
 struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len)
 {
-    struct mrent *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
     /* REMOTE_WRITE needs LOCAL_WRITE with it (the verbs API's rule). */
-    e->mr = loomi_verbs_ib.reg_mr(t->pd, addr, len ? len : 1,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!e->mr) {
-        LOOMI_WARN(t->ctx.rank, "verbs: cannot register %zu bytes at %p: %s", len, addr,
-                   strerror(errno));
-        free(e);
-        return NULL;
-    }
-    e->addr = addr;
-    e->len = len;
-    e->refs = 1;
-    e->remote = 1;
+    struct mrent *e = mr_new(t, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (e) e->remote = 1;
     return e;
 }
 
@@ -541,9 +537,7 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         }
         got++;
     }
-    loomi_acceptor_close(&ac);
-    close(t->lfd);
-    t->lfd = -1;
+    loomi_acceptor_finish(&ac, &t->lfd);
     LOOMI_INFO(me, "verbs: %d queue pair(s) up on %s port %d", t->npeers, t->dev.name,
                t->dev.port);
     return LOOM_SUCCESS;
