@@ -224,7 +224,7 @@ int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
     if (get32(ans) != AUTH_MAGIC_ANSWER) {
         snprintf(msg, msglen, "the other side did not answer the handshake as Loom does (an "
                               "older Loom version, or another program)");
-        return -1;
+        return -2;
     }
     uint32_t st = get32(ans + 4);
     if (st != ST_OK) {
@@ -233,13 +233,13 @@ int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
                  : st == ST_RANK ? "it is not the rank this connection is for"
                  : st == ST_VERSION ? "another handshake version"
                                     : "for no reason given");
-        return -1;
+        return -2;
     }
     mac(key, label_acceptor, open, sizeof open, ans + 8, LOOMI_AUTH_NONCE, NULL, 0, want);
     if (CRYPTO_memcmp(want, ans + 8 + LOOMI_AUTH_NONCE, LOOMI_AUTH_MAC) != 0) {
         snprintf(msg, msglen, "the other side does not hold this job's key (another job, or "
                               "LOOM_JOB_KEY differs)");
-        return -1;
+        return -2;
     }
     put32(proof, AUTH_MAGIC_PROOF);
     put32(proof + 4, 0);

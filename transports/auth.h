@@ -82,9 +82,11 @@ int loomi_auth_random(void *buf, size_t n);
 
 /* The opener's side, on a blocking or non-blocking connected fd, until
  * deadline_ms.  Returns 0 when both sides proved themselves, with the
- * connection's key material in session (unless NULL); -1 with msg set
- * otherwise ("the acceptor did not prove it holds the job's key",
- * "ECONNRESET", ...). */
+ * connection's key material in session (unless NULL); otherwise msg says
+ * why and the result is -2 when the other side answered and is not this
+ * job's or refused the connection (trying again will not help), -1 when
+ * the connection broke or the deadline passed ("ECONNRESET during the
+ * handshake", ...). */
 int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
                     const struct loomi_auth_id *id, uint64_t deadline_ms,
                     unsigned char *session, char *msg, size_t msglen);

@@ -727,7 +727,14 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
         return loomi_fail(LOOM_ERR_CONNECT, rank, "rendezvous root %s:%s unreachable within %s: %s",
                           t->host, t->port, tmo, msg);
     struct loomi_auth_id id = {rank < 0 ? LOOMI_AUTH_JOIN : LOOMI_AUTH_BOOT, rank, -1, 0};
-    if (loomi_auth_open(fd, t->job_key, &id, deadline_ms, NULL, msg, sizeof msg)) {
+    int ak = loomi_auth_open(fd, t->job_key, &id, deadline_ms, NULL, msg, sizeof msg);
+    if (ak == -1) {
+        close(fd);
+        return loomi_fail(LOOM_ERR_REMOTE, rank,
+                          "rendezvous %s:%s: the connection broke in the handshake: %s", t->host,
+                          t->port, msg);
+    }
+    if (ak) {
         close(fd);
         return loomi_fail(LOOM_ERR_MISMATCH, rank,
                           "rendezvous root %s:%s: the handshake failed: %s. Another job's "

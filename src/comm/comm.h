@@ -372,7 +372,9 @@ int loomi_boot_host_is_local(const char *host);
  * the job's key (auth.h: as rank `rank`, or as a joiner when rank is -1,
  * whom only a running job's join service takes); `local` receives the
  * address this process used to reach it (the interface to use for data
- * when none is configured). */
+ * when none is configured).  LOOM_ERR_MISMATCH: what listens there is
+ * not this job's; LOOM_ERR_REMOTE: the connection broke during the
+ * handshake (a join service whose holder just died: try again). */
 loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
                                  uint64_t deadline_ms, int *fd, void *local, unsigned *local_len);
 /* Register with the root over fd (closed on return) and receive every

@@ -110,6 +110,13 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             struct sockaddr_storage local;
             unsigned llen = sizeof local;
             r = loomi_boot_connect(&t, -1, deadline, &fd, &local, &llen);
+            if (r == LOOM_ERR_REMOTE) {
+                /* The holder went away in the handshake: its successor
+                 * takes the address shortly. */
+                fd = -1;
+                usleep(100000);
+                continue;
+            }
             if (r != LOOM_SUCCESS) break;
             if (send_msg(fd, LOOMI_CTRL_T_JOIN, 0, 0, NULL, 0, deadline)) {
                 close(fd);
