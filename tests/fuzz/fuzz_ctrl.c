@@ -47,7 +47,9 @@ static void handshake(struct loomi_ctrl *c, int q, int far)
     if (pthread_create(&th, NULL, open_main, &o)) abort();
     while (c->p[q].jstate == J_AUTH) {
         struct pollfd pf = {c->p[q].fd, POLLIN, 0};
-        if (poll(&pf, 1, 5000) <= 0) abort();
+        int k = poll(&pf, 1, 5000);
+        if (k < 0 && errno == EINTR) continue; /* libFuzzer's timer */
+        if (k <= 0) abort();
         pthread_mutex_lock(&c->mu);
         peer_read(c, q, loomi_now_ms());
         pthread_mutex_unlock(&c->mu);
