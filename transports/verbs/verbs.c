@@ -330,8 +330,6 @@ static loom_result_t peer_setup(struct verbs *t, struct peer *p)
     return LOOM_SUCCESS;
 }
 
-/* Exchange queue pair details with p over fd, bring the queue pair up,
- * and agree that both ends are ready. */
 int loomi_verbs_hello_ok(const struct hello *r, int me, int peer)
 {
     return r->magic == HELLO_MAGIC && r->src == peer && r->dst == me && r->nrx == NRX &&
@@ -339,6 +337,8 @@ int loomi_verbs_hello_ok(const struct hello *r, int me, int peer)
            r->psn <= 0xffffffu;
 }
 
+/* Exchange queue pair details with p over fd, bring the queue pair up,
+ * and agree that both ends are ready. */
 static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const struct hello *in,
                                uint64_t deadline_ms)
 {
