@@ -74,6 +74,12 @@ struct loomi_join_accept {
     struct loomi_links links;
     struct loomi_uniform uniform;
 };
+/* An ACCEPT from the join service's holder (arg: the joiner's rank and,
+ * above it, the new size; len bytes of data), checked before its
+ * figures are used (join.c): NULL with the payload copied to *acc, or
+ * what is wrong with it.  Pure, so that tests drive it. */
+const char *loomi_join_accept_bad(uint64_t arg, const unsigned char *data, uint32_t len,
+                                  struct loomi_join_accept *acc);
 
 /* A protocol message delivered to the communicator's thread. */
 struct loomi_cmsg {

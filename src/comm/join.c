@@ -53,6 +53,20 @@ static int send_msg(int fd, uint16_t type, uint32_t epoch, uint64_t arg, const v
     return len ? loomi_write_full(fd, data, len, deadline) : 0;
 }
 
+const char *loomi_join_accept_bad(uint64_t arg, const unsigned char *data, uint32_t len,
+                                  struct loomi_join_accept *acc)
+{
+    uint64_t nr = arg & 0xffffffffu, nn = arg >> 32;
+    if (nn < 2 || nn > (1u << 20) || nr >= nn || len != sizeof *acc) return "a bad admission";
+    memcpy(acc, data, sizeof *acc);
+    int algo_ok = 1;
+    for (int k = 0; k < LOOMI_MAX_COLLS; k++)
+        algo_ok &= acc->uniform.algo[k] >= 0 && acc->uniform.algo[k] < LOOMI_NUM_ALGOS;
+    if (!loomi_links_valid(&acc->links) || !algo_ok)
+        return "out-of-range link figures or algorithms";
+    return NULL;
+}
+
 /* The guard of the connection (loomi_guard_set): the members sent a new
  * message on the holder's connection that gives the round up (ALL of no
  * addresses, or another ACCEPT).  Their commit, which can come while
@@ -150,22 +164,13 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
         if (type == LOOMI_CMSG_ACCEPT && e >= epoch) {
             uint64_t nr = arg & 0xffffffffu, nn = arg >> 32;
             struct loomi_join_accept acc;
-            if (nn < 2 || nn > (1u << 20) || nr >= nn || len != sizeof acc) {
+            const char *bad = loomi_join_accept_bad(arg, data, len, &acc);
+            if (bad) {
                 free(data);
-                r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent a bad admission", fn);
+                r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent %s", fn, bad);
                 break;
             }
-            memcpy(&acc, data, sizeof acc);
             links = acc.links;
-            int algo_ok = 1;
-            for (int k = 0; k < LOOMI_MAX_COLLS; k++)
-                algo_ok &= acc.uniform.algo[k] >= 0 && acc.uniform.algo[k] < LOOMI_NUM_ALGOS;
-            if (!loomi_links_valid(&links) || !algo_ok) {
-                free(data);
-                r = loomi_fail(LOOM_ERR_REMOTE, -1,
-                               "%s: the holder sent out-of-range link figures or algorithms", fn);
-                break;
-            }
             /* The algorithms forced are the communicator's (LOOM_ALGO or
              * loom_comm_set_algo on the members): take them.  The rest
              * is this process's environment, and must match. */

@@ -5,9 +5,13 @@
  * came to the join service).  ctrl.c is included so its static reader
  * is reached unchanged; the peers are socketpairs.
  *
- * This rank is 0 of 4; peers 1-3 are ranks, 4 a joiner that has not yet
- * said who it is, 5 a joiner admitted.  Input: records of [who][len lo]
- * [len hi][len bytes]: the bytes are written to peer (who % 6)'s end and
+ * This rank is 0 of 4; peers 1-3 are ranks, then the join service's
+ * slots: 4 a connection that has not proven itself (J_AUTH: everything
+ * it sends goes to the handshake), 5 a joiner that passed a real
+ * handshake (loomi_auth_open on the far end, in a thread) and has not
+ * yet asked to join, 6 a rank that proved itself for a rendezvous hello
+ * (the late hello), 7 a joiner admitted.  Input: records of [who][len lo]
+ * [len hi][len bytes]: the bytes are written to peer (who % 8)'s end and
  * read as the control thread would; who & 0x80 closes that end first
  * (the peer went away after them). */
 #include "src/comm/ctrl.c"
@@ -17,18 +21,51 @@
 FUZZ_QUIET_INIT
 
 #define NR 4
-#define NP (NR + 2)
+#define NP (NR + 4)
+
+static const unsigned char fuzz_key[32] = {0x5a, 0x5a, 0x5a, 0x5a};
+
+struct opener {
+    int fd, rc;
+};
+
+static void *open_main(void *arg)
+{
+    struct opener *o = arg;
+    const struct loomi_auth_id id = {LOOMI_AUTH_JOIN, -1, -1, 0};
+    char msg[200];
+    o->rc = loomi_auth_open(o->fd, fuzz_key, &id, loomi_now_ms() + 5000, NULL, msg, sizeof msg);
+    return NULL;
+}
+
+/* A joiner's real handshake on slot q (J_AUTH), the join service's
+ * side stepped as the control thread does: J_HELLO after it. */
+static void handshake(struct loomi_ctrl *c, int q, int far)
+{
+    struct opener o = {far, -1};
+    pthread_t th;
+    if (pthread_create(&th, NULL, open_main, &o)) abort();
+    while (c->p[q].jstate == J_AUTH) {
+        struct pollfd pf = {c->p[q].fd, POLLIN, 0};
+        int k = poll(&pf, 1, 5000);
+        if (k < 0 && errno == EINTR) continue; /* libFuzzer's timer */
+        if (k <= 0) abort();
+        pthread_mutex_lock(&c->mu);
+        peer_read(c, q, loomi_now_ms());
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_join(th, NULL);
+    if (o.rc || c->p[q].jstate != J_HELLO || c->p[q].auth.id.kind != LOOMI_AUTH_JOIN) abort();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    unsigned char key[32];
-    memset(key, 0x5a, sizeof key);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     struct loomi_ctrl *c;
-    if (loomi_ctrl_create(0, NR, key, 1000, (struct sockaddr *)&sa, sizeof sa, &c)) abort();
+    if (loomi_ctrl_create(0, NR, fuzz_key, 1000, (struct sockaddr *)&sa, sizeof sa, &c)) abort();
     int far[NP];
     for (int q = 1; q < NP; q++) {
         int sv[2];
@@ -38,9 +75,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c->p[q].fd = sv[0];
         far[q] = sv[1];
     }
-    c->p[NR].jstate = J_HELLO;
-    c->p[NR].jsince = loomi_now_ms();
-    c->p[NR + 1].jstate = J_ADMITTED;
+    /* The join service's slots, as accept_joiner() leaves them. */
+    for (int q = NR; q < NP; q++) {
+        c->p[q].jstate = J_AUTH;
+        loomi_auth_accept_init(&c->p[q].auth, 1u << LOOMI_AUTH_JOIN | 1u << LOOMI_AUTH_BOOT, -1);
+        c->p[q].jsince = c->p[q].last_heard_ms = loomi_now_ms();
+    }
+    handshake(c, NR + 1, far[NR + 1]);
+    /* Past the handshake, as peer_read leaves a slot once
+     * loomi_auth_accept_step succeeds (a rendezvous hello's), and one
+     * admitted later. */
+    c->p[NR + 2].jstate = J_HELLO;
+    c->p[NR + 2].auth.phase = 2;
+    c->p[NR + 2].auth.id = (struct loomi_auth_id){LOOMI_AUTH_BOOT, 3, -1, 0};
+    c->p[NR + 3].jstate = J_ADMITTED;
+    c->p[NR + 3].auth.phase = 2;
+    c->p[NR + 3].auth.id = (struct loomi_auth_id){LOOMI_AUTH_JOIN, -1, -1, 0};
     size_t off = 0;
     while (size - off >= 3) {
         int who = data[off] % NP, eof = data[off] & 0x80;
@@ -109,10 +159,15 @@ int fuzz_seeds(const char *dir)
     n = rec(b, 1, T_BYE, 1, 0, NULL, 0);
     b[0] |= 0x80;
     if (fuzz_write_seed(dir, "bye-close", b, n)) return -1;
-    n = rec(b, NR, T_JOIN, 0, 0, key, 16);
-    n += rec(b + n, NR, T_HB, 0, 0, NULL, 0);
+    n = rec(b, NR + 1, T_JOIN, 0, 0, NULL, 0);
+    n += rec(b + n, NR + 1, T_HB, 0, 0, NULL, 0);
     if (fuzz_write_seed(dir, "join", b, n)) return -1;
-    n = rec(b, NR + 1, LOOMI_CMSG_MAX, 0, 0, pl, 40);
+    n = rec(b, NR + 1, T_JOIN, 0, 0, key, 16); /* a payload: refused */
+    if (fuzz_write_seed(dir, "join-payload", b, n)) return -1;
+    n = rec(b, NR, T_JOIN, 0, 0, NULL, 0); /* before the handshake */
+    if (fuzz_write_seed(dir, "join-unproven", b, n)) return -1;
+    n = rec(b, NR + 3, LOOMI_CMSG_ADDR, 0, 0, pl, 40);
+    n += rec(b + n, NR + 3, LOOMI_CMSG_MAX, 0, 0, pl, 40);
     if (fuzz_write_seed(dir, "admitted", b, n)) return -1;
     /* Split: a header in two reads. */
     n = rec(b, 1, T_HB, 1, 0, NULL, 0);
@@ -125,9 +180,18 @@ int fuzz_seeds(const char *dir)
     s[15] = 0;
     memcpy(s + 16, b + 13, HDR_BYTES - 10);
     if (fuzz_write_seed(dir, "split", s, 16 + HDR_BYTES - 10)) return -1;
-    /* A rendezvous hello at the join service. */
-    unsigned char hb[3 + 8] = {NR, 8, 0};
+    /* A rendezvous hello at the join service, after its handshake
+     * (bootstrap.c: "LMBT", version 6), and one of an old version. */
+    unsigned char hb[3 + 8] = {NR + 2, 8, 0};
     put32(hb + 3, 0x4c4d4254u);
+    put32(hb + 7, 6);
+    if (fuzz_write_seed(dir, "late-hello", hb, sizeof hb)) return -1;
     put32(hb + 7, 5);
-    return fuzz_write_seed(dir, "late-hello", hb, sizeof hb);
+    if (fuzz_write_seed(dir, "late-hello-v5", hb, sizeof hb)) return -1;
+    /* An OPEN's start at the unproven slot. */
+    unsigned char ob[3 + 12] = {NR, 12, 0};
+    put32(ob + 3, 0x4c4d414fu);
+    put32(ob + 7, 1);
+    put32(ob + 11, LOOMI_AUTH_JOIN);
+    return fuzz_write_seed(dir, "open-start", ob, sizeof ob);
 }

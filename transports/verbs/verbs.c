@@ -369,6 +369,13 @@ static loom_result_t peer_setup(struct verbs *t, struct peer *p)
     return LOOM_SUCCESS;
 }
 
+int loomi_verbs_hello_ok(const struct hello *r, int me, int peer)
+{
+    return r->magic == HELLO_MAGIC && r->src == peer && r->dst == me && r->nrx == NRX &&
+           r->mtu >= IBV_MTU_256 && r->mtu <= IBV_MTU_4096 && r->qpn <= 0xffffffu &&
+           r->psn <= 0xffffffu;
+}
+
 /* Exchange queue pair details with p over fd, bring the queue pair up,
  * and agree that both ends are ready. */
 static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const struct hello *in,
@@ -395,9 +402,7 @@ static loom_result_t handshake(struct verbs *t, struct peer *p, int fd, const st
         (!in && loomi_read_full(fd, &r, sizeof r, deadline_ms)))
         return loomi_fail(LOOM_ERR_CONNECT, me, "verbs: exchange with rank %d: %s", p->rank,
                           strerror(errno));
-    if (r.magic != HELLO_MAGIC || r.src != p->rank ||
-        r.dst != me || r.nrx != NRX || r.mtu < IBV_MTU_256 || r.mtu > IBV_MTU_4096 ||
-        r.qpn > 0xffffffu || r.psn > 0xffffffu)
+    if (!loomi_verbs_hello_ok(&r, me, p->rank))
         return loomi_fail(LOOM_ERR_MISMATCH, me, "verbs: rank %d answered with a bad greeting "
                           "(job key, rank, version or queue pair details)", p->rank);
     if (r.link_layer != t->dev.link_layer)

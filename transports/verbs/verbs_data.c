@@ -453,38 +453,45 @@ static void on_imm(struct verbs *t, struct peer *p, uint32_t rid)
     }
 }
 
+/* A message of byte_len bytes in a receive slot (mem), checked and acted
+ * on: everything done with a peer's bytes but the verbs calls (so that
+ * tests/fuzz/fuzz_verbs.c reaches it).  -1 when the peer was failed for
+ * it. */
+static int on_slot(struct verbs *t, struct peer *p, const char *mem, uint32_t byte_len)
+{
+    struct vhdr h;
+    if (byte_len < sizeof h) {
+        peer_error(t, p, LOOM_ERR_REMOTE, "protocol error: %u-byte message", byte_len);
+        return -1;
+    }
+    memcpy(&h, mem, sizeof h);
+    size_t payload = byte_len - sizeof h;
+    if (h.magic != V_MAGIC) {
+        peer_error(t, p, LOOM_ERR_REMOTE, "protocol error: bad magic 0x%08x", h.magic);
+        return -1;
+    }
+    if (h.type == T_EAGER && h.len == payload && h.len <= EAGER_MAX) {
+        on_eager(t, p, &h, mem + sizeof h);
+    } else if (h.type == T_CTS && payload == 0 && h.len > EAGER_MAX && h.len <= MAX_MSG &&
+               h.addr + h.len >= h.addr) {
+        on_cts(t, p, &h);
+    } else {
+        peer_error(t, p, LOOM_ERR_REMOTE,
+                   "protocol error: bad header (type %u, length %llu, %zu bytes of payload)",
+                   h.type, (unsigned long long)h.len, payload);
+        return -1;
+    }
+    return 0;
+}
+
 static void on_recv(struct verbs *t, struct slot *s, const struct ibv_wc *wc)
 {
     struct peer *p = s->p;
     /* A peer already failed has had its queues emptied (peer_down): a
      * message still in the CQ would be kept as early and never freed. */
     if (p->failed) return;
-    if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        on_imm(t, p, ntohl(wc->imm_data));
-    } else {
-        struct vhdr h;
-        if (wc->byte_len < sizeof h) {
-            peer_error(t, p, LOOM_ERR_REMOTE, "protocol error: %u-byte message", wc->byte_len);
-            return;
-        }
-        memcpy(&h, s->mem, sizeof h);
-        size_t payload = wc->byte_len - sizeof h;
-        if (h.magic != V_MAGIC) {
-            peer_error(t, p, LOOM_ERR_REMOTE, "protocol error: bad magic 0x%08x", h.magic);
-            return;
-        }
-        if (h.type == T_EAGER && h.len == payload && h.len <= EAGER_MAX) {
-            on_eager(t, p, &h, s->mem + sizeof h);
-        } else if (h.type == T_CTS && payload == 0 && h.len > EAGER_MAX && h.len <= MAX_MSG &&
-                   h.addr + h.len >= h.addr) {
-            on_cts(t, p, &h);
-        } else {
-            peer_error(t, p, LOOM_ERR_REMOTE,
-                       "protocol error: bad header (type %u, length %llu, %zu bytes of payload)",
-                       h.type, (unsigned long long)h.len, payload);
-            return;
-        }
-    }
+    if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) on_imm(t, p, ntohl(wc->imm_data));
+    else if (on_slot(t, p, s->mem, wc->byte_len)) return;
     if (p->failed) return;
     int rc = loomi_verbs_post_recv_slot(p, s);
     if (rc) {

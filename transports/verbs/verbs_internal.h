@@ -138,6 +138,11 @@ struct hello {
 _Static_assert(offsetof(struct hello, dst) == offsetof(struct loomi_greeting, dst),
                "a greeting begins as net.h's (struct loomi_greeting)");
 
+/* verbs.c: 1 when r, the greeting rank `peer` sent, is one this rank
+ * (me) connects with: the ranks, the buffer count, the queue pair's
+ * number, PSN and MTU in range (tests/fuzz/fuzz_verbs.c). */
+int loomi_verbs_hello_ok(const struct hello *r, int me, int peer);
+
 struct ctlmsg {
     uint32_t magic;
     uint16_t type;
