@@ -331,9 +331,15 @@ int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadl
         return -1;
     }
     struct loomi_auth_id id = {kind, me, peer, stream};
-    if (loomi_auth_open(fd, key, &id, deadline_ms, session, msg, sizeof msg)) {
+    int ak = loomi_auth_open(fd, key, &id, deadline_ms, session, msg, sizeof msg);
+    if (ak) {
         close(fd);
-        *r = loomi_fail(LOOM_ERR_MISMATCH, me, "%s: rank %d: handshake: %s", name, peer, msg);
+        /* Not this job's (-2); or the connection broke, or the thread's
+         * guard gave up on the peer. */
+        loom_result_t code = ak == -2                      ? LOOM_ERR_MISMATCH
+                             : !strncmp(msg, "gave up", 7) ? LOOM_ERR_REMOTE
+                                                           : LOOM_ERR_CONNECT;
+        *r = loomi_fail(code, me, "%s: rank %d: handshake: %s", name, peer, msg);
         return -1;
     }
     return fd;
