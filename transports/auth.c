@@ -371,8 +371,8 @@ int loomi_auth_accept_step(struct loomi_auth_accept *a, int fd,
         a->id.stream = get32(o + 20);
         if (a->id.kind < 1 || a->id.kind > LOOMI_AUTH_KIND_MAX ||
             !(a->kinds & (1u << a->id.kind))) {
-            snprintf(msg, msglen, "a %s connection (kind %u), which this service does not take",
-                     kind_name(a->id.kind), a->id.kind);
+            snprintf(msg, msglen, "a connection of kind %u (%s), which this service does not take",
+                     a->id.kind, kind_name(a->id.kind));
             return refuse(a, fd, ST_KIND);
         }
         if (a->me >= 0 && a->id.dst != a->me) {

@@ -500,10 +500,27 @@ static int holder(const struct loomi_ctrl *c)
     return -1;
 }
 
+/* A joiner slot is free: the join service takes another connection. */
+static int joiner_slot_free(const struct loomi_ctrl *c)
+{
+    for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++)
+        if (c->p[c->n + j].jstate == J_FREE && c->p[c->n + j].fd < 0) return 1;
+    return 0;
+}
+
 static void accept_joiner(struct loomi_ctrl *c, uint64_t now)
 {
     int fd = accept4(c->jfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            /* The connection stays in the backlog: look again shortly,
+             * rather than spin on a listening socket that stays ready. */
+            LOOMI_WARN(c->rank, "join service: cannot accept a connection: %s (%s); trying "
+                                "again in 100 ms", strerror(errno), loomi_errno_name(errno));
+            c->jpause_until = now + 100;
+        }
+        return;
+    }
     for (int j = 0; j < LOOMI_CTRL_MAX_JOINERS; j++) {
         struct peer *p = &c->p[c->n + j];
         if (p->jstate != J_FREE || p->fd >= 0) continue;
@@ -640,7 +657,9 @@ static void *ctrl_main(void *arg)
         pf[nf].fd = c->wake[0];
         pf[nf].events = POLLIN;
         who[nf++] = -1;
-        if (c->jfd >= 0) {
+        /* While every joiner slot is taken (strangers are dropped within
+         * JOIN_HELLO_MS) connections wait in the backlog. */
+        if (c->jfd >= 0 && now >= c->jpause_until && joiner_slot_free(c)) {
             pf[nf].fd = c->jfd;
             pf[nf].events = POLLIN;
             who[nf++] = -2;

@@ -102,6 +102,7 @@ struct loomi_ctrl {
     socklen_t jaddr_len;
     int jfd;
     uint64_t next_bind_ms;
+    uint64_t jpause_until; /* out of descriptors: accept no joiner before then */
     int npending;
     atomic_int pending_seen; /* the holder's count, as last heard */
 

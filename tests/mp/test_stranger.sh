@@ -89,6 +89,28 @@ spid=$!
 for r in 0 1 2; do run_rank "$port" $r "$dur" "$dir/rank.$r"; done
 sleep 3
 run_rank "$port" 3 "$dur" "$dir/rank.3"
+# Out of descriptors: once the job runs, rank 0 (which holds the join
+# service) may open no more files; connections to the service then wait
+# in its backlog, and its control thread must not spin on them.
+sleep 4
+r0=$(cat /proc/"${pids[0]}"/task/*/children 2>/dev/null | awk '{print $1}')
+ctl=$(grep -l '^loom-ctrl$' /proc/"$r0"/task/*/comm 2>/dev/null | head -1 | cut -d/ -f5)
+if [ -n "$r0" ] && [ -n "$ctl" ] && command -v prlimit >/dev/null; then
+    nfd=$(ls /proc/"$r0"/fd | wc -l)
+    prlimit --pid "$r0" --nofile="$nfd":"$(prlimit --pid "$r0" --nofile -o HARD --noheadings)"
+    ticks() { awk '{print $14 + $15}' /proc/"$r0"/task/"$ctl"/stat; }
+    python3 -c 'import socket, sys, time
+s = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(5)]
+time.sleep(2.5)' "$port" &
+    sleep 0.3
+    t0=$(ticks)
+    sleep 2
+    t1=$(ticks)
+    wait $!
+    prlimit --pid "$r0" --nofile=4096:"$(prlimit --pid "$r0" --nofile -o HARD --noheadings)"
+    check "out of descriptors, the join service does not spin (control thread: $((t1 - t0)) ticks of CPU in 2 s; $(grep -h -m1 'cannot accept a connection' "$dir"/rank.0.err | sed 's/^.*\] //' | cut -c1-120))" \
+        bash -c "[ $((t1 - t0)) -lt 60 ] && grep -q 'cannot accept a connection: .*EMFILE' '$dir/rank.0.err'"
+fi
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 wait $spid

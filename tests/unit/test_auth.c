@@ -217,7 +217,7 @@ Test(auth, wrong_kind_and_wrong_rank_are_refused_by_name)
     struct loomi_auth_id id = {LOOMI_AUTH_JOIN, -1, -1, 0};
     cr_assert_neq(run(key, key, &id, 1u << LOOMI_AUTH_BOOT, -1, &acc, msg, sizeof msg, NULL), 0);
     cr_assert(strstr(msg, "no connections of this kind"), "%s", msg);
-    cr_assert(strstr(acc.msg, "join connection"), "%s", acc.msg);
+    cr_assert(strstr(acc.msg, "kind 5 (join)"), "%s", acc.msg);
     struct loomi_auth_id id2 = {LOOMI_AUTH_TCP, 4, 2, 0};
     cr_assert_neq(run(key, key, &id2, 1u << LOOMI_AUTH_TCP, 3, &acc, msg, sizeof msg, NULL), 0);
     cr_assert(strstr(msg, "not the rank"), "%s", msg);
