@@ -706,7 +706,8 @@ loom_result_t loomi_root_start(const struct loomi_boot_target *t, char *port, si
 /* -------------------------------------------------------------- client */
 
 loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
-                                 uint64_t deadline_ms, int *fdp, void *local, unsigned *local_len)
+                                 uint64_t deadline_ms, int *fdp, void *local, unsigned *local_len,
+                                 unsigned char *session)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
@@ -727,7 +728,7 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
         return loomi_fail(LOOM_ERR_CONNECT, rank, "rendezvous root %s:%s unreachable within %s: %s",
                           t->host, t->port, tmo, msg);
     struct loomi_auth_id id = {rank < 0 ? LOOMI_AUTH_JOIN : LOOMI_AUTH_BOOT, rank, -1, 0};
-    int ak = loomi_auth_open(fd, t->job_key, &id, deadline_ms, NULL, msg, sizeof msg);
+    int ak = loomi_auth_open(fd, t->job_key, &id, deadline_ms, session, msg, sizeof msg);
     if (ak == -1) {
         close(fd);
         return loomi_fail(LOOM_ERR_REMOTE, rank,

@@ -511,7 +511,7 @@ loom_result_t loomi_comm_create(loom_comm_t *out, const struct loomi_boot_target
     }
     int bfd = -1;
     c->bind_len = sizeof c->bind_addr;
-    r = loomi_boot_connect(t, rank, deadline, &bfd, &c->bind_addr, &c->bind_len);
+    r = loomi_boot_connect(t, rank, deadline, &bfd, &c->bind_addr, &c->bind_len, NULL);
     if (r != LOOM_SUCCESS) goto fail;
     {
         /* Joiners come to the same address later (ctrl.h). */

@@ -374,9 +374,11 @@ int loomi_boot_host_is_local(const char *host);
  * address this process used to reach it (the interface to use for data
  * when none is configured).  LOOM_ERR_MISMATCH: what listens there is
  * not this job's; LOOM_ERR_REMOTE: the connection broke during the
- * handshake (a join service whose holder just died: try again). */
+ * handshake (a join service whose holder just died: try again).  The
+ * connection's key material goes to session, unless NULL (auth.h). */
 loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
-                                 uint64_t deadline_ms, int *fd, void *local, unsigned *local_len);
+                                 uint64_t deadline_ms, int *fd, void *local, unsigned *local_len,
+                                 unsigned char *session);
 /* Register with the root over fd (closed on return) and receive every
  * rank's transport address (LOOMI_ADDR_BYTES each, rank order). */
 loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,

@@ -356,6 +356,14 @@ static void peer_read(struct loomi_ctrl *c, int q, uint64_t now)
             p->jstate = J_FREE;
             return;
         }
+        /* A joiner's messages are sealed as the job's are (LOOM_ENCRYPT);
+         * a late rendezvous hello is answered in clear. */
+        if (c->sealed && p->auth.id.kind == LOOMI_AUTH_JOIN &&
+            loomi_seal_setup(&p->stx, &p->srx, p->auth.session, 0)) {
+            close_peer(p);
+            p->jstate = J_FREE;
+            return;
+        }
         p->jstate = J_HELLO; /* its request may have come already: read on */
     }
     for (;;) {

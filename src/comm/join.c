@@ -22,35 +22,81 @@
 #include "comm/ctrl.h"
 #include "transports/net.h"
 #include "transports/route.h"
+#include "transports/seal.h"
 #include "topo/select.h"
 #include "topo/topo.h"
 
 /* One message from the holder: header and payload (malloc'ed, caller
- * frees).  Returns 0, or -1 when the connection broke or lied. */
-static int read_msg(int fd, uint64_t deadline, uint16_t *type, uint32_t *epoch, uint64_t *arg,
-                    unsigned char **data, uint32_t *len)
+ * frees), opened with rx when the job seals its records (LOOM_ENCRYPT;
+ * NULL: plain).  Returns 0; -1 when the connection broke or lied; -2
+ * when a record did not open (another LOOM_ENCRYPT, or tampered). */
+static int read_msg(int fd, struct loomi_seal *rx, uint64_t deadline, uint16_t *type,
+                    uint32_t *epoch, uint64_t *arg, unsigned char **data, uint32_t *len)
 {
-    unsigned char h[LOOMI_CTRL_HDR_BYTES];
+    unsigned char h[LOOMI_CTRL_HDR_BYTES + LOOMI_SEAL_TAG];
+    const size_t hn = LOOMI_CTRL_HDR_BYTES + (rx ? LOOMI_SEAL_TAG : 0);
     *data = NULL;
-    if (loomi_read_full(fd, h, sizeof h, deadline)) return -1;
+    if (loomi_read_full(fd, h, hn, deadline)) return -1;
+    if (rx && loomi_seal_open(rx, LOOMI_SEAL_HDR, h, LOOMI_CTRL_HDR_BYTES, h)) return -2;
     if (loomi_ctrl_parse(h, type, epoch, arg, len)) return -1;
     *data = malloc(*len ? *len : 1);
     if (!*data) return -1;
-    if (*len && loomi_read_full(fd, *data, *len, deadline)) {
-        free(*data);
-        *data = NULL;
-        return -1;
+    if (!rx) {
+        if (*len && loomi_read_full(fd, *data, *len, deadline)) return -1;
+        return 0;
     }
-    return 0;
+    unsigned char *rec = *len ? malloc((size_t)LOOMI_SEAL_MAX + LOOMI_SEAL_TAG) : NULL;
+    int rc = *len && !rec ? -1 : 0;
+    for (uint32_t at = 0; rc == 0 && at < *len;) {
+        size_t k = LOOMI_MIN((size_t)(*len - at), (size_t)LOOMI_SEAL_MAX);
+        if (loomi_read_full(fd, rec, k + LOOMI_SEAL_TAG, deadline)) rc = -1;
+        else if (loomi_seal_open(rx, LOOMI_SEAL_DATA, rec, k, *data + at)) rc = -2;
+        at += (uint32_t)k;
+    }
+    free(rec);
+    return rc;
 }
 
-static int send_msg(int fd, uint16_t type, uint32_t epoch, uint64_t arg, const void *data,
-                    uint32_t len, uint64_t deadline)
+/* Send one message to the holder, sealed with tx (NULL: plain). */
+static int send_msg(int fd, struct loomi_seal *tx, uint16_t type, uint32_t epoch, uint64_t arg,
+                    const void *data, uint32_t len, uint64_t deadline)
 {
-    unsigned char h[LOOMI_CTRL_HDR_BYTES];
+    unsigned char h[LOOMI_CTRL_HDR_BYTES + LOOMI_SEAL_TAG];
     loomi_ctrl_frame(h, type, epoch, arg, len);
-    if (loomi_write_full(fd, h, sizeof h, deadline)) return -1;
-    return len ? loomi_write_full(fd, data, len, deadline) : 0;
+    if (!tx) {
+        if (loomi_write_full(fd, h, LOOMI_CTRL_HDR_BYTES, deadline)) return -1;
+        return len ? loomi_write_full(fd, data, len, deadline) : 0;
+    }
+    if (loomi_seal(tx, LOOMI_SEAL_HDR, h, LOOMI_CTRL_HDR_BYTES, h) ||
+        loomi_write_full(fd, h, sizeof h, deadline))
+        return -1;
+    unsigned char *rec = len ? malloc((size_t)LOOMI_SEAL_MAX + LOOMI_SEAL_TAG) : NULL;
+    int rc = len && !rec ? -1 : 0;
+    for (uint32_t at = 0; rc == 0 && at < len;) {
+        size_t k = LOOMI_MIN((size_t)(len - at), (size_t)LOOMI_SEAL_MAX);
+        if (loomi_seal(tx, LOOMI_SEAL_DATA, (const unsigned char *)data + at, k, rec) ||
+            loomi_write_full(fd, rec, k + LOOMI_SEAL_TAG, deadline))
+            rc = -1;
+        at += (uint32_t)k;
+    }
+    free(rec);
+    return rc;
+}
+
+/* The holder's connection: its socket and, under LOOM_ENCRYPT, the
+ * records' state each way. */
+struct hconn {
+    int fd;
+    int sealed;
+    struct loomi_seal tx, rx;
+};
+
+static void hconn_close(struct hconn *h)
+{
+    if (h->fd >= 0) close(h->fd);
+    h->fd = -1;
+    loomi_seal_free(&h->tx);
+    loomi_seal_free(&h->rx);
 }
 
 const char *loomi_join_accept_bad(uint64_t arg, const unsigned char *data, uint32_t len,
@@ -74,11 +120,16 @@ const char *loomi_join_accept_bad(uint64_t arg, const unsigned char *data, uint3
  * is the connection's end: the holder closes it once it is done. */
 static int readmitted(void *arg, char *msg, size_t n)
 {
-    int fd = *(const int *)arg;
-    unsigned char h[LOOMI_CTRL_HDR_BYTES];
-    struct pollfd pf = {fd, POLLIN, 0};
-    if (poll(&pf, 1, 0) != 1 ||
-        recv(fd, h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof h)
+    const struct hconn *hc = arg;
+    unsigned char h[LOOMI_CTRL_HDR_BYTES + LOOMI_SEAL_TAG];
+    const size_t hn = LOOMI_CTRL_HDR_BYTES + (hc->sealed ? LOOMI_SEAL_TAG : 0);
+    struct pollfd pf = {hc->fd, POLLIN, 0};
+    if (poll(&pf, 1, 0) != 1 || recv(hc->fd, h, hn, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)hn)
+        return 0;
+    /* A sealed header is opened on a copy of the state: the message is
+     * read, and its record numbered, later. */
+    struct loomi_seal peek = hc->rx;
+    if (hc->sealed && loomi_seal_open(&peek, LOOMI_SEAL_HDR, h, LOOMI_CTRL_HDR_BYTES, h))
         return 0;
     uint16_t type;
     uint32_t e, len;
@@ -114,27 +165,35 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
     struct loom_comm *c = NULL;
     unsigned char addr[LOOMI_ADDR_BYTES];
     struct loomi_links links;
-    int fd = -1, newrank = -1, newn = 0;
+    int newrank = -1, newn = 0;
+    struct hconn hc = {-1, proto->set.encrypt, {0}, {0}};
+    struct loomi_seal *tx = hc.sealed ? &hc.tx : NULL, *rx = hc.sealed ? &hc.rx : NULL;
     uint32_t epoch = 0;
     uint64_t t0 = loomi_now_ms();
     char last[200] = ""; /* why the last admission fell through */
     r = LOOM_ERR_TIMEOUT;
     while (loomi_now_ms() < deadline) {
-        if (fd < 0) {
+        if (hc.fd < 0) {
             struct sockaddr_storage local;
             unsigned llen = sizeof local;
-            r = loomi_boot_connect(&t, -1, deadline, &fd, &local, &llen);
+            unsigned char sess[LOOMI_AUTH_SESSION_BYTES];
+            r = loomi_boot_connect(&t, -1, deadline, &hc.fd, &local, &llen,
+                                   hc.sealed ? sess : NULL);
             if (r == LOOM_ERR_REMOTE) {
                 /* The holder went away in the handshake: its successor
                  * takes the address shortly. */
-                fd = -1;
+                hc.fd = -1;
                 usleep(100000);
                 continue;
             }
             if (r != LOOM_SUCCESS) break;
-            if (send_msg(fd, LOOMI_CTRL_T_JOIN, 0, 0, NULL, 0, deadline)) {
-                close(fd);
-                fd = -1;
+            if (hc.sealed && loomi_seal_setup(&hc.tx, &hc.rx, sess, 1)) {
+                hconn_close(&hc);
+                r = loomi_fail(LOOM_ERR_NO_MEMORY, -1, "%s: cannot set up sealing", fn);
+                break;
+            }
+            if (send_msg(hc.fd, tx, LOOMI_CTRL_T_JOIN, 0, 0, NULL, 0, deadline)) {
+                hconn_close(&hc);
                 continue;
             }
             /* Rounds are numbered per holder's communicator: a new
@@ -143,18 +202,26 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             proto->bind_addr = local;
             proto->bind_len = llen;
             socklen_t l = sizeof proto->rdv_addr;
-            if (getpeername(fd, (struct sockaddr *)&proto->rdv_addr, &l) == 0) proto->rdv_len = l;
+            if (getpeername(hc.fd, (struct sockaddr *)&proto->rdv_addr, &l) == 0) proto->rdv_len = l;
             LOOMI_INFO(-1, "%s: waiting at %s:%s to be admitted", fn, t.host, t.port);
         }
         uint16_t type;
         uint32_t e, len;
         uint64_t arg;
         unsigned char *data;
-        if (read_msg(fd, deadline, &type, &e, &arg, &data, &len)) {
+        int rm = read_msg(hc.fd, rx, deadline, &type, &e, &arg, &data, &len);
+        if (rm == -2) {
+            free(data);
+            r = loomi_fail(LOOM_ERR_MISMATCH, -1,
+                           "%s: the holder's messages do not open: LOOM_ENCRYPT differs between "
+                           "this process and the job's members, or they were changed in flight",
+                           fn);
+            break;
+        }
+        if (rm) {
             /* The holder is gone (or lied): start over with its successor. */
             free(data);
-            close(fd);
-            fd = -1;
+            hconn_close(&hc);
             if (c) loomi_comm_discard(c);
             c = NULL;
             r = LOOM_ERR_TIMEOUT;
@@ -212,7 +279,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
             c->rdv_fd = -1;
             r = loomi_comm_prepare(c, &me, addr);
             if (r == LOOM_SUCCESS &&
-                send_msg(fd, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr, LOOMI_ADDR_BYTES,
+                send_msg(hc.fd, tx, LOOMI_CMSG_ADDR, e, (uint64_t)newrank, addr, LOOMI_ADDR_BYTES,
                          deadline))
                 r = LOOM_ERR_REMOTE; /* the connection broke: the next read says so */
             free(data);
@@ -234,7 +301,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 r = loomi_fail(LOOM_ERR_REMOTE, -1, "%s: the holder sent bad addresses", fn);
                 break;
             }
-            loomi_guard_set(readmitted, &fd);
+            loomi_guard_set(readmitted, &hc);
             r = loomi_comm_finish(c, data, deadline, &links);
             loomi_guard_set(NULL, NULL);
             free(data);
@@ -245,7 +312,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 uint16_t t2;
                 uint32_t e2, l2;
                 unsigned char *d2;
-                if (read_msg(fd, deadline, &t2, &e2, &verdict, &d2, &l2)) {
+                if (read_msg(hc.fd, rx, deadline, &t2, &e2, &verdict, &d2, &l2)) {
                     verdict = 0;
                     free(d2);
                     break;
@@ -254,7 +321,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
                 if (t2 == LOOMI_CMSG_ALL && e2 == epoch && l2 == 0) break;
             }
             if (r == LOOM_SUCCESS && verdict == LOOMI_CTRL_ALL_COMMIT) {
-                close(fd);
+                hconn_close(&hc);
                 LOOMI_INFO(newrank, "%s: admitted as rank %d of %d after %llu ms", fn, newrank,
                            newn, (unsigned long long)(loomi_now_ms() - t0));
                 free(proto);
@@ -276,7 +343,7 @@ loom_result_t loom_comm_join(loom_comm_t *comm, const loom_config_t *cfg)
         }
         free(data); /* stale or unknown: ignore */
     }
-    if (fd >= 0) close(fd);
+    hconn_close(&hc);
     if (c) loomi_comm_discard(c);
     free(proto);
     if (r == LOOM_ERR_TIMEOUT && last[0])

@@ -34,6 +34,38 @@ for n in 2 4; do
     done
 done
 
+# LOOM_ENCRYPT=1: the joiner's connection to the join service is sealed
+# as the members' are.  The newcomer is admitted as before, and a
+# capture of the rendezvous port holds no control frame in clear; the
+# same run without LOOM_ENCRYPT shows the frames, so the capture can.
+if command -v tcpdump >/dev/null && [ "$(id -u)" = 0 ]; then
+    for enc in 1 0; do
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        # (All of tcp, kept to the port afterwards: a live port filter on
+        # lo caught nothing here.)
+        tcpdump -i lo -s 0 -U -w "$tmp/all.pcap" tcp 2>"$tmp/tcpdump.log" &
+        tp=$!
+        for _ in $(seq 50); do grep -q "listening on" "$tmp/tcpdump.log" && break; sleep 0.1; done
+        rm -rf "$tmp/out" "$tmp/joiner.out"
+        LOOM_ENCRYPT=$enc timeout 120 "$LOOMRUN" -n 3 --root "127.0.0.1:$port" --keep-going \
+            --timeout 100 --output "$tmp/out" "$prog" grow "$tmp/joiner.out" 1 >/dev/null 2>&1
+        sleep 0.3
+        kill "$tp"
+        wait "$tp" 2>/dev/null
+        tcpdump -r "$tmp/all.pcap" -w "$tmp/join.pcap" "tcp port $port" 2>/dev/null
+        members=$(cat "$tmp"/out/rank.*.out 2>/dev/null | grep -c '^OK member')
+        j=$(cat "$tmp/joiner.out" 2>/dev/null)
+        frames=$(python3 -c 'import sys; print(open(sys.argv[1], "rb").read().count(bytes.fromhex("4d434d4c")))' "$tmp/join.pcap")
+        if [ $enc = 1 ]; then
+            check "LOOM_ENCRYPT=1: the joiner is admitted over a sealed connection ($members of 3 members OK; ${j:-nothing}; $frames control frames in clear at the rendezvous port)" \
+                bash -c "[ '$members' = 3 ] && [ '${j%% *}' = OK ] && [ '$frames' = 0 ]"
+        else
+            check "... without it the same capture shows the frames in clear ($frames; joiner ${j%% *})" \
+                bash -c "[ '${j%% *}' = OK ] && [ '$frames' -gt 0 ]"
+        fi
+    done
+fi
+
 # The members forced their allreduce with loom_comm_set_algo; the joiner
 # set nothing: it takes theirs, and the 1 MiB allreduce on the grown
 # communicator meets.
