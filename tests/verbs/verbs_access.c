@@ -431,6 +431,7 @@ int main(void)
     /* No destroy: its goodbyes wait for each peer in turn (bounded, but
      * slow in one thread); the process's exit releases everything. */
     loomi_verbs_ops.cancel(A, &ea.x);
+    free(eb); /* the cancelled receive's buffer: nothing refers to it now */
     printf("verbs_access: %s (%d failed)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }
