@@ -37,16 +37,12 @@ struct vctx {
     size_t len;
 };
 
-/* Formats as codecs.c's bad_data does (the varargs idiom, alike on
- * purpose); it also keeps the text for the caller's msg. */
+/* Fails the check, keeping the text for the caller's msg too. */
 static loom_result_t vfail(struct vctx *v, const char *fmt, ...) LOOMI_PRINTF(2, 3);
 static loom_result_t vfail(struct vctx *v, const char *fmt, ...)
 {
     char tmp[3072];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(tmp, fmt);
     if (v->msg && v->len) snprintf(v->msg, v->len, "%s", tmp);
     return loomi_fail(LOOM_ERR_INTERNAL, -1, "schedule check: %s", tmp);
 }

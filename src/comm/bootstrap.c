@@ -136,10 +136,7 @@ static void reply_error(int fd, loom_result_t code, uint64_t deadline, const cha
 static void reply_error(int fd, loom_result_t code, uint64_t deadline, const char *fmt, ...)
 {
     char msg[sizeof ((struct boot_reply *)0)->msg];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(msg, fmt);
     LOOMI_WARN(-1, "rendezvous root: refusing a registration: %s", msg);
     send_reply(fd, code, 0, deadline, msg);
 }
@@ -192,10 +189,7 @@ static void refuse_job(struct root_args *a, struct root_client *cl, const int *b
 static void refuse_job(struct root_args *a, struct root_client *cl, const int *by_rank, int first,
                        loom_result_t code, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(a->why, sizeof a->why, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(a->why, fmt);
     a->refused = code;
     LOOMI_WARN(-1, "rendezvous root %s: refusing the job: %s", a->name, a->why);
     if (first >= 0) send_reply(first, code, 1, a->deadline_ms, a->why);

@@ -151,10 +151,7 @@ void loomi_comm_fail(struct loom_comm *c, loom_result_t code, int failed_rank, c
     }
     c->error = code;
     c->failed_rank = failed_rank;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(c->errmsg, fmt);
     LOOMI_WARN(c->rank, "communicator failed: %s (%s)", c->errmsg, loom_strerror(code));
     /* The control plane tells every rank, even those this one cannot
      * reach on the data plane; it names failed ranks only from its own

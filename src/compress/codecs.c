@@ -77,18 +77,13 @@ LC_INLINE float lc_ldf(const unsigned char *p)
     return lr_bitsf(loomi_le32_load(p));
 }
 
-/* "codec NAME: ..." as LOOM_ERR_REMOTE: the encoded buffer is malformed.
- * Formats as validate.c's vfail does (the varargs idiom, alike on
- * purpose); the prefix is its own. */
+/* "codec NAME: ..." as LOOM_ERR_REMOTE: the encoded buffer is malformed. */
 static loom_result_t bad_data(const loom_codec_t *c, const char *fmt, ...)
     LOOMI_PRINTF(2, 3);
 static loom_result_t bad_data(const loom_codec_t *c, const char *fmt, ...)
 {
     char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(what, fmt);
     return loomi_fail(LOOM_ERR_REMOTE, -1, "codec %s: malformed encoded buffer: %s",
                       c->name, what);
 }

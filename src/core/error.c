@@ -38,10 +38,7 @@ loom_result_t loomi_fail(loom_result_t code, int rank, const char *fmt, ...)
      * prefix the cause, and formatting a buffer into itself is undefined
      * (it came out as "...: ailed: the peer aborted ..."). */
     char msg[sizeof last_error];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(msg, fmt);
     memcpy(last_error, msg, strlen(msg) + 1);
     LOOMI_WARN(rank, "%s (%s)", last_error, loom_strerror(code));
     return code;

@@ -9,12 +9,24 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom.h"
 
 #define LOOMI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define LOOMI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define LOOMI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Every formatting helper's varargs idiom: the text of its own fmt and
+ * the arguments after it, into the array (or array member) buf; fmt must
+ * be the helper's last named parameter. */
+#define LOOMI_VFORMAT(buf, fmt)                                                \
+    do {                                                                       \
+        va_list ap_;                                                           \
+        va_start(ap_, fmt);                                                    \
+        vsnprintf(buf, sizeof(buf), fmt, ap_);                                 \
+        va_end(ap_);                                                           \
+    } while (0)
 
 #if defined(__GNUC__)
 #define LOOMI_PRINTF(f, a) __attribute__((format(printf, f, a)))

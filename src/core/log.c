@@ -106,10 +106,7 @@ void loomi_log_write(int level, int rank, const char *fmt, ...)
     /* A notice is a warning that is shown by default. */
     static const char *const names[] = {"NONE", "WARN", "WARN", "INFO", "TRACE"};
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(msg, fmt);
     pthread_once(&log_once, log_init);
     char when[48];
     format_time(when, sizeof when);

@@ -41,10 +41,7 @@ __attribute__((format(printf, 4, 5))) static void engine_fail(struct loomi_engin
                                                               const char *fmt, ...)
 {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(msg, fmt);
     e->hooks->fail(e, code, peer, msg);
 }
 

@@ -119,10 +119,7 @@ __attribute__((format(printf, 4, 5))) static int slot_fail(struct loomi_op *op,
                                                            loom_result_t code, int peer,
                                                            const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(op->errmsg, sizeof op->errmsg, fmt, ap);
-    va_end(ap);
+    LOOMI_VFORMAT(op->errmsg, fmt);
     op->status = code;
     op->failed_peer = peer;
     op->slot_wait = 0;
