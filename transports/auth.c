@@ -201,43 +201,6 @@ static const char *kind_name(uint32_t k)
     }
 }
 
-/* Read n bytes before deadline_ms, asking the thread's guard
- * (loomi_guard_set) every few milliseconds: a rank waiting for a peer's
- * answer gives up when its control plane says the job has (a peer that
- * died after publishing its address never answers).  0; -1 with errno
- * set; -2 when the guard stopped it (msg says why). */
-static int read_guarded(int fd, unsigned char *buf, size_t n, uint64_t deadline_ms, char *msg,
-                        size_t msglen)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
-        if (r > 0) {
-            got += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            errno = ECONNRESET;
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        struct pollfd pf = {fd, POLLIN, 0};
-        char why[160];
-        int k = loomi_poll_guarded(&pf, deadline_ms, why, sizeof why);
-        if (k == -2) {
-            snprintf(msg, msglen, "gave up waiting for the handshake's answer: %s", why);
-            return -2;
-        }
-        if (k == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (k < 0) return -1;
-    }
-    return 0;
-}
-
 int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
                     const struct loomi_auth_id *id, uint64_t deadline_ms,
                     unsigned char *session, char *msg, size_t msglen)
@@ -249,9 +212,17 @@ int loomi_auth_open(int fd, const unsigned char key[LOOMI_AUTH_KEY_BYTES],
         return -1;
     }
     encode_open(open, id, nonce);
+    /* A rank waiting for a peer's answer gives up when its control plane
+     * says the job has (a peer that died after publishing its address
+     * never answers): the read asks the thread's guard. */
+    size_t got = 0;
+    char why[160];
     int gk = loomi_write_full(fd, open, sizeof open, deadline_ms) ? -1
-             : read_guarded(fd, ans, sizeof ans, deadline_ms, msg, msglen);
-    if (gk == -2) return -1; /* msg says why the thread's guard stopped it */
+             : loomi_read_more(fd, ans, sizeof ans, &got, deadline_ms, why, sizeof why);
+    if (gk == -2) {
+        snprintf(msg, msglen, "gave up waiting for the handshake's answer: %s", why);
+        return -1;
+    }
     if (gk) {
         int e = errno;
         snprintf(msg, msglen, "%s during the handshake%s", loomi_errno_name(e),

@@ -478,14 +478,13 @@ int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms)
     return 0;
 }
 
-int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms)
+int loomi_read_more(int fd, void *buf, size_t n, size_t *got, uint64_t deadline_ms, char *why,
+                    size_t wn)
 {
-    char *p = buf;
-    while (n) {
-        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+    while (*got < n) {
+        ssize_t r = recv(fd, (char *)buf + *got, n - *got, MSG_DONTWAIT);
         if (r > 0) {
-            p += r;
-            n -= (size_t)r;
+            *got += (size_t)r;
             continue;
         }
         if (r == 0) {
@@ -493,13 +492,36 @@ int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms)
             return -1;
         }
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        if (!why) {
             if (wait_fd(fd, POLLIN, deadline_ms)) return -1;
             continue;
         }
-        return -1;
+        struct pollfd pf = {fd, POLLIN, 0};
+        int k = loomi_poll_guarded(&pf, deadline_ms, why, wn);
+        if (k == -2) return -2;
+        if (k == 0) errno = ETIMEDOUT;
+        if (k <= 0) return -1;
     }
     return 0;
+}
+
+void loomi_await_close(int fd, uint64_t deadline_ms)
+{
+    char junk[256];
+    for (;;) {
+        int left = loomi_ms_left(deadline_ms);
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (!left || poll(&pf, 1, left) <= 0) return;
+        ssize_t k = recv(fd, junk, sizeof junk, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return;
+    }
+}
+
+int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms)
+{
+    size_t got = 0;
+    return loomi_read_more(fd, buf, n, &got, deadline_ms, NULL, 0);
 }
 
 void loomi_hash128(const void *data, size_t len, unsigned char out[16])

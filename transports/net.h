@@ -122,6 +122,16 @@ int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting
                           char *why, size_t wn);
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);
 int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms);
+/* A polite close's wait: read and drop what still comes on fd until the
+ * peer closes its side, an error, or deadline_ms. */
+void loomi_await_close(int fd, uint64_t deadline_ms);
+/* Read n bytes into buf, *got of them already there, before deadline_ms:
+ * the one reader of the handshakes and the rendezvous.  With why set,
+ * each wait asks the thread's guard as loomi_poll_guarded does.  0; -1
+ * (errno set: ETIMEDOUT at the deadline, ECONNRESET when the peer closed;
+ * *got says what came); -2 when the guard stopped it (why says why). */
+int loomi_read_more(int fd, void *buf, size_t n, size_t *got, uint64_t deadline_ms, char *why,
+                    size_t wn);
 
 /* Hash bytes into 16 (job keys from launcher strings); not cryptographic. */
 void loomi_hash128(const void *data, size_t len, unsigned char out[16]);

@@ -746,33 +746,6 @@ loom_result_t loomi_boot_connect(const struct loomi_boot_target *t, int rank,
     return LOOM_SUCCESS;
 }
 
-/* Read n bytes into buf, *got of them already there, until deadline_ms:
- * 0, or -1 (errno set; ETIMEDOUT at the deadline, *got what came). */
-static int read_more(int fd, void *buf, size_t n, size_t *got, uint64_t deadline_ms)
-{
-    while (*got < n) {
-        ssize_t r = recv(fd, (char *)buf + *got, n - *got, MSG_DONTWAIT);
-        if (r > 0) {
-            *got += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            errno = ECONNRESET;
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        int left = loomi_ms_left(deadline_ms);
-        if (left == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, left) < 0 && errno != EINTR) return -1;
-    }
-    return 0;
-}
-
 loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int rank,
                                   int nranks, const void *addr, size_t addr_len,
                                   const struct loomi_uniform *uniform, unsigned char *all_addrs,
@@ -795,7 +768,7 @@ loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int
                        errno == ETIMEDOUT ? "deadline passed" : strerror(errno));
         goto out;
     }
-    if (read_more(fd, &rp, sizeof rp, &got, deadline_ms)) {
+    if (loomi_read_more(fd, &rp, sizeof rp, &got, deadline_ms, NULL, 0)) {
         int e = errno;
         if (e != ETIMEDOUT) {
             r = loomi_fail(LOOM_ERR_CONNECT, rank,
@@ -810,7 +783,7 @@ loom_result_t loomi_boot_exchange(int fd, const struct loomi_boot_target *t, int
         uint64_t grace = loomi_now_ms() + 1000;
         deadline_ms = grace;
         if (loomi_write_full(fd, &q, sizeof q, grace) ||
-            read_more(fd, &rp, sizeof rp, &got, grace)) {
+            loomi_read_more(fd, &rp, sizeof rp, &got, grace, NULL, 0)) {
             r = loomi_fail(LOOM_ERR_TIMEOUT, rank,
                            "rendezvous with root %s:%s: the job was not complete within %s, "
                            "and the root did not say which ranks are missing (did all %d "

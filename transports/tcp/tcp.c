@@ -1232,16 +1232,8 @@ static void tcp_destroy(void *state)
     }
     for (int r = 0; r < t->ctx.nranks && !t->aborted; r++) {
         struct peer *p = &t->peers[r];
-        for (int i = 0; i < all_streams(t) && !p->failed; i++) {
-            struct stream *s = &p->s[i];
-            while (s->fd >= 0) {
-                int left = loomi_ms_left(deadline);
-                struct pollfd pf = {s->fd, POLLIN, 0};
-                if (!left || poll(&pf, 1, left) <= 0) break;
-                ssize_t k = recv(s->fd, t->discard, sizeof t->discard, MSG_DONTWAIT);
-                if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
-            }
-        }
+        for (int i = 0; i < all_streams(t) && !p->failed; i++)
+            if (p->s[i].fd >= 0) loomi_await_close(p->s[i].fd, deadline);
     }
     for (int r = 0; r < t->ctx.nranks; r++) {
         struct peer *p = &t->peers[r];

@@ -590,14 +590,7 @@ static void verbs_destroy(void *state)
     }
     for (int r = 0; t->peers && r < t->ctx.nranks && !t->aborted; r++) {
         struct peer *p = &t->peers[r];
-        while (p->active && !p->failed && p->fd >= 0) {
-            int left = loomi_ms_left(deadline);
-            struct pollfd pf = {p->fd, POLLIN, 0};
-            if (!left || poll(&pf, 1, left) <= 0) break;
-            char junk[64];
-            ssize_t k = recv(p->fd, junk, sizeof junk, MSG_DONTWAIT);
-            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
-        }
+        if (p->active && !p->failed && p->fd >= 0) loomi_await_close(p->fd, deadline);
     }
     for (int r = 0; t->peers && r < t->ctx.nranks; r++) {
         struct peer *p = &t->peers[r];
