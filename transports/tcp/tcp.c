@@ -778,97 +778,88 @@ static void read_ended(struct tcp *t, struct stream *s, ssize_t r)
     else if (errno != EAGAIN && errno != EWOULDBLOCK) connection_lost(t, s, "receive", errno);
 }
 
-/* Sealed: as stream_read, record by record.  The header record opens
- * into rh before handle_header reads a length of it; a payload record
- * (its length known from the header) is read whole into rbuf and opened
- * into where its bytes go, and the piece is done only when all its
- * records opened. */
-static void stream_read_sealed(struct tcp *t, struct stream *s)
+/* Reading a stream: a header, then its payload, straight into the
+ * receive's memory (or discarded).  Sealed, record by record: the header
+ * record opens into rh before handle_header reads a length of it; a
+ * payload record (its length known from the header) is read whole into
+ * rbuf and opened into where its bytes go, and the piece is done only
+ * when all its records opened.
+ *
+ * The next read: recv's result, or -2 after a failure it reported; *k,
+ * sealed, is the payload bytes of the record being read. */
+static ssize_t read_some(struct tcp *t, struct stream *s, size_t *k)
 {
-    struct peer *p = s->peer;
-    while (s->fd >= 0 && !p->failed) {
-        ssize_t r;
-        size_t k = 0; /* payload bytes of the record being read */
-        if (!s->in_payload) {
-            r = recv(s->fd, s->hrec + s->rh_got, HREC - s->rh_got, MSG_DONTWAIT);
-        } else if (s->rleft == 0) {
-            payload_done(t, s);
-            continue;
-        } else {
-            if (!s->rbuf && !(s->rbuf = malloc((size_t)LOOMI_SEAL_MAX + LOOMI_SEAL_TAG))) {
-                peer_error(t, p, LOOM_ERR_NO_MEMORY, "out of memory receiving a sealed record");
-                return;
-            }
-            k = LOOMI_MIN(s->rleft, (size_t)LOOMI_SEAL_MAX);
-            r = recv(s->fd, s->rbuf + s->rgot, k + LOOMI_SEAL_TAG - s->rgot, MSG_DONTWAIT);
-        }
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            read_ended(t, s, r);
-            return;
-        }
-        if (!s->in_payload) {
-            s->rh_got += (size_t)r;
-            if (s->rh_got < HREC) continue;
-            if (loomi_seal_open(&s->srx, LOOMI_SEAL_HDR, s->hrec, sizeof s->rh, &s->rh)) {
-                record_failed(t, s, "a header");
-                return;
-            }
-            if (handle_header(t, s)) return;
-            if (!s->in_payload) s->rh_got = 0; /* control message consumed */
-        } else {
-            s->rgot += (size_t)r;
-            if (s->rgot < k + LOOMI_SEAL_TAG) continue;
-            s->rgot = 0;
-            /* Opened straight into the receive's memory: a record that
-             * fails leaves bytes there, but its receive then fails with
-             * the peer and never completes. */
-            if (loomi_seal_open(&s->srx, LOOMI_SEAL_DATA, s->rbuf, k,
-                                s->rdst ? s->rdst : t->discard)) {
-                record_failed(t, s, "a payload");
-                return;
-            }
-            if (s->rdst) s->rdst += k;
-            s->rleft -= k;
-            if (s->rleft == 0) payload_done(t, s);
-        }
+    if (!s->in_payload && t->sealed)
+        return recv(s->fd, s->hrec + s->rh_got, HREC - s->rh_got, MSG_DONTWAIT);
+    if (!s->in_payload)
+        return recv(s->fd, (char *)&s->rh + s->rh_got, sizeof s->rh - s->rh_got, MSG_DONTWAIT);
+    if (!t->sealed && s->rdst) return recv(s->fd, s->rdst, s->rleft, MSG_DONTWAIT);
+    if (!t->sealed)
+        return recv(s->fd, t->discard, LOOMI_MIN(s->rleft, sizeof t->discard), MSG_DONTWAIT);
+    if (!s->rbuf && !(s->rbuf = malloc((size_t)LOOMI_SEAL_MAX + LOOMI_SEAL_TAG))) {
+        peer_error(t, s->peer, LOOM_ERR_NO_MEMORY, "out of memory receiving a sealed record");
+        return -2;
     }
+    *k = LOOMI_MIN(s->rleft, (size_t)LOOMI_SEAL_MAX);
+    return recv(s->fd, s->rbuf + s->rgot, *k + LOOMI_SEAL_TAG - s->rgot, MSG_DONTWAIT);
+}
+
+/* n more bytes of the header came: 0, or -1 when the stream stops here
+ * (handle_header or the record failed). */
+static int header_came(struct tcp *t, struct stream *s, size_t n)
+{
+    s->rh_got += n;
+    if (s->rh_got < (t->sealed ? (size_t)HREC : sizeof s->rh)) return 0;
+    if (t->sealed && loomi_seal_open(&s->srx, LOOMI_SEAL_HDR, s->hrec, sizeof s->rh, &s->rh)) {
+        record_failed(t, s, "a header");
+        return -1;
+    }
+    if (handle_header(t, s)) return -1;
+    if (!s->in_payload) s->rh_got = 0; /* control message consumed */
+    return 0;
+}
+
+/* n more bytes of the payload came (sealed: of a record of k payload
+ * bytes): 0, or -1 when the record failed. */
+static int payload_came(struct tcp *t, struct stream *s, size_t n, size_t k)
+{
+    if (t->sealed) {
+        s->rgot += n;
+        if (s->rgot < k + LOOMI_SEAL_TAG) return 0;
+        s->rgot = 0;
+        /* Opened straight into the receive's memory: a record that
+         * fails leaves bytes there, but its receive then fails with
+         * the peer and never completes. */
+        if (loomi_seal_open(&s->srx, LOOMI_SEAL_DATA, s->rbuf, k,
+                            s->rdst ? s->rdst : t->discard)) {
+            record_failed(t, s, "a payload");
+            return -1;
+        }
+        n = k;
+    }
+    if (s->rdst) s->rdst += n;
+    s->rleft -= n;
+    if (s->rleft == 0) payload_done(t, s);
+    return 0;
 }
 
 static void stream_read(struct tcp *t, struct stream *s)
 {
-    struct peer *p = s->peer;
-    if (t->sealed) {
-        stream_read_sealed(t, s);
-        return;
-    }
-    while (s->fd >= 0 && !p->failed) {
-        ssize_t r;
-        if (!s->in_payload) {
-            r = recv(s->fd, (char *)&s->rh + s->rh_got, sizeof s->rh - s->rh_got, MSG_DONTWAIT);
-        } else if (s->rleft == 0) {
+    while (s->fd >= 0 && !s->peer->failed) {
+        if (s->in_payload && s->rleft == 0) {
             payload_done(t, s);
             continue;
-        } else if (s->rdst) {
-            r = recv(s->fd, s->rdst, s->rleft, MSG_DONTWAIT);
-        } else {
-            r = recv(s->fd, t->discard, LOOMI_MIN(s->rleft, sizeof t->discard), MSG_DONTWAIT);
         }
+        size_t k = 0;
+        ssize_t r = read_some(t, s, &k);
+        if (r == -2) return;
         if (r <= 0) {
             if (r < 0 && errno == EINTR) continue;
             read_ended(t, s, r);
             return;
         }
-        if (!s->in_payload) {
-            s->rh_got += (size_t)r;
-            if (s->rh_got < sizeof s->rh) continue;
-            if (handle_header(t, s)) return;
-            if (!s->in_payload) s->rh_got = 0; /* control message consumed */
-        } else {
-            if (s->rdst) s->rdst += r;
-            s->rleft -= (size_t)r;
-            if (s->rleft == 0) payload_done(t, s);
-        }
+        if (!s->in_payload ? header_came(t, s, (size_t)r) : payload_came(t, s, (size_t)r, k))
+            return;
     }
 }
 
