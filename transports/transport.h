@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "loom.h"
 
@@ -189,7 +190,9 @@ struct loomi_transport_ops {
      * *len in: capacity, out: used.  Does not block. */
     loom_result_t (*local_addr)(void *state, void *buf, size_t *len);
     /* Connect to every peer, given all ranks' endpoint descriptions of
-     * `addr_len` bytes each (rank order).  Init time: blocks until every
+     * `addr_len` bytes each (rank order): the stride of the buffers that
+     * local_addr filled, so at least what it wrote (local_addr refuses a
+     * smaller one).  Init time: blocks until every
      * connection is up and its handshake checked, or deadline_ms.
      * Errors: CONNECT (names the peer and address), MISMATCH, TIMEOUT. */
     loom_result_t (*connect_all)(void *state, const unsigned char *addrs,
@@ -252,6 +255,20 @@ static inline int loomi_all_zero(const unsigned char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (p[i]) return 0;
+    return 1;
+}
+
+/* connect_all's reading of rank q's address (the first n bytes of its
+ * addr_len, at least n by connect_all's contract): 1 with it copied to
+ * out when q is a peer to reach here; 0 for this rank (me) itself or an
+ * address of all zero bytes.  What a transport checks in one is its
+ * own. */
+static inline int loomi_peer_addr(const unsigned char *addrs, size_t addr_len, int q, int me,
+                                  void *out, size_t n)
+{
+    const unsigned char *a = addrs + (size_t)q * addr_len;
+    if (q == me || loomi_all_zero(a, n)) return 0;
+    memcpy(out, a, n);
     return 1;
 }
 

@@ -491,18 +491,12 @@ static loom_result_t shm_connect_all(void *state, const unsigned char *addrs, si
 {
     struct shm *t = state;
     const int me = t->ctx.rank, n = t->ctx.nranks;
-    /* Reads the published addresses as verbs does (transport.h's
-     * convention); what each checks in one is its own. */
-    if (addr_len < sizeof(struct shm_addr))
-        return loomi_fail(LOOM_ERR_INTERNAL, me, "shm: address stride %zu too small", addr_len);
     if (t->hdr && atomic_load_explicit(&t->hdr->magic, memory_order_relaxed))
         return loomi_fail(LOOM_ERR_INVALID_USAGE, me, "shm: connect_all called twice");
     int k = 0;
     for (int q = 0; q < n; q++) {
-        const unsigned char *a = addrs + (size_t)q * addr_len;
-        if (q == me || loomi_all_zero(a, addr_len)) continue;
         struct shm_addr sa;
-        memcpy(&sa, a, sizeof sa);
+        if (!loomi_peer_addr(addrs, addr_len, q, me, &sa, sizeof sa)) continue;
         if (sa.magic != ADDR_MAGIC || sa.pid <= 0 || !memchr(sa.name, '\0', sizeof sa.name) ||
             strncmp(sa.name, LOOMI_SHM_PREFIX, strlen(LOOMI_SHM_PREFIX)) != 0 ||
             strchr(sa.name, '/'))

@@ -471,16 +471,10 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
 {
     struct verbs *t = state;
     const int me = t->ctx.rank, n = t->ctx.nranks;
-    /* Reads the published addresses as shm does (transport.h's
-     * convention); what each checks in one is its own. */
-    if (addr_len < sizeof(struct vaddr))
-        return loomi_fail(LOOM_ERR_INTERNAL, me, "verbs: address stride %zu too small", addr_len);
     int expected = 0;
     for (int q = 0; q < n; q++) {
-        const unsigned char *a = addrs + (size_t)q * addr_len;
-        if (q == me || loomi_all_zero(a, sizeof(struct vaddr))) continue;
         struct vaddr va;
-        memcpy(&va, a, sizeof va);
+        if (!loomi_peer_addr(addrs, addr_len, q, me, &va, sizeof va)) continue;
         if (va.magic != ADDR_MAGIC)
             return loomi_fail(LOOM_ERR_MISMATCH, me, "verbs: rank %d published an invalid address",
                               q);
