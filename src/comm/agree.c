@@ -362,9 +362,8 @@ loom_result_t loom_comm_agree(loom_comm_t h, uint64_t *value, loom_op_t op)
 {
     const char *fn = "loom_comm_agree";
     struct loom_comm *comm;
-    loom_result_t lr = loomi_comm_live(h, fn, &comm);
+    loom_result_t lr = loomi_comm_live_arg(h, fn, value, "value", &comm);
     if (lr != LOOM_SUCCESS) return lr;
-    if (!value) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: value is NULL", fn);
     if (op != LOOM_MIN && op != LOOM_MAX)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
                           "%s: op %d is not LOOM_MIN or LOOM_MAX", fn, (int)op);

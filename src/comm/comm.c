@@ -696,26 +696,29 @@ loom_result_t loom_comm_abort(loom_comm_t h)
     return LOOM_SUCCESS;
 }
 
-/* The public getters: alike on purpose, each checks its handle and its
- * output pointer under its own name, as the public API wrappers do. */
+loom_result_t loomi_comm_live_arg(loom_comm_t h, const char *fn, const void *arg,
+                                 const char *what, struct loom_comm **comm)
+{
+    loom_result_t r = loomi_comm_live(h, fn, comm);
+    if (r == LOOM_SUCCESS && !arg)
+        r = loomi_fail(LOOM_ERR_INVALID_ARGUMENT, (*comm)->rank, "%s: %s is NULL", fn, what);
+    return r;
+}
+
 loom_result_t loom_comm_rank(loom_comm_t h, int *rank)
 {
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_live(h, "loom_comm_rank", &comm);
-    if (r != LOOM_SUCCESS) return r;
-    if (!rank) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_rank: rank is NULL");
-    *rank = comm->rank;
-    return LOOM_SUCCESS;
+    loom_result_t r = loomi_comm_live_arg(h, "loom_comm_rank", rank, "rank", &comm);
+    if (r == LOOM_SUCCESS) *rank = comm->rank;
+    return r;
 }
 
 loom_result_t loom_comm_size(loom_comm_t h, int *size)
 {
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_live(h, "loom_comm_size", &comm);
-    if (r != LOOM_SUCCESS) return r;
-    if (!size) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "loom_comm_size: size is NULL");
-    *size = comm->nranks;
-    return LOOM_SUCCESS;
+    loom_result_t r = loomi_comm_live_arg(h, "loom_comm_size", size, "size", &comm);
+    if (r == LOOM_SUCCESS) *size = comm->nranks;
+    return r;
 }
 
 loom_result_t loom_comm_get_error(loom_comm_t h, int *failed_rank)
@@ -747,9 +750,8 @@ loom_result_t loom_comm_get_failed(loom_comm_t h, int *ranks, int capacity, int 
 {
     const char *fn = "loom_comm_get_failed";
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_live(h, fn, &comm);
+    loom_result_t r = loomi_comm_live_arg(h, fn, count, "count", &comm);
     if (r != LOOM_SUCCESS) return r;
-    if (!count) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: count is NULL", fn);
     if (capacity < 0)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: capacity %d is negative", fn,
                           capacity);

@@ -209,6 +209,10 @@ struct loom_comm *loomi_comm_get(loom_comm_t h);
  * LOOM_ERR_INVALID_ARGUMENT with a message naming fn and why (NULL,
  * destroyed, never a communicator). */
 loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* loomi_comm_live, then arg (the call's argument named what) not NULL:
+ * the door of the calls that take a pointer they must have. */
+loom_result_t loomi_comm_live_arg(loom_comm_t h, const char *fn, const void *arg,
+                                 const char *what, struct loom_comm **out);
 /* Same, and the communicator can run operations (LOOM_ERR_REVOKED when
  * broken). */
 loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out);

@@ -58,9 +58,8 @@ loom_result_t loom_mem_deregister(loom_comm_t h, loom_mem_t handle)
     const char *fn = "loom_mem_deregister";
     /* A broken communicator still releases its registrations. */
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_live(h, fn, &comm);
+    loom_result_t r = loomi_comm_live_arg(h, fn, handle, "handle", &comm);
     if (r != LOOM_SUCCESS) return r;
-    if (!handle) return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: handle is NULL", fn);
     /* Find it by address before touching it: a handle deregistered
      * already, or another communicator's, is refused, not dereferenced. */
     struct loom_mem **l = &comm->regs;
