@@ -70,16 +70,14 @@ struct loomi_xfer *loomi_mq_recv_find(const struct loomi_mq *q, uint64_t tag)
 }
 
 /* The receives' helpers and the early messages' below look alike on
- * purpose: two lists of two types. */
+ * purpose: two lists of two types.  A pop takes the head of the first
+ * bucket that has one. */
 struct loomi_xfer *loomi_mq_recv_pop(struct loomi_mq *q)
 {
-    for (int b = 0; q->nrecv && b < LOOMI_MQ_BUCKETS; b++)
-        if (q->recv[b].head) {
-            struct loomi_xfer *x = q->recv[b].head;
-            loomi_mq_recv_del(q, x);
-            return x;
-        }
-    return NULL;
+    struct loomi_xfer *x = NULL;
+    for (int b = 0; !x && q->nrecv && b < LOOMI_MQ_BUCKETS; b++) x = q->recv[b].head;
+    if (x) loomi_mq_recv_del(q, x);
+    return x;
 }
 
 /* ---------------------------------------------------- early messages */
@@ -108,13 +106,10 @@ void loomi_mq_unexp_del(struct loomi_mq *q, struct loomi_unexp *u)
 
 struct loomi_unexp *loomi_mq_unexp_pop(struct loomi_mq *q)
 {
-    for (int b = 0; q->nunexp && b < LOOMI_MQ_BUCKETS; b++)
-        if (q->unexp[b].head) {
-            struct loomi_unexp *u = q->unexp[b].head;
-            loomi_mq_unexp_del(q, u);
-            return u;
-        }
-    return NULL;
+    struct loomi_unexp *u = NULL;
+    for (int b = 0; !u && q->nunexp && b < LOOMI_MQ_BUCKETS; b++) u = q->unexp[b].head;
+    if (u) loomi_mq_unexp_del(q, u);
+    return u;
 }
 
 void loomi_match_unexp_unbuffer(struct loomi_match *m, struct loomi_unexp *u)
