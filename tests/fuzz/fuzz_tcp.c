@@ -3,9 +3,9 @@
  * stream a socketpair, with receives posted and cancelled between the
  * reads, so pieces of one message arrive on several streams in any
  * order, early (buffered) or into a posted receive, and headers and
- * payloads split anywhere.  tcp.c is included so its static receive
- * path (stream_read, handle_header, tcp_irecv, tcp_cancel) is driven
- * unchanged.
+ * payloads split anywhere.  tcp.c and tcp_data.c are included so the
+ * static receive path (stream_read, handle_header, tcp_irecv,
+ * tcp_cancel) is driven unchanged.
  *
  * Input: records, by op = byte 0 % 4:
  *   0 bytes:  [peer][stream][len lo][len hi][len bytes] written to that
@@ -15,6 +15,7 @@
  *   2 cancel: [k] receive k (of those posted)
  *   3 close:  [peer][stream] the far end closes, then it is read */
 #include "transports/tcp/tcp.c"
+#include "transports/tcp/tcp_data.c"
 
 #include "tests/fuzz/fuzz.h"
 
@@ -46,9 +47,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
     ctx.sock.streams = NS;
     struct tcp *t = calloc(1, sizeof *t);
     if (!t) abort();
-    /* As tcp_create, without the listening socket. */
+    /* As loomi_tcp_create, without the listening socket. */
     t->ctx = ctx;
-    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT, match_fail, t);
+    loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), UNEXP_LIMIT, loomi_tcp_match_fail,
+                     t);
     t->nstreams = NS;
     t->lfd = t->epfd = -1;
     t->peers = calloc(NR, sizeof *t->peers);
@@ -116,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
         }
     }
     t->aborted = 1; /* no polite goodbye: nobody reads the far ends */
-    tcp_destroy(t);
+    loomi_tcp_destroy(t);
     for (int r = 1; r < NR; r++)
         for (int i = 0; i <= NS; i++)
             if (far[r][i] >= 0) close(far[r][i]);

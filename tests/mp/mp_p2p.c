@@ -135,7 +135,7 @@ static void ordering(loom_comm_t comm)
 
 /* A large message whose receive is posted while it is still arriving:
  * what came early is moved to the receive buffer and the rest read
- * straight into it (tcp.c, unexp_go_direct).  Several sizes and delays so
+ * straight into it (tcp_data.c, unexp_go_direct).  Several sizes and delays so
  * that the receive lands before, during and after the transfer. */
 static void late_receive(loom_comm_t comm)
 {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# LOOM_ENCRYPT=1 (transports/seal.c, tcp.c): allreduces over TCP alone,
+# LOOM_ENCRYPT=1 (transports/seal.c, tcp_data.c): allreduces over TCP alone,
 # sealed, every element checked; a rank that seals against one that does
 # not is refused naming LOOM_ENCRYPT; and a byte changed on the wire
 # (flip_byte.c, a man in the middle in the sender's process) fails the

@@ -25,7 +25,7 @@
  * Messages between a pair travel in order: a first cell (tag, length,
  * payload) then continuation cells.  The receiver always drains its FIFOs
  * (a message whose receive is not posted yet is copied into a malloc'd
- * buffer, as tcp.c does), so a sender is never blocked by a receive that
+ * buffer, as tcp_data.c does), so a sender is never blocked by a receive that
  * is posted late.  Control cells (ack, no-CMA) may sit between the cells
  * of a message.
  *

@@ -1,6 +1,7 @@
 /*
- * tcp.h - what tcp.c shows outside itself: the check of the pieces of one
- * message, pure (no socket), so that unit tests and fuzzers drive it.
+ * tcp.h - what the TCP transport shows outside itself besides its ops
+ * table: the check of the pieces of one message (tcp_data.c), pure (no
+ * socket), so that unit tests and fuzzers drive it.
  */
 #ifndef LOOMI_TCP_H
 #define LOOMI_TCP_H

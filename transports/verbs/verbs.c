@@ -13,7 +13,7 @@
  * peer process died.
  *
  * Data, two-sided with 64-bit tags (a receive matches the sender's length
- * exactly, as in tcp.c):
+ * exactly, as in tcp_data.c):
  *  - eager: a message of up to EAGER_MAX bytes is copied into a registered
  *    slot and sent into one of the receive buffers the peer keeps posted
  *    for this rank; an early message is buffered until its receive comes;
