@@ -50,6 +50,44 @@ incl=$(grep -h '#include "' "$SRCDIR"/nccl/*.[ch] | grep -v -e '"loom.h"' -e '"n
 check "libloom-nccl uses $(wc -w <<<"$used") loom_* calls, all in loom.h${hidden:+ (not: $hidden)}${incl:+ (includes: $incl)}" \
     bash -c '[ -n "$1" ] && [ -z "$2" ] && [ -z "$3" ]' _ "$used" "$hidden" "$incl"
 
+# nccl.h alone, as C99 and C++11, and with CUDA's runtime header before
+# or after it (their cudaStream_t is the same type), where CUDA is here.
+cat >"$tmp/h.c" <<'C'
+#include <nccl.h>
+int main(void)
+{
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    cudaStream_t s = NULL;
+    int v = 0;
+    return ncclGetVersion(&v) != ncclSuccess || v != NCCL_VERSION_CODE || c.size != sizeof c ||
+           ncclAllReduce(&v, &v, 1, ncclInt, ncclSum, NULL, s) != ncclInvalidArgument;
+}
+C
+cp "$tmp/h.c" "$tmp/h.cc"
+hflags="-Wall -Wextra -Werror -pedantic -I$SRCDIR/nccl"
+# shellcheck disable=SC2086 # flags are words
+out=$(${CC:-cc} -std=c99 $hflags -fsyntax-only "$tmp/h.c" 2>&1 &&
+      ${CXX:-c++} -std=c++11 $hflags -fsyntax-only "$tmp/h.cc" 2>&1)
+check "nccl.h compiles alone as C99 and C++11" [ $? = 0 ]
+[ -z "$out" ] || echo "$out" | head -5
+cuda=${CUDA_HOME:-/usr/local/cuda}/include
+if [ -f "$cuda/cuda_runtime.h" ]; then
+    for order in before after; do
+        for lang in c cc; do
+            hdr=cuda_runtime_api.h std=c11 comp=${CC:-cc}
+            [ $lang = cc ] && hdr=cuda_runtime.h std=c++14 comp=${CXX:-c++}
+            if [ $order = before ]; then printf '#include <%s>\n' $hdr; cat "$tmp/h.c"
+            else cat "$tmp/h.c"; printf '#include <%s>\n' $hdr; fi >"$tmp/hc.$lang"
+            # shellcheck disable=SC2086
+            out=$($comp -std=$std $hflags -I"$cuda" -fsyntax-only "$tmp/hc.$lang" 2>&1)
+            check "nccl.h with CUDA's $hdr $order it ($std)" [ $? = 0 ]
+            [ -z "$out" ] || echo "$out" | head -5
+        done
+    done
+else
+    echo "no $cuda/cuda_runtime.h: nccl.h not tried beside CUDA's headers"
+fi
+
 for t in "" tcp; do
     for n in 2 4; do
         job "every call on $n ranks${t:+ over $t}" run "$n" "$prog" LOOM_TRANSPORT=$t
