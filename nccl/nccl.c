@@ -11,10 +11,13 @@
  *  - communicators initialised inside a group are created at the
  *    outermost ncclGroupEnd, each on a thread of its own (so one thread
  *    can create several ranks of one job: ncclCommInitAll).
+ *  - device buffers are refused where CUDA's driver can tell them
+ *    (libcuda.so.1 loaded at run time; see host_only);
  *  - what cannot be honoured here returns ncclInvalidUsage; every
  *    failure leaves its reason for ncclGetLastError and prints it under
  *    NCCL_DEBUG=WARN (or INFO, TRACE).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -139,6 +142,9 @@ static ncclResult_t from_loom(loom_result_t r, const char *fn, struct ncclComm *
     mark_async(c, n);
     return n;
 }
+
+/* ncclInvalidUsage when CUDA's driver says p is device memory. */
+static ncclResult_t host_only(const char *fn, const char *what, const void *p);
 
 /* ------------------------------------------------ live communicators */
 
@@ -771,6 +777,8 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, vo
     if (!c) return r;
     if (!handle) return fail(ncclInvalidArgument, "%s: handle is NULL", fn);
     *handle = NULL;
+    r = host_only(fn, "buff", buff);
+    if (r != ncclSuccess) return r;
     loom_mem_t h = NULL;
     r = from_loom(loom_mem_register(c->lc, buff, size, &h), fn, NULL);
     if (r == ncclSuccess) *handle = h;
@@ -809,6 +817,8 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
         return fail(ncclInvalidArgument, "%s: residence %d is not an ncclScalarResidence_t", fn,
                     (int)residence);
     if (!scalar) return fail(ncclInvalidArgument, "%s: scalar is NULL", fn);
+    r = host_only(fn, "scalar (ncclScalarHostImmediate)", scalar);
+    if (r != ncclSuccess) return r;
     pthread_mutex_lock(&c->mu);
     int slot = -1;
     for (int i = 0; i < c->nops; i++)
@@ -856,6 +866,56 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
         return fail(ncclInvalidArgument, "%s: op %d was not made by ncclRedOpCreatePreMulSum on "
                     "comm %p (or is destroyed)", fn, (int)op, (void *)comm);
     return ncclSuccess;
+}
+
+/* -------------------------------------------------------- device memory */
+
+/* Built without CUDA, a device pointer can still be recognised where
+ * CUDA's driver is installed: libcuda.so.1 is loaded at run time and
+ * asked what each buffer is.  No driver: every buffer is host memory (a
+ * process without the driver has no device memory).  A driver not yet
+ * initialised answers with an error: nothing in this process is device
+ * memory yet, so the buffer is host memory too.  Managed memory is
+ * host-accessible and accepted.  The values are those of cuda.h. */
+enum {
+    CU_ATTR_MEMORY_TYPE = 2,
+    CU_ATTR_IS_MANAGED = 8,
+    CU_MEMTYPE_DEVICE = 2
+};
+typedef int (*cu_attr_fn)(void *data, int attribute, unsigned long long ptr);
+static cu_attr_fn cu_attr;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+static void cu_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        info("no CUDA driver (libcuda.so.1): buffers are host memory");
+        return;
+    }
+    *(void **)&cu_attr = dlsym(h, "cuPointerGetAttribute");
+    info("CUDA driver found: device buffers are refused");
+}
+
+static ncclResult_t host_only(const char *fn, const char *what, const void *p)
+{
+    pthread_once(&cu_once, cu_load);
+    if (!cu_attr || !p) return ncclSuccess;
+    unsigned int type = 0, managed = 0;
+    unsigned long long a = (unsigned long long)(uintptr_t)p;
+    if (cu_attr(&type, CU_ATTR_MEMORY_TYPE, a) != 0 || type != CU_MEMTYPE_DEVICE)
+        return ncclSuccess;
+    if (cu_attr(&managed, CU_ATTR_IS_MANAGED, a) == 0 && managed) return ncclSuccess;
+    return fail(ncclInvalidUsage,
+                "%s: %s %p is CUDA device memory; this libnccl (Loom) is built for host "
+                "memory only: pass host buffers (or managed memory)",
+                fn, what, p);
+}
+
+static ncclResult_t host_bufs(const char *fn, const void *send, const void *recv)
+{
+    ncclResult_t r = host_only(fn, "sendbuff", send);
+    return r == ncclSuccess && recv != send ? host_only(fn, "recvbuff", recv) : r;
 }
 
 /* ----------------------------------------------------------- operations */
@@ -946,6 +1006,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     struct call k;
     const void *in;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
+    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return group_note(r);
@@ -960,6 +1021,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
     struct call k;
     const void *in;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
+    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return group_note(r);
@@ -975,6 +1037,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
     struct call k;
     const void *in = sendbuff;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
+    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r == ncclSuccess && k.premul) {
         if (recvcount > SIZE_MAX / (size_t)k.c->nranks)
@@ -994,6 +1057,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     static const char fn[] = "ncclBroadcast";
     struct call k;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
+    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
     return done(&k, fn, loom_broadcast(sendbuff, recvbuff, count, k.dt, root, k.c->lc), NULL,
@@ -1006,6 +1070,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
     static const char fn[] = "ncclBcast";
     struct call k;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
+    if (r == ncclSuccess) r = host_bufs(fn, buff, buff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
     return done(&k, fn, loom_broadcast(buff, buff, count, k.dt, root, k.c->lc), NULL, NULL);
@@ -1017,6 +1082,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
     static const char fn[] = "ncclAllGather";
     struct call k;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
+    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
     return done(&k, fn, loom_allgather(sendbuff, recvbuff, sendcount, k.dt, k.c->lc), NULL, NULL);
@@ -1028,6 +1094,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
     static const char fn[] = "ncclSend";
     struct call k;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
+    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, NULL);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
     return done(&k, fn, loom_send(sendbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
@@ -1039,6 +1106,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
     static const char fn[] = "ncclRecv";
     struct call k;
     ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
+    if (r == ncclSuccess) r = host_bufs(fn, NULL, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
     return done(&k, fn, loom_recv(recvbuff, count, k.dt, peer, k.c->lc), NULL, NULL);

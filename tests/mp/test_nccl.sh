@@ -106,6 +106,22 @@ check "ncclCommInitAll(ndev 0) under NCCL_DEBUG=WARN: refused, a WARN line names
 out=$(timeout 60 "$prog" initall 0 2>&1)
 check "... and nothing on stderr without NCCL_DEBUG" bash -c '! grep -q "NCCL WARN" <<<"$1"' _ "$out"
 
+# Device memory, where CUDA's driver is loaded: a stand-in for
+# libcuda.so.1 says which buffers are device memory.
+mkdir -p "$tmp/cuda"
+if ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/mp/cuda_stub.c" \
+        -o "$tmp/cuda/libcuda.so.1"; then
+    out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 60 \
+        "$BUILDDIR/tests/mp/nccl_devptr" 2>&1); rc=$?
+    check "device buffers refused, host and managed ones used (exit $rc): $(tail -1 <<<"$out")" \
+        [ $rc = 0 ]
+    [ $rc = 0 ] || echo "$out" | tail -12
+    out=$(timeout 60 "$BUILDDIR/tests/mp/nccl_devptr" 2>&1); rc=$?
+    check "without a CUDA driver the device check is not made (exit $rc)" [ $rc = 77 ]
+else
+    bad "build the stand-in libcuda.so.1"
+fi
+
 # ------------------------------------------------------------- installed
 if [ "$(sed -n "s/^build_libtool_libs=//p" "$BUILDDIR/libtool" 2>/dev/null | head -1)" = no ]; then
     echo "static-only build: no libnccl.so.2 to install"
