@@ -553,6 +553,13 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
     if (r != ncclSuccess) {
         char why[sizeof tl_err];
         memcpy(why, tl_err, sizeof why);
+        struct siblings *sib = NULL;
+        for (int i = 0; i < ndev; i++)
+            if (comms[i] && comms[i]->sib) sib = comms[i]->sib;
+        if (sib) {
+            free(sib->lcs);
+            free(sib);
+        }
         for (int i = 0; i < ndev; i++)
             if (comms[i]) {
                 if (comms[i]->lc) loom_comm_abort(comms[i]->lc);
