@@ -5,6 +5,7 @@
  *   nccl_prog run RANK NRANKS IDFILE       every call, checked
  *   nccl_prog mismatch RANK NRANKS IDFILE  ranks pass different counts
  *   nccl_prog kill RANK NRANKS IDFILE      the last rank dies mid-job
+ *   nccl_prog pair P NPROC IDFILE          ranks 2P, 2P+1 of 2*NPROC here
  *   nccl_prog initall NDEV                 NDEV ranks in this process
  *
  * Rank 0 makes the ncclUniqueId and hands it to the others in IDFILE.
@@ -612,6 +613,59 @@ static int mode_kill(const char *idfile)
     return g_fail ? 1 : 0;
 }
 
+/* Two ranks in each process, created in one group by one thread (as
+ * nccl-tests -g 2 does), then driven together: ranks 2p and 2p+1 here. */
+static int mode_pair(const char *idfile)
+{
+    ncclUniqueId id;
+    get_id(idfile, &id);
+    int n = 2 * g_n;
+    ncclComm_t c[2];
+    NCCLCHECK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) NCCLCHECK(ncclCommInitRank(&c[k], n, id, 2 * g_rank + k));
+    NCCLCHECK(ncclGroupEnd());
+    size_t count = 5000;
+    double *buf[2], *in[2];
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        int r = -1;
+        NCCLCHECK(ncclCommUserRank(c[k], &r));
+        bad += r != 2 * g_rank + k;
+        buf[k] = xmalloc(count * 8);
+        in[k] = xmalloc(count * 8);
+        for (size_t i = 0; i < count; i++) buf[k][i] = (double)(r + 1) * (double)i;
+    }
+    expect(bad == 0, "two ranks per process: their ranks");
+    NCCLCHECK(ncclGroupStart());
+    for (int k = 0; k < 2; k++)
+        NCCLCHECK(ncclAllReduce(buf[k], buf[k], count, ncclDouble, ncclSum, c[k], NULL));
+    NCCLCHECK(ncclGroupEnd());
+    bad = 0;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < count; i++) bad += buf[k][i] != (double)(n * (n + 1) / 2) * (double)i;
+    expect(bad == 0, "two ranks per process: an allreduce on both in one group");
+    NCCLCHECK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+        int r = 2 * g_rank + k;
+        NCCLCHECK(ncclSend(buf[k], count, ncclDouble, (r + 1) % n, c[k], NULL));
+        NCCLCHECK(ncclRecv(in[k], count, ncclDouble, (r + n - 1) % n, c[k], NULL));
+    }
+    NCCLCHECK(ncclGroupEnd());
+    bad = 0;
+    for (int k = 0; k < 2; k++)
+        bad += memcmp(in[k], buf[k], count * 8) != 0; /* every rank holds the same sums */
+    expect(bad == 0, "two ranks per process: a ring of send/recv");
+    double t0 = now();
+    for (int k = 0; k < 2; k++) {
+        NCCLCHECK(ncclCommDestroy(c[k]));
+        free(buf[k]);
+        free(in[k]);
+    }
+    expect(now() - t0 < 5, "destroying both ranks, one after the other, is prompt");
+    printf("rank %d of %d (pair): %d passed, %d failed\n", g_rank, g_n, g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+
 /* Several ranks in one process, driven from one thread. */
 static int mode_initall(int ndev)
 {
@@ -673,7 +727,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && !strcmp(argv[1], "initall")) return mode_initall(atoi(argv[2]));
     if (argc != 5) {
-        fprintf(stderr, "usage: %s run|mismatch|kill RANK NRANKS IDFILE | initall NDEV\n", argv[0]);
+        fprintf(stderr, "usage: %s run|mismatch|kill|pair RANK NRANKS IDFILE | initall NDEV\n", argv[0]);
         return 2;
     }
     g_rank = atoi(argv[2]);
@@ -681,5 +735,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "run")) return mode_run(argv[4]);
     if (!strcmp(argv[1], "mismatch")) return mode_mismatch(argv[4]);
     if (!strcmp(argv[1], "kill")) return mode_kill(argv[4]);
+    if (!strcmp(argv[1], "pair")) return mode_pair(argv[4]);
     return 2;
 }

@@ -6,7 +6,8 @@
 #    the refused calls, on 2 and 4 ranks over shared memory and TCP;
 #  - ranks passing different counts, a rank that dies (ncclRemoteError,
 #    ncclCommGetAsyncError, ncclCommAbort returning at once);
-#  - ncclCommInitAll: several ranks in one process, driven by one thread;
+#  - ncclCommInitAll: several ranks in one process, driven by one thread,
+#    and two processes each creating two ranks in one group;
 #  - installed: the same source built with `cc -lnccl` against the
 #    installed libnccl.so, and a binary linked against another library
 #    whose soname is libnccl.so.2 (as one built with NVIDIA's is), run
@@ -94,6 +95,8 @@ for t in "" tcp; do
     done
 done
 job "mismatched counts on 3 ranks" mismatch 3 "$prog"
+job "2 processes of 2 ranks, each pair created in one group" pair 2 "$prog"
+job "... over tcp" pair 2 "$prog" LOOM_TRANSPORT=tcp
 job "a rank dies, 3 ranks" kill 3 "$prog"
 job "a rank dies, 3 ranks over tcp" kill 3 "$prog" LOOM_TRANSPORT=tcp
 out=$(timeout 60 "$prog" initall 3 2>&1); rc=$?
