@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +58,7 @@ struct ncclComm {
     loom_comm_t lc;      /* NULL while the init waits for ncclGroupEnd */
     int nranks, rank, cudev;
     int pending;         /* created at the outermost ncclGroupEnd */
+    atomic_int inflight; /* calls under way, or queued in an open group */
     int finalized;
     ncclResult_t init_result; /* of a deferred init */
     ncclUniqueId id;
@@ -232,6 +234,7 @@ static struct ncclComm *comm_new(int nranks, int rank)
     struct ncclComm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->magic = COMM_MAGIC;
+    atomic_init(&c->inflight, 0);
     c->nranks = nranks;
     c->rank = rank;
     pthread_mutex_init(&c->mu, NULL);
@@ -263,6 +266,8 @@ static _Thread_local int tl_npending, tl_cappending;
 static _Thread_local void **tl_tmp;
 static _Thread_local int tl_ntmp, tl_captmp;
 static _Thread_local ncclResult_t tl_group_err;
+static _Thread_local struct ncclComm **tl_queued; /* one entry per queued call */
+static _Thread_local int tl_nqueued, tl_capqueued;
 
 static int push_ptr(void ***arr, int *n, int *cap, void *p)
 {
@@ -327,8 +332,12 @@ ncclResult_t ncclGroupEnd(void)
     int n = tl_npending;
     struct init_job *jobs = n ? calloc((size_t)n, sizeof *jobs) : NULL;
     if (n && !jobs) {
-        res = fail(ncclSystemError, "ncclGroupEnd: out of memory");
-        n = 0;
+        res = fail(ncclSystemError, "ncclGroupEnd: out of memory for %d communicators", n);
+        for (int i = 0; i < n; i++) { /* they failed to initialise */
+            tl_pending[i]->pending = 0;
+            tl_pending[i]->init_result = ncclSystemError;
+        }
+        n = tl_npending = 0;
     }
     for (int i = 0; i < n; i++) {
         jobs[i].c = tl_pending[i];
@@ -343,6 +352,8 @@ ncclResult_t ncclGroupEnd(void)
         ncclResult_t r = from_loom(loom_group_end(), "ncclGroupEnd", NULL);
         if (res == ncclSuccess) res = r;
     }
+    for (int i = 0; i < tl_nqueued; i++) atomic_fetch_sub(&tl_queued[i]->inflight, 1);
+    tl_nqueued = 0;
     for (int i = 0; i < n; i++) {
         if (jobs[i].started) pthread_join(jobs[i].th, NULL);
         struct ncclComm *c = jobs[i].c;
@@ -621,6 +632,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
     return ncclSuccess;
 }
 
+static ncclResult_t not_busy(struct ncclComm *c, const char *fn);
+
 static void *destroy_thread(void *arg)
 {
     loom_comm_destroy(*(loom_comm_t *)arg);
@@ -668,6 +681,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
         return fail(ncclInvalidUsage,
                     "ncclCommDestroy: comm %p is still being created (close its group first)",
                     (void *)comm);
+    r = not_busy(c, "ncclCommDestroy");
+    if (r != ncclSuccess) return r;
     if (c->lc && !sibling_leave(c, 0))
         r = from_loom(loom_comm_destroy(c->lc), "ncclCommDestroy", NULL);
     comm_free(c);
@@ -684,6 +699,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
         return fail(ncclInvalidUsage,
                     "ncclCommAbort: comm %p is still being created (close its group first)",
                     (void *)comm);
+    r = not_busy(c, "ncclCommAbort");
+    if (r != ncclSuccess) return r;
     /* Loom's abort waits for no peer. */
     if (c->lc && !sibling_leave(c, 1))
         r = from_loom(loom_comm_abort(c->lc), "ncclCommAbort", NULL);
@@ -998,11 +1015,37 @@ static ncclResult_t scaled_input(struct call *k, const char *fn, const void *src
     return ncclSuccess;
 }
 
+/* The call is under way on k->c (ncclCommAbort and ncclCommDestroy
+ * refuse it meanwhile): until done() outside a group, until the
+ * outermost ncclGroupEnd inside one. */
+static void begin(struct call *k)
+{
+    atomic_fetch_add(&k->c->inflight, 1);
+    if (tl_depth > 0 &&
+        push_ptr((void ***)&tl_queued, &tl_nqueued, &tl_capqueued, k->c) != 0)
+        atomic_fetch_sub(&k->c->inflight, 1); /* no room: not counted */
+}
+
 static ncclResult_t done(struct call *k, const char *fn, loom_result_t lr, const void *scaled,
                          const void *orig)
 {
     if (scaled != orig && tl_depth == 0) free((void *)scaled);
-    return group_note(from_loom(lr, fn, k->c));
+    ncclResult_t r = group_note(from_loom(lr, fn, k->c));
+    if (tl_depth == 0) atomic_fetch_sub(&k->c->inflight, 1); /* k->c is not read after */
+    return r;
+}
+
+/* Loom cannot stop a call under way in another thread: destroying or
+ * aborting its communicator meanwhile would pull it from under it. */
+static ncclResult_t not_busy(struct ncclComm *c, const char *fn)
+{
+    int n = atomic_load(&c->inflight);
+    if (n == 0) return ncclSuccess;
+    return fail(ncclInvalidUsage,
+                "%s: %d call(s) on comm %p are under way in another thread or queued in an "
+                "open group; Loom cannot interrupt them (they end when a peer fails or their "
+                "deadline, LOOM_TIMEOUT, passes): call %s after they return",
+                fn, n, (void *)c, fn);
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -1017,6 +1060,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (r == ncclSuccess) r = enter_op(fn);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_allreduce(in, recvbuff, count, k.dt, k.op, k.c->lc), in, sendbuff);
 }
 
@@ -1032,6 +1076,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (r == ncclSuccess) r = enter_op(fn);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_reduce(in, recvbuff, count, k.dt, k.op, root, k.c->lc), in,
                 sendbuff);
 }
@@ -1054,6 +1099,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
             r = scaled_input(&k, fn, sendbuff, recvcount * (size_t)k.c->nranks, &in);
     }
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_reduce_scatter(in, recvbuff, recvcount, k.dt, k.op, k.c->lc), in,
                 sendbuff);
 }
@@ -1067,6 +1113,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_broadcast(sendbuff, recvbuff, count, k.dt, root, k.c->lc), NULL,
                 NULL);
 }
@@ -1080,6 +1127,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
     if (r == ncclSuccess) r = host_bufs(fn, buff, buff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_broadcast(buff, buff, count, k.dt, root, k.c->lc), NULL, NULL);
 }
 
@@ -1092,6 +1140,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
     if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_allgather(sendbuff, recvbuff, sendcount, k.dt, k.c->lc), NULL, NULL);
 }
 
@@ -1104,6 +1153,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
     if (r == ncclSuccess) r = host_bufs(fn, sendbuff, NULL);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_send(sendbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
 }
 
@@ -1116,6 +1166,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
     if (r == ncclSuccess) r = host_bufs(fn, NULL, recvbuff);
     if (r == ncclSuccess) r = enter_op(fn);
     if (r != ncclSuccess) return group_note(r);
+    begin(&k);
     return done(&k, fn, loom_recv(recvbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
 }
 

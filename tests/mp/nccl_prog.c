@@ -6,6 +6,7 @@
  *   nccl_prog mismatch RANK NRANKS IDFILE  ranks pass different counts
  *   nccl_prog kill RANK NRANKS IDFILE      the last rank dies mid-job
  *   nccl_prog pair P NPROC IDFILE          ranks 2P, 2P+1 of 2*NPROC here
+ *   nccl_prog abortbusy RANK NRANKS IDFILE ncclCommAbort during a call
  *   nccl_prog initall NDEV                 NDEV ranks in this process
  *
  * Rank 0 makes the ncclUniqueId and hands it to the others in IDFILE.
@@ -14,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -613,6 +615,53 @@ static int mode_kill(const char *idfile)
     return g_fail ? 1 : 0;
 }
 
+/* ncclCommAbort from a watchdog thread while the main thread waits in a
+ * call (rank 1 comes 2 s late): refused at once, as Loom cannot
+ * interrupt the call; once it returns, the abort goes through. */
+struct busy {
+    ncclComm_t comm;
+    float *buf;
+    ncclResult_t r;
+};
+
+static void *busy_main(void *arg)
+{
+    struct busy *b = arg;
+    b->r = ncclAllReduce(b->buf, b->buf, 1024, ncclFloat, ncclSum, b->comm, NULL);
+    return NULL;
+}
+
+static int mode_abortbusy(const char *idfile)
+{
+    ncclUniqueId id;
+    get_id(idfile, &id);
+    ncclComm_t comm;
+    NCCLCHECK(ncclCommInitRank(&comm, g_n, id, g_rank));
+    struct busy b = {comm, xmalloc(1024 * 4), ncclInternalError};
+    if (g_rank != 0) {
+        nanosleep(&(struct timespec){2, 0}, NULL);
+        NCCLCHECK(ncclAllReduce(b.buf, b.buf, 1024, ncclFloat, ncclSum, comm, NULL));
+        ncclCommDestroy(comm); /* rank 0 may have aborted by now */
+        printf("rank %d of %d (abortbusy): %d passed, %d failed\n", g_rank, g_n, g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, busy_main, &b) != 0) return 1;
+    nanosleep(&(struct timespec){0, 300000000}, NULL);
+    double t0 = now();
+    expect_err(ncclCommAbort(comm), ncclInvalidUsage, "under way",
+               "ncclCommAbort while another thread waits in a call is refused");
+    expect_err(ncclCommDestroy(comm), ncclInvalidUsage, "under way",
+               "so is ncclCommDestroy");
+    expect(now() - t0 < 1, "... at once");
+    pthread_join(th, NULL);
+    expect(b.r == ncclSuccess && b.buf[0] == 0, "the waiting call completes");
+    NCCLCHECK(ncclCommAbort(comm));
+    printf("rank %d of %d (abortbusy): %d passed, %d failed\n", g_rank, g_n, g_pass, g_fail);
+    free(b.buf);
+    return g_fail ? 1 : 0;
+}
+
 /* Two ranks in each process, created in one group by one thread (as
  * nccl-tests -g 2 does), then driven together: ranks 2p and 2p+1 here. */
 static int mode_pair(const char *idfile)
@@ -727,7 +776,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && !strcmp(argv[1], "initall")) return mode_initall(atoi(argv[2]));
     if (argc != 5) {
-        fprintf(stderr, "usage: %s run|mismatch|kill|pair RANK NRANKS IDFILE | initall NDEV\n", argv[0]);
+        fprintf(stderr, "usage: %s run|mismatch|kill|pair|abortbusy RANK NRANKS IDFILE | initall NDEV\n", argv[0]);
         return 2;
     }
     g_rank = atoi(argv[2]);
@@ -736,5 +785,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "mismatch")) return mode_mismatch(argv[4]);
     if (!strcmp(argv[1], "kill")) return mode_kill(argv[4]);
     if (!strcmp(argv[1], "pair")) return mode_pair(argv[4]);
+    if (!strcmp(argv[1], "abortbusy")) return mode_abortbusy(argv[4]);
     return 2;
 }

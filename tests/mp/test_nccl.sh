@@ -5,7 +5,8 @@
 #  - every collective, send/recv rings in (nested) groups, PreMulSum and
 #    the refused calls, on 2 and 4 ranks over shared memory and TCP;
 #  - ranks passing different counts, a rank that dies (ncclRemoteError,
-#    ncclCommGetAsyncError, ncclCommAbort returning at once);
+#    ncclCommGetAsyncError, ncclCommAbort returning at once), an abort
+#    while another thread waits in a call (refused: Loom cannot interrupt);
 #  - ncclCommInitAll: several ranks in one process, driven by one thread,
 #    and two processes each creating two ranks in one group;
 #  - installed: the same source built with `cc -lnccl` against the
@@ -98,6 +99,7 @@ job "mismatched counts on 3 ranks" mismatch 3 "$prog"
 job "2 processes of 2 ranks, each pair created in one group" pair 2 "$prog"
 job "... over tcp" pair 2 "$prog" LOOM_TRANSPORT=tcp
 job "a rank dies, 3 ranks" kill 3 "$prog"
+job "ncclCommAbort while another thread waits in a call" abortbusy 2 "$prog"
 job "a rank dies, 3 ranks over tcp" kill 3 "$prog" LOOM_TRANSPORT=tcp
 out=$(timeout 60 "$prog" initall 3 2>&1); rc=$?
 check "ncclCommInitAll: 3 ranks in one process (exit $rc): $(tail -1 <<<"$out")" \
@@ -145,7 +147,7 @@ cc=${LOOM_TEST_CC:-cc}
 # (LD_LIBRARY_PATH lets the linker find libloom.so.0 too: the installed
 # libraries' runpath is the configured libdir, not DESTDIR.)
 out=$(LD_LIBRARY_PATH=$libdir $cc -std=c11 -Wall -Wextra -Werror -I"$(dirname "$hdr")" "$SRCDIR/tests/mp/nccl_prog.c" \
-    -o "$tmp/prog_installed" -L"$libdir" -lnccl -lm 2>&1)
+    -o "$tmp/prog_installed" -L"$libdir" -lnccl -lm -pthread 2>&1)
 check "nccl_prog.c builds with -I<include> -lnccl against the installed library" [ $? = 0 ]
 [ -x "$tmp/prog_installed" ] || echo "$out" | tail -5
 if [ -x "$tmp/prog_installed" ]; then
@@ -159,7 +161,7 @@ nm -D --defined-only "$so" | awk '$3 ~ /^p?nccl/ { print "void " $3 "(void) {}" 
 $cc -shared -fPIC -Wl,-soname,libnccl.so.2 "$tmp/stub/stub.c" -o "$tmp/stub/libnccl.so.2" &&
     ln -s libnccl.so.2 "$tmp/stub/libnccl.so" &&
     LD_LIBRARY_PATH=$libdir $cc -I"$(dirname "$hdr")" "$SRCDIR/tests/mp/nccl_prog.c" -o "$tmp/prog_nv" \
-        -L"$tmp/stub" -lnccl -lm
+        -L"$tmp/stub" -lnccl -lm -pthread
 needed=$(readelf -d "$tmp/prog_nv" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(libnccl[^]]*\)\].*/\1/p')
 loaded=$(LD_LIBRARY_PATH=$libdir ldd "$tmp/prog_nv" 2>/dev/null | awk '$1 == "libnccl.so.2" { print $3 }')
 check "a binary needing $needed loads $loaded from LD_LIBRARY_PATH" \
