@@ -473,22 +473,27 @@ static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, char
 {
     transport[0] = '\0';
     if (!config) return ncclSuccess;
-    if (config->size < offsetof(ncclConfig_t, blocking) || config->magic != 0xcafebeef)
+    if (config->size < offsetof(ncclConfig_t, blocking))
         return fail(ncclInvalidArgument,
-                    "%s: config was not initialised with NCCL_CONFIG_INITIALIZER "
-                    "(size %zu, magic 0x%x)",
-                    fn, config->size, config->magic);
+                    "%s: config was not initialised with NCCL_CONFIG_INITIALIZER (size %zu)", fn,
+                    config->size);
+    if (config->magic != 0xcafebeef)
+        return fail(ncclInvalidArgument,
+                    "%s: config was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
+                    fn, config->magic);
 #define HAS(m) (config->size >= offsetof(ncclConfig_t, m) + sizeof config->m)
     if (HAS(blocking) && config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
         config->blocking != 1)
         return fail(ncclInvalidArgument, "%s: config->blocking is %d, not 0 or 1", fn,
                     config->blocking);
     if (HAS(netName) && config->netName) {
+        /* The network between hosts; within a host shared memory, as
+         * NCCL keeps its own transports there. */
         const char *t;
         if (!strcasecmp(config->netName, "Socket"))
-            t = "tcp";
+            t = "shm,tcp";
         else if (!strcasecmp(config->netName, "IB"))
-            t = "verbs";
+            t = "shm,verbs";
         else
             return fail(ncclInvalidArgument,
                         "%s: config->netName \"%.32s\" is not a network here "

@@ -670,9 +670,20 @@ static int mode_pair(const char *idfile)
     get_id(idfile, &id);
     int n = 2 * g_n;
     ncclComm_t c[2];
+    /* With a config: TCP between hosts, and non-blocking (which a
+     * library that completes every call may ignore). */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.netName = "Socket";
+    cfg.blocking = 0;
     NCCLCHECK(ncclGroupStart());
-    for (int k = 0; k < 2; k++) NCCLCHECK(ncclCommInitRank(&c[k], n, id, 2 * g_rank + k));
+    for (int k = 0; k < 2; k++)
+        NCCLCHECK(ncclCommInitRankConfig(&c[k], n, id, 2 * g_rank + k, &cfg));
     NCCLCHECK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++) { /* a non-blocking user polls */
+        ncclResult_t st = ncclInProgress;
+        NCCLCHECK(ncclCommGetAsyncError(c[k], &st));
+        expect(st == ncclSuccess, "the comm is ready after ncclGroupEnd");
+    }
     size_t count = 5000;
     double *buf[2], *in[2];
     int bad = 0;
