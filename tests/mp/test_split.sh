@@ -55,6 +55,16 @@ for tr in shm tcp; do
 done
 unset LOOM_TRANSPORT
 
+# Two hosts of two ranks (LOOM_HOSTNAME): every child spans both hosts
+# or lies in one, and the parent's picture of the hosts carries over.
+w=$(fake_hosts)
+rm -rf "$tmp/out"
+LOOM_RANKS_PER_HOST=2 timeout 120 "$LOOMRUN" -n 4 --keep-going --timeout 100 --output "$tmp/out" \
+    "$w" "$prog" basic >/dev/null 2>&1
+rm -f "$w"
+if all_ok "OK basic" 0 1 2 3; then ok "two hosts of two ranks: the basic splits and traffic"
+else bad "two hosts: basic"; why; fi
+
 for tr in shm tcp; do
     LOOM_TRANSPORT=$tr LOOM_TIMEOUT=3000 job 4 absent 3000
     if all_ok "OK absent" 0 1 2 3; then
