@@ -199,9 +199,17 @@ loom_result_t loom_comm_split(loom_comm_t h, int color, int key, const loom_conf
     /* 1. Every rank's card, over the parent. */
     r = loomi_call_allgather(fn, &mine, cards, sizeof mine, LOOM_UINT8, h, NULL, NULL);
     if (r != LOOM_SUCCESS) {
-        char was[300], absent[96];
+        char was[300], absent[96] = "";
         snprintf(was, sizeof was, "%s", loom_get_last_error());
-        name_absent(comm, atomic_load(&comm->call_no), absent, sizeof absent);
+        /* Only where the exchange ran out of time with every rank alive:
+         * a failed rank is named by the failure, and a rank that found
+         * the communicator revoked before it got here sends no word. */
+        loom_result_t code = LOOM_SUCCESS;
+        int failed = -1;
+        loomi_ctrl_reason(comm->ctrl, &code, &failed, absent, sizeof absent);
+        absent[0] = '\0';
+        if (code == LOOM_ERR_TIMEOUT && loomi_ctrl_failed(comm->ctrl, NULL, NULL) == 0)
+            name_absent(comm, atomic_load(&comm->call_no), absent, sizeof absent);
         if (absent[0]) {
             char tmo[128];
             loomi_timeout_str(&comm->set, tmo, sizeof tmo);
@@ -233,7 +241,7 @@ loom_result_t loom_comm_split(loom_comm_t h, int color, int key, const loom_conf
     const uint64_t deadline = t0 + (uint64_t)comm->set.timeout_ms;
     int k = loomi_split_order(colors, keys, n, color, members);
     loom_result_t built = LOOM_SUCCESS;
-    char why[256] = "";
+    char why[320] = "";
     if (k < 0) {
         built = loomi_fail(LOOM_ERR_NO_MEMORY, me, "%s: out of memory", fn);
     } else if (k > 0) {
@@ -261,7 +269,17 @@ loom_result_t loom_comm_split(loom_comm_t h, int color, int key, const loom_conf
             built = loomi_comm_child(comm, &spec, &child);
         }
     }
-    if (built != LOOM_SUCCESS) snprintf(why, sizeof why, "%s", loom_get_last_error());
+    if (built != LOOM_SUCCESS) {
+        /* Ranks in the message of a failed build are numbered in the new
+         * communicator. */
+        char was[200];
+        snprintf(was, sizeof was, "%s", loom_get_last_error());
+        if (strncmp(was, fn, strlen(fn)) == 0)
+            snprintf(why, sizeof why, "%s", was);
+        else
+            snprintf(why, sizeof why, "%s: building colour %d (ranks numbered in it): %s", fn,
+                     color, was);
+    }
 
     /* 3. Every colour, or none. */
     uint64_t ok = built == LOOM_SUCCESS;

@@ -22,6 +22,10 @@
  *           operations on the parent and on the child holding VICTIM
  *           must fail within LOOM_TIMEOUT, the other child must work.
  *           "OK kill parent_ms=P child_ms=C|sibling=ok".
+ *   killsplit  the ranks split over and over (and use and destroy each
+ *           child) while rank VICTIM is SIGKILLed at a random moment in
+ *           the first 0.4 s: every survivor's split must fail, none hang
+ *           and no *newcomm be set.  "OK killsplit after N splits ...".
  *   absent  the last rank never calls loom_comm_split: the others must
  *           fail within LOOM_TIMEOUT (plus a second) with a message
  *           naming it.  "OK absent ms=T code=... msg=...".
@@ -294,6 +298,42 @@ static int kill_mode(loom_comm_t parent, int victim)
     return 0;
 }
 
+static void *killer(void *arg)
+{
+    usleep((useconds_t)(uintptr_t)arg);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int killsplit(loom_comm_t parent, int victim)
+{
+    srand((unsigned)getpid());
+    CHECK(loom_barrier(parent));
+    if (rank == victim) {
+        pthread_t th;
+        pthread_create(&th, NULL, killer, (void *)(uintptr_t)(rand() % 400000));
+    }
+    double t0 = now_ms();
+    int done = 0;
+    loom_result_t r = LOOM_SUCCESS;
+    for (int it = 0; it < 1000; it++) {
+        loom_comm_t c = (loom_comm_t)1;
+        r = loom_comm_split(parent, rank % 2, rank, NULL, &c);
+        if (r != LOOM_SUCCESS) {
+            if (c) FAIL("*newcomm set after an error");
+            break;
+        }
+        int32_t x = 1, y;
+        (void)loom_allreduce(&x, &y, 1, LOOM_INT32, LOOM_SUM, c); /* may see the death */
+        CHECK(loom_comm_destroy(c));
+        done++;
+    }
+    if (r == LOOM_SUCCESS) FAIL("1000 splits and the death of rank %d never seen", victim);
+    printf("OK killsplit after %d splits, %.0f ms: %s (%.100s)\n", done, now_ms() - t0,
+           loom_strerror(r), loom_get_last_error());
+    return 0;
+}
+
 static int absent(loom_comm_t parent, int timeout_ms)
 {
     const int last = nranks - 1;
@@ -397,6 +437,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "abort")) rc = abort_mode(comm, 0);
     else if (!strcmp(mode, "revoke")) rc = abort_mode(comm, 1);
     else if (!strcmp(mode, "kill")) return kill_mode(comm, argc > 2 ? atoi(argv[2]) : 3);
+    else if (!strcmp(mode, "killsplit")) return killsplit(comm, argc > 2 ? atoi(argv[2]) : 3);
     else if (!strcmp(mode, "absent")) return absent(comm, argc > 2 ? atoi(argv[2]) : 3000);
     else if (!strcmp(mode, "errors")) rc = errors(comm);
     else if (!strcmp(mode, "destroy")) return destroy_mode(comm);

@@ -7,7 +7,8 @@
 # the parent and its own child fail within LOOM_TIMEOUT while the other
 # child goes on; a rank that never calls split is named within
 # LOOM_TIMEOUT; the mistakes give their errors; children outlive a
-# destroyed parent.
+# destroyed parent; a rank killed during splits leaves every survivor
+# with an error, not a hang.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_split
 tmp=$(mktemp -d)
@@ -51,6 +52,19 @@ for tr in shm tcp; do
                 ok "$tr: rank $victim killed: parent and its child fail on every survivor within ${worst} ms (LOOM_TIMEOUT $LOOM_TIMEOUT), the other child works"
             else bad "$tr: rank $victim killed: an error took $worst ms"; fi
         else bad "$tr: kill $victim"; why; fi
+    done
+
+    # A rank killed at a random moment while the ranks split over and
+    # over: every survivor's split fails (none hangs, none keeps a child),
+    # and no survivor is named as one that never called split.
+    for victim in 0 3; do
+        t0=$SECONDS
+        job 4 killsplit $victim
+        surv=""; for r in 0 1 2 3; do [ $r != $victim ] && surv="$surv $r"; done
+        named=$(for r in $surv; do tail -1 "$tmp/out/rank.$r.out"; done | grep -o 'ranks\? [0-9, ]* never called' | grep -v "^ranks\? $victim never" | head -1)
+        if all_ok "OK killsplit" $surv && [ -z "$named" ]; then
+            ok "$tr: rank $victim killed during splits: every survivor's split fails, in $((SECONDS - t0)) s ($(tail -1 "$tmp/out/rank.$(echo $surv | cut -d' ' -f1).out" | cut -d' ' -f3-8 | tr -d ,))"
+        else bad "$tr: killsplit $victim ${named:+(blamed: $named)}"; why; fi
     done
 done
 unset LOOM_TRANSPORT
