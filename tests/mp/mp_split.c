@@ -10,7 +10,8 @@
  *           against the expected order, and its allreduce and a ring of
  *           sends against the values; then allreduces and allgathers on
  *           the parent and on two children at once (non-blocking, one
- *           thread), and the parent and a child from two threads.
+ *           thread), and the parent and a child from two threads; and a
+ *           split of a child.
  *           "OK basic ...".
  *   abort   even/odd children; rank 0 aborts its child (loom_comm_abort):
  *           rank 2's next operation on it must fail, and the parent and
@@ -179,6 +180,24 @@ static int basic(loom_comm_t parent)
     child_traffic(eo, m1, 1);
     child_traffic(pair, m2, 2);
     if (most) child_traffic(most, m3, 3);
+    /* A split of a split: the even/odd child in one colour, keys
+     * reversing its order; the grandchild's ranks are the child's
+     * reversed, and its allreduce runs beside its parent's. */
+    {
+        int cr, cn;
+        CHECK(loom_comm_rank(eo, &cr));
+        CHECK(loom_comm_size(eo, &cn));
+        loom_comm_t g;
+        CHECK(loom_comm_split(eo, 0, -cr, NULL, &g));
+        int gr, gn;
+        CHECK(loom_comm_rank(g, &gr));
+        CHECK(loom_comm_size(g, &gn));
+        if (gn != cn || gr != cn - 1 - cr) FAIL("grandchild: rank %d of %d, child rank %d of %d", gr, gn, cr, cn);
+        int gm[64];
+        for (int i = 0; i < gn; i++) gm[i] = m1[gn - 1 - i];
+        child_traffic(g, gm, 4);
+        CHECK(loom_comm_destroy(g));
+    }
 
     /* At once on one thread: the parent and two children. */
     for (int it = 0; it < 20; it++) {

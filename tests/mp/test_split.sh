@@ -33,8 +33,12 @@ for tr in shm tcp; do
     export LOOM_TRANSPORT=$tr
     job 4 basic
     if all_ok "OK basic" 0 1 2 3; then
-        ok "$tr: even/odd, pairs with reversed keys, NOCOLOR: ranks, allgather order, allreduce, sends right; parent and children at once, one thread and two ($(tail -1 "$tmp/out/rank.0.out" | cut -d' ' -f3))"
+        ok "$tr: even/odd, pairs with reversed keys, NOCOLOR, a split of a split: ranks, allgather order, allreduce, sends right; parent and children at once, one thread and two ($(tail -1 "$tmp/out/rank.0.out" | cut -d' ' -f3))"
     else bad "$tr: basic"; why; fi
+    # Groups of unequal sizes, one of a single rank.
+    job 5 basic
+    if all_ok "OK basic" 0 1 2 3 4; then ok "$tr: the same on 5 ranks"
+    else bad "$tr: basic on 5 ranks"; why; fi
 
     for m in abort revoke; do
         job 4 $m
