@@ -634,6 +634,30 @@ Test(api, comm_split)
     cr_assert_null(c);
 }
 
+/* cfg's fields override the parent's settings; NULL inherits them. */
+Test(api, comm_split_settings)
+{
+    struct loom_comm *p = loomi_comm_get(comm);
+    cr_assert_not_null(p);
+    loom_comm_t a, b;
+    cr_assert_eq(loom_comm_split(comm, 0, 0, NULL, &a), LOOM_SUCCESS, "%s", loom_get_last_error());
+    struct loom_comm *ca = loomi_comm_get(a);
+    cr_assert_eq(ca->set.timeout_ms, p->set.timeout_ms);
+    cr_assert_eq(ca->algo_forced[LOOMI_COLL_ALLREDUCE], p->algo_forced[LOOMI_COLL_ALLREDUCE]);
+    loom_config_t cfg;
+    loom_config_init(&cfg);
+    cfg.timeout_ms = 1234;
+    cfg.algo = "allreduce:ring";
+    cr_assert_eq(loom_comm_split(comm, 0, 0, &cfg, &b), LOOM_SUCCESS, "%s", loom_get_last_error());
+    struct loom_comm *cb = loomi_comm_get(b);
+    cr_assert_eq(cb->set.timeout_ms, 1234);
+    cr_assert_neq(cb->algo_forced[LOOMI_COLL_ALLREDUCE], LOOMI_ALGO_AUTO);
+    cr_assert_eq(cb->set.tcp_streams, p->set.tcp_streams, "a field cfg leaves 0 is inherited");
+    cr_assert_eq(p->set.timeout_ms == 1234, 0, "the parent keeps its own");
+    cr_assert_eq(loom_comm_destroy(a), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_destroy(b), LOOM_SUCCESS);
+}
+
 /* The order of a split: by key, then by rank, one colour at a time. */
 Test(api, comm_split_order)
 {
