@@ -27,12 +27,20 @@
  *           child) while rank VICTIM is SIGKILLed at a random moment in
  *           the first 0.4 s: every survivor's split must fail, none hang
  *           and no *newcomm be set.  "OK killsplit after N splits ...".
+ *   othercall  the last rank calls loom_allreduce where the others call
+ *           loom_comm_split: every rank fails (LOOM_ERR_MISMATCH).
+ *           "OK othercall ms=T code=... msg=...".
  *   absent  the last rank never calls loom_comm_split: the others must
  *           fail within LOOM_TIMEOUT (plus a second) with a message
  *           naming it.  "OK absent ms=T code=... msg=...".
  *   errors  the mistakes: NULL newcomm, a negative colour, NULL and stale
  *           handles, a bad cfg, a call inside a group; then a split that
  *           works.  "OK errors".
+ *   late    a child of every rank; rank 1 sends to rank 0 and destroys
+ *           its child at once, rank 2 does the same 0.3 s later; rank 0
+ *           receives rank 2's message first (and meanwhile rank 1's and
+ *           its goodbye), then rank 1's, which must still be there.
+ *           "OK late".
  *   destroy even/odd children with a cfg; the parent destroyed, the
  *           children must go on (allreduce, allgather, sends).
  *           "OK destroy".
@@ -353,6 +361,28 @@ static int killsplit(loom_comm_t parent, int victim)
     return 0;
 }
 
+/* The last rank makes another collective call where the others split:
+ * every rank fails, none hangs, and the message names the calls. */
+static int othercall(loom_comm_t parent)
+{
+    const int last = nranks - 1;
+    loom_result_t r;
+    double t0 = now_ms();
+    if (rank == last) {
+        float x[5] = {0}, y[5];
+        r = loom_allreduce(x, y, 5, LOOM_FLOAT32, LOOM_SUM, parent);
+    } else {
+        loom_comm_t c = (loom_comm_t)1;
+        r = loom_comm_split(parent, 0, 0, NULL, &c);
+        if (c) FAIL("*newcomm set after an error");
+    }
+    if (r == LOOM_SUCCESS) FAIL("the call succeeded");
+    printf("OK othercall ms=%.0f code=%s msg=%.200s\n", now_ms() - t0, loom_strerror(r),
+           loom_get_last_error());
+    loom_comm_abort(parent);
+    return 0;
+}
+
 static int absent(loom_comm_t parent, int timeout_ms)
 {
     const int last = nranks - 1;
@@ -418,6 +448,35 @@ static int errors(loom_comm_t parent)
     return 0;
 }
 
+/* A rank that sends and at once destroys its communicator: the peer's
+ * receive, posted later, still gets the message (on a child, whose
+ * members come and go while the parent stays). */
+static int late(loom_comm_t parent)
+{
+    loom_comm_t child;
+    CHECK(loom_comm_split(parent, 0, rank, NULL, &child));
+    int v = 1000 + rank, got = -1;
+    if (rank == 1) {
+        CHECK(loom_send(&v, 1, LOOM_INT32, 0, child));
+        CHECK(loom_comm_destroy(child));
+    } else if (rank == 2) {
+        usleep(300000);
+        CHECK(loom_send(&v, 1, LOOM_INT32, 0, child));
+        CHECK(loom_comm_destroy(child));
+    } else if (rank == 0) {
+        /* Waiting for rank 2 reads rank 1's message and its goodbye. */
+        CHECK(loom_recv(&got, 1, LOOM_INT32, 2, child));
+        CHECK(loom_recv(&got, 1, LOOM_INT32, 1, child));
+        if (got != 1001) FAIL("received %d from the departed rank 1", got);
+        CHECK(loom_comm_destroy(child));
+    } else {
+        CHECK(loom_comm_destroy(child));
+    }
+    CHECK(loom_barrier(parent));
+    printf("OK late\n");
+    return 0;
+}
+
 static int destroy_mode(loom_comm_t parent)
 {
     int m[64], k;
@@ -457,6 +516,8 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "revoke")) rc = abort_mode(comm, 1);
     else if (!strcmp(mode, "kill")) return kill_mode(comm, argc > 2 ? atoi(argv[2]) : 3);
     else if (!strcmp(mode, "killsplit")) return killsplit(comm, argc > 2 ? atoi(argv[2]) : 3);
+    else if (!strcmp(mode, "late")) rc = late(comm);
+    else if (!strcmp(mode, "othercall")) return othercall(comm);
     else if (!strcmp(mode, "absent")) return absent(comm, argc > 2 ? atoi(argv[2]) : 3000);
     else if (!strcmp(mode, "errors")) rc = errors(comm);
     else if (!strcmp(mode, "destroy")) return destroy_mode(comm);

@@ -90,6 +90,19 @@ for tr in shm tcp; do
     else bad "$tr: absent"; why; fi
 done
 
+for tr in shm tcp; do
+    LOOM_TRANSPORT=$tr job 4 othercall
+    if all_ok "OK othercall" 0 1 2 3 && grep -q "rank 3 called loom_allreduce" "$tmp/out/rank.0.out"; then
+        ok "$tr: rank 3 calls loom_allreduce where the others split: LOOM_ERR_MISMATCH everywhere within $(grep -ho 'ms=[0-9]*' "$tmp"/out/rank.*.out | cut -d= -f2 | sort -n | tail -1) ms, naming it"
+    else bad "$tr: othercall"; why; grep -h OK "$tmp"/out/rank.0.out; fi
+done
+
+for tr in shm tcp; do
+    LOOM_TRANSPORT=$tr job 4 late
+    if all_ok "OK late" 0 1 2 3; then ok "$tr: a message sent just before its sender destroyed the child is received after the goodbye"
+    else bad "$tr: late"; why; fi
+done
+
 job 2 errors
 if all_ok "OK errors" 0 1; then ok "mistakes: NULL newcomm, colour -2, NULL and stale comm, bad cfg, inside a group"
 else bad "errors"; why; fi
