@@ -73,6 +73,11 @@ for tr in shm tcp; do
 done
 unset LOOM_TRANSPORT
 
+# Sealed connections (LOOM_ENCRYPT): the children's are sealed too.
+LOOM_TRANSPORT=tcp LOOM_ENCRYPT=1 job 4 basic
+if all_ok "OK basic" 0 1 2 3; then ok "tcp, LOOM_ENCRYPT=1: the basic splits and traffic"
+else bad "LOOM_ENCRYPT=1: basic"; why; fi
+
 # Two hosts of two ranks (LOOM_HOSTNAME): every child spans both hosts
 # or lies in one, and the parent's picture of the hosts carries over.
 w=$(fake_hosts)
