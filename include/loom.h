@@ -212,6 +212,19 @@ loom_result_t loom_comm_get_failed(loom_comm_t comm, int *ranks, int capacity, i
  * within LOOM_TIMEOUT. */
 loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm);
 
+/* Collective over every rank of comm: the ranks that pass the same color
+ * (>= 0) form *newcomm, ranked by key, then by their rank in comm (as
+ * ncclCommSplit and MPI_Comm_split).  A rank passing LOOM_SPLIT_NOCOLOR
+ * gets *newcomm = NULL.  The colours and keys go over comm itself and the
+ * new communicators are connected over its control plane, with no new
+ * rendezvous; each has transports and a control plane of its own, so
+ * that a failure or revocation in one stays there, and it outlives comm
+ * (loom_comm_destroy(comm) leaves it working).  cfg NULL: comm's
+ * settings; otherwise the fields it sets override them. */
+#define LOOM_SPLIT_NOCOLOR (-1)
+loom_result_t loom_comm_split(loom_comm_t comm, int color, int key, const loom_config_t *cfg,
+                              loom_comm_t *newcomm);
+
 /* Collective over the ranks not known failed, fault tolerant, and on a
  * revoked communicator too: every rank contributes *value and every rank
  * that returns LOOM_SUCCESS gets the same result in *value, the minimum

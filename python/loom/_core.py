@@ -32,6 +32,7 @@ INT8, UINT8, INT32, UINT32, INT64, UINT64 = 0, 1, 2, 3, 4, 5
 FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 6, 7, 8, 9
 
 SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
+SPLIT_NOCOLOR = -1  # LOOM_SPLIT_NOCOLOR
 _OPS = {"sum": SUM, "prod": PROD, "product": PROD, "max": MAX, "min": MIN, "avg": AVG,
         "mean": AVG}
 
@@ -1649,6 +1650,22 @@ class Communicator:
         with self._lock:
             _check(lib.loom_comm_shrink(self._handle(), byref(nh)))
         return Communicator(nh)
+
+    def split(self, color, key=None, **settings):
+        """Collective over every rank (``loom_comm_split``): the ranks
+        passing the same color (an int >= 0) form a new communicator,
+        ranked by key (default: this rank), then by rank.  color None or
+        SPLIT_NOCOLOR: this rank joins none and gets None.  Keyword
+        settings (as for :meth:`from_env`) override this communicator's;
+        the new one outlives it and fails on its own."""
+        col = SPLIT_NOCOLOR if color is None else int(color)
+        k = self.rank if key is None else int(key)
+        c = _config(**settings) if settings else None
+        nh = ctypes.c_void_p()
+        with self._lock:
+            _check(lib.loom_comm_split(self._handle(), col, k, byref(c) if c is not None else None,
+                                       byref(nh)))
+        return Communicator(nh) if nh.value else None
 
     def agree(self, value, op=MIN):
         """Fault-tolerant agreement on an unsigned 64-bit value: the

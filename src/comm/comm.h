@@ -272,6 +272,32 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
                                 uint64_t deadline_ms, const struct loomi_links *links);
 void loomi_comm_discard(struct loom_comm *c);
 
+/* A communicator of some of parent's ranks, built over parent's control
+ * plane as a shrink builds the survivors' (shrink.c): every member calls
+ * it with the same spec (the others do not); the lowest of the new order
+ * gathers the members' addresses and hands them out (messages of epoch
+ * `round`, which no other build on parent may use), then all connect and
+ * measure, giving up when a member fails or gives up.  The new
+ * communicator, published, in *out; on failure NULL, and the others hear
+ * it.  Its settings are spec's; it does not serve joiners. */
+struct loomi_child_spec {
+    const int *members; /* parent ranks, in the new communicator's rank order */
+    int nmembers;
+    const struct loomi_settings *set;
+    const int *algo_forced; /* [LOOMI_MAX_COLLS] */
+    unsigned route_mask;
+    uint32_t round;
+    uint64_t deadline;
+    const char *fn;
+};
+loom_result_t loomi_comm_child(struct loom_comm *parent, const struct loomi_child_spec *spec,
+                               struct loom_comm **out);
+
+/* loom_comm_split's order (split.c): of n ranks' (color, key), the ranks
+ * of colour `color` ordered by key, then rank, into members; returns how
+ * many (0 for LOOM_SPLIT_NOCOLOR). */
+int loomi_split_order(const int *color, const int *key, int n, int color_of_me, int *members);
+
 /* A zeroed communicator with its rank, size, settings (from cfg and the
  * environment) and LOOM_ALGO resolved; no transport yet.  Freed with free()
  * until it has one. */

@@ -56,7 +56,11 @@ enum {
      * calls, sent when the communicator failed for a mismatch. */
     LOOMI_CMSG_CALL_PROBE = 23,
     LOOMI_CMSG_CALL_SHOW = 24,
-    LOOMI_CMSG_MAX = 24
+    /* split.c: after the exchange of a split failed, "this rank was in
+     * it" (epoch: the exchange's call number), so that each names the
+     * ranks that never called it. */
+    LOOMI_CMSG_SPLIT_IN = 25,
+    LOOMI_CMSG_MAX = 25
 };
 /* ALL's arg after a round's commit (shrink.c): to a joiner, 0 = the
  * round was given up, this = it holds (keep the communicator). */

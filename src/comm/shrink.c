@@ -54,6 +54,16 @@ struct shrink {
     uint64_t deadline;
     unsigned char *D;         /* [n] the membership decision: ranks out */
     unsigned char *seen;      /* [n] the failed set, as the guard reads it */
+    /* The new group: its members' ranks in old (parent) numbering, in
+     * their new order, and each old rank's new rank (-1: not in it). */
+    int *members, nmembers;
+    int *newrank_of;          /* [n] */
+    /* What the new communicator is made with: the old one's for a
+     * shrink, the caller's for a split (loomi_comm_child). */
+    const struct loomi_settings *set;
+    const int *algo_forced;
+    unsigned route_mask;
+    int serve_joins;          /* it takes over the old one's join service */
     struct loom_comm *nc;     /* the new communicator, being built */
     int newrank, newn, coord; /* this rank in it, its size, step 2's coordinator */
     loom_result_t err;
@@ -70,12 +80,26 @@ static int alive_count(const unsigned char *D, int n)
     return k;
 }
 
+/* Old rank q is in the new group. */
+static int member(const struct shrink *s, int q) { return s->newrank_of[q] >= 0; }
+
+/* The new group of a shrink or grow: the ranks not in D, in their old
+ * order. */
+static void members_from(struct shrink *s)
+{
+    s->nmembers = 0;
+    for (int q = 0; q < s->n; q++) {
+        s->newrank_of[q] = s->D[q] ? -1 : s->nmembers;
+        if (!s->D[q]) s->members[s->nmembers++] = q;
+    }
+}
+
 /* A round given up: every rank of the new group hears it. */
 static void give_up(struct shrink *s, const char *why)
 {
     LOOMI_INFO(s->me, "%s: round %u given up: %s", s->fn, s->round, why);
     for (int q = 0; q < s->n; q++)
-        if (q != s->me && !s->D[q])
+        if (q != s->me && member(s, q))
             loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_GIVEUP, s->round, 0, NULL, 0);
 }
 
@@ -101,7 +125,7 @@ static int doomed(void *arg, char *msg, size_t n)
     /* A departure is no news: a faster rank done with the new group
      * destroys the old communicator. */
     for (int q = 0; q < s->n; q++)
-        if (!s->D[q] && s->seen[q] == LOOMI_OUT) {
+        if (member(s, q) && s->seen[q] == LOOMI_OUT) {
             snprintf(msg, n, "rank %d failed while the new communicator was being connected", q);
             return 1;
         }
@@ -138,13 +162,8 @@ static void drop_new(struct shrink *s)
 static loom_result_t make_new(struct shrink *s, unsigned char *addr)
 {
     struct loom_comm *o = s->old;
-    int k = 0, mine = -1;
-    for (int q = 0; q < s->n; q++)
-        if (!s->D[q]) {
-            if (q == s->me) mine = k;
-            k++;
-        }
-    k += s->nj; /* joiners come after the members */
+    const int mine = s->newrank_of[s->me];
+    const int k = s->nmembers + s->nj; /* joiners come after the members */
     drop_new(s);
     struct loom_comm *c = calloc(1, sizeof *c);
     if (!c) return loomi_fail(LOOM_ERR_NO_MEMORY, s->me, "%s: out of memory", s->fn);
@@ -152,16 +171,18 @@ static loom_result_t make_new(struct shrink *s, unsigned char *addr)
     c->rank = mine;
     c->nranks = k;
     c->failed_rank = -1;
-    c->set = o->set;
-    memcpy(c->algo_forced, o->algo_forced, sizeof c->algo_forced);
+    c->set = *s->set;
+    memcpy(c->algo_forced, s->algo_forced, sizeof c->algo_forced);
     memcpy(c->job_key, o->job_key, sizeof c->job_key);
     c->eng.tops = o->eng.tops;
-    c->route_mask = o->route_mask;
+    c->route_mask = s->route_mask;
     c->bind_addr = o->bind_addr;
     c->bind_len = o->bind_len;
-    c->rdv_addr = o->rdv_addr;
-    c->rdv_len = o->rdv_len;
-    c->rdv_keyed = o->rdv_keyed;
+    if (s->serve_joins) {
+        c->rdv_addr = o->rdv_addr;
+        c->rdv_len = o->rdv_len;
+        c->rdv_keyed = o->rdv_keyed;
+    }
     c->rdv_fd = -1;
     s->nc = c;
     s->newrank = mine;
@@ -244,9 +265,8 @@ static loom_result_t build_coordinator(struct shrink *s, const unsigned char *ad
             if (m->src >= s->n) { /* a joiner: its slot says which */
                 for (int j = 0; s->holder && j < s->nj; j++)
                     if (s->slots[j] == m->src) k = members + j;
-            } else if (!s->D[m->src]) {
-                k = 0;
-                for (int q = 0; q < m->src; q++) k += !s->D[q];
+            } else {
+                k = s->newrank_of[m->src];
             }
             if (k < 0 || m->len != ab || m->arg != (uint64_t)k) bad = 1;
             else {
@@ -262,7 +282,7 @@ static loom_result_t build_coordinator(struct shrink *s, const unsigned char *ad
         free(m);
     }
     for (int q = 0; q < s->n; q++)
-        if (q != s->me && !s->D[q])
+        if (q != s->me && member(s, q))
             loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_ALL, s->round, (uint64_t)s->newn, all,
                             (uint32_t)((size_t)s->newn * ab));
     for (int j = 0; j < s->nj; j++)
@@ -348,8 +368,8 @@ static int attempt(struct shrink *s)
     const int held = s->holder ? (int)s->nj : 0; /* this rank's admitted joiners */
     s->nj = (int)nj;
     if (s->grow && alive_count(s->D, s->n) == s->n && s->nj == 0) return 1; /* nothing to do */
-    s->coord = 0;
-    while (s->D[s->coord]) s->coord++;
+    members_from(s);
+    s->coord = s->members[0];
 
     /* 2. Build. */
     unsigned char addr[LOOMI_ADDR_BYTES];
@@ -435,11 +455,19 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
     s.deadline = t0 + (uint64_t)comm->set.timeout_ms;
     s.fn = fn;
     s.grow = grow;
+    s.set = &comm->set;
+    s.algo_forced = comm->algo_forced;
+    s.route_mask = comm->route_mask;
+    s.serve_joins = 1;
     s.D = malloc((size_t)s.n);
     s.seen = malloc((size_t)s.n);
-    if (!s.D || !s.seen) {
+    s.members = malloc((size_t)s.n * sizeof *s.members);
+    s.newrank_of = malloc((size_t)s.n * sizeof *s.newrank_of);
+    if (!s.D || !s.seen || !s.members || !s.newrank_of) {
         free(s.D);
         free(s.seen);
+        free(s.members);
+        free(s.newrank_of);
         return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
     }
     int st, attempts = 0;
@@ -453,6 +481,8 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
         }
     } while (st == 0);
     free(s.seen);
+    free(s.members);
+    free(s.newrank_of);
     if (st < 0) {
         free(s.D);
         drop_new(&s);
@@ -471,6 +501,73 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
                (unsigned long long)(loomi_now_ms() - t0));
     *newcomm = s.nc->handle;
     return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_comm_child(struct loom_comm *parent, const struct loomi_child_spec *spec,
+                               struct loom_comm **out)
+{
+    const char *fn = spec->fn;
+    *out = NULL;
+    if (!parent->ctrl || !parent->topo)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, parent->rank,
+                          "%s: this communicator has no control plane (a local one)", fn);
+    struct shrink s;
+    memset(&s, 0, sizeof s);
+    s.old = parent;
+    s.ctrl = parent->ctrl;
+    s.n = parent->nranks;
+    s.me = parent->rank;
+    s.round = spec->round;
+    s.deadline = spec->deadline;
+    s.fn = fn;
+    s.set = spec->set;
+    s.algo_forced = spec->algo_forced;
+    s.route_mask = spec->route_mask;
+    s.nmembers = spec->nmembers;
+    if (s.nmembers < 1 || s.nmembers > s.n)
+        return loomi_fail(LOOM_ERR_INTERNAL, s.me, "%s: %d members of %d ranks", fn, s.nmembers,
+                          s.n);
+    s.seen = malloc((size_t)s.n);
+    s.members = malloc((size_t)s.nmembers * sizeof *s.members);
+    s.newrank_of = malloc((size_t)s.n * sizeof *s.newrank_of);
+    loom_result_t r = LOOM_SUCCESS;
+    if (!s.seen || !s.members || !s.newrank_of) {
+        r = loomi_fail(LOOM_ERR_NO_MEMORY, s.me, "%s: out of memory", fn);
+        goto out;
+    }
+    for (int q = 0; q < s.n; q++) s.newrank_of[q] = -1;
+    for (int k = 0; k < s.nmembers; k++) {
+        const int q = spec->members[k];
+        if (q < 0 || q >= s.n || s.newrank_of[q] >= 0) {
+            r = loomi_fail(LOOM_ERR_INTERNAL, s.me, "%s: member %d (rank %d) is not a rank of "
+                           "the communicator or comes twice", fn, k, q);
+            goto out;
+        }
+        s.members[k] = q;
+        s.newrank_of[q] = k;
+    }
+    if (s.newrank_of[s.me] < 0) {
+        r = loomi_fail(LOOM_ERR_INTERNAL, s.me, "%s: this rank is not a member", fn);
+        goto out;
+    }
+    s.coord = s.members[0];
+    unsigned char addr[LOOMI_ADDR_BYTES];
+    r = make_new(&s, addr);
+    if (r == LOOM_SUCCESS)
+        r = s.coord == s.me ? build_coordinator(&s, addr) : build_member(&s, addr);
+    if (r != LOOM_SUCCESS) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", loom_get_last_error());
+        give_up(&s, why);
+        drop_new(&s);
+        r = loomi_fail(r, s.me, "%s", why);
+    }
+    *out = s.nc;
+out:
+    free(s.seen);
+    free(s.members);
+    free(s.newrank_of);
+    return r;
 }
 
 loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm)

@@ -881,6 +881,23 @@ raises(loom.RevokedError, lambda: c3.allreduce(np.ones(2)), "an operation after 
 c3.close()
 raises(loom.InvalidUsage, lambda: c3.barrier(), "a closed communicator", "closed")
 
+# split(): even and odd ranks, keys reversing the order; the last rank
+# in no colour.
+sub = comm.split(rank % 2, key=-rank)
+members = sorted((q for q in range(size) if q % 2 == rank % 2), reverse=True)
+report(sub.size == len(members) and sub.rank == members.index(rank),
+       "split(rank %% 2, key=-rank): rank %d of %d" % (sub.rank, sub.size))
+same(sub.allgather(np.array([rank], dtype=np.int32)).ravel(), np.array(members, dtype=np.int32),
+     "split: the new ranks are the old ones by key")
+sub.close()
+most = comm.split(None if rank == size - 1 else 0, timeout=30)
+report((most is None) == (rank == size - 1) and (most is None or most.size == size - 1),
+       "split: color None gives None, the others a communicator of %d" % (size - 1))
+if most is not None:
+    same(most.allreduce(np.ones(3)), np.full(3, float(size - 1)), "split: allreduce on it")
+    most.close()
+raises(loom.InvalidArgument, lambda: comm.split(-2), "split(-2)", "color -2")
+
 # ------------------------------------------------------------------- torch
 if use_torch:
     import torch

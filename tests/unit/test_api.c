@@ -593,3 +593,86 @@ Test(api_init, timeout_str_under_a_second)
     loomi_timeout_str(&s, b, sizeof b);
     cr_assert_str_eq(b, "LOOM_TIMEOUT=60000 ms");
 }
+
+/* loom_comm_split's mistakes, caught on the calling rank; and on one
+ * rank, the colours it may pass. */
+Test(api, comm_split)
+{
+    loom_comm_t c = (loom_comm_t)1;
+    EXPECT_ERR(loom_comm_split(comm, 0, 0, NULL, NULL), LOOM_ERR_INVALID_ARGUMENT, "newcomm");
+    EXPECT_ERR(loom_comm_split(comm, -5, 0, NULL, &c), LOOM_ERR_INVALID_ARGUMENT, "color -5");
+    cr_assert_null(c, "*newcomm is NULL after an error");
+    EXPECT_ERR(loom_comm_split(NULL, 0, 0, NULL, &c), LOOM_ERR_INVALID_ARGUMENT, "comm is NULL");
+    loom_config_t bad;
+    loom_config_init(&bad);
+    bad.timeout_ms = -1;
+    EXPECT_ERR(loom_comm_split(comm, 0, 0, &bad, &c), LOOM_ERR_INVALID_ARGUMENT, "timeout_ms");
+
+    c = (loom_comm_t)1;
+    cr_assert_eq(loom_comm_split(comm, LOOM_SPLIT_NOCOLOR, 0, NULL, &c), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    cr_assert_null(c, "LOOM_SPLIT_NOCOLOR gives no communicator");
+
+    loom_comm_t child;
+    cr_assert_eq(loom_comm_split(comm, 3, 9, NULL, &child), LOOM_SUCCESS, "%s",
+                 loom_get_last_error());
+    int r = -1, n = -1;
+    cr_assert_eq(loom_comm_rank(child, &r), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_size(child, &n), LOOM_SUCCESS);
+    cr_assert(r == 0 && n == 1, "rank %d of %d", r, n);
+    float x[4] = {1, 2, 3, 4}, y[4];
+    cr_assert_eq(loom_allreduce(x, y, 4, LOOM_FLOAT32, LOOM_SUM, child), LOOM_SUCCESS);
+    cr_assert(y[3] == 4.0f);
+    /* The parent destroyed first: the child goes on. */
+    cr_assert_eq(loom_comm_destroy(comm), LOOM_SUCCESS);
+    EXPECT_ERR(loom_comm_split(comm, 0, 0, NULL, &c), LOOM_ERR_INVALID_ARGUMENT, "not a live");
+    comm = child;
+    cr_assert_eq(loom_allreduce(x, y, 4, LOOM_FLOAT32, LOOM_SUM, comm), LOOM_SUCCESS);
+    /* A revoked communicator is refused. */
+    cr_assert_eq(loom_comm_revoke(comm), LOOM_SUCCESS);
+    EXPECT_ERR(loom_comm_split(comm, 0, 0, NULL, &c), LOOM_ERR_REVOKED, "broken");
+    cr_assert_null(c);
+}
+
+/* cfg's fields override the parent's settings; NULL inherits them. */
+Test(api, comm_split_settings)
+{
+    struct loom_comm *p = loomi_comm_get(comm);
+    cr_assert_not_null(p);
+    loom_comm_t a, b;
+    cr_assert_eq(loom_comm_split(comm, 0, 0, NULL, &a), LOOM_SUCCESS, "%s", loom_get_last_error());
+    struct loom_comm *ca = loomi_comm_get(a);
+    cr_assert_eq(ca->set.timeout_ms, p->set.timeout_ms);
+    cr_assert_eq(ca->algo_forced[LOOMI_COLL_ALLREDUCE], p->algo_forced[LOOMI_COLL_ALLREDUCE]);
+    loom_config_t cfg;
+    loom_config_init(&cfg);
+    cfg.timeout_ms = 1234;
+    cfg.algo = "allreduce:ring";
+    cr_assert_eq(loom_comm_split(comm, 0, 0, &cfg, &b), LOOM_SUCCESS, "%s", loom_get_last_error());
+    struct loom_comm *cb = loomi_comm_get(b);
+    cr_assert_eq(cb->set.timeout_ms, 1234);
+    cr_assert_neq(cb->algo_forced[LOOMI_COLL_ALLREDUCE], LOOMI_ALGO_AUTO);
+    cr_assert_eq(cb->set.tcp_streams, p->set.tcp_streams, "a field cfg leaves 0 is inherited");
+    cr_assert_eq(p->set.timeout_ms == 1234, 0, "the parent keeps its own");
+    cr_assert_eq(loom_comm_destroy(a), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_destroy(b), LOOM_SUCCESS);
+}
+
+/* The order of a split: by key, then by rank, one colour at a time. */
+Test(api, comm_split_order)
+{
+    const int color[7] = {0, 1, 0, 1, 0, LOOM_SPLIT_NOCOLOR, 2};
+    const int key[7] = {5, 1, 5, 0, -1, 0, 7};
+    int m[7];
+    cr_assert_eq(loomi_split_order(color, key, 7, 0, m), 3);
+    cr_assert(m[0] == 4 && m[1] == 0 && m[2] == 2, "colour 0: %d %d %d", m[0], m[1], m[2]);
+    cr_assert_eq(loomi_split_order(color, key, 7, 1, m), 2);
+    cr_assert(m[0] == 3 && m[1] == 1, "colour 1: %d %d", m[0], m[1]);
+    cr_assert_eq(loomi_split_order(color, key, 7, 2, m), 1);
+    cr_assert_eq(m[0], 6);
+    cr_assert_eq(loomi_split_order(color, key, 7, LOOM_SPLIT_NOCOLOR, m), 0);
+    /* Keys reversing the ranks' order. */
+    const int c4[4] = {0, 0, 0, 0}, k4[4] = {0, -1, -2, -3};
+    cr_assert_eq(loomi_split_order(c4, k4, 4, 0, m), 4);
+    for (int i = 0; i < 4; i++) cr_assert_eq(m[i], 3 - i);
+}

@@ -470,6 +470,32 @@ static void world(int p, uint64_t seed)
     }
 }
 
+/* A sim world has no control plane to build children over: split says
+ * so at once, on the calling rank, before any exchange (no rank waits
+ * for the others), and the world goes on. */
+Test(simw, split_is_refused_without_a_control_plane)
+{
+    world(3, 1);
+    loom_comm_t c = (loom_comm_t)1;
+    cr_assert_eq(loom_comm_split(comms[1], 0, 0, NULL, &c), LOOM_ERR_UNSUPPORTED);
+    cr_assert(strstr(loom_get_last_error(), "control plane"), "%s", loom_get_last_error());
+    cr_assert_null(c);
+    float in[3][8], out[3][8];
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < 8; i++) in[r][i] = (float)(r + i);
+        cr_assert_eq(loom_iallreduce(in[r], out[r], 8, LOOM_FLOAT32, LOOM_SUM, comms[r], &req[r]),
+                     LOOM_SUCCESS);
+    }
+    char msg[256];
+    cr_assert_eq(loomi_sim_run(W, comms, req, 3, 0, res, msg, sizeof msg), LOOM_SUCCESS, "%s", msg);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(res[r], LOOM_SUCCESS, "%s", msg);
+        cr_assert_float_eq(out[r][5], 18.0f, 0, "rank %d", r);
+    }
+    loomi_sim_world_destroy(W, comms);
+    W = NULL;
+}
+
 Test(simw, runs_an_allreduce_through_the_public_api)
 {
     world(5, 1);

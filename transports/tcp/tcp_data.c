@@ -284,15 +284,17 @@ static struct stream *least_loaded(struct tcp *t, struct peer *p)
 
 /* The peer a new transfer goes to or comes from, the transfer noted
  * (note_op), or NULL (error set) when it cannot: a bad rank, or a peer
- * failed or gone. */
-static struct peer *xfer_peer(struct tcp *t, struct loomi_xfer *x, loom_result_t *r)
+ * failed or gone.  A receive (recv) may come from a peer that closed
+ * politely: everything it sent before its goodbye has been read, and
+ * tcp_irecv looks there. */
+static struct peer *xfer_peer(struct tcp *t, struct loomi_xfer *x, loom_result_t *r, int recv)
 {
     if (x->peer < 0 || x->peer >= t->ctx.nranks || x->peer == t->ctx.rank) {
         *r = loomi_fail(LOOM_ERR_INTERNAL, t->ctx.rank, "tcp: transfer with bad peer %d", x->peer);
         return NULL;
     }
     struct peer *p = &t->peers[x->peer];
-    if (p->failed || t->aborted || p->open == 0) {
+    if (p->failed || t->aborted || (p->open == 0 && !recv)) {
         *r = loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank, "tcp: rank %d is unreachable (%s)", x->peer,
                         p->failed ? "failed" : "it closed the communicator");
         return NULL;
@@ -311,7 +313,7 @@ static loom_result_t tcp_isend(void *state, struct loomi_xfer *x)
 {
     struct tcp *t = state;
     loom_result_t r;
-    struct peer *p = xfer_peer(t, x, &r);
+    struct peer *p = xfer_peer(t, x, &r, 0);
     if (!p) return r;
     size_t npieces = 1;
     if (x->len > SPLIT_MIN && t->nstreams > 1) {
@@ -699,11 +701,13 @@ static void stream_read(struct tcp *t, struct stream *s)
     }
 }
 
+static void tcp_cancel(void *state, struct loomi_xfer *x);
+
 static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
 {
     struct tcp *t = state;
     loom_result_t r;
-    struct peer *p = xfer_peer(t, x, &r);
+    struct peer *p = xfer_peer(t, x, &r, 1);
     if (!p) return r;
     /* Opens as shm's and verbs' irecv do: the peer, its count, then
      * match.c; what follows is tcp's own. */
@@ -717,6 +721,14 @@ static loom_result_t tcp_irecv(void *state, struct loomi_xfer *x)
         u->waiter = x;
         if (m->got < m->total && u->npc <= UNEXP_PIECES) unexp_go_direct(t, p, u, x);
         unexp_done(t, p, u, 0);
+    } else if (p->open == 0) {
+        /* The peer destroyed the communicator politely after sending
+         * what is here (a message it sent before its goodbye is received
+         * however late): this one will never come. */
+        tcp_cancel(t, x);
+        p->nposted--;
+        return loomi_fail(LOOM_ERR_REMOTE, t->ctx.rank,
+                          "tcp: rank %d is unreachable (it closed the communicator)", x->peer);
     }
     /* Zero-length messages travel too (a header alone), so even an empty
      * receive completes only when its message arrives. */
