@@ -588,25 +588,47 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 }
 
 /* ---- ncclCommSplit ----------------------------------------------------
- * Loom has no loom_comm_split yet (another change adds
- * loom_comm_split(comm, color, key, cfg, &newcomm) with
- * LOOM_SPLIT_NOCOLOR == -1).  Until it lands, every rank gets
- * ncclInvalidUsage here, before any communication, so no rank waits for
- * another.  Wiring it: read_config() for the transport, comm_new() for
- * the new rank (its rank and size from loom_comm_rank / loom_comm_size),
- * c->lc from loom_comm_split; NCCL_SPLIT_NOCOLOR ranks get *newcomm NULL. */
+ * loom_comm_split over c's communicator: every rank of it calls, those of
+ * one color get a communicator ordered by key (then rank), and
+ * NCCL_SPLIT_NOCOLOR ranks get NULL.  Inside a group it is refused before
+ * any communication (on every rank alike, so no rank waits for another):
+ * NCCL defers it to ncclGroupEnd, and Loom's split cannot be queued in
+ * Loom's group, which holds the group's other calls. */
 static ncclResult_t comm_split(struct ncclComm *c, int color, int key, ncclComm_t *newcomm,
                                const char *transport)
 {
-    (void)c;
-    (void)key;
-    (void)transport;
-    *newcomm = NULL;
-    return fail(ncclInvalidUsage,
-                "ncclCommSplit (color %d): not available in this build: Loom has no "
-                "communicator split yet (see loom-nccl(7)); create the sub-communicator "
-                "with ncclGetUniqueId and ncclCommInitRank instead",
-                color);
+    static const char fn[] = "ncclCommSplit";
+    if (tl_depth > 0)
+        return fail(ncclInvalidUsage,
+                    "%s (color %d): not inside ncclGroupStart/ncclGroupEnd here (see "
+                    "loom-nccl(7)); call it outside the group",
+                    fn, color);
+    loom_config_t cfg;
+    loom_config_init(&cfg);
+    if (transport[0]) cfg.transport = transport;
+    loom_comm_t lc = NULL;
+    atomic_fetch_add(&c->inflight, 1);
+    loom_result_t lr = loom_comm_split(c->lc, color == NCCL_SPLIT_NOCOLOR ? LOOM_SPLIT_NOCOLOR
+                                                                          : color,
+                                       key, transport[0] ? &cfg : NULL, &lc);
+    atomic_fetch_sub(&c->inflight, 1);
+    if (lr != LOOM_SUCCESS) return from_loom(lr, fn, c);
+    if (!lc) return ncclSuccess; /* NCCL_SPLIT_NOCOLOR */
+    int rank = 0, nranks = 0;
+    loom_comm_rank(lc, &rank);
+    loom_comm_size(lc, &nranks);
+    struct ncclComm *n = comm_new(nranks, rank);
+    if (!n) {
+        loom_comm_destroy(lc);
+        return fail(ncclSystemError, "%s: out of memory", fn);
+    }
+    n->lc = lc;
+    n->cudev = c->cudev;
+    memcpy(n->transport, transport[0] ? transport : c->transport, sizeof n->transport);
+    info("comm %p rank %d nranks %d - Split COMPLETE (color %d, key %d)", (void *)n, rank, nranks,
+         color, key);
+    *newcomm = n;
+    return ncclSuccess;
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,

@@ -442,10 +442,43 @@ static void check_errors(ncclComm_t comm, ncclUniqueId id)
                "sendbuf", "a NULL buffer is refused");
     expect_err(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupStart",
                "ncclGroupEnd without ncclGroupStart is refused");
+    /* ncclCommSplit: even and odd ranks, keys reversing the order; the
+     * last rank (with more than 2) stays out with NCCL_SPLIT_NOCOLOR. */
     ncclComm_t sub = (ncclComm_t)1;
-    expect_err(ncclCommSplit(comm, g_rank % 2, g_rank, &sub, NULL), ncclInvalidUsage, "split",
-               "ncclCommSplit says it is not available");
-    expect(sub == NULL, "ncclCommSplit leaves *newcomm NULL");
+    const int out = g_n > 2 && g_rank == g_n - 1;
+    NCCLCHECK(ncclCommSplit(comm, out ? NCCL_SPLIT_NOCOLOR : g_rank % 2, g_n - g_rank, &sub,
+                            NULL));
+    if (out) {
+        expect(sub == NULL, "ncclCommSplit with NCCL_SPLIT_NOCOLOR gives NULL");
+    } else {
+        int members = 0, below = 0, srank = -1, scount = -1;
+        for (int q = 0; q < g_n; q++) {
+            if (q % 2 != g_rank % 2 || (g_n > 2 && q == g_n - 1)) continue;
+            members++;
+            below += q > g_rank; /* a larger key ranks first */
+        }
+        NCCLCHECK(ncclCommUserRank(sub, &srank));
+        NCCLCHECK(ncclCommCount(sub, &scount));
+        expect(scount == members && srank == below,
+               "ncclCommSplit orders its members by key (rank and count)");
+        int mine = g_rank + 1, sum = 0, want = 0;
+        for (int q = 0; q < g_n; q++)
+            if (q % 2 == g_rank % 2 && !(g_n > 2 && q == g_n - 1)) want += q + 1;
+        NCCLCHECK(ncclAllReduce(&mine, &sum, 1, ncclInt32, ncclSum, sub, NULL));
+        expect(sum == want, "an allreduce on a split communicator sums its members only");
+        NCCLCHECK(ncclCommDestroy(sub));
+    }
+    int unit = 1, all = 0;
+    NCCLCHECK(ncclAllReduce(&unit, &all, 1, ncclInt32, ncclSum, comm, NULL));
+    expect(all == g_n, "the parent works after a split");
+    sub = (ncclComm_t)1;
+    expect_err(ncclCommSplit(comm, -5, 0, &sub, NULL), ncclInvalidArgument, "color -5",
+               "a negative color other than NCCL_SPLIT_NOCOLOR is refused");
+    NCCLCHECK(ncclGroupStart());
+    expect_err(ncclCommSplit(comm, 0, 0, &sub, NULL), ncclInvalidUsage, "ncclGroupStart",
+               "ncclCommSplit inside a group is refused");
+    expect(ncclGroupEnd() == ncclInvalidUsage, "that group's ncclGroupEnd reports it");
+    expect(sub == NULL, "a refused ncclCommSplit leaves *newcomm NULL");
     ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
     bad.magic = 0;
     ncclComm_t c2 = (ncclComm_t)1;
