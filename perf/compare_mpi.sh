@@ -34,6 +34,8 @@
 # older than its sources.  Rows whose results were wrong in any run are
 # marked "!"; a run that fails is reported and left out.
 set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/perf/compare_lib.sh"
 coll=all_reduce ranks=4 minb=8 maxb=16M factor=4 reps=5
 mopts="--mca btl tcp,self"
 usage() { sed -n '2,/^set -u/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
@@ -44,42 +46,23 @@ while getopts "c:n:b:e:f:r:m:BMh" o; do
     c) coll=$OPTARG ;; n) ranks=$OPTARG ;; b) minb=$OPTARG ;; e) maxb=$OPTARG ;;
     f) factor=$OPTARG ;; r) reps=$OPTARG ;; m) mopts=$OPTARG ;; h) usage ;;
     B) lbind=(--bind core) mbind="--bind-to core:overload-allowed --map-by core" ;;
-    M) menv=(MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296)
-       mx=(-x MALLOC_MMAP_THRESHOLD_ -x MALLOC_TRIM_THRESHOLD_) ;;
+    M) compare_keep_freed ;;
     *) die "bad option" ;;
     esac
 done
 shift $((OPTIND - 1))
 [ "${1:-}" = -- ] && shift
 extra=(-n 10 -w 3 -c 1 "$@") # later flags win
-case $coll in
-allreduce | all_reduce) coll=all_reduce ;;
-reducescatter | reduce_scatter | reduce_scatter_block) coll=reduce_scatter ;;
-allgather | all_gather) coll=all_gather ;;
-alltoall | all_to_all) coll=alltoall ;;
-bcast | broadcast) coll=broadcast ;;
-reduce | gather | scatter | sendrecv) ;;
-*) die "unknown collective '$coll'" ;;
-esac
+c=$(compare_coll "$coll") || die "unknown collective '$coll'"
+coll=$c
 case "$ranks$reps" in *[!0-9]*) die "-n and -r take numbers" ;; esac
 
-src=$(cd "$(dirname "$0")/.." && pwd)
 bld=${BUILDDIR:-.}
 loom=$bld/${coll}_perf
 for f in "$bld/loomrun" "$loom"; do
     [ -x "$f" ] || die "no $f: run from a build directory or set BUILDDIR"
 done
-dir=${MPI_PERF_DIR:-${TMPDIR:-/tmp}/loom-mpi-perf.$(id -u)}
-mpi=$dir/mpi_${coll}_perf
-srcs=("$src/perf/${coll}_perf.c" "$src/perf/perf_common.c" "$src/perf/peers/backend_mpi.c")
-stale=0
-[ -x "$mpi" ] || stale=1
-for f in "${srcs[@]}" "$src/perf/perf_common.h"; do [ "$f" -nt "$mpi" ] && stale=1; done
-if [ $stale = 1 ]; then
-    mkdir -p "$dir" &&
-        mpicc -std=c11 -O2 -D_GNU_SOURCE -o "$mpi" "${srcs[@]}" -lm -pthread || {
-        echo "compare_mpi.sh: building $mpi with mpicc failed" >&2; exit 1; }
-fi
+mpi=$(compare_mpi_twin "$coll") || { echo "compare_mpi.sh: no MPI benchmark" >&2; exit 1; }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d) || exit 1
@@ -91,37 +74,20 @@ echo "# Open MPI: $mpi via mpirun $mopts $mbind"
 [ ${#menv[@]} -gt 0 ] && echo "# both: ${menv[*]}"
 for k in $(seq "$reps"); do
     line="# run $k:"
-    t0=$(date +%s.%N)
-    env "${menv[@]}" "$bld/loomrun" -n "$ranks" "${lbind[@]}" "$loom" "${flags[@]}" -J "$out/loom.$k" >"$out/loom.$k.out" 2>"$out/loom.$k.err"
+    line+=$(compare_run loom "$out/loom.$k" env "${menv[@]}" "$bld/loomrun" -n "$ranks" "${lbind[@]}" "$loom" "${flags[@]}" -J "$out/loom.$k")
     rc=$?
-    t1=$(date +%s.%N)
-    line+=$(awk -v a="$t0" -v b="$t1" -v rc=$rc 'BEGIN { printf " loom %s %.1f s,", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
     # shellcheck disable=SC2086 # mopts is a list of options
-    env "${menv[@]}" mpirun $mopts $mbind "${mx[@]}" --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k" >"$out/mpi.$k.out" 2>"$out/mpi.$k.err"
+    line+=,$(compare_run "open mpi" "$out/mpi.$k" env "${menv[@]}" mpirun $mopts $mbind "${mx[@]}" --oversubscribe -np "$ranks" "$mpi" "${flags[@]}" -J "$out/mpi.$k")
     rc2=$?
-    t2=$(date +%s.%N)
-    line+=$(awk -v a="$t1" -v b="$t2" -v rc=$rc2 'BEGIN { printf " open mpi %s %.1f s", rc ? "FAILED (exit " rc ")" : "ok", b - a }')
     echo "$line"
-    [ $rc -eq 0 ] || grep -v '^loom\[' "$out/loom.$k.err" | head -3 | sed 's/^/#   loom: /'
-    [ $rc2 -eq 0 ] || grep -v '^-\|^ *$' "$out/mpi.$k.err" | head -3 | sed 's/^/#   mpi: /'
+    [ $rc -eq 0 ] || compare_errs loom "$out/loom.$k"
+    [ $rc2 -eq 0 ] || compare_errs mpi "$out/mpi.$k"
     [ $k -eq 1 ] && grep -h '^# Skipping' "$out/loom.$k.out" "$out/mpi.$k.out"
 done
 
 # The -J records: one JSON object a line, a row of the table each, with
 # more precision than the table.
-awk '
-function median(list,    n, v, i, j, t) {
-    n = split(list, v, " ")
-    if (n == 0) return ""
-    for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-}
-function get(name,    v) { # a field of this record; quotes removed
-    if (!match($0, "\"" name "\":[^,}]*")) return ""
-    v = substr($0, RSTART + length(name) + 3, RLENGTH - length(name) - 3)
-    gsub(/"/, "", v)
-    return v
-}
+awk "$COMPARE_AWK"'
 function tm(t) { return t == "" ? "-" : t < 1e4 ? sprintf("%.1f", t) : sprintf("%.0f", t) }
 function bw(b) { return b == "" ? "-" : sprintf("%.4f", b) }
 FNR == 1 { side = FILENAME ~ /\/loom\.[0-9]+$/ ? "L" : "M" }
