@@ -12,12 +12,18 @@
  *    outermost ncclGroupEnd, each on a thread of its own (so one thread
  *    can create several ranks of one job: ncclCommInitAll).
  *  - device buffers are refused where CUDA's driver can tell them
- *    (libcuda.so.1 loaded at run time; see host_only);
+ *    (libcuda.so.1 loaded at run time; see host_only in ops.c);
  *  - what cannot be honoured here returns ncclInvalidUsage; every
  *    failure leaves its reason for ncclGetLastError and prints it under
  *    NCCL_DEBUG=WARN (or INFO, TRACE).
+ *
+ * This file holds logging and errors, the live communicators, groups,
+ * and the communicators' lifecycle (init, split, finalize, destroy,
+ * abort) and queries.  ops.c holds memory, the reduction ops
+ * (PreMulSum), the detection of device memory and the operations
+ * (allreduce ... send, recv); internal.h the state both use; map.c how
+ * NCCL's enums and results meet Loom's.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,45 +35,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "nccl/map.h"
-
-#define COMM_MAGIC 0x6c6e63636c636f6dULL /* "lncclcom" */
-/* Dynamic ops live in [ncclNumOps, ncclNumOps + MAX_REDOPS). */
-#define MAX_REDOPS 65536
-
-struct redop {
-    int used;
-    int dtype;
-    unsigned char scalar[8];
-};
-
-/* Communicators created by one ncclGroupEnd on one thread (all the
- * ranks of ncclCommInitAll): Loom's destroy waits (bounded) for the
- * peers' goodbye, so destroying them one after another on one thread
- * would wait for each; they are destroyed together, in parallel, when
- * the last of them is. */
-struct siblings {
-    int n, left;
-    loom_comm_t *lcs; /* those destroyed so far, waiting for the rest */
-    int nlcs;
-};
-
-struct ncclComm {
-    uint64_t magic;
-    struct siblings *sib;
-    loom_comm_t lc;      /* NULL while the init waits for ncclGroupEnd */
-    int nranks, rank, cudev;
-    int pending;         /* created at the outermost ncclGroupEnd */
-    atomic_int inflight; /* calls under way, or queued in an open group */
-    int finalized;
-    ncclResult_t init_result; /* of a deferred init */
-    ncclUniqueId id;
-    char transport[16];  /* from ncclConfig_t.netName; "" for Loom's choice */
-    pthread_mutex_t mu;  /* ops, async */
-    ncclResult_t async;  /* first error that broke it, seen here */
-    struct redop *ops;
-    int nops;
-};
+#include "nccl/internal.h"
 
 /* ------------------------------------------------------- logging, errors */
 
@@ -98,8 +66,7 @@ static void emit(const char *level, const char *msg)
             (long)syscall(SYS_gettid), level, msg);
 }
 
-static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void info(const char *fmt, ...)
+void lnccl_info(const char *fmt, ...)
 {
     pthread_once(&dbg_once, dbg_init);
     if (dbg_level < DBG_INFO) return;
@@ -112,9 +79,7 @@ static void info(const char *fmt, ...)
 }
 
 /* Record (ncclGetLastError) and log the reason of a failure; returns r. */
-static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
+ncclResult_t lnccl_fail(ncclResult_t r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -135,18 +100,15 @@ static void mark_async(struct ncclComm *c, ncclResult_t r)
 }
 
 /* A Loom result as an NCCL one, with Loom's message behind fn's name. */
-static ncclResult_t from_loom(loom_result_t r, const char *fn, struct ncclComm *c)
+ncclResult_t lnccl_from_loom(loom_result_t r, const char *fn, struct ncclComm *c)
 {
     if (r == LOOM_SUCCESS) return ncclSuccess;
     ncclResult_t n = lnccl_result(r);
     const char *m = loom_get_last_error();
-    fail(n, "%s: %s (loom: %s)", fn, m && *m ? m : loom_strerror(r), loom_strerror(r));
+    lnccl_fail(n, "%s: %s (loom: %s)", fn, m && *m ? m : loom_strerror(r), loom_strerror(r));
     mark_async(c, n);
     return n;
 }
-
-/* ncclInvalidUsage when CUDA's driver says p is device memory. */
-static ncclResult_t host_only(const char *fn, const char *what, const void *p);
 
 /* ------------------------------------------------ live communicators */
 
@@ -186,11 +148,11 @@ static void live_remove(struct ncclComm *c)
 /* The communicator behind a handle, or NULL (and the reason recorded):
  * NULL, destroyed and never-made handles are told apart from live ones
  * without reading through them. */
-static struct ncclComm *comm_get(ncclComm_t comm, const char *fn, ncclResult_t *r)
+struct ncclComm *lnccl_comm_get(ncclComm_t comm, const char *fn, ncclResult_t *r)
 {
     struct ncclComm *found = NULL;
     if (!comm) {
-        *r = fail(ncclInvalidArgument, "%s: comm is NULL", fn);
+        *r = lnccl_fail(ncclInvalidArgument, "%s: comm is NULL", fn);
         return NULL;
     }
     pthread_mutex_lock(&live_mu);
@@ -198,32 +160,32 @@ static struct ncclComm *comm_get(ncclComm_t comm, const char *fn, ncclResult_t *
         if (live[i] == comm) found = comm;
     pthread_mutex_unlock(&live_mu);
     if (!found || found->magic != COMM_MAGIC)
-        *r = fail(ncclInvalidArgument,
-                  "%s: comm %p is not a communicator (destroyed, aborted or never made)",
-                  fn, (void *)comm);
+        *r = lnccl_fail(ncclInvalidArgument,
+                        "%s: comm %p is not a communicator (destroyed, aborted or never made)", fn,
+                        (void *)comm);
     return found;
 }
 
 /* A communicator ready for operations. */
-static struct ncclComm *comm_ready(ncclComm_t comm, const char *fn, ncclResult_t *r)
+struct ncclComm *lnccl_comm_ready(ncclComm_t comm, const char *fn, ncclResult_t *r)
 {
-    struct ncclComm *c = comm_get(comm, fn, r);
+    struct ncclComm *c = lnccl_comm_get(comm, fn, r);
     if (!c) return NULL;
     if (c->pending) {
-        *r = fail(ncclInvalidUsage,
-                  "%s: comm %p is still being created: it exists after the ncclGroupEnd "
-                  "that closes the group of its ncclCommInitRank",
-                  fn, (void *)comm);
+        *r = lnccl_fail(ncclInvalidUsage,
+                        "%s: comm %p is still being created: it exists after the ncclGroupEnd "
+                        "that closes the group of its ncclCommInitRank",
+                        fn, (void *)comm);
         return NULL;
     }
     if (!c->lc) {
-        *r = fail(ncclInvalidUsage, "%s: comm %p failed to initialise (%s); destroy it", fn,
-                  (void *)comm, lnccl_result_string(c->init_result));
+        *r = lnccl_fail(ncclInvalidUsage, "%s: comm %p failed to initialise (%s); destroy it", fn,
+                        (void *)comm, lnccl_result_string(c->init_result));
         return NULL;
     }
     if (c->finalized) {
-        *r = fail(ncclInvalidUsage, "%s: comm %p was finalized (ncclCommFinalize)", fn,
-                  (void *)comm);
+        *r = lnccl_fail(ncclInvalidUsage, "%s: comm %p was finalized (ncclCommFinalize)", fn,
+                        (void *)comm);
         return NULL;
     }
     return c;
@@ -259,17 +221,17 @@ static void comm_free(struct ncclComm *c)
 /* Per thread: the depth of ncclGroupStart, whether Loom's group is open,
  * the communicators to create at the outermost ncclGroupEnd, scaled
  * copies of PreMulSum inputs to free then, and the group's first error. */
-static _Thread_local int tl_depth;
+_Thread_local int lnccl_tl_depth;
 static _Thread_local int tl_loom_open;
 static _Thread_local struct ncclComm **tl_pending;
 static _Thread_local int tl_npending, tl_cappending;
-static _Thread_local void **tl_tmp;
-static _Thread_local int tl_ntmp, tl_captmp;
+_Thread_local void **lnccl_tl_tmp;
+_Thread_local int lnccl_tl_ntmp, lnccl_tl_captmp;
 static _Thread_local ncclResult_t tl_group_err;
-static _Thread_local struct ncclComm **tl_queued; /* one entry per queued call */
-static _Thread_local int tl_nqueued, tl_capqueued;
+_Thread_local struct ncclComm **lnccl_tl_queued; /* one entry per queued call */
+_Thread_local int lnccl_tl_nqueued, lnccl_tl_capqueued;
 
-static int push_ptr(void ***arr, int *n, int *cap, void *p)
+int lnccl_push_ptr(void ***arr, int *n, int *cap, void *p)
 {
     if (*n == *cap) {
         int nc = *cap ? 2 * *cap : 8;
@@ -283,20 +245,21 @@ static int push_ptr(void ***arr, int *n, int *cap, void *p)
 }
 
 /* Note an error of a call made inside a group: ncclGroupEnd returns it. */
-static ncclResult_t group_note(ncclResult_t r)
+ncclResult_t lnccl_group_note(ncclResult_t r)
 {
-    if (r != ncclSuccess && r != ncclInProgress && tl_depth > 0 && tl_group_err == ncclSuccess)
+    if (r != ncclSuccess && r != ncclInProgress && lnccl_tl_depth > 0 &&
+        tl_group_err == ncclSuccess)
         tl_group_err = r;
     return r;
 }
 
 /* Inside an NCCL group Loom's group is open, so that Loom queues the
  * blocking calls that follow. */
-static ncclResult_t enter_op(const char *fn)
+ncclResult_t lnccl_enter_op(const char *fn)
 {
-    if (tl_depth > 0 && !tl_loom_open) {
+    if (lnccl_tl_depth > 0 && !tl_loom_open) {
         loom_result_t r = loom_group_start();
-        if (r != LOOM_SUCCESS) return from_loom(r, fn, NULL);
+        if (r != LOOM_SUCCESS) return lnccl_from_loom(r, fn, NULL);
         tl_loom_open = 1;
     }
     return ncclSuccess;
@@ -304,8 +267,8 @@ static ncclResult_t enter_op(const char *fn)
 
 ncclResult_t ncclGroupStart(void)
 {
-    if (tl_depth == 0) tl_group_err = ncclSuccess;
-    tl_depth++;
+    if (lnccl_tl_depth == 0) tl_group_err = ncclSuccess;
+    lnccl_tl_depth++;
     return ncclSuccess;
 }
 
@@ -322,9 +285,9 @@ static ncclResult_t comm_create(struct ncclComm *c, const char *fn);
 
 ncclResult_t ncclGroupEnd(void)
 {
-    if (tl_depth == 0)
-        return fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to close");
-    if (--tl_depth > 0) return ncclSuccess;
+    if (lnccl_tl_depth == 0)
+        return lnccl_fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to close");
+    if (--lnccl_tl_depth > 0) return ncclSuccess;
 
     ncclResult_t res = tl_group_err;
     /* Communicators first, each on its own thread (their ranks may all
@@ -332,7 +295,7 @@ ncclResult_t ncclGroupEnd(void)
     int n = tl_npending;
     struct init_job *jobs = n ? calloc((size_t)n, sizeof *jobs) : NULL;
     if (n && !jobs) {
-        res = fail(ncclSystemError, "ncclGroupEnd: out of memory for %d communicators", n);
+        res = lnccl_fail(ncclSystemError, "ncclGroupEnd: out of memory for %d communicators", n);
         for (int i = 0; i < n; i++) { /* they failed to initialise */
             tl_pending[i]->pending = 0;
             tl_pending[i]->init_result = ncclSystemError;
@@ -349,22 +312,23 @@ ncclResult_t ncclGroupEnd(void)
     }
     if (tl_loom_open) {
         tl_loom_open = 0;
-        ncclResult_t r = from_loom(loom_group_end(), "ncclGroupEnd", NULL);
+        ncclResult_t r = lnccl_from_loom(loom_group_end(), "ncclGroupEnd", NULL);
         if (res == ncclSuccess) res = r;
     }
-    for (int i = 0; i < tl_nqueued; i++) atomic_fetch_sub(&tl_queued[i]->inflight, 1);
-    tl_nqueued = 0;
+    for (int i = 0; i < lnccl_tl_nqueued; i++) atomic_fetch_sub(&lnccl_tl_queued[i]->inflight, 1);
+    lnccl_tl_nqueued = 0;
     for (int i = 0; i < n; i++) {
         if (jobs[i].started) pthread_join(jobs[i].th, NULL);
         struct ncclComm *c = jobs[i].c;
         c->pending = 0;
         if (jobs[i].r != LOOM_SUCCESS) {
             c->init_result = lnccl_result(jobs[i].r);
-            ncclResult_t r = fail(c->init_result, "ncclCommInitRank (rank %d of %d, in a group): %s",
-                                  c->rank, c->nranks, jobs[i].err);
+            ncclResult_t r =
+                lnccl_fail(c->init_result, "ncclCommInitRank (rank %d of %d, in a group): %s",
+                           c->rank, c->nranks, jobs[i].err);
             if (res == ncclSuccess) res = r;
         } else {
-            info("comm %p rank %d nranks %d - Init COMPLETE", (void *)c, c->rank, c->nranks);
+            lnccl_info("comm %p rank %d nranks %d - Init COMPLETE", (void *)c, c->rank, c->nranks);
         }
     }
     int ok = 0;
@@ -381,8 +345,8 @@ ncclResult_t ncclGroupEnd(void)
     }
     free(jobs);
     tl_npending = 0;
-    for (int i = 0; i < tl_ntmp; i++) free(tl_tmp[i]);
-    tl_ntmp = 0;
+    for (int i = 0; i < lnccl_tl_ntmp; i++) free(lnccl_tl_tmp[i]);
+    lnccl_tl_ntmp = 0;
     tl_group_err = ncclSuccess;
     return res;
 }
@@ -391,7 +355,7 @@ ncclResult_t ncclGroupEnd(void)
 
 ncclResult_t ncclGetVersion(int *version)
 {
-    if (!version) return fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    if (!version) return lnccl_fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
     *version = NCCL_VERSION_CODE;
     return ncclSuccess;
 }
@@ -409,10 +373,10 @@ const char *ncclGetLastError(ncclComm_t comm)
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
 {
-    if (!uniqueId) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    if (!uniqueId) return lnccl_fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
     loom_unique_id_t id;
     loom_result_t r = loom_get_unique_id(&id);
-    if (r != LOOM_SUCCESS) return from_loom(r, "ncclGetUniqueId", NULL);
+    if (r != LOOM_SUCCESS) return lnccl_from_loom(r, "ncclGetUniqueId", NULL);
     _Static_assert(sizeof id.internal == sizeof uniqueId->internal, "id sizes");
     memcpy(uniqueId->internal, id.internal, sizeof id.internal);
     return ncclSuccess;
@@ -461,9 +425,9 @@ static ncclResult_t comm_create(struct ncclComm *c, const char *fn)
     init_thread(&j);
     if (j.r != LOOM_SUCCESS) {
         c->init_result = lnccl_result(j.r);
-        return fail(c->init_result, "%s (rank %d of %d): %s", fn, c->rank, c->nranks, j.err);
+        return lnccl_fail(c->init_result, "%s (rank %d of %d): %s", fn, c->rank, c->nranks, j.err);
     }
-    info("comm %p rank %d nranks %d - Init COMPLETE", (void *)c, c->rank, c->nranks);
+    lnccl_info("comm %p rank %d nranks %d - Init COMPLETE", (void *)c, c->rank, c->nranks);
     return ncclSuccess;
 }
 
@@ -474,18 +438,19 @@ static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, char
     transport[0] = '\0';
     if (!config) return ncclSuccess;
     if (config->size < offsetof(ncclConfig_t, blocking))
-        return fail(ncclInvalidArgument,
-                    "%s: config was not initialised with NCCL_CONFIG_INITIALIZER (size %zu)", fn,
-                    config->size);
+        return lnccl_fail(ncclInvalidArgument,
+                          "%s: config was not initialised with NCCL_CONFIG_INITIALIZER (size %zu)",
+                          fn, config->size);
     if (config->magic != 0xcafebeef)
-        return fail(ncclInvalidArgument,
-                    "%s: config was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
-                    fn, config->magic);
+        return lnccl_fail(
+            ncclInvalidArgument,
+            "%s: config was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)", fn,
+            config->magic);
 #define HAS(m) (config->size >= offsetof(ncclConfig_t, m) + sizeof config->m)
     if (HAS(blocking) && config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
         config->blocking != 1)
-        return fail(ncclInvalidArgument, "%s: config->blocking is %d, not 0 or 1", fn,
-                    config->blocking);
+        return lnccl_fail(ncclInvalidArgument, "%s: config->blocking is %d, not 0 or 1", fn,
+                          config->blocking);
     if (HAS(netName) && config->netName) {
         /* The network between hosts; within a host shared memory, as
          * NCCL keeps its own transports there. */
@@ -495,10 +460,10 @@ static ncclResult_t read_config(const ncclConfig_t *config, const char *fn, char
         else if (!strcasecmp(config->netName, "IB"))
             t = "shm,verbs";
         else
-            return fail(ncclInvalidArgument,
-                        "%s: config->netName \"%.32s\" is not a network here "
-                        "(\"Socket\" or \"IB\")",
-                        fn, config->netName);
+            return lnccl_fail(ncclInvalidArgument,
+                              "%s: config->netName \"%.32s\" is not a network here "
+                              "(\"Socket\" or \"IB\")",
+                              fn, config->netName);
         snprintf(transport, tsize, "%s", t);
     }
 #undef HAS
@@ -510,24 +475,25 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 {
     static const char fn[] = "ncclCommInitRank";
     print_version();
-    if (!comm) return group_note(fail(ncclInvalidArgument, "%s: comm is NULL", fn));
+    if (!comm) return lnccl_group_note(lnccl_fail(ncclInvalidArgument, "%s: comm is NULL", fn));
     *comm = NULL;
     if (nranks < 1)
-        return group_note(fail(ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks));
+        return lnccl_group_note(
+            lnccl_fail(ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks));
     if (rank < 0 || rank >= nranks)
-        return group_note(
-            fail(ncclInvalidArgument, "%s: rank %d is outside 0..%d", fn, rank, nranks - 1));
+        return lnccl_group_note(
+            lnccl_fail(ncclInvalidArgument, "%s: rank %d is outside 0..%d", fn, rank, nranks - 1));
     char transport[16];
     ncclResult_t r = read_config(config, fn, transport, sizeof transport);
-    if (r != ncclSuccess) return group_note(r);
+    if (r != ncclSuccess) return lnccl_group_note(r);
     struct ncclComm *c = comm_new(nranks, rank);
-    if (!c) return group_note(fail(ncclSystemError, "%s: out of memory", fn));
+    if (!c) return lnccl_group_note(lnccl_fail(ncclSystemError, "%s: out of memory", fn));
     c->id = commId;
     memcpy(c->transport, transport, sizeof c->transport);
-    if (tl_depth > 0) {
-        if (push_ptr((void ***)&tl_pending, &tl_npending, &tl_cappending, c) != 0) {
+    if (lnccl_tl_depth > 0) {
+        if (lnccl_push_ptr((void ***)&tl_pending, &tl_npending, &tl_cappending, c) != 0) {
             comm_free(c);
-            return group_note(fail(ncclSystemError, "%s: out of memory", fn));
+            return lnccl_group_note(lnccl_fail(ncclSystemError, "%s: out of memory", fn));
         }
         c->pending = 1;
         *comm = c;
@@ -550,10 +516,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 {
     static const char fn[] = "ncclCommInitAll";
-    if (!comms) return fail(ncclInvalidArgument, "%s: comms is NULL", fn);
-    if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is not positive", fn, ndev);
-    if (tl_depth > 0)
-        return fail(ncclInvalidUsage, "%s: not allowed inside ncclGroupStart/ncclGroupEnd", fn);
+    if (!comms) return lnccl_fail(ncclInvalidArgument, "%s: comms is NULL", fn);
+    if (ndev < 1) return lnccl_fail(ncclInvalidArgument, "%s: ndev %d is not positive", fn, ndev);
+    if (lnccl_tl_depth > 0)
+        return lnccl_fail(ncclInvalidUsage, "%s: not allowed inside ncclGroupStart/ncclGroupEnd",
+                          fn);
     for (int i = 0; i < ndev; i++) comms[i] = NULL;
     ncclUniqueId id;
     ncclResult_t r = ncclGetUniqueId(&id);
@@ -598,11 +565,11 @@ static ncclResult_t comm_split(struct ncclComm *c, int color, int key, ncclComm_
                                const char *transport)
 {
     static const char fn[] = "ncclCommSplit";
-    if (tl_depth > 0)
-        return fail(ncclInvalidUsage,
-                    "%s (color %d): not inside ncclGroupStart/ncclGroupEnd here (see "
-                    "loom-nccl(7)); call it outside the group",
-                    fn, color);
+    if (lnccl_tl_depth > 0)
+        return lnccl_fail(ncclInvalidUsage,
+                          "%s (color %d): not inside ncclGroupStart/ncclGroupEnd here (see "
+                          "loom-nccl(7)); call it outside the group",
+                          fn, color);
     loom_config_t cfg;
     loom_config_init(&cfg);
     if (transport[0]) cfg.transport = transport;
@@ -612,7 +579,7 @@ static ncclResult_t comm_split(struct ncclComm *c, int color, int key, ncclComm_
                                                                           : color,
                                        key, transport[0] ? &cfg : NULL, &lc);
     atomic_fetch_sub(&c->inflight, 1);
-    if (lr != LOOM_SUCCESS) return from_loom(lr, fn, c);
+    if (lr != LOOM_SUCCESS) return lnccl_from_loom(lr, fn, c);
     if (!lc) return ncclSuccess; /* NCCL_SPLIT_NOCOLOR */
     int rank = 0, nranks = 0;
     loom_comm_rank(lc, &rank);
@@ -620,13 +587,13 @@ static ncclResult_t comm_split(struct ncclComm *c, int color, int key, ncclComm_
     struct ncclComm *n = comm_new(nranks, rank);
     if (!n) {
         loom_comm_destroy(lc);
-        return fail(ncclSystemError, "%s: out of memory", fn);
+        return lnccl_fail(ncclSystemError, "%s: out of memory", fn);
     }
     n->lc = lc;
     n->cudev = c->cudev;
     memcpy(n->transport, transport[0] ? transport : c->transport, sizeof n->transport);
-    info("comm %p rank %d nranks %d - Split COMPLETE (color %d, key %d)", (void *)n, rank, nranks,
-         color, key);
+    lnccl_info("comm %p rank %d nranks %d - Split COMPLETE (color %d, key %d)", (void *)n, rank,
+               nranks, color, key);
     *newcomm = n;
     return ncclSuccess;
 }
@@ -636,30 +603,43 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 {
     static const char fn[] = "ncclCommSplit";
     ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_ready(comm, fn, &r);
-    if (!c) return group_note(r);
-    if (!newcomm) return group_note(fail(ncclInvalidArgument, "%s: newcomm is NULL", fn));
+    struct ncclComm *c = lnccl_comm_ready(comm, fn, &r);
+    if (!c) return lnccl_group_note(r);
+    if (!newcomm)
+        return lnccl_group_note(lnccl_fail(ncclInvalidArgument, "%s: newcomm is NULL", fn));
     *newcomm = NULL;
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-        return group_note(fail(ncclInvalidArgument,
-                               "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR", fn, color));
+        return lnccl_group_note(lnccl_fail(ncclInvalidArgument,
+                                           "%s: color %d is negative and not NCCL_SPLIT_NOCOLOR",
+                                           fn, color));
     char transport[16];
     r = read_config(config, fn, transport, sizeof transport);
-    if (r != ncclSuccess) return group_note(r);
-    return group_note(comm_split(c, color, key, newcomm, transport));
+    if (r != ncclSuccess) return lnccl_group_note(r);
+    return lnccl_group_note(comm_split(c, color, key, newcomm, transport));
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_ready(comm, "ncclCommFinalize", &r);
+    struct ncclComm *c = lnccl_comm_ready(comm, "ncclCommFinalize", &r);
     if (!c) return r;
     /* Every call completed before it returned: nothing is left to flush. */
     c->finalized = 1;
     return ncclSuccess;
 }
 
-static ncclResult_t not_busy(struct ncclComm *c, const char *fn);
+/* Loom cannot stop a call under way in another thread: destroying or
+ * aborting its communicator meanwhile would pull it from under it. */
+static ncclResult_t not_busy(struct ncclComm *c, const char *fn)
+{
+    int n = atomic_load(&c->inflight);
+    if (n == 0) return ncclSuccess;
+    return lnccl_fail(ncclInvalidUsage,
+                      "%s: %d call(s) on comm %p are under way in another thread or queued in an "
+                      "open group; Loom cannot interrupt them (they end when a peer fails or their "
+                      "deadline, LOOM_TIMEOUT, passes): call %s after they return",
+                      fn, n, (void *)c, fn);
+}
 
 static void *destroy_thread(void *arg)
 {
@@ -702,16 +682,16 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     ncclResult_t r = ncclSuccess;
     if (!comm) return ncclSuccess; /* as NCCL: destroying NULL is allowed */
-    struct ncclComm *c = comm_get(comm, "ncclCommDestroy", &r);
+    struct ncclComm *c = lnccl_comm_get(comm, "ncclCommDestroy", &r);
     if (!c) return r;
     if (c->pending)
-        return fail(ncclInvalidUsage,
-                    "ncclCommDestroy: comm %p is still being created (close its group first)",
-                    (void *)comm);
+        return lnccl_fail(ncclInvalidUsage,
+                          "ncclCommDestroy: comm %p is still being created (close its group first)",
+                          (void *)comm);
     r = not_busy(c, "ncclCommDestroy");
     if (r != ncclSuccess) return r;
     if (c->lc && !sibling_leave(c, 0))
-        r = from_loom(loom_comm_destroy(c->lc), "ncclCommDestroy", NULL);
+        r = lnccl_from_loom(loom_comm_destroy(c->lc), "ncclCommDestroy", NULL);
     comm_free(c);
     return r;
 }
@@ -720,17 +700,17 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
     ncclResult_t r = ncclSuccess;
     if (!comm) return ncclSuccess;
-    struct ncclComm *c = comm_get(comm, "ncclCommAbort", &r);
+    struct ncclComm *c = lnccl_comm_get(comm, "ncclCommAbort", &r);
     if (!c) return r;
     if (c->pending)
-        return fail(ncclInvalidUsage,
-                    "ncclCommAbort: comm %p is still being created (close its group first)",
-                    (void *)comm);
+        return lnccl_fail(ncclInvalidUsage,
+                          "ncclCommAbort: comm %p is still being created (close its group first)",
+                          (void *)comm);
     r = not_busy(c, "ncclCommAbort");
     if (r != ncclSuccess) return r;
     /* Loom's abort waits for no peer. */
     if (c->lc && !sibling_leave(c, 1))
-        r = from_loom(loom_comm_abort(c->lc), "ncclCommAbort", NULL);
+        r = lnccl_from_loom(loom_comm_abort(c->lc), "ncclCommAbort", NULL);
     comm_free(c);
     return r;
 }
@@ -739,9 +719,9 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
     static const char fn[] = "ncclCommGetAsyncError";
     ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_get(comm, fn, &r);
+    struct ncclComm *c = lnccl_comm_get(comm, fn, &r);
     if (!c) return r;
-    if (!asyncError) return fail(ncclInvalidArgument, "%s: asyncError is NULL", fn);
+    if (!asyncError) return lnccl_fail(ncclInvalidArgument, "%s: asyncError is NULL", fn);
     if (c->pending) {
         *asyncError = ncclInProgress;
         return ncclSuccess;
@@ -755,10 +735,11 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     if (lr != LOOM_SUCCESS) {
         *asyncError = lnccl_result(lr);
         if (failed >= 0)
-            fail(*asyncError, "%s: comm %p is broken: rank %d failed (%s)", fn, (void *)comm,
-                 failed, loom_strerror(lr));
+            lnccl_fail(*asyncError, "%s: comm %p is broken: rank %d failed (%s)", fn, (void *)comm,
+                       failed, loom_strerror(lr));
         else
-            fail(*asyncError, "%s: comm %p is broken (%s)", fn, (void *)comm, loom_strerror(lr));
+            lnccl_fail(*asyncError, "%s: comm %p is broken (%s)", fn, (void *)comm,
+                       loom_strerror(lr));
         return ncclSuccess;
     }
     pthread_mutex_lock(&c->mu);
@@ -770,9 +751,9 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
     ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_get(comm, "ncclCommCount", &r);
+    struct ncclComm *c = lnccl_comm_get(comm, "ncclCommCount", &r);
     if (!c) return r;
-    if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
+    if (!count) return lnccl_fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
     *count = c->nranks;
     return ncclSuccess;
 }
@@ -780,9 +761,9 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
     ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_get(comm, "ncclCommUserRank", &r);
+    struct ncclComm *c = lnccl_comm_get(comm, "ncclCommUserRank", &r);
     if (!c) return r;
-    if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+    if (!rank) return lnccl_fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
     *rank = c->rank;
     return ncclSuccess;
 }
@@ -791,416 +772,14 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
 {
     ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_get(comm, "ncclCommCuDevice", &r);
+    struct ncclComm *c = lnccl_comm_get(comm, "ncclCommCuDevice", &r);
     if (!c) return r;
-    if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+    if (!device) return lnccl_fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
     *device = c->cudev;
     return ncclSuccess;
 }
 
-/* ---------------------------------------------------------------- memory */
-
-/* Host memory on this build (page-aligned); NCCL gives device memory. */
-ncclResult_t ncclMemAlloc(void **ptr, size_t size)
-{
-    if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
-    *ptr = NULL;
-    if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
-    void *p = NULL;
-    int e = posix_memalign(&p, 4096, size);
-    if (e != 0)
-        return fail(ncclSystemError, "ncclMemAlloc: %zu bytes: %s", size, strerror(e));
-    *ptr = p;
-    return ncclSuccess;
-}
-
-ncclResult_t ncclMemFree(void *ptr)
-{
-    free(ptr);
-    return ncclSuccess;
-}
-
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
-{
-    static const char fn[] = "ncclCommRegister";
-    ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_ready(comm, fn, &r);
-    if (!c) return r;
-    if (!handle) return fail(ncclInvalidArgument, "%s: handle is NULL", fn);
-    *handle = NULL;
-    r = host_only(fn, "buff", buff);
-    if (r != ncclSuccess) return r;
-    loom_mem_t h = NULL;
-    r = from_loom(loom_mem_register(c->lc, buff, size, &h), fn, NULL);
-    if (r == ncclSuccess) *handle = h;
-    return r;
-}
-
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
-{
-    static const char fn[] = "ncclCommDeregister";
-    ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_ready(comm, fn, &r);
-    if (!c) return r;
-    return from_loom(loom_mem_deregister(c->lc, (loom_mem_t)handle), fn, NULL);
-}
-
-/* ------------------------------------------------------------ reduce ops */
-
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
-                                      ncclScalarResidence_t residence, ncclComm_t comm)
-{
-    static const char fn[] = "ncclRedOpCreatePreMulSum";
-    ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_ready(comm, fn, &r);
-    if (!c) return r;
-    if (!op) return fail(ncclInvalidArgument, "%s: op is NULL", fn);
-    size_t sz = lnccl_dtype_size((int)datatype);
-    if (!sz)
-        return fail(ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t", fn,
-                    (int)datatype);
-    if (residence == ncclScalarDevice)
-        return fail(ncclInvalidUsage,
-                    "%s: a device-resident scalar (ncclScalarDevice) cannot be read on this "
-                    "host-memory build; pass ncclScalarHostImmediate",
-                    fn);
-    if (residence != ncclScalarHostImmediate)
-        return fail(ncclInvalidArgument, "%s: residence %d is not an ncclScalarResidence_t", fn,
-                    (int)residence);
-    if (!scalar) return fail(ncclInvalidArgument, "%s: scalar is NULL", fn);
-    r = host_only(fn, "scalar (ncclScalarHostImmediate)", scalar);
-    if (r != ncclSuccess) return r;
-    pthread_mutex_lock(&c->mu);
-    int slot = -1;
-    for (int i = 0; i < c->nops; i++)
-        if (!c->ops[i].used) {
-            slot = i;
-            break;
-        }
-    if (slot < 0) {
-        if (c->nops >= MAX_REDOPS) {
-            pthread_mutex_unlock(&c->mu);
-            return fail(ncclInvalidUsage, "%s: %d ops exist on comm %p; destroy some first", fn,
-                        c->nops, (void *)comm);
-        }
-        struct redop *p = realloc(c->ops, (size_t)(c->nops + 1) * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&c->mu);
-            return fail(ncclSystemError, "%s: out of memory", fn);
-        }
-        c->ops = p;
-        slot = c->nops++;
-    }
-    c->ops[slot].used = 1;
-    c->ops[slot].dtype = (int)datatype;
-    memset(c->ops[slot].scalar, 0, sizeof c->ops[slot].scalar);
-    memcpy(c->ops[slot].scalar, scalar, sz);
-    pthread_mutex_unlock(&c->mu);
-    *op = (ncclRedOp_t)(ncclNumOps + slot);
-    return ncclSuccess;
-}
-
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
-{
-    static const char fn[] = "ncclRedOpDestroy";
-    ncclResult_t r = ncclSuccess;
-    struct ncclComm *c = comm_get(comm, fn, &r);
-    if (!c) return r;
-    if ((int)op >= 0 && (int)op < ncclNumOps)
-        return fail(ncclInvalidArgument, "%s: op %d is built in", fn, (int)op);
-    long slot = (long)op - ncclNumOps;
-    pthread_mutex_lock(&c->mu);
-    int ok = slot >= 0 && slot < c->nops && c->ops[slot].used;
-    if (ok) c->ops[slot].used = 0;
-    pthread_mutex_unlock(&c->mu);
-    if (!ok)
-        return fail(ncclInvalidArgument, "%s: op %d was not made by ncclRedOpCreatePreMulSum on "
-                    "comm %p (or is destroyed)", fn, (int)op, (void *)comm);
-    return ncclSuccess;
-}
-
-/* -------------------------------------------------------- device memory */
-
-/* Built without CUDA, a device pointer can still be recognised where
- * CUDA's driver is installed: libcuda.so.1 is loaded at run time and
- * asked what each buffer is.  No driver: every buffer is host memory (a
- * process without the driver has no device memory).  A driver not yet
- * initialised answers with an error: nothing in this process is device
- * memory yet, so the buffer is host memory too.  Managed memory is
- * host-accessible and accepted.  The values are those of cuda.h. */
-enum {
-    CU_ATTR_MEMORY_TYPE = 2,
-    CU_ATTR_IS_MANAGED = 8,
-    CU_MEMTYPE_DEVICE = 2
-};
-typedef int (*cu_attr_fn)(void *data, int attribute, unsigned long long ptr);
-static cu_attr_fn cu_attr;
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-
-static void cu_load(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        info("no CUDA driver (libcuda.so.1): buffers are host memory");
-        return;
-    }
-    *(void **)&cu_attr = dlsym(h, "cuPointerGetAttribute");
-    info("CUDA driver found: device buffers are refused");
-}
-
-static ncclResult_t host_only(const char *fn, const char *what, const void *p)
-{
-    pthread_once(&cu_once, cu_load);
-    if (!cu_attr || !p) return ncclSuccess;
-    unsigned int type = 0, managed = 0;
-    unsigned long long a = (unsigned long long)(uintptr_t)p;
-    if (cu_attr(&type, CU_ATTR_MEMORY_TYPE, a) != 0 || type != CU_MEMTYPE_DEVICE)
-        return ncclSuccess;
-    if (cu_attr(&managed, CU_ATTR_IS_MANAGED, a) == 0 && managed) return ncclSuccess;
-    return fail(ncclInvalidUsage,
-                "%s: %s %p is CUDA device memory; this libnccl (Loom) is built for host "
-                "memory only: pass host buffers (or managed memory)",
-                fn, what, p);
-}
-
-static ncclResult_t host_bufs(const char *fn, const void *send, const void *recv)
-{
-    ncclResult_t r = host_only(fn, "sendbuff", send);
-    return r == ncclSuccess && recv != send ? host_only(fn, "recvbuff", recv) : r;
-}
-
-/* ----------------------------------------------------------- operations */
-
-struct call {
-    struct ncclComm *c;
-    loom_datatype_t dt;
-    loom_op_t op;
-    int premul;                  /* scale the input by scalar first */
-    unsigned char scalar[8];
-};
-
-/* The checks every operation makes: comm, stream, datatype, op (op < 0:
- * the call takes none). */
-static ncclResult_t prepare(struct call *k, const char *fn, ncclComm_t comm, cudaStream_t stream,
-                            ncclDataType_t datatype, long op)
-{
-    ncclResult_t r = ncclSuccess;
-    memset(k, 0, sizeof *k);
-    k->c = comm_ready(comm, fn, &r);
-    if (!k->c) return r;
-    if (stream)
-        return fail(ncclInvalidUsage,
-                    "%s: stream %p: this libnccl (Loom, host memory) completes each call before "
-                    "it returns and cannot order work on a CUDA stream; pass a NULL stream",
-                    fn, (void *)stream);
-    if (lnccl_dtype((int)datatype, &k->dt) != 0)
-        return fail(ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t (0..%d)", fn,
-                    (int)datatype, ncclNumTypes - 1);
-    if (op < 0) return ncclSuccess;
-    if (lnccl_op((int)op, &k->op) == 0) return ncclSuccess;
-    long slot = op - ncclNumOps;
-    pthread_mutex_lock(&k->c->mu);
-    int ok = slot >= 0 && slot < k->c->nops && k->c->ops[slot].used;
-    int odt = ok ? k->c->ops[slot].dtype : -1;
-    if (ok) memcpy(k->scalar, k->c->ops[slot].scalar, sizeof k->scalar);
-    pthread_mutex_unlock(&k->c->mu);
-    if (!ok)
-        return fail(ncclInvalidArgument,
-                    "%s: op %ld is neither built in (0..%d) nor made by "
-                    "ncclRedOpCreatePreMulSum on comm %p",
-                    fn, op, ncclNumOps - 1, (void *)comm);
-    if (odt != (int)datatype)
-        return fail(ncclInvalidArgument,
-                    "%s: op %ld was made for datatype %d, the call passes datatype %d", fn, op,
-                    odt, (int)datatype);
-    k->premul = 1;
-    k->op = LOOM_SUM;
-    return ncclSuccess;
-}
-
-/* For PreMulSum: a scaled copy of count elements of src, freed by done()
- * (after the group when inside one).  *out NULL when src is NULL or
- * count 0: Loom then checks the arguments as given. */
-static ncclResult_t scaled_input(struct call *k, const char *fn, const void *src, size_t count,
-                                 const void **out)
-{
-    *out = src;
-    if (!k->premul || !src || count == 0) return ncclSuccess;
-    size_t esz = loom_datatype_size(k->dt);
-    if (count > SIZE_MAX / esz)
-        return fail(ncclInvalidArgument, "%s: count %zu overflows the address space", fn, count);
-    void *tmp = malloc(count * esz);
-    if (!tmp) return fail(ncclSystemError, "%s: out of memory for %zu bytes", fn, count * esz);
-    lnccl_scale(tmp, src, count, (int)k->dt, k->scalar);
-    if (tl_depth > 0) {
-        if (push_ptr(&tl_tmp, &tl_ntmp, &tl_captmp, tmp) != 0) {
-            free(tmp);
-            return fail(ncclSystemError, "%s: out of memory", fn);
-        }
-    }
-    *out = tmp;
-    return ncclSuccess;
-}
-
-/* The call is under way on k->c (ncclCommAbort and ncclCommDestroy
- * refuse it meanwhile): until done() outside a group, until the
- * outermost ncclGroupEnd inside one. */
-static void begin(struct call *k)
-{
-    atomic_fetch_add(&k->c->inflight, 1);
-    if (tl_depth > 0 &&
-        push_ptr((void ***)&tl_queued, &tl_nqueued, &tl_capqueued, k->c) != 0)
-        atomic_fetch_sub(&k->c->inflight, 1); /* no room: not counted */
-}
-
-static ncclResult_t done(struct call *k, const char *fn, loom_result_t lr, const void *scaled,
-                         const void *orig)
-{
-    if (scaled != orig && tl_depth == 0) free((void *)scaled);
-    ncclResult_t r = group_note(from_loom(lr, fn, k->c));
-    if (tl_depth == 0) atomic_fetch_sub(&k->c->inflight, 1); /* k->c is not read after */
-    return r;
-}
-
-/* Loom cannot stop a call under way in another thread: destroying or
- * aborting its communicator meanwhile would pull it from under it. */
-static ncclResult_t not_busy(struct ncclComm *c, const char *fn)
-{
-    int n = atomic_load(&c->inflight);
-    if (n == 0) return ncclSuccess;
-    return fail(ncclInvalidUsage,
-                "%s: %d call(s) on comm %p are under way in another thread or queued in an "
-                "open group; Loom cannot interrupt them (they end when a peer fails or their "
-                "deadline, LOOM_TIMEOUT, passes): call %s after they return",
-                fn, n, (void *)c, fn);
-}
-
-ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                           cudaStream_t stream)
-{
-    static const char fn[] = "ncclAllReduce";
-    struct call k;
-    const void *in;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_allreduce(in, recvbuff, count, k.dt, k.op, k.c->lc), in, sendbuff);
-}
-
-ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
-                        cudaStream_t stream)
-{
-    static const char fn[] = "ncclReduce";
-    struct call k;
-    const void *in;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_reduce(in, recvbuff, count, k.dt, k.op, root, k.c->lc), in,
-                sendbuff);
-}
-
-ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                               cudaStream_t stream)
-{
-    static const char fn[] = "ncclReduceScatter";
-    struct call k;
-    const void *in = sendbuff;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r == ncclSuccess && k.premul) {
-        if (recvcount > SIZE_MAX / (size_t)k.c->nranks)
-            r = fail(ncclInvalidArgument, "%s: recvcount %zu times %d ranks overflows", fn,
-                     recvcount, k.c->nranks);
-        else
-            r = scaled_input(&k, fn, sendbuff, recvcount * (size_t)k.c->nranks, &in);
-    }
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_reduce_scatter(in, recvbuff, recvcount, k.dt, k.op, k.c->lc), in,
-                sendbuff);
-}
-
-ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
-{
-    static const char fn[] = "ncclBroadcast";
-    struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_broadcast(sendbuff, recvbuff, count, k.dt, root, k.c->lc), NULL,
-                NULL);
-}
-
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
-                       ncclComm_t comm, cudaStream_t stream)
-{
-    static const char fn[] = "ncclBcast";
-    struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, buff, buff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_broadcast(buff, buff, count, k.dt, root, k.c->lc), NULL, NULL);
-}
-
-ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
-{
-    static const char fn[] = "ncclAllGather";
-    struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_allgather(sendbuff, recvbuff, sendcount, k.dt, k.c->lc), NULL, NULL);
-}
-
-ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                      ncclComm_t comm, cudaStream_t stream)
-{
-    static const char fn[] = "ncclSend";
-    struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, NULL);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_send(sendbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
-}
-
-ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
-                      ncclComm_t comm, cudaStream_t stream)
-{
-    static const char fn[] = "ncclRecv";
-    struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, NULL, recvbuff);
-    if (r == ncclSuccess) r = enter_op(fn);
-    if (r != ncclSuccess) return group_note(r);
-    begin(&k);
-    return done(&k, fn, loom_recv(recvbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
-}
-
-/* NCCL exports every call a second time as pnccl* (for profilers). */
-#define PNCCL(f) extern __typeof__(f) p##f __attribute__((alias(#f)))
-PNCCL(ncclMemAlloc);
-PNCCL(ncclMemFree);
+/* The pnccl* names of this file's calls (PNCCL: internal.h). */
 PNCCL(ncclGetVersion);
 PNCCL(ncclGetUniqueId);
 PNCCL(ncclCommInitRankConfig);
@@ -1216,17 +795,5 @@ PNCCL(ncclCommGetAsyncError);
 PNCCL(ncclCommCount);
 PNCCL(ncclCommCuDevice);
 PNCCL(ncclCommUserRank);
-PNCCL(ncclCommRegister);
-PNCCL(ncclCommDeregister);
-PNCCL(ncclRedOpCreatePreMulSum);
-PNCCL(ncclRedOpDestroy);
-PNCCL(ncclReduce);
-PNCCL(ncclBcast);
-PNCCL(ncclBroadcast);
-PNCCL(ncclAllReduce);
-PNCCL(ncclReduceScatter);
-PNCCL(ncclAllGather);
-PNCCL(ncclSend);
-PNCCL(ncclRecv);
 PNCCL(ncclGroupStart);
 PNCCL(ncclGroupEnd);
