@@ -74,9 +74,9 @@ __attribute__((target("avx512f"))) static void reduce512(float *out, float *keep
         _mm512_store_ps(keep + i, v);
     }
 }
-#endif
 
-static int wide;
+static int wide; /* the CPU has AVX-512: x86 only */
+#endif
 
 static void copy_stream(float *d, const float *s, size_t n)
 {

@@ -113,7 +113,9 @@ static inline void loomi_call_rec_put(struct loomi_call_rec *r, uint64_t no, uin
     /* The words are stored with release, not after a release fence: a
      * reader that sees either new word then sees no == 0 (or the new
      * number), and ThreadSanitizer, which does not model fences, sees
-     * the same ordering (plain moves on x86 either way). */
+     * the same ordering (plain moves on x86 either way; on arm64 each is
+     * an stlr, which the zeroing of `no` cannot pass, and the number's
+     * release puts it after both words). */
     atomic_store_explicit(&r->no, 0, memory_order_relaxed);
     atomic_store_explicit(&r->w0, w0, memory_order_release);
     atomic_store_explicit(&r->w1, w1, memory_order_release);

@@ -357,6 +357,11 @@ int loomi_mem_window_push_begin(const struct loom_comm *c, uint64_t id)
 {
     const struct loomi_win *w = win_of(c, id);
     if (!w || w->n < 2) return -1;
+    /* Sequentially consistent store, then loads (Dekker's handshake with
+     * loomi_mem_window_close): release and acquire would not do, as they
+     * let the load of `closed` pass the store of `busy` (on arm64 too: only
+     * an stlr followed by an ldar is kept in order).  The loads' acquire
+     * also keeps the pushes after them. */
     atomic_store(guard(w, w->li, GUARD_BUSY), 1);
     for (int i = 0; i < w->n; i++)
         if (i != w->li && atomic_load(guard(w, i, GUARD_CLOSED))) {
@@ -369,7 +374,9 @@ int loomi_mem_window_push_begin(const struct loom_comm *c, uint64_t id)
 void loomi_mem_window_push_end(const struct loom_comm *c, uint64_t id)
 {
     const struct loomi_win *w = win_of(c, id);
-    /* The caller fenced its streaming stores: this store comes after them. */
+    /* The caller fenced its streaming stores (x86; plain stores elsewhere):
+     * this release store comes after them, so a closing peer that sees
+     * busy clear (acquire) has every pushed byte. */
     if (w && w->n >= 2) atomic_store_explicit(guard(w, w->li, GUARD_BUSY), 0, memory_order_release);
 }
 
@@ -393,6 +400,7 @@ int loomi_mem_window_close(const struct loom_comm *c, uint64_t id, uint64_t dead
 {
     const struct loomi_win *w = win_of(c, id);
     if (!w || w->n < 2) return 0;
+    /* Sequentially consistent, as in push_begin (the other half). */
     atomic_store(guard(w, w->li, GUARD_CLOSED), 1);
     int left = 0;
     for (int i = 0; i < w->n; i++) {

@@ -328,7 +328,9 @@ struct loomi_engine_hooks {
 struct loomi_progress {
     pthread_mutex_t mu;  /* recursive: internal paths nest */
     pthread_cond_t turn; /* the thread waits here while a caller wants mu */
-    atomic_int want;     /* callers waiting for mu */
+    /* callers waiting for mu: a hint, relaxed everywhere; mu orders what
+     * the thread and the callers share */
+    atomic_int want;
     pthread_t thread;
     int wakefd;          /* eventfd: an operation started, or stop */
     int sleeping;        /* the thread is in poll() (under mu) */

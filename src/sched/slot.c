@@ -161,6 +161,12 @@ static uint64_t slot_publish(struct loomi_engine *e, const struct loomi_sched *s
     const uint64_t sq = ++e->slot_seq;
     unsigned char *mine = e->slot_map[s->rank];
     if (in) memcpy(slot_of(e, mine, sq, in), src, in);
+    /* Release, for two orderings arm64 does not keep by itself: the input
+     * just copied is visible before the word (a peer that sees the word
+     * reads the input, not the slot's older bytes), and this rank's reads
+     * of the peers' slots in the previous operation (slot_read) are done
+     * before the word, which lets each peer overwrite those slots in
+     * operation sq + 1 (see the top of this file). */
     atomic_store_explicit(word_of(mine, sq), want, memory_order_release);
     return sq;
 }
@@ -174,6 +180,8 @@ static int slot_look(struct loomi_engine *e, int p, uint64_t sq, uint64_t want, 
                      uint64_t *v)
 {
     for (unsigned spins = 0; *next < p;) {
+        /* Acquire: the peer's slot is read (slot_read), and this rank's
+         * slot overwritten in a later operation, only after its word. */
         *v = atomic_load_explicit(word_of(e->slot_map[*next], sq), memory_order_acquire);
         if (*v == want) {
             ++*next;

@@ -303,6 +303,8 @@ static loom_result_t build_segment(struct shm *t, int k)
         t->arena = (char *)m + arena_off;
         t->arena_len = arena_bytes;
     }
+    /* Release: a peer that sees the magic (acquire, open_peer) sees the
+     * whole layout written above. */
     atomic_store_explicit(&h->magic, SEG_MAGIC, memory_order_release);
     return LOOM_SUCCESS;
 }
@@ -372,6 +374,7 @@ static int open_peer(struct shm *t, struct peer *p, loom_result_t *err)
         p->map_len = PAGE;
     }
     struct seg_hdr *sh = p->map;
+    /* Acquire: the layout is read after the magic its owner stored last. */
     uint64_t magic = atomic_load_explicit(&sh->magic, memory_order_acquire);
     if (magic == 0) return 1; /* still laying it out */
     /* From here on only a private copy of the header is used. */
@@ -445,6 +448,8 @@ static int open_peer(struct shm *t, struct peer *p, loom_result_t *err)
                    "come through the FIFO cells",
                    q, k < 0 ? strerror(errno) : "pid names another process");
     }
+    /* Release: what this rank set up for the FIFO it feeds comes before
+     * the flag the owner waits for (no_hello, acquire). */
     atomic_store_explicit(&p->out_ctl->hello, 1, memory_order_release);
     return 0;
 }
@@ -599,6 +604,8 @@ static void shm_abort_all(void *state, int failed, loom_result_t code)
     if (t->hdr) {
         t->hdr->abort_failed = failed;
         t->hdr->abort_code = (int32_t)code;
+        /* Release: a peer that sees ST_ABORT (acquire, peer_state) reads
+         * who failed and why as written above, not older words. */
         atomic_store_explicit(&t->hdr->state, ST_ABORT, memory_order_release);
     }
     for (int q = 0; q < t->ctx.nranks; q++) {
@@ -619,6 +626,8 @@ static void shm_destroy(void *state)
     if (!t) return;
     /* Goodbye before the lock goes (closing t->fd), so that a peer never
      * takes a polite close for a crash. */
+    /* Release: every cell sent before is published before the goodbye, so
+     * a peer that sees it (acquire) finds them all (peer_state drains). */
     if (t->hdr && !t->aborted) atomic_store_explicit(&t->hdr->state, ST_BYE, memory_order_release);
     for (int q = 0; q < t->ctx.nranks; q++)
         loomi_shm_peer_down(t, &t->peers[q], -1, LOOM_ERR_REVOKED, "communicator destroyed", 0);

@@ -60,7 +60,8 @@ int loomi_shm_do_reads(struct shm *t, struct peer *p)
     while (!p->failed && *l) {
         struct rd *r = *l;
         struct loomi_xfer *x = r->x;
-        if (atomic_load(&p->hdr->withdrawn)) {
+        /* Acquire: a flag seen set is seen before anything read after. */
+        if (atomic_load_explicit(&p->hdr->withdrawn, memory_order_acquire)) {
             park(p, l, r);
             continue;
         }
@@ -79,8 +80,13 @@ int loomi_shm_do_reads(struct shm *t, struct peer *p)
             n++;
         }
         /* Checked after the read: a flag still clear now means the buffer
-         * was the sender's message all along. */
-        if (atomic_load(&p->hdr->withdrawn)) {
+         * was the sender's message all along.  The fence keeps the loads
+         * of the read (the kernel's, on this core) ahead of the flag's
+         * load: arm64 may otherwise satisfy the flag's load first and
+         * miss a withdrawal that came before the bytes were overwritten
+         * (the sender's fence in withdraw, shm_internal.h). */
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&p->hdr->withdrawn, memory_order_relaxed)) {
             park(p, l, r);
             continue;
         }

@@ -30,7 +30,7 @@ void loomi_shm_peer_down(struct shm *t, struct peer *p, int failed, loom_result_
     p->failed = 1;
     /* Sends p may still be reading go back to the engine with an error:
      * from now on nothing read from this process is to be trusted. */
-    if (p->acks.head && t->hdr) atomic_store(&t->hdr->withdrawn, 1);
+    if (p->acks.head && t->hdr) withdraw(t->hdr);
     /* Detach every list before completing: a completion may look around. */
     struct xq recvs = {NULL, NULL};
     struct loomi_xfer *x;
@@ -113,6 +113,10 @@ static inline struct cell *out_cell(const struct peer *p, uint64_t pos)
 static int out_space(struct shm *t, struct peer *p)
 {
     if (p->out_head - p->out_tail < p->out_ncells) return 1;
+    /* Acquire: the consumer release-stored its tail after copying the
+     * cells out (poll_in), so its reads of them come before our stores
+     * into them; with a plain load an arm64 core could overwrite a cell
+     * the consumer is still reading. */
     uint64_t tl = atomic_load_explicit(&p->out_ctl->tail, memory_order_acquire);
     if (tl > p->out_head || p->out_head - tl > p->out_ncells) {
         PROTO(t, p, "FIFO tail %llu out of range (head %llu)", (unsigned long long)tl,
@@ -137,6 +141,8 @@ static void out_put(struct peer *p, uint16_t type, uint64_t tag, uint32_t chk, u
     if (alen) memcpy((char *)c + CELL_HDR, a, alen);
     if (blen) memcpy((char *)c + CELL_HDR + alen, b, blen);
     p->out_head++;
+    /* Release: the header and payload above become visible before the
+     * number that says the cell is full (arm64 reorders plain stores). */
     atomic_store_explicit(&c->seq, (uint32_t)p->out_head, memory_order_release);
 }
 
@@ -465,6 +471,8 @@ int loomi_shm_poll_in(struct shm *t, struct peer *p, int budget)
     int n = 0;
     while (n < budget && !p->failed) {
         struct cell *c = in_cell(t, p, p->in_pos);
+        /* Acquire: the cell's header and payload are read only after the
+         * number the producer release-stored last (out_put). */
         if (atomic_load_explicit(&c->seq, memory_order_acquire) != (uint32_t)(p->in_pos + 1)) break;
         struct cell h;
         h.type = c->type;
@@ -475,6 +483,8 @@ int loomi_shm_poll_in(struct shm *t, struct peer *p, int budget)
         int rc = handle_cell(t, p, &h, (const char *)c + CELL_HDR);
         if (rc < 0) break;
         p->in_pos++;
+        /* Release: every read of the cell (handle_cell copied out what it
+         * keeps) comes before the producer may reuse it (out_space). */
         atomic_store_explicit(&p->in_ctl->tail, p->in_pos, memory_order_release);
         n++;
     }
@@ -532,7 +542,7 @@ void loomi_shm_cancel(void *state, struct loomi_xfer *x)
     if (xq_has(&p->acks, x)) {
         /* The receiver may be reading the buffer right now, and it is the
          * engine's again once we return: say so first. */
-        if (t->hdr) atomic_store(&t->hdr->withdrawn, 1);
+        if (t->hdr) withdraw(t->hdr);
         xq_del(&p->acks, x);
         p->npending--;
         return;

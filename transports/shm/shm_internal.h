@@ -54,7 +54,9 @@ struct seg_hdr {
      * process_vm_readv: finding it proves the pid names this process in
      * the peer's pid namespace, and that single copy works. */
     uint64_t nonce, self_addr;
-    /* Own line: peers poll it while they wait on this rank. */
+    /* Own line: peers poll it while they wait on this rank.  Stored with
+     * release after abort_failed and abort_code, loaded with acquire
+     * before them (shm_abort_all, peer_state). */
     _Alignas(64) _Atomic uint32_t state;
     int32_t abort_failed, abort_code;
     /* Set for good when this rank withdraws a single-copy send (cancel,
@@ -64,14 +66,18 @@ struct seg_hdr {
 };
 
 struct ring_ctl {
-    _Atomic uint64_t tail; /* consumer: cells consumed */
+    /* consumer: cells consumed; release-stored after the cells are read,
+     * acquire-loaded before the producer overwrites them (shm_fifo.c) */
+    _Atomic uint64_t tail;
     char pad0[56];
-    _Atomic uint32_t hello; /* producer: mapped this segment */
+    _Atomic uint32_t hello; /* producer: mapped this segment (release/acquire) */
     char pad1[60];
 };
 
 struct cell {
-    _Atomic uint32_t seq; /* position + 1 once full */
+    /* position + 1 once full: release-stored after the header and payload
+     * below, acquire-loaded before the consumer reads them */
+    _Atomic uint32_t seq;
     uint16_t type, flags;
     uint32_t len;
     uint32_t chk;   /* FIRST/RTS: the call's check (transport.h) */
@@ -213,6 +219,20 @@ static inline int xq_has(const struct xq *q, const struct loomi_xfer *x)
     return 0;
 }
 
+
+/* Withdraw this rank's single-copy sends (cancel, abort, failing the
+ * reader): set `withdrawn` before the engine gets a described buffer back
+ * and may write it again.  The fence keeps the flag's store ahead of
+ * those later stores: on arm64 even a sequentially consistent store (an
+ * stlr) may become visible after plain stores that follow it, and then a
+ * reader could read the new bytes yet still see the flag clear (on x86 a
+ * seq_cst store is a locked exchange, and stores are not reordered
+ * anyway).  The reader's side is in do_reads (shm_cma.c). */
+static inline void withdraw(struct seg_hdr *h)
+{
+    atomic_store_explicit(&h->withdrawn, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+}
 
 /* A transfer leaves the transport: count it, then tell the engine. */
 static inline void done(struct peer *p, struct loomi_xfer *x, loom_result_t st)

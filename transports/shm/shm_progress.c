@@ -17,6 +17,9 @@
  * it did. */
 static int peer_state(struct shm *t, struct peer *p)
 {
+    /* Acquire: abort_failed and abort_code, and the cells sent before a
+     * goodbye, are read after the word their writer release-stored last
+     * (shm_abort_all, shm_destroy). */
     uint32_t st = atomic_load_explicit(&p->hdr->state, memory_order_acquire);
     if (st == ST_LIVE) return 0;
     /* What it sent before is in our FIFO: take it first. */

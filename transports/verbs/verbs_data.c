@@ -147,6 +147,8 @@ static int post_send(struct peer *p, struct ibv_send_wr *wr)
 
 static uint64_t credits(struct verbs *t, struct peer *p)
 {
+    /* Acquire: the count the peer's NIC writes here (RDMA) at any time;
+     * an atomic load, so it is read whole and fresh on every call. */
     uint64_t posted = __atomic_load_n(&t->cred[(size_t)p->rank * CRED_STRIDE], __ATOMIC_ACQUIRE);
     return posted > p->sent ? posted - p->sent : 0;
 }
