@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "coll/coll.h"
@@ -118,8 +119,7 @@ int loomi_fuse_eligible(int coll, size_t count, size_t es, int nranks)
     if (coll != LOOMI_COLL_ALLREDUCE && coll != LOOMI_COLL_REDUCE_SCATTER &&
         coll != LOOMI_COLL_ALLGATHER)
         return 0;
-    if (!count || !es || nranks < 1 || count > LOOMI_FUSE_MEMBER_MAX / es / (size_t)nranks + 1)
-        return 0;
+    if (!count || !es || nranks < 1 || count > LOOMI_FUSE_MEMBER_MAX / es) return 0;
     return stage_bytes(coll, count, es, nranks) <= LOOMI_FUSE_MEMBER_MAX;
 }
 
@@ -145,7 +145,7 @@ size_t loomi_fuse_plan(const struct loomi_fuse_item *it, size_t n, size_t cap, u
     for (size_t i = 0; i < n; i++) {
         size_t k = 0;
         while (k < nopen && !same_kind(&it[first[open[k]]], &it[i])) k++;
-        if (k < nopen && it[i].bytes <= cap - bytes[open[k]]) {
+        if (k < nopen && bytes[open[k]] <= cap && it[i].bytes <= cap - bytes[open[k]]) {
             bucket[i] = open[k];
             bytes[open[k]] += it[i].bytes;
             continue;
@@ -488,6 +488,36 @@ loom_result_t loomi_group_end(void)
     }
     loom_result_t w = ops ? loomi_op_wait_all(ops, started) : LOOM_SUCCESS;
     if (first == LOOM_SUCCESS) first = w;
+    /* An operation of the group may end revoked by a peer that found
+     * another one's calls differ: the group's failure is that mismatch,
+     * as a lone call's would be. */
+    for (size_t i = 0; first == LOOM_ERR_REVOKED && i < nu; i++) {
+        struct loom_comm *c;
+        if (loomi_comm_live(q[u[i].q].h, "loom_group_end", &c) != LOOM_SUCCESS) continue;
+        loomi_comm_lock(c);
+        const int mismatch = c->error == LOOM_ERR_MISMATCH;
+        loomi_comm_unlock(c);
+        if (mismatch) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", loom_get_last_error());
+            first = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s", msg);
+        }
+    }
+    /* Ranks whose groups differ fail as above; say what a group must
+     * agree on when the difference may lie in a fused call, which the
+     * verdict on the last calls may not reach. */
+    size_t nfused = 0, calls_fused = 0;
+    for (size_t i = 0; i < nu; i++)
+        if (u[i].fused) nfused++, calls_fused += u[i].nmem;
+    if (first == LOOM_ERR_MISMATCH && nfused) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", loom_get_last_error());
+        first = loomi_fail(first, -1,
+                           "%s (loom_group_end fused %zu of this group's calls into %zu "
+                           "operations: every rank's group must make the same calls, with the "
+                           "same counts, datatypes and ops, in the same order)",
+                           msg, calls_fused, nfused);
+    }
     /* The fused calls' results, once every operation succeeded: on a
      * failure their outputs (in place: their inputs) are left as they
      * were, as the engine leaves a failed call's. */
