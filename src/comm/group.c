@@ -409,7 +409,8 @@ static loom_result_t build_unit(struct unit *x, struct queued *q, struct loom_co
     unsigned char *out = in + ALIGN64(in_bytes(f->coll, x->total, es, c->nranks));
     pack(x, q, in, c->nranks);
     /* Out of place over the staging buffer: nothing to save (in place,
-     * the shared allreduce would save what it overwrites). */
+     * the shared allreduce would save what it overwrites; perf/NOTES.md,
+     * "group.c, staging out of place"). */
     x->sendbuf = in;
     x->recvbuf = out;
     loom_result_t r = loomi_group_build(c, f->fn, f->coll, x->sendbuf, x->recvbuf, x->total,
