@@ -18,6 +18,7 @@
 #include "comm/collectives.h"
 #include "comm/group.h"
 #include "comm/comm.h"
+#include "core/hostmap.h"
 #include "core/internal.h"
 
 struct queued {
@@ -217,10 +218,12 @@ struct unit {
     size_t q;     /* the (first) queued call */
     int fused;    /* a bucket of more than one call */
     int direct;   /* fused over the callers' buffers (contiguous): no staging */
+    int win;      /* staged in its communicator's fuse window, not per thread */
     size_t *mem;  /* its members (queue indices), in order */
     size_t nmem;
     size_t total; /* sum of the members' counts */
-    size_t off;   /* staging offset */
+    size_t off;   /* staging offset (in the thread's buffer or the window) */
+    size_t len;   /* staging bytes */
     struct loomi_sched s;
     const void *sendbuf;
     void *recvbuf;
@@ -279,6 +282,50 @@ static void unpack(const struct unit *u, const struct queued *q, const unsigned 
     }
 }
 
+/* Whether comm's fused allreduces are staged in a window of its own
+ * (loomi_mem_alloc): where the host's ranks share memory, the shared
+ * allreduce then reads its peers' inputs where they were packed and
+ * writes each result into every rank's window, instead of copying the
+ * input into its arena and the results out of it.  The same facts as
+ * loom_mem_alloc's, job-wide, so that every rank decides alike. */
+static int window_host(const struct loom_comm *c)
+{
+    const struct loomi_hostmap *m = c->hosts;
+    return m && c->shared_bytes > 0 && m->nranks == c->nranks && m->nhosts < c->nranks;
+}
+
+/* Grow the fuse windows of the communicators that need one to the bytes
+ * their fused allreduces stage (collective: every rank's group asks for
+ * the same, in the same order). */
+static loom_result_t grow_windows(struct unit *u, size_t nu, struct queued *q)
+{
+    for (size_t i = 0; i < nu; i++) {
+        if (!u[i].win) continue;
+        const loom_comm_t h = q[u[i].q].h;
+        size_t need = 0, seen = 0;
+        for (size_t j = 0; j < nu; j++) {
+            if (!u[j].win || q[u[j].q].h != h) continue;
+            if (j < i) seen = 1;
+            const size_t end = u[j].off + u[j].len;
+            if (end > need) need = end;
+        }
+        if (seen) continue; /* done at its first unit */
+        struct loom_comm *c;
+        loom_result_t r = loomi_comm_check(h, "loom_group_end", &c);
+        if (r != LOOM_SUCCESS) return r;
+        if (c->fuse_win_bytes >= need) continue;
+        size_t want = c->fuse_win_bytes * 2 > need ? c->fuse_win_bytes * 2 : need;
+        want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+        void *p;
+        r = loomi_mem_alloc(h, "loom_group_end (the window of fused allreduces)", want, &p, 0);
+        if (r != LOOM_SUCCESS) return r;
+        if (c->fuse_win) (void)loom_mem_free(h, c->fuse_win);
+        c->fuse_win = p;
+        c->fuse_win_bytes = want;
+    }
+    return LOOM_SUCCESS;
+}
+
 /* Whether a fused allreduce's members lie one after the other in the
  * order queued, inputs and outputs alike (views into one bucket buffer,
  * as DDP's): then it runs over the callers' memory, with no copy. */
@@ -316,7 +363,7 @@ static size_t plan_units(struct queued *q, size_t n, struct unit **out, size_t *
         it[nf] = (struct loomi_fuse_item){(uintptr_t)q[i].h, q[i].coll, q[i].dtype, q[i].op,
                                           stage_bytes(q[i].coll, q[i].count,
                                                       loom_datatype_size(q[i].dtype),
-                                                      q[i].comm->nranks)};
+                                                      q[i].comm ? q[i].comm->nranks : 1)};
         qi[nf++] = i;
     }
     size_t nb = nf ? loomi_fuse_plan(it, nf, LOOMI_FUSE_BUCKET_MAX, bk) : 0;
@@ -374,6 +421,7 @@ oom:
 static loom_result_t build_unit(struct unit *x, struct queued *q, struct loom_comm *c,
                                 unsigned char *st)
 {
+    if (x->win) st = c->fuse_win;
     struct queued *f = &q[x->q];
     if (!f->fn) {
         x->s = f->s;
@@ -436,6 +484,9 @@ loom_result_t loomi_group_end(void)
         free(q);
         return LOOM_SUCCESS;
     }
+    /* A communicator destroyed since its calls were queued: they fail
+     * below (loomi_comm_check); until then they count as one rank's. */
+    for (size_t i = 0; i < n; i++) q[i].comm = loomi_comm_get(q[i].h);
     loom_result_t first = LOOM_SUCCESS;
     struct unit *u = NULL;
     size_t *memstore = NULL;
@@ -452,15 +503,24 @@ loom_result_t loomi_group_end(void)
         for (size_t i = 0; i < nu; i++) {
             if (!u[i].fused || u[i].direct) continue;
             const struct queued *f = &q[u[i].q];
-            u[i].off = len;
             const size_t es = loom_datatype_size(f->dtype);
-            const int nr = f->comm->nranks;
-            len += ALIGN64(in_bytes(f->coll, u[i].total, es, nr)) +
-                   ALIGN64(out_bytes(f->coll, u[i].total, es, nr));
+            const int nr = f->comm ? f->comm->nranks : 1;
+            u[i].len = ALIGN64(in_bytes(f->coll, u[i].total, es, nr)) +
+                       ALIGN64(out_bytes(f->coll, u[i].total, es, nr));
+            u[i].win = f->coll == LOOMI_COLL_ALLREDUCE && f->comm && window_host(f->comm);
+            if (u[i].win) {
+                /* After the units of its communicator before it. */
+                for (size_t j = 0; j < i; j++)
+                    if (u[j].win && q[u[j].q].h == f->h) u[i].off = u[j].off + u[j].len;
+                continue;
+            }
+            u[i].off = len;
+            len += u[i].len;
         }
         if (len && !(st = stage_get(len)))
             first = loomi_fail(LOOM_ERR_NO_MEMORY, -1,
                                "loom_group_end: no memory for %zu bytes of fused calls", len);
+        if (first == LOOM_SUCCESS) first = grow_windows(u, nu, q);
         /* Receives first: a message that finds its receive posted lands
          * in place, one that comes early is copied through a buffer.
          * Only point-to-point ops move; collectives keep their order. */

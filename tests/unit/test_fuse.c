@@ -158,5 +158,21 @@ Test(fuse, one_rank)
     cr_assert_eq(loom_iallreduce(in[0], out[0], 1, LOOM_FLOAT32, LOOM_SUM, comm, &req),
                  LOOM_ERR_INVALID_USAGE);
     cr_assert_eq(loom_group_end(), LOOM_SUCCESS);
+    /* A communicator destroyed before loom_group_end: its queued calls
+     * fail there, naming it, and touch no buffer. */
+    loom_comm_t c2;
+    cr_assert_eq(loom_get_unique_id(&id), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_init_rank(&c2, 1, &id, 0, NULL), LOOM_SUCCESS);
+    out[0][0] = out[1][0] = -1;
+    cr_assert_eq(loom_group_start(), LOOM_SUCCESS);
+    cr_assert_eq(loom_allreduce(in[0], out[0], 1, LOOM_FLOAT32, LOOM_SUM, c2), LOOM_SUCCESS);
+    cr_assert_eq(loom_allreduce(in[1], out[1], 1, LOOM_FLOAT32, LOOM_SUM, c2), LOOM_SUCCESS);
+    cr_assert_eq(loom_comm_destroy(c2), LOOM_SUCCESS);
+    loom_result_t r = loom_group_end();
+    cr_assert_eq(r, LOOM_ERR_INVALID_ARGUMENT, "%d: %s", r, loom_get_last_error());
+    cr_assert(strstr(loom_get_last_error(), "loom_group_end") &&
+                  strstr(loom_get_last_error(), "not a live communicator"),
+              "%s", loom_get_last_error());
+    cr_assert(out[0][0] == -1 && out[1][0] == -1);
     cr_assert_eq(loom_comm_destroy(comm), LOOM_SUCCESS);
 }
