@@ -44,6 +44,7 @@ static struct loomi_call unword(uint64_t w0, uint64_t w1)
     d.dtype = (loom_datatype_t)(w0 >> 8 & 0xff);
     d.op = (loom_op_t)(w0 >> 16 & 0xff);
     d.codec = (int)(w0 >> 24 & 1);
+    d.fused = (int)(w0 >> 25 & 1);
     d.root = (int)(int32_t)(uint32_t)(w0 >> 32);
     d.count = w1;
     return d;
@@ -65,6 +66,17 @@ void loomi_call_str(const struct loomi_call *d, char *buf, size_t n)
                           ? "recvcount"
                           : "count";
     char a[48] = "", o[24] = "", r[24] = "";
+    if (d->fused) {
+        const uint64_t low = (UINT64_C(1) << LOOMI_CALL_FUSED_SHIFT) - 1;
+        if (reduces(d->coll)) snprintf(o, sizeof o, ", %s", loomi_op_name(d->op));
+        snprintf(buf, n,
+                 "%llu fused loom_%s calls in a group (%s=%llu in all, %s%s; counts hashed "
+                 "%08x)",
+                 (unsigned long long)(d->count >> LOOMI_CALL_FUSED_SHIFT), cn, cnt,
+                 (unsigned long long)(d->count & low), loomi_dtype_name(d->dtype), o,
+                 (unsigned)d->root);
+        return;
+    }
     if (d->coll != LOOMI_COLL_ALLTOALLV)
         snprintf(a, sizeof a, "%s=%llu, ", cnt, (unsigned long long)d->count);
     if (reduces(d->coll)) snprintf(o, sizeof o, ", %s", loomi_op_name(d->op));

@@ -44,7 +44,28 @@ struct loomi_call {
     int root;
     uint64_t count;
     int codec; /* compressed (loom_coll_options_t.codec, loom_comm_set_codec) */
+    /* A group's fused calls (comm/group.c): several calls of coll with
+     * this dtype and op run as one.  Then root holds a hash of the
+     * members' counts in order (loomi_fuse_shape) and count the members
+     * (high LOOMI_CALL_FUSED_SHIFT..63 bits) and their total count (low
+     * bits), so that ranks whose groups differ in any member's count, or
+     * in how many calls fused, fail with LOOM_ERR_MISMATCH. */
+    int fused;
 };
+
+#define LOOMI_CALL_FUSED_SHIFT 40
+
+/* The descriptor of `members` fused calls of coll (see fused above). */
+static inline struct loomi_call loomi_call_make_fused(int coll, uint64_t total,
+                                                      loom_datatype_t dtype, loom_op_t op,
+                                                      uint32_t members, uint32_t shape)
+{
+    struct loomi_call d = {coll, dtype, coll == 2 ? (loom_op_t)0 : op, (int)(int32_t)shape,
+                           (uint64_t)members << LOOMI_CALL_FUSED_SHIFT |
+                               (total & ((UINT64_C(1) << LOOMI_CALL_FUSED_SHIFT) - 1)),
+                           0, 1};
+    return d;
+}
 
 /* Calls remembered per communicator, for probes and verdicts. */
 #define LOOMI_CALL_HIST 64
@@ -72,7 +93,7 @@ struct loomi_call_rec {
 static inline struct loomi_call loomi_call_make(int coll, size_t count, loom_datatype_t dtype,
                                                 loom_op_t op, int root, int codec)
 {
-    struct loomi_call d = {coll, (loom_datatype_t)0, (loom_op_t)0, 0, 0, codec != 0};
+    struct loomi_call d = {coll, (loom_datatype_t)0, (loom_op_t)0, 0, 0, codec != 0, 0};
     if (coll == 9) return d;
     d.dtype = dtype;
     if (coll != 4) d.count = count;
@@ -87,6 +108,7 @@ static inline uint64_t loomi_call_word0(const struct loomi_call *d)
 {
     return (uint64_t)(d->coll & 0xff) | (uint64_t)(d->dtype & 0xff) << 8 |
            (uint64_t)(d->op & 0xff) << 16 | (uint64_t)(d->codec ? 1 : 0) << 24 |
+           (uint64_t)(d->fused ? 1 : 0) << 25 |
            (uint64_t)(uint32_t)d->root << 32;
 }
 

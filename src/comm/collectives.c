@@ -278,22 +278,16 @@ loom_result_t loomi_comm_start(struct loom_comm *comm, const char *fn, struct lo
 }
 
 
-/* Build the schedule and run it, hand it out as a request, or queue it. */
-static loom_result_t launch(struct call *c, loom_request_t *req)
+/* Build the schedule of c (described by d) and run it, hand it out as a
+ * request, or queue it (group: out NULL) or hand it over (out). */
+static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_request_t *req,
+                               int group, struct loomi_sched *out, int *out_save)
 {
     struct loom_comm *comm = c->comm;
-    int group = loomi_group_active();
-    if (req && group)
-        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
-                          "%s: non-blocking calls are not allowed between loom_group_start and "
-                          "loom_group_end (use the blocking form: loom_group_end completes it)",
-                          c->fn);
     size_t es = loom_datatype_size(c->dtype);
     /* The call's number and check, whatever path it takes (calls.h). */
-    const struct loomi_call d = loomi_call_make(c->a.coll, c->a.count, c->dtype, c->op,
-                                                c->a.root, c->cz.codec != NULL);
     uint32_t chk;
-    const uint64_t no = loomi_call_begin(comm, &d, &chk);
+    const uint64_t no = loomi_call_begin(comm, d, &chk);
     /* A broken communicator fails the call (it counts among this rank's
      * calls: a mismatch's verdict sees it). */
     loom_result_t r = LOOM_SUCCESS;
@@ -374,6 +368,11 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     int coll = c->a.coll;
     int save = c->a.inplace && (coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_REDUCE_SCATTER ||
                                 coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
+    if (out) {
+        *out = s;
+        *out_save = save;
+        return LOOM_SUCCESS;
+    }
     if (group) return loomi_group_queue(comm, &s, c->sendbuf, c->recvbuf, save);
     struct loomi_op *op;
     const uint64_t t0 = tune ? loomi_now_ns() : 0;
@@ -446,6 +445,43 @@ static void find_window(struct call *c, size_t n)
         c->a.win_recv_off = orv;
         c->a.win_bytes = wb;
     }
+}
+
+/* Build the schedule and run it, hand it out as a request, or queue it:
+ * in a group, a small allreduce, reduce-scatter or allgather is queued
+ * unbuilt, to be fused with others at loom_group_end (group.c). */
+static loom_result_t launch(struct call *c, loom_request_t *req)
+{
+    struct loom_comm *comm = c->comm;
+    int group = loomi_group_active();
+    if (req && group)
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: non-blocking calls are not allowed between loom_group_start and "
+                          "loom_group_end (use the blocking form: loom_group_end completes it)",
+                          c->fn);
+    if (group && !c->cz.codec && !c->a.win_id &&
+        loomi_fuse_eligible(c->a.coll, c->a.count, loom_datatype_size(c->dtype), comm->nranks))
+        return loomi_group_queue_call(comm, c->fn, c->a.coll, c->sendbuf, c->recvbuf, c->a.count,
+                                      c->dtype, c->op, c->a.inplace);
+    const struct loomi_call d = loomi_call_make(c->a.coll, c->a.count, c->dtype, c->op,
+                                                c->a.root, c->cz.codec != NULL);
+    return launch_as(c, &d, req, group, NULL, NULL);
+}
+
+loom_result_t loomi_group_build(struct loom_comm *comm, const char *fn, int coll,
+                                const void *sendbuf, void *recvbuf, size_t count,
+                                loom_datatype_t dtype, loom_op_t op, int inplace,
+                                uint32_t members, uint32_t shape, struct loomi_sched *s,
+                                int *save)
+{
+    struct call c = call_init(fn, coll, sendbuf, recvbuf, count, dtype, op, 0);
+    c.comm = comm;
+    c.a.inplace = inplace;
+    if (coll == LOOMI_COLL_ALLREDUCE) find_window(&c, count * loom_datatype_size(dtype));
+    const struct loomi_call d =
+        members > 1 ? loomi_call_make_fused(coll, count, dtype, op, members, shape)
+                    : loomi_call_make(coll, count, dtype, op, 0, 0);
+    return launch_as(&c, &d, NULL, 1, s, save);
 }
 
 /* ------------------------------------------------------------ allreduce */

@@ -134,6 +134,10 @@ struct loom_comm {
      * rank agrees; never reset, as loom_mem_free is local): the
      * allreduce then selects from the window tables. */
     int win_shared;
+    /* The window that loom_group_end stages fused allreduces in (group.c;
+     * made without win_shared), and its bytes. */
+    unsigned char *fuse_win;
+    size_t fuse_win_bytes;
 
     /* Collective calls (calls.h): how many this rank made (the
      * operations' numbers, the same on every rank), the last
@@ -171,6 +175,10 @@ static inline uint64_t loomi_call_begin(struct loom_comm *c, const struct loomi_
 /* Free the handles of the registrations left on comm (destroy, after
  * the transport released the registrations themselves). */
 void loomi_mem_release_all(struct loom_comm *comm);
+/* loom_mem_alloc for fn; tables 0: the allreduce keeps its own tables
+ * (comm->win_shared stays as it is): a window of the library's own. */
+loom_result_t loomi_mem_alloc(loom_comm_t comm, const char *fn, size_t bytes, void **ptr,
+                              int tables);
 /* Unmap the windows left on comm (destroy). */
 void loomi_mem_windows_free_all(struct loom_comm *comm);
 /* Whether [p, p + len) lies in one of comm's windows shared with other

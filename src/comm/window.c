@@ -156,7 +156,12 @@ static unsigned char *map_peer(struct loom_comm *c, const char *path, size_t len
 
 loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
 {
-    const char *fn = "loom_mem_alloc";
+    return loomi_mem_alloc(comm, "loom_mem_alloc", bytes, ptr, 1);
+}
+
+loom_result_t loomi_mem_alloc(loom_comm_t comm, const char *fn, size_t bytes, void **ptr,
+                              int tables)
+{
     if (ptr) *ptr = NULL;
     struct loom_comm *c;
     loom_result_t r = loomi_comm_check(comm, fn, &c);
@@ -260,7 +265,7 @@ loom_result_t loom_mem_alloc(loom_comm_t comm, size_t bytes, void **ptr)
     w->next = c->wins;
     c->wins = w;
     /* Job-wide facts only, so that every rank sets it alike. */
-    if (shared && m->nhosts < c->nranks) c->win_shared = 1;
+    if (tables && shared && m->nhosts < c->nranks) c->win_shared = 1;
     *ptr = w->base;
     return LOOM_SUCCESS;
 }

@@ -331,4 +331,19 @@ out=$("$BUILDDIR/perf/kcopy" 1 2>&1)
 check "kcopy with 1 rank exits 2 with its usage" \
     bash -c '[ "$1" = 2 ] && grep -q "usage: kcopy" <<<"$2"' _ "$?" "$out"
 
+# perf/group_perf: a group of small allreduces (fused), the same calls
+# one by one and their concatenation, every result checked (-c 1):
+# packed (-a 1) and as views into one buffer (-a 0), in place and not.
+for a in 0 1; do
+    for p in 0 1; do
+        out=$(timeout 120 "$LOOMRUN" -n 4 --timeout 110 "$BUILDDIR/perf/group_perf" \
+            -k 200 -s 4K -r 1 -w 0 -c 1 -a $a -p $p 2>&1)
+        rc=$?
+        check "group_perf -c 1 -a $a -p $p: exit 0, #wrong 0" \
+            awk -v rc=$rc '!/^#/ && NF >= 4 { rows++; if ($NF != 0) bad++ }
+                END { exit !(rc == 0 && rows == 3 && bad == 0) }' <<<"$out"
+        [ $? -eq 0 ] || tail -8 <<<"$out"
+    done
+done
+
 finish
