@@ -379,6 +379,14 @@ static void drop_pending(struct loomi_acceptor *ac, int i, int me, const char *n
     ac->n--;
 }
 
+/* loomi_accept_greeting's end without a connection: the ones still
+ * proving themselves go too. */
+static int give_up(struct loomi_acceptor *ac, int code)
+{
+    loomi_acceptor_close(ac);
+    return code;
+}
+
 int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting *want, int lo,
                           int hi, const unsigned char *key, uint32_t kind, void *hello, size_t n,
                           unsigned char *session, uint64_t deadline_ms, const char *name,
@@ -386,13 +394,13 @@ int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting
 {
     const int me = want->dst;
     for (;;) {
-        if (loomi_guard_stop(why, wn)) return -2;
+        if (loomi_guard_stop(why, wn)) return give_up(ac, -2);
         uint64_t now = loomi_now_ms();
         for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++)
             if (ac->c[i].fd >= 0 && now - ac->c[i].since > LOOMI_AUTH_WAIT_MS)
                 drop_pending(ac, i, me, name, "no handshake in time");
         int left = loomi_ms_left(deadline_ms);
-        if (left == 0) return -3;
+        if (left == 0) return give_up(ac, -3);
         /* The listening socket while there is room, and every connection
          * still proving itself: one slow or silent stalls no other. */
         struct pollfd pf[LOOMI_ACCEPT_PENDING + 1];
@@ -407,7 +415,7 @@ int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting
                 who[np++] = i;
             }
         int k = poll(pf, (nfds_t)np, left > 20 ? 20 : left);
-        if (k < 0 && errno != EINTR) return -3;
+        if (k < 0 && errno != EINTR) return give_up(ac, -3);
         if (k <= 0) continue;
         for (int j = 0; j < np; j++) {
             if (!pf[j].revents) continue;

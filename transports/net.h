@@ -115,7 +115,8 @@ loom_result_t loomi_acceptor_finish(struct loomi_acceptor *ac, int *lfd);
  * want->dst, and come from the rank it proved to be, in lo..hi-1, is
  * logged with its address (as `name`'s) and dropped.  Returns the
  * connection, blocking (its key material in session, unless NULL); -2
- * when the guard stopped the wait (why says why), -3 at the deadline. */
+ * when the guard stopped the wait (why says why), -3 at the deadline,
+ * and then ac is closed (loomi_acceptor_close). */
 int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting *want, int lo,
                           int hi, const unsigned char *key, uint32_t kind, void *hello, size_t n,
                           unsigned char *session, uint64_t deadline_ms, const char *name,

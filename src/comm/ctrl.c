@@ -887,7 +887,6 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
         char why[200];
         int fd = loomi_accept_greeting(&ac, &want, 0, me, c->key, LOOMI_AUTH_CTRL, h, sizeof h,
                                        sess, deadline_ms, "control plane", why, sizeof why);
-        if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me,
                               "control plane: %d lower rank(s) still to connect; gave up: %s",

@@ -243,41 +243,26 @@ static size_t out_bytes(int coll, size_t total, size_t es, int nranks)
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
-/* The members' inputs into the staging input `st` (for reduce-scatter
- * block by block of the ranks: block r holds every member's block r). */
-static void pack(const struct unit *u, const struct queued *q, unsigned char *st, int nranks)
+/* Between the members' buffers and a staging buffer st: in, their
+ * inputs into it (for reduce-scatter block by block of the ranks: block
+ * r holds every member's block r); out, their results from it (for
+ * allgather likewise). */
+static void stage(const struct unit *u, const struct queued *q, unsigned char *st, int nranks,
+                  int out)
 {
     const struct queued *f = &q[u->q];
     const size_t es = loom_datatype_size(f->dtype), C = u->total * es;
+    const int blocks = f->coll == (out ? LOOMI_COLL_ALLGATHER : LOOMI_COLL_REDUCE_SCATTER)
+                       ? nranks : 1;
     size_t off = 0;
     for (size_t j = 0; j < u->nmem; j++) {
         const struct queued *e = &q[u->mem[j]];
         const size_t b = e->count * es;
-        const unsigned char *src = e->sendbuf;
-        if (f->coll != LOOMI_COLL_REDUCE_SCATTER)
-            memcpy(st + off, src, b);
-        else
-            for (int r = 0; r < nranks; r++) memcpy(st + (size_t)r * C + off, src + (size_t)r * b, b);
-        off += b;
-    }
-}
-
-/* The members' results from the staging output `st` (for allgather block
- * by block of the ranks). */
-static void unpack(const struct unit *u, const struct queued *q, const unsigned char *st,
-                   int nranks)
-{
-    const struct queued *f = &q[u->q];
-    const size_t es = loom_datatype_size(f->dtype), C = u->total * es;
-    size_t off = 0;
-    for (size_t j = 0; j < u->nmem; j++) {
-        const struct queued *e = &q[u->mem[j]];
-        const size_t b = e->count * es;
-        unsigned char *dst = e->recvbuf;
-        if (f->coll != LOOMI_COLL_ALLGATHER)
-            memcpy(dst, st + off, b);
-        else
-            for (int r = 0; r < nranks; r++) memcpy(dst + (size_t)r * b, st + (size_t)r * C + off, b);
+        for (int r = 0; r < blocks; r++) {
+            unsigned char *at = st + (size_t)r * C + off;
+            if (out) memcpy((unsigned char *)e->recvbuf + (size_t)r * b, at, b);
+            else memcpy(at, (const unsigned char *)e->sendbuf + (size_t)r * b, b);
+        }
         off += b;
     }
 }
@@ -455,7 +440,7 @@ static loom_result_t build_unit(struct unit *x, struct queued *q, struct loom_co
     const size_t es = loom_datatype_size(f->dtype);
     unsigned char *in = st + x->off;
     unsigned char *out = in + ALIGN64(in_bytes(f->coll, x->total, es, c->nranks));
-    pack(x, q, in, c->nranks);
+    stage(x, q, in, c->nranks, 0);
     /* Out of place over the staging buffer: nothing to save (in place,
      * the shared allreduce would save what it overwrites; perf/NOTES.md,
      * "group.c, staging out of place"). */
@@ -585,7 +570,7 @@ loom_result_t loomi_group_end(void)
     if (first == LOOM_SUCCESS)
         for (size_t i = 0; i < nu; i++)
             if (u[i].fused && !u[i].direct)
-                unpack(&u[i], q, (const unsigned char *)u[i].recvbuf, q[u[i].q].comm->nranks);
+                stage(&u[i], q, (unsigned char *)u[i].recvbuf, q[u[i].q].comm->nranks, 1);
     /* Schedules never started: the built calls' (the others were never
      * built, or were handed to the engine). */
     for (size_t i = 0; i < n; i++)

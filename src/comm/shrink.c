@@ -73,6 +73,16 @@ struct shrink {
     const char *fn;
 };
 
+/* A shrink, grow or child of old, made with those settings. */
+static void shrink_init(struct shrink *s, struct loom_comm *old, const char *fn,
+                        uint64_t deadline, const struct loomi_settings *set,
+                        const int *algo_forced, unsigned route_mask)
+{
+    *s = (struct shrink){.old = old, .ctrl = old->ctrl, .n = old->nranks, .me = old->rank,
+                         .deadline = deadline, .fn = fn, .set = set,
+                         .algo_forced = algo_forced, .route_mask = route_mask};
+}
+
 static int alive_count(const unsigned char *D, int n)
 {
     int k = 0;
@@ -447,17 +457,9 @@ static loom_result_t reconfigure(loom_comm_t h, loom_comm_t *newcomm, int grow,
     }
 
     struct shrink s;
-    memset(&s, 0, sizeof s);
-    s.old = comm;
-    s.ctrl = comm->ctrl;
-    s.n = comm->nranks;
-    s.me = comm->rank;
-    s.deadline = t0 + (uint64_t)comm->set.timeout_ms;
-    s.fn = fn;
+    shrink_init(&s, comm, fn, t0 + (uint64_t)comm->set.timeout_ms, &comm->set, comm->algo_forced,
+                comm->route_mask);
     s.grow = grow;
-    s.set = &comm->set;
-    s.algo_forced = comm->algo_forced;
-    s.route_mask = comm->route_mask;
     s.serve_joins = 1;
     s.D = malloc((size_t)s.n);
     s.seen = malloc((size_t)s.n);
@@ -512,17 +514,8 @@ loom_result_t loomi_comm_child(struct loom_comm *parent, const struct loomi_chil
         return loomi_fail(LOOM_ERR_UNSUPPORTED, parent->rank,
                           "%s: this communicator has no control plane (a local one)", fn);
     struct shrink s;
-    memset(&s, 0, sizeof s);
-    s.old = parent;
-    s.ctrl = parent->ctrl;
-    s.n = parent->nranks;
-    s.me = parent->rank;
+    shrink_init(&s, parent, fn, spec->deadline, spec->set, spec->algo_forced, spec->route_mask);
     s.round = spec->round;
-    s.deadline = spec->deadline;
-    s.fn = fn;
-    s.set = spec->set;
-    s.algo_forced = spec->algo_forced;
-    s.route_mask = spec->route_mask;
     s.nmembers = spec->nmembers;
     if (s.nmembers < 1 || s.nmembers > s.n)
         return loomi_fail(LOOM_ERR_INTERNAL, s.me, "%s: %d members of %d ranks", fn, s.nmembers,

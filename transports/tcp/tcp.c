@@ -189,7 +189,6 @@ loom_result_t loomi_tcp_connect_all(void *state, const unsigned char *addrs, siz
         char why[200];
         int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
                                        sizeof in, sess, deadline_ms, "tcp", why, sizeof why);
-        if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
                               "arrived; gave up: %s", got, expected, why);

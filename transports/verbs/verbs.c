@@ -514,7 +514,6 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
         int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_VERBS,
                                        &in, sizeof in, NULL, deadline_ms, "verbs", why,
                                        sizeof why);
-        if (fd < 0) loomi_acceptor_close(&ac);
         if (fd == -2)
             return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
                               "higher ranks done; gave up: %s", got, expected, why);
