@@ -403,6 +403,26 @@ loom_result_t loom_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount
 loom_result_t loom_barrier(loom_comm_t comm);
 loom_result_t loom_ibarrier(loom_comm_t comm, loom_request_t *req);
 
+/* Gossip averaging (loom_gossip_average(3)): buf (count elements of a
+ * floating type, in place) becomes the average of this rank's and one
+ * partner's, (lower rank's + higher rank's) / 2, the same bits on both;
+ * no rank waits for any rank but its partner.  peer >= 0 names the
+ * partner, who must name this rank back (a rank naming itself sits the
+ * call out); LOOM_GOSSIP_SEEDED takes round `round` of the
+ * communicator's seeded pairing, a perfect matching of the ranks that
+ * every rank computes alike (the hypercube, dimension round % log2 n,
+ * when n is a power of two).  Every rank makes the call, as any
+ * collective. */
+#define LOOM_GOSSIP_SEEDED (-1)
+loom_result_t loom_gossip_average(void *buf, size_t count, loom_datatype_t dtype, int peer,
+                                  uint64_t round, loom_comm_t comm);
+loom_result_t loom_igossip_average(void *buf, size_t count, loom_datatype_t dtype, int peer,
+                                   uint64_t round, loom_comm_t comm, loom_request_t *req);
+/* This rank's partner in round `round` of the seeded pairing (the rank
+ * itself when it sits the round out: one rank per round when the size
+ * is odd). */
+loom_result_t loom_gossip_partner(loom_comm_t comm, uint64_t round, int *partner);
+
 /* ------------------------------------------------------- point to point */
 
 /* Send count elements to peer / receive them from peer.  Messages between

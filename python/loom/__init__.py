@@ -13,7 +13,7 @@ from ._core import (  # noqa: F401
     AVG, BFLOAT16, CODEC_ADDITIVE, CODEC_DECODE_REDUCE, CODEC_GATHER_ONLY, ERR_CONNECT,
     ERR_INTERNAL, ERR_INVALID_ARGUMENT, ERR_INVALID_USAGE, ERR_MISMATCH, ERR_NO_MEMORY,
     ERR_REMOTE, ERR_REVOKED, ERR_SYSTEM, ERR_TIMEOUT, ERR_UNSUPPORTED, FLOAT16, FLOAT32,
-    FLOAT64, INT8, INT32, INT64, MAX, MIN, PROD, REVISION_NONE, SPLIT_NOCOLOR, SUCCESS, SUM,
+    FLOAT64, GOSSIP_SEEDED, INT8, INT32, INT64, MAX, MIN, PROD, REVISION_NONE, SPLIT_NOCOLOR, SUCCESS, SUM,
     UINT8, UINT32, UINT64, Codec, CodecState, Communicator, ConnectError, Error, InternalError,
     InvalidArgument, InvalidUsage, MismatchError, NoMemoryError, Registration, RemoteError,
     Request, RevokedError, SystemCallError, TimeoutError, UnsupportedError, Window,

@@ -33,6 +33,7 @@ FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 6, 7, 8, 9
 
 SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
 SPLIT_NOCOLOR = -1  # LOOM_SPLIT_NOCOLOR
+GOSSIP_SEEDED = -1  # LOOM_GOSSIP_SEEDED
 _OPS = {"sum": SUM, "prod": PROD, "product": PROD, "max": MAX, "min": MIN, "avg": AVG,
         "mean": AVG}
 
@@ -1563,6 +1564,33 @@ class Communicator:
     def ibarrier(self):
         """Non-blocking :meth:`barrier`."""
         return self._run(lib.loom_ibarrier, (), True, None, None)
+
+    def _gossip(self, x, peer, round, nb):
+        b = _buf(x, "buf", True)
+        f = lib.loom_igossip_average if nb else lib.loom_gossip_average
+        return self._run(f, (b.ptr, b.count, b.dtype, int(peer), int(round)), nb, b, b.obj)
+
+    def gossip_average(self, x, peer=GOSSIP_SEEDED, round=0):
+        """x = (x of the lower rank + x of the higher) / 2 with one
+        partner, in place (floating types only); returns x.  peer: the
+        partner, who names this rank back (this rank itself: sit out), or
+        GOSSIP_SEEDED: the partner of round ``round`` of the seeded pairing
+        (loom_gossip_average(3))."""
+        return self._gossip(x, peer, round, False)
+
+    def igossip_average(self, x, peer=GOSSIP_SEEDED, round=0):
+        """Non-blocking :meth:`gossip_average`."""
+        return self._gossip(x, peer, round, True)
+
+    def gossip_partner(self, round):
+        """This rank's partner in round ``round`` of the seeded pairing
+        (this rank itself when it sits the round out)."""
+        p = ctypes.c_int(-1)
+        with self._lock:
+            rc = lib.loom_gossip_partner(self._handle(), int(round), byref(p))
+        if rc:
+            _raise(rc)
+        return p.value
 
     def send(self, x, peer):
         """Send x to rank peer (matched in order with its :meth:`recv`)."""

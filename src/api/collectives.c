@@ -235,3 +235,22 @@ loom_result_t loom_wait_any(loom_request_t *reqs, int n, int *index)
 }
 
 loom_result_t loom_wait_all(loom_request_t *reqs, int n) { return loomi_req_wait_all(reqs, n); }
+
+loom_result_t loom_gossip_average(void *buf, size_t count, loom_datatype_t dtype, int peer,
+                                  uint64_t round, loom_comm_t comm)
+{
+    return loomi_call_gossip("loom_gossip_average", buf, count, dtype, peer, round, comm, NULL);
+}
+
+loom_result_t loom_igossip_average(void *buf, size_t count, loom_datatype_t dtype, int peer,
+                                   uint64_t round, loom_comm_t comm, loom_request_t *req)
+{
+    loom_result_t r = need_req("loom_igossip_average", req);
+    if (r != LOOM_SUCCESS) return r;
+    return loomi_call_gossip("loom_igossip_average", buf, count, dtype, peer, round, comm, req);
+}
+
+loom_result_t loom_gossip_partner(loom_comm_t comm, uint64_t round, int *partner)
+{
+    return loomi_call_gossip_partner("loom_gossip_partner", comm, round, partner);
+}

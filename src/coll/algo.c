@@ -7,7 +7,8 @@
 
 static const char *const coll_names[LOOMI_NUM_COLLS] = {
     "allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv",
-    "broadcast", "reduce",         "gather",    "scatter",  "barrier"};
+    "broadcast", "reduce",         "gather",    "scatter",  "barrier",
+    "gossip"};
 static const char *const algo_names[LOOMI_NUM_ALGOS] = {
     "auto", "ring", "recursive_doubling", "halving_doubling", "tree", "pairwise", "bruck",
     "scatter_allgather", "hierarchical", "shared"};
@@ -47,6 +48,7 @@ static const loomi_gen_fn gens[LOOMI_NUM_COLLS][LOOMI_NUM_ALGOS] = {
                             [LOOMI_ALGO_PAIRWISE] = loomi_gen_scatter_pairwise},
     [LOOMI_COLL_BARRIER] = {[LOOMI_ALGO_BRUCK] = loomi_gen_barrier_bruck,
                             [LOOMI_ALGO_TREE] = loomi_gen_barrier_tree},
+    [LOOMI_COLL_GOSSIP] = {[LOOMI_ALGO_PAIRWISE] = loomi_gen_gossip_pairwise},
 };
 
 loomi_gen_fn loomi_algo_gen(int coll, int algo)
@@ -110,6 +112,8 @@ int loomi_algo_default(int coll, int nranks, size_t bytes)
     case LOOMI_COLL_GATHER:
     case LOOMI_COLL_SCATTER:
         return bytes <= 64 * 1024 ? LOOMI_ALGO_TREE : LOOMI_ALGO_PAIRWISE;
+    case LOOMI_COLL_GOSSIP:
+        return LOOMI_ALGO_PAIRWISE;
     case LOOMI_COLL_BARRIER:
     default:
         return LOOMI_ALGO_BRUCK;

@@ -375,3 +375,10 @@ uint32_t loomi_bavg(struct loomi_build *b, int dst, size_t dst_off, size_t count
                             .count = count};
     return loomi_build_step(b, &st);
 }
+
+uint32_t loomi_bavg_by(struct loomi_build *b, int dst, size_t dst_off, size_t count, uint32_t by)
+{
+    struct loomi_step st = {.kind = LOOMI_STEP_AVG, .peer = -1, .dst = (uint8_t)dst, .dst_off = dst_off,
+                            .flags = by, .count = count};
+    return loomi_build_step(b, &st);
+}

@@ -110,5 +110,7 @@ uint32_t loomi_breduce(struct loomi_build *b, int dst, size_t dst_off, int a, si
 uint32_t loomi_bcopy(struct loomi_build *b, int dst, size_t dst_off, int src, size_t src_off,
                      size_t count);
 uint32_t loomi_bavg(struct loomi_build *b, int dst, size_t dst_off, size_t count);
+/* dst /= by (an AVG step whose flags hold the divisor: gossip's 2). */
+uint32_t loomi_bavg_by(struct loomi_build *b, int dst, size_t dst_off, size_t count, uint32_t by);
 
 #endif

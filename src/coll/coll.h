@@ -32,6 +32,8 @@
  *   scatter         SEND p*count on root only; RECV count.  In place
  *                   (root): RECV unused, own block stays in SEND.
  *   barrier         no buffers (zero-length messages).
+ *   gossip          RECV count, always in place (SEND unused): averaged
+ *                   with one partner's (gossip.c).
  *
  * Tags: any 32-bit values, unique per (sender, receiver) pair within one
  * schedule; the engine adds the operation's sequence number.
@@ -54,6 +56,7 @@ enum loomi_coll {
     LOOMI_COLL_GATHER,
     LOOMI_COLL_SCATTER,
     LOOMI_COLL_BARRIER,
+    LOOMI_COLL_GOSSIP, /* pairwise averaging with one partner (gossip.c) */
     LOOMI_NUM_COLLS
 };
 /* The collectives whose small calls take the arenas' slots up to a size
@@ -106,6 +109,12 @@ struct loomi_coll_args {
      * (0: they do not), at these offsets; the window has win_bytes. */
     uint64_t win_id;
     size_t win_send_off, win_recv_off, win_bytes;
+    /* Gossip: this rank's partner plus one (0: the seeded pairing of
+     * gossip_round under gossip_seed, loomi_gossip_partner; a partner
+     * equal to the rank: it sits the round out).  Zeroed arguments are
+     * thus round 0 of seed 0, a pairing every rank computes alike. */
+    int gossip_peer1;
+    uint64_t gossip_round, gossip_seed;
 };
 
 /* Whether the shared allreduce streams its results (out of place) for
@@ -271,6 +280,18 @@ loom_result_t loomi_gen_reduce_scatter_cz(struct loomi_sched *s, const struct lo
                                           const struct loomi_cz *z);
 loom_result_t loomi_gen_allgather_cz(struct loomi_sched *s, const struct loomi_coll_args *a,
                                      const struct loomi_cz *z);
+
+/* gossip.c: this rank's partner in round `round` of the seeded pairing
+ * (-1: none, it sits the round out): a perfect matching of the ranks
+ * per round, the same on every rank.  nranks a power of two: the
+ * hypercube, dimension round % log2(nranks) (exact average after log2
+ * nranks rounds); otherwise pairs of a permutation drawn from (seed,
+ * round), the last rank of it idle when nranks is odd. */
+int loomi_gossip_partner(int rank, int nranks, uint64_t round, uint64_t seed);
+/* The pair exchange: send RECV to the partner, receive its RECV into
+ * SCRATCH, RECV = (lower + higher) / 2 in the same order on both sides,
+ * so that the two end with the same bits. */
+loom_result_t loomi_gen_gossip_pairwise(struct loomi_sched *s, const struct loomi_coll_args *a);
 
 /* barrier.c */
 loom_result_t loomi_gen_barrier_bruck(struct loomi_sched *s, const struct loomi_coll_args *a);

@@ -851,6 +851,7 @@ void loomi_coll_extents(const struct loomi_coll_args *a, int rank, int nranks, s
     case LOOMI_COLL_REDUCE: s = root && ip ? 0 : n; r = root ? n : 0; break;
     case LOOMI_COLL_GATHER: s = root && ip ? 0 : n; r = root ? pn : 0; break;
     case LOOMI_COLL_SCATTER: s = root ? pn : 0; r = root && ip ? 0 : n; break;
+    case LOOMI_COLL_GOSSIP: r = n; break;
     default: break;
     }
     *send_bytes = s;

@@ -20,7 +20,8 @@
 _Static_assert(LOOMI_COLL_ALLREDUCE == 0 && LOOMI_COLL_REDUCE_SCATTER == 1 &&
                    LOOMI_COLL_ALLTOALLV == 4 && LOOMI_COLL_BROADCAST == 5 &&
                    LOOMI_COLL_REDUCE == 6 && LOOMI_COLL_GATHER == 7 &&
-                   LOOMI_COLL_SCATTER == 8 && LOOMI_COLL_BARRIER == 9,
+                   LOOMI_COLL_SCATTER == 8 && LOOMI_COLL_BARRIER == 9 &&
+                   LOOMI_COLL_GOSSIP == 10,
                "loomi_call_make's numbers (calls.h)");
 
 static int reduces(int coll)
@@ -59,6 +60,19 @@ void loomi_call_str(const struct loomi_call *d, char *buf, size_t n)
     }
     if (d->coll == LOOMI_COLL_BARRIER) {
         snprintf(buf, n, "loom_barrier()");
+        return;
+    }
+    if (d->coll == LOOMI_COLL_GOSSIP && !d->fused) {
+        const uint32_t w = (uint32_t)d->root, lo = w & 0xffff, hi = w >> 16;
+        char pr[48];
+        if (w & UINT32_C(0x80000000))
+            snprintf(pr, sizeof pr, "a pair hashed %08x", (unsigned)w);
+        else if (lo == hi)
+            snprintf(pr, sizeof pr, "rank %u idle", (unsigned)lo);
+        else
+            snprintf(pr, sizeof pr, "ranks %u and %u paired", (unsigned)lo, (unsigned)hi);
+        snprintf(buf, n, "loom_gossip_average(count=%llu, %s, %s)", (unsigned long long)d->count,
+                 loomi_dtype_name(d->dtype), pr);
         return;
     }
     const char *cnt = d->coll == LOOMI_COLL_ALLGATHER || d->coll == LOOMI_COLL_GATHER ? "sendcount"
@@ -226,6 +240,40 @@ static const struct loomi_call *shown_call(const struct shown *s, uint64_t no)
     return NULL;
 }
 
+/* Gossip calls differ between ranks by design (each names its own pair):
+ * at call `no`, where every call shown is a gossip call, a rank is in
+ * conflict when the partner it names shows another call (another pair,
+ * count or datatype).  Returns -1 when some call shown there is not a
+ * gossip call, else the number of ranks in conflict; with conf, marks
+ * them. */
+static int gossip_partner_of(const struct loomi_call *d, int r)
+{
+    const uint32_t w = (uint32_t)d->root, lo = w & 0xffff, hi = w >> 16;
+    if (w & UINT32_C(0x80000000) || lo == hi) return -1; /* hashed or idle */
+    return (int)lo == r ? (int)hi : (int)hi == r ? (int)lo : -1;
+}
+
+static int gossip_conflicts(const struct shown *sh, int n, uint64_t no, unsigned char *conf)
+{
+    int any = 0, bad = 0;
+    for (int r = 0; r < n; r++) {
+        const struct loomi_call *d = shown_call(&sh[r], no);
+        if (!d) continue;
+        if (d->coll != LOOMI_COLL_GOSSIP || d->fused) return -1;
+        any = 1;
+    }
+    if (!any) return -1;
+    for (int r = 0; r < n; r++) {
+        const struct loomi_call *d = shown_call(&sh[r], no);
+        int p = d ? gossip_partner_of(d, r) : -1;
+        const struct loomi_call *e = p >= 0 && p < n ? shown_call(&sh[p], no) : NULL;
+        int c = e && loomi_call_check(e) != loomi_call_check(d);
+        if (conf) conf[r] = (unsigned char)c;
+        bad += c;
+    }
+    return bad;
+}
+
 /* The first call number whose calls differ between the ranks shown (0:
  * none). */
 static uint64_t first_difference(const struct shown *sh, int n)
@@ -235,6 +283,11 @@ static uint64_t first_difference(const struct shown *sh, int n)
         for (int i = 0; i < sh[r].n; i++) {
             uint64_t no = sh[r].no[i];
             if (best && no >= best) continue;
+            const int gc = gossip_conflicts(sh, n, no, NULL);
+            if (gc >= 0) {
+                if (gc > 0) best = no;
+                continue;
+            }
             const struct loomi_call *first = NULL;
             int differ = 0;
             for (int q = 0; q < n && !differ; q++) {
@@ -254,6 +307,9 @@ static uint64_t first_difference(const struct shown *sh, int n)
  * other group by more than there are such ranks. */
 static int settled(const struct shown *sh, int n, uint64_t no, const unsigned char *failed)
 {
+    /* Gossip: a conflict between two ranks shown stands whatever the
+     * others show. */
+    if (gossip_conflicts(sh, n, no, NULL) > 0) return 1;
     enum { MAXG = 6 };
     uint32_t chk[MAXG];
     int size[MAXG], ng = 0, open = 0;
@@ -337,6 +393,34 @@ static int judge(struct loom_comm *c, const struct shown *sh)
     const int n = c->nranks;
     const uint64_t best = first_difference(sh, n);
     if (!best) return 0;
+    unsigned char *conf = calloc((size_t)n, 1);
+    if (conf && gossip_conflicts(sh, n, best, conf) > 0) {
+        /* Gossip: each rank in conflict, with the call its partner made. */
+        char msg[sizeof c->errmsg], what[128], theirs[128];
+        size_t u = (size_t)snprintf(msg, sizeof msg, "ranks disagree on collective call %llu: ",
+                                    (unsigned long long)best);
+        int k = 0, first = -1;
+        for (int r = 0; r < n && u < sizeof msg; r++) {
+            if (!conf[r]) continue;
+            const struct loomi_call *d = shown_call(&sh[r], best);
+            const int p = gossip_partner_of(d, r);
+            const struct loomi_call *e = shown_call(&sh[p], best);
+            /* Each conflict once: from its lower rank when both conflict. */
+            if (p < r && conf[p] && gossip_partner_of(e, p) == r) continue;
+            loomi_call_str(d, what, sizeof what);
+            loomi_call_str(e, theirs, sizeof theirs);
+            u += (size_t)snprintf(msg + u, sizeof msg - u, "%srank %d called %s but rank %d called %s",
+                                  k++ ? "; " : "", r, what, p, theirs);
+            if (first < 0) first = r;
+        }
+        free(conf);
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
+        /* Which of two partners erred, nothing here tells. */
+        c->failed_rank = -1;
+        (void)first;
+        return 1;
+    }
+    free(conf);
     /* Group the ranks by their call of that number. */
     enum { MAXG = 6 };
     int *g = malloc((size_t)n * sizeof *g);

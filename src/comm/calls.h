@@ -102,6 +102,27 @@ static inline struct loomi_call loomi_call_make(int coll, size_t count, loom_dat
     return d;
 }
 
+/* The descriptor of a gossip call (coll 10, loom_gossip_average) between
+ * `rank` and `partner` (equal: the rank sits the round out): the two must
+ * agree on count and datatype, and on who pairs with whom, so root holds
+ * the pair, lower rank in the low 16 bits and higher above (a hash with
+ * the sign bit set past 32767 ranks).  Partners make the same descriptor;
+ * a rank whose message reaches a rank that named another partner shows a
+ * different check there, and the verdict names both pairs. */
+static inline struct loomi_call loomi_call_make_gossip(size_t count, loom_datatype_t dtype,
+                                                       int rank, int partner)
+{
+    struct loomi_call d = {10, dtype, (loom_op_t)0, 0, count, 0, 0};
+    const uint32_t lo = (uint32_t)(rank < partner ? rank : partner);
+    const uint32_t hi = (uint32_t)(rank < partner ? partner : rank);
+    if (hi < 32768)
+        d.root = (int)(lo | hi << 16);
+    else
+        d.root = (int)(int32_t)(UINT32_C(0x80000000) |
+                                ((lo * UINT32_C(0x9e3779b1) ^ hi * UINT32_C(0x85ebca6b)) >> 1));
+    return d;
+}
+
 /* The first of the two words a descriptor travels and is remembered
  * as (the second is the count). */
 static inline uint64_t loomi_call_word0(const struct loomi_call *d)

@@ -95,7 +95,7 @@ struct sched_key {
     loom_datatype_t dtype;
     loom_op_t op;
     size_t count, chunk, shared, stream;
-    int saves, copyin;
+    int saves, copyin, gossip_peer1;
     uint64_t win;
     size_t win_send, win_recv;
     const void *hosts; /* tests change these on a live communicator */
@@ -128,6 +128,7 @@ static loom_result_t get_sched(struct loom_comm *comm, const struct call *c, int
     k.algo = algo;
     k.inplace = c->a.inplace;
     k.root = c->a.root;
+    k.gossip_peer1 = c->a.gossip_peer1;
     k.dtype = c->dtype;
     k.op = c->op;
     k.count = c->a.count;
@@ -294,7 +295,7 @@ static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_
     if (comm->eng.pt || comm->error != LOOM_SUCCESS) r = loomi_comm_check_call(comm, c->fn);
     if (r != LOOM_SUCCESS) return r;
     /* Small blocking calls on one host: the arenas' slots (small.c). */
-    if (!req && !group && !c->cz.codec &&
+    if (!req && !group && !c->cz.codec && c->a.coll != LOOMI_COLL_GOSSIP &&
         loomi_small_fits(comm, c->a.coll, c->a.count * es, c->dtype, c->op))
         return loomi_small_coll(comm, c->a.coll, c->sendbuf, c->recvbuf, c->a.count, c->dtype,
                                 c->op, c->fn, no, chk);
@@ -304,9 +305,13 @@ static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_
     if (c->a.coll == LOOMI_COLL_BROADCAST || c->a.coll == LOOMI_COLL_REDUCE ||
         c->a.coll == LOOMI_COLL_GATHER || c->a.coll == LOOMI_COLL_SCATTER)
         comm->poll_slots = LOOMI_CALL_POLL_SLOTS;
-    size_t chunk;
-    int algo = loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype, c->op,
-                              &chunk);
+    size_t chunk = 0;
+    /* Gossip has one algorithm, the pair exchange, in LOOM_CHUNK_SIZE
+     * chunks: nothing for the selection table to weigh. */
+    int algo = c->a.coll == LOOMI_COLL_GOSSIP
+                   ? LOOMI_ALGO_PAIRWISE
+                   : loomi_algo_for(comm, c->a.coll, c->a.count * es, c->a.inplace, c->dtype,
+                                    c->op, &chunk);
     /* The model did not weigh compressed schedules: LOOM_CHUNK_SIZE for them. */
     c->a.chunk_bytes = chunk && !c->cz.codec ? chunk : comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
@@ -367,7 +372,8 @@ static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_
      * block, the root's buffer), so they skip that copy. */
     int coll = c->a.coll;
     int save = c->a.inplace && (coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_REDUCE_SCATTER ||
-                                coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE);
+                                coll == LOOMI_COLL_ALLTOALL || coll == LOOMI_COLL_REDUCE ||
+                                coll == LOOMI_COLL_GOSSIP);
     if (out) {
         *out = s;
         *out_save = save;
@@ -673,6 +679,67 @@ loom_result_t loomi_call_barrier(const char *fn, loom_comm_t h, loom_request_t *
     loom_result_t r = check_common(&c, h, 0, 0, 0, 0, 0);
     if (r != LOOM_SUCCESS) return r;
     return launch(&c, req);
+}
+
+/* --------------------------------------------------------------- gossip */
+
+/* The seed of a communicator's gossip pairing: the same on every rank
+ * (each holds the job's key), different between jobs; a one-way hash,
+ * of which a pairing shows a few bits. */
+static uint64_t gossip_seed(const struct loom_comm *comm)
+{
+    return loomi_hash64(comm->job_key, sizeof comm->job_key, UINT64_C(0x676f73736970)) ^
+           (uint64_t)comm->nranks;
+}
+
+loom_result_t loomi_call_gossip(const char *fn, void *buf, size_t count, loom_datatype_t dtype,
+                                int peer, uint64_t round, loom_comm_t h, loom_request_t *req)
+{
+    struct call c = call_init(fn, LOOMI_COLL_GOSSIP, NULL, buf, count, dtype, LOOM_SUM, 0);
+    loom_result_t r = check_common(&c, h, 0, 0, count, 2, 0);
+    if (r != LOOM_SUCCESS) return r;
+    struct loom_comm *comm = c.comm;
+    if (dtype != LOOM_FLOAT32 && dtype != LOOM_FLOAT64 && dtype != LOOM_FLOAT16 &&
+        dtype != LOOM_BFLOAT16)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: dtype %s cannot be averaged (float16, bfloat16, float32 or "
+                          "float64 only)",
+                          fn, loomi_dtype_name(dtype));
+    if (peer != LOOM_GOSSIP_SEEDED && (peer < 0 || peer >= comm->nranks))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
+                          "%s: peer %d is neither a rank of this communicator (size %d) nor "
+                          "LOOM_GOSSIP_SEEDED",
+                          fn, peer, comm->nranks);
+    if (loomi_group_active())
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
+                          "%s: not allowed between loom_group_start and loom_group_end", fn);
+    const size_t n = count * loom_datatype_size(dtype);
+    if ((r = check_bufs(&c, 0, n, 1)) != LOOM_SUCCESS) return r;
+    c.a.inplace = 1;
+    int partner = peer;
+    if (peer == LOOM_GOSSIP_SEEDED) {
+        c.a.gossip_round = round;
+        c.a.gossip_seed = gossip_seed(comm);
+        partner = loomi_gossip_partner(comm->rank, comm->nranks, round, c.a.gossip_seed);
+        if (partner < 0) partner = comm->rank; /* idle this round */
+    }
+    /* Resolved here, so that the schedule cache tells pairs apart. */
+    c.a.gossip_peer1 = partner + 1;
+    const struct loomi_call d = loomi_call_make_gossip(count, dtype, comm->rank, partner);
+    return launch_as(&c, &d, req, 0, NULL, NULL);
+}
+
+loom_result_t loomi_call_gossip_partner(const char *fn, loom_comm_t h, uint64_t round,
+                                        int *partner)
+{
+    struct loom_comm *comm;
+    loom_result_t r = loomi_comm_live(h, fn, &comm);
+    if (r != LOOM_SUCCESS) return r;
+    if (!partner)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: partner is NULL", fn);
+    int q = loomi_gossip_partner(comm->rank, comm->nranks, round, gossip_seed(comm));
+    *partner = q < 0 ? comm->rank : q;
+    return LOOM_SUCCESS;
 }
 
 /* ------------------------------------------------------------- requests */

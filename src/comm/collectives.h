@@ -44,6 +44,12 @@ loom_result_t loomi_call_scatter(const char *fn, const void *sendbuf, void *recv
                                  size_t recvcount, loom_datatype_t dtype, int root, loom_comm_t h,
                                  loom_request_t *req);
 loom_result_t loomi_call_barrier(const char *fn, loom_comm_t h, loom_request_t *req);
+/* loom_gossip_average(3): buf averaged in place with one partner's. */
+loom_result_t loomi_call_gossip(const char *fn, void *buf, size_t count, loom_datatype_t dtype,
+                                int peer, uint64_t round, loom_comm_t h, loom_request_t *req);
+/* loom_gossip_partner(3): this rank's partner in a seeded round. */
+loom_result_t loomi_call_gossip_partner(const char *fn, loom_comm_t h, uint64_t round,
+                                        int *partner);
 
 /* A send (is_send) of sbuf or a receive into rbuf: loom_send(3) and
  * friends; inside a group it is queued. */

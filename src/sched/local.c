@@ -260,7 +260,7 @@ void loomi_op_run_local(struct loomi_op *op, const struct loomi_step *st, size_t
     }
     case LOOMI_STEP_AVG:
         loomi_reduce_finish_avg(bufp(op, st->dst) + st->dst_off, st->count, s->dtype,
-                                s->nranks);
+                                st->flags ? (int)st->flags : s->nranks);
         break;
     }
 }

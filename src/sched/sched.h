@@ -24,7 +24,7 @@ enum loomi_step_kind {
     LOOMI_STEP_RECV,   /* receive count elements from peer into dst */
     LOOMI_STEP_REDUCE, /* dst = src OP src2 (dst may be src or src2) */
     LOOMI_STEP_COPY,   /* dst = src; flags LOOMI_COPY_ALSO */
-    LOOMI_STEP_AVG,    /* dst /= nranks (the end of LOOM_AVG) */
+    LOOMI_STEP_AVG,    /* dst /= nranks (the end of LOOM_AVG), or by flags if nonzero */
     /* dst = src OP shared arena i at src2_off, for every arena i of the
      * host except `peer` (the caller's local index), in one pass that
      * reads each operand once (blocked in cache): the reduction of a

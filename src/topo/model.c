@@ -329,6 +329,12 @@ double loomi_model_time(int coll, int algo, int p, size_t bytes,
             return (lg + bino_down(p)) * a;
         }
         break;
+    case LOOMI_COLL_GOSSIP:
+        /* One exchange of the whole vector with the partner, chunked,
+         * each chunk summed and halved as it lands. */
+        if (p == 1 || !bytes) return 0;
+        if (algo == LOOMI_ALGO_PAIRWISE) return rounds(m, 1, 1, 1, n, chunks(m, n)) + n * gc;
+        break;
     }
     return -1;
 }

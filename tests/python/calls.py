@@ -279,6 +279,21 @@ comm.barrier()
 comm.ibarrier().wait()
 report(True, "barrier and ibarrier return")
 
+# Gossip: a seeded round with the partner the library names, then an
+# explicit pairing (2i <-> 2i+1, an odd rank out names itself).
+g = np.arange(5, dtype=np.float64) + 10 * rank
+partner = comm.gossip_partner(3)
+comm.gossip_average(g, loom.GOSSIP_SEEDED, 3)
+want = (np.arange(5) + 10 * rank + np.arange(5) + 10 * partner) / 2
+report(np.array_equal(g, want), "gossip_average seeded (partner %d)" % partner)
+g = np.arange(5, dtype=np.float32) + 10 * rank
+mate = rank ^ 1 if (rank ^ 1) < size else rank
+comm.igossip_average(g, mate).wait()
+want = ((np.arange(5) + 10 * rank + np.arange(5) + 10 * mate) / 2).astype(np.float32)
+report(np.array_equal(g, want), "igossip_average explicit (partner %d)" % mate)
+raises(loom.InvalidArgument, lambda: comm.gossip_average(np.zeros(3, dtype=np.int32), mate),
+       "gossip_average of int32", "int32")
+
 # ------------------------------------------------------------ point to point
 if size > 1:
     nxt, prv = (rank + 1) % size, (rank - 1) % size

@@ -110,6 +110,12 @@ struct ccase {
     size_t count, chunk;
     uint64_t seed;
     const struct layout *lay; /* NULL: no host map */
+    /* Gossip: 0 the seeded pairing of `round` (the validator checks the
+     * generator's own under seed `seed`), 1 explicit r <-> p-1-r, 2
+     * explicit 2i <-> 2i+1 (an odd rank out sits idle, as the middle
+     * one of 1). */
+    int gmode;
+    uint64_t round;
 };
 
 static int reduces(int coll)
@@ -125,6 +131,13 @@ static int rooted(int coll)
 
 static void case_str(const struct ccase *c, char *b, size_t n)
 {
+    if (c->coll == LOOMI_COLL_GOSSIP) {
+        snprintf(b, n, "%s/%s p=%d count=%zu %s %s round=%llu chunk=%zu", loomi_coll_name(c->coll),
+                 loomi_algo_name(c->algo), c->p, c->count, dtype_names[c->dtype],
+                 c->gmode == 0 ? "seeded" : c->gmode == 1 ? "explicit-reversed" : "explicit-adjacent",
+                 (unsigned long long)c->round, c->chunk);
+        return;
+    }
     snprintf(b, n, "%s/%s p=%d count=%zu %s%s%s%s root=%d chunk=%zu%s%s", loomi_coll_name(c->coll),
              loomi_algo_name(c->algo), c->p, c->count, dtype_names[c->dtype],
              reduces(c->coll) ? "/" : "", reduces(c->coll) ? op_names[c->op] : "",
@@ -336,6 +349,7 @@ struct rankbuf {
     const void *sendbuf;
     void *recvbuf;
     size_t sc[MAXP], sd[MAXP], rc[MAXP], rd[MAXP]; /* alltoallv */
+    int gpeer; /* gossip: the partner (the rank itself: idle) */
 };
 
 /* alltoallv: elements rank r sends to rank q (uneven, some zero). */
@@ -441,8 +455,31 @@ static void args_for(const struct ccase *c, int r, struct rankbuf *rb, struct lo
         }
         break;
     case LOOMI_COLL_BARRIER: break;
+    case LOOMI_COLL_GOSSIP:
+        a->inplace = 1;
+        if (c->gmode == 0) {
+            a->gossip_round = c->round;
+            a->gossip_seed = c->seed;
+        } else {
+            a->gossip_peer1 = rb->gpeer + 1;
+        }
+        break;
     default: a->inplace = c->inplace;
     }
+}
+
+/* Gossip: rank r's partner in case c (the comm's seeded pairing). */
+static int gossip_peer(const struct ccase *c, int r, loom_comm_t comm)
+{
+    int q = r;
+    switch (c->gmode) {
+    case 0:
+        if (loom_gossip_partner(comm, c->round, &q) != LOOM_SUCCESS) q = -1;
+        break;
+    case 1: q = c->p - 1 - r; break;
+    default: q = (r ^ 1) < c->p ? r ^ 1 : r;
+    }
+    return q;
 }
 
 /* Lay out rank r's buffers and inputs.  Returns -1 on allocation failure. */
@@ -481,6 +518,7 @@ static int setup_rank(const struct ccase *c, int r, struct rankbuf *rb)
     case LOOMI_COLL_REDUCE: alen = is_root && ip ? 0 : n; blen = is_root ? n : 0; break;
     case LOOMI_COLL_GATHER: alen = is_root && ip ? 0 : n; blen = is_root ? pn : 0; break;
     case LOOMI_COLL_SCATTER: alen = is_root ? pn : 0; blen = is_root && ip ? 0 : n; break;
+    case LOOMI_COLL_GOSSIP: blen = n; break;
     default: break;
     }
     if (region_alloc(&rb->A, alen, sa) || region_alloc(&rb->B, blen, sb)) return -1;
@@ -521,6 +559,11 @@ static int setup_rank(const struct ccase *c, int r, struct rankbuf *rb)
     case LOOMI_COLL_SCATTER:
         rb->sendbuf = is_root ? A : NULL;
         rb->recvbuf = is_root && ip ? A + (size_t)r * n : B;
+        break;
+    case LOOMI_COLL_GOSSIP:
+        rb->sendbuf = NULL;
+        rb->recvbuf = B;
+        for (size_t i = 0; i < c->count; i++) put(B, i, c->dtype, rval(c->dtype, LOOM_SUM, r, i));
         break;
     default: rb->sendbuf = rb->recvbuf = NULL;
     }
@@ -565,6 +608,25 @@ static int expect_all(const struct ccase *c, struct rankbuf *rb)
     const int p = c->p;
     const loom_datatype_t t = c->dtype;
     const size_t es = loom_datatype_size(t), n = c->count * es;
+    if (c->coll == LOOMI_COLL_GOSSIP) {
+        /* (x_r + x_q) / 2 with its partner q; an idle rank keeps x_r. */
+        for (int r = 0; r < p; r++) {
+            const int q = rb[r].gpeer;
+            struct region *g = &rb[r].B;
+            if (q == r || !n) continue;
+            g->tol = malloc(c->count * sizeof *g->tol);
+            if (!g->tol) return -1;
+            g->tol_lo = 0;
+            g->tol_hi = n;
+            const double u = unit_roundoff(t);
+            for (size_t i = 0; i < c->count; i++) {
+                double x = get(rb[r].B.init + GUARD, i, t), y = get(rb[q].B.init + GUARD, i, t);
+                put(g->want + GUARD, i, t, (x + y) / 2);
+                g->tol[i] = 2 * u * (fabs(x) + fabs(y));
+            }
+        }
+        return 0;
+    }
     if (reduces(c->coll)) {
         size_t nel = c->coll == LOOMI_COLL_REDUCE_SCATTER ? (size_t)p * c->count : c->count;
         unsigned char *ref = malloc(nel * es + 1);
@@ -655,6 +717,9 @@ static loom_result_t start_rank(const struct ccase *c, struct rankbuf *rb, loom_
     case LOOMI_COLL_SCATTER:
         return loom_iscatter(rb->sendbuf, rb->recvbuf, k, t, c->root, comm, req);
     case LOOMI_COLL_BARRIER: return loom_ibarrier(comm, req);
+    case LOOMI_COLL_GOSSIP:
+        return loom_igossip_average(rb->recvbuf, k, t, c->gmode ? rb->gpeer : LOOM_GOSSIP_SEEDED,
+                                    c->round, comm, req);
     default: return LOOM_ERR_INTERNAL;
     }
 }
@@ -717,6 +782,17 @@ static int run_case(struct world *W, const struct ccase *c)
             fail_case(c, "out of memory for the buffers");
             goto out;
         }
+    if (c->coll == LOOMI_COLL_GOSSIP) {
+        /* The pairing must be a matching: each partner names the rank back. */
+        for (int r = 0; r < p; r++) rb[r].gpeer = gossip_peer(c, r, W->comms[r]);
+        for (int r = 0; r < p; r++) {
+            int q = rb[r].gpeer;
+            if (q < 0 || q >= p || rb[q].gpeer != r) {
+                fail_case(c, "rank %d: partner %d is not a matching's", r, q);
+                goto out;
+            }
+        }
+    }
     int v = validate_case(c, rb);
     if (v <= 0) goto out; /* reported: an invalid schedule is not run */
     if (expect_all(c, rb)) {
@@ -776,6 +852,12 @@ static int run_case(struct world *W, const struct ccase *c)
         for (int r = 1; r < p; r++)
             if (memcmp(dat(&rb[r].B), dat(&rb[0].B), rb[0].B.len)) {
                 fail_case(c, "ranks 0 and %d hold different bits", r);
+                goto out;
+            }
+    if (c->coll == LOOMI_COLL_GOSSIP)
+        for (int r = 0; r < p; r++)
+            if (memcmp(dat(&rb[r].B), dat(&rb[rb[r].gpeer].B), rb[r].B.len)) {
+                fail_case(c, "partners %d and %d hold different bits", r, rb[r].gpeer);
                 goto out;
             }
     cnt.equal++;
@@ -850,9 +932,52 @@ static void parse(int argc, char **argv)
 
 /* Every case of one collective and algorithm on p ranks (over host
  * layout lay, NULL: none).  lite: fewer types, for the big worlds. */
+/* Gossip: every float type, the three pairings, rounds 0..log2(p)+1 of
+ * the seeded one; counts as for the others. */
+static void suite_gossip(struct world *W, int algo, int p)
+{
+    const size_t big = opt.quick ? 301 : 1001;
+    size_t counts[4] = {1, (size_t)p + 1, big, 0};
+    const loom_datatype_t types[4] = {LOOM_FLOAT32, LOOM_FLOAT64, LOOM_FLOAT16, LOOM_BFLOAT16};
+    for (int ci = 0; ci < 4; ci++) {
+        if (opt.count >= 0 && (size_t)opt.count != counts[ci]) continue;
+        for (int k = 0; k < 4; k++) {
+            if (opt.dtype >= 0 && opt.dtype != (int)types[k]) continue;
+            if (opt.quick && counts[ci] == big && k) continue;
+            for (int gm = 0; gm < 3; gm++) {
+                int lg = 0;
+                while ((2 << lg) <= p) lg++;
+                int nrounds = gm ? 1 : 2 + lg;
+                for (int rd = 0; rd < nrounds; rd++) {
+                    struct ccase c = {.coll = LOOMI_COLL_GOSSIP, .algo = algo, .p = p,
+                                      .inplace = 1, .dtype = types[k], .op = LOOM_SUM,
+                                      .count = counts[ci], .gmode = gm, .round = (uint64_t)rd};
+                    c.chunk = (ci + k) % 2 ? 200 : 64;
+                    c.seed = mix(opt.seed ^ mix(((uint64_t)LOOMI_COLL_GOSSIP << 56) ^
+                                                ((uint64_t)p << 40) ^ ((uint64_t)c.dtype << 36) ^
+                                                ((uint64_t)gm << 32) ^ ((uint64_t)rd << 24) ^
+                                                c.count));
+                    if (opt.verbose) {
+                        char d[256];
+                        case_str(&c, d, sizeof d);
+                        printf("case %s\n", d);
+                        fflush(stdout);
+                    }
+                    run_case(W, &c);
+                    if (!W->w) return;
+                }
+            }
+        }
+    }
+}
+
 static void suite_coll_algo(struct world *W, int coll, int algo, int p, const struct layout *lay,
                             int lite, int lid)
 {
+    if (coll == LOOMI_COLL_GOSSIP) {
+        if (!lay) suite_gossip(W, algo, p);
+        return;
+    }
     const size_t big = opt.quick ? 301 : 1001;
     size_t counts[5] = {0, 1, (size_t)p - 1, (size_t)p + 1, big};
     int nc = 0;
