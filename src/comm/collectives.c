@@ -684,12 +684,16 @@ loom_result_t loomi_call_barrier(const char *fn, loom_comm_t h, loom_request_t *
 /* --------------------------------------------------------------- gossip */
 
 /* The seed of a communicator's gossip pairing: the same on every rank
- * (each holds the job's key), different between jobs; a one-way hash,
- * of which a pairing shows a few bits. */
+ * (each holds the job's key), different between jobs: 64 bits of an
+ * HMAC-SHA256 of the key (loomi_auth_tag), so that the pairings, which
+ * anyone watching the traffic sees, tell nothing about the key. */
 static uint64_t gossip_seed(const struct loom_comm *comm)
 {
-    return loomi_hash64(comm->job_key, sizeof comm->job_key, UINT64_C(0x676f73736970)) ^
-           (uint64_t)comm->nranks;
+    unsigned char t[16];
+    uint64_t seed;
+    loomi_auth_tag(comm->job_key, "loom gossip pairing", t);
+    memcpy(&seed, t, sizeof seed);
+    return seed ^ (uint64_t)comm->nranks;
 }
 
 loom_result_t loomi_call_gossip(const char *fn, void *buf, size_t count, loom_datatype_t dtype,
