@@ -182,8 +182,8 @@ static void init_tables(void)
      * faster on the Xeon measured (2 ranks, float32 and bfloat16 sums of
      * 1K-4M), and slower where ranks take turns on the cores (2 x 2
      * ranks on 2 cores, recursive-doubling allreduce); see perf/NOTES.md,
-     * "reduce.c, 512-bit kernels".  On aarch64 the NEON ones (untimed on
-     * real arm64 hardware so far: see perf/NOTES.md). */
+     * "reduce.c, 512-bit kernels".  On aarch64 the NEON ones, not timed
+     * on arm64 hardware yet: perf/NOTES.md, "reduce.c, NEON kernels". */
     int best = LOOMI_REDUCE_NEON ? ISA_NEON : ISA_AVX2;
     const char *env = getenv("LOOM_REDUCE_ISA");
     if (env && *env) {
