@@ -12,6 +12,9 @@
 #if LOOMI_REDUCE_X86
 #include <cpuid.h>
 #endif
+#if LOOMI_REDUCE_NEON
+#include <sys/auxv.h>
+#endif
 
 /* ------------------------------------------------------ generic kernels */
 
@@ -107,9 +110,19 @@ static const struct loomi_reduce_table generic_table = {
 
 /* ------------------------------------------------------------ dispatch */
 
-enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512, ISA_COUNT };
+enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512, ISA_NEON, ISA_COUNT };
 
-static const char *const isa_names[ISA_COUNT] = {"generic", "avx2", "avx512"};
+static const char *const isa_names[ISA_COUNT] = {"generic", "avx2", "avx512",
+                                                 "neon"};
+
+/* Where the CPU lacks an ISA, the next one down its architecture's chain
+ * (avx512, avx2, generic; neon, generic). */
+static const int isa_lower[ISA_COUNT] = {
+    [ISA_AVX2] = ISA_GENERIC, [ISA_AVX512] = ISA_AVX2, [ISA_NEON] = ISA_GENERIC};
+/* The sets this architecture has; LOOM_REDUCE_ISA naming another's is
+ * ignored like an unknown name (a job may set it for mixed hosts). */
+static const int isa_built[ISA_COUNT] = {1, LOOMI_REDUCE_X86, LOOMI_REDUCE_X86,
+                                         LOOMI_REDUCE_NEON};
 
 /* Filled once, read-only afterwards; `active` may be switched by tests. */
 static struct loomi_reduce_table tables[ISA_COUNT];
@@ -141,6 +154,10 @@ static void detect_isas(void)
                          __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl");
 #endif
+#if LOOMI_REDUCE_NEON
+    /* Advanced SIMD is in aarch64's base ISA; ask the kernel anyway. */
+    isa_ok[ISA_NEON] = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#endif
 }
 
 static void init_tables(void)
@@ -157,20 +174,25 @@ static void init_tables(void)
     if (isa_ok[ISA_AVX512])
         loomi_reduce_fill_avx512(&tables[ISA_AVX512]);
 #endif
+#if LOOMI_REDUCE_NEON
+    if (isa_ok[ISA_NEON])
+        loomi_reduce_fill_neon(&tables[ISA_NEON]);
+#endif
     /* 256-bit kernels unless asked for more: the 512-bit ones were no
      * faster on the Xeon measured (2 ranks, float32 and bfloat16 sums of
      * 1K-4M), and slower where ranks take turns on the cores (2 x 2
      * ranks on 2 cores, recursive-doubling allreduce); see perf/NOTES.md,
-     * "reduce.c, 512-bit kernels". */
-    int best = ISA_AVX2;
+     * "reduce.c, 512-bit kernels".  On aarch64 the NEON ones, not timed
+     * on arm64 hardware yet: perf/NOTES.md, "reduce.c, NEON kernels". */
+    int best = LOOMI_REDUCE_NEON ? ISA_NEON : ISA_AVX2;
     const char *env = getenv("LOOM_REDUCE_ISA");
     if (env && *env) {
         int want = isa_index(env);
-        if (want >= 0) /* an unknown name is ignored */
+        if (want >= 0 && isa_built[want]) /* an unknown name is ignored */
             best = want;
     }
     while (!isa_ok[best]) /* never above what the CPU runs */
-        best--;
+        best = isa_lower[best];
     atomic_store(&active, &tables[best]);
 }
 

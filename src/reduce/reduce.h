@@ -39,10 +39,10 @@ float loomi_fp16_to_fp32(uint16_t h);
 uint16_t loomi_fp32_to_bf16(float f);
 float loomi_bf16_to_fp32(uint16_t b);
 
-/* Name of the kernel set in use ("avx512", "avx2", "generic"), for logs
- * and loom-info: avx2 where the CPU runs it, or what
- * LOOM_REDUCE_ISA=generic|avx2|avx512 asks for, never above what the CPU
- * runs. */
+/* Name of the kernel set in use ("avx512", "avx2", "neon", "generic"),
+ * for logs and loom-info: avx2 where the CPU runs it, neon on aarch64, or
+ * what LOOM_REDUCE_ISA=generic|avx2|avx512|neon asks for, never above what
+ * the CPU runs (a set of another architecture is ignored). */
 const char *loomi_reduce_isa(void);
 
 /* Whether this CPU runs the AVX-512 kernel set (and the OS saves its
@@ -51,7 +51,7 @@ const char *loomi_reduce_isa(void);
 int loomi_reduce_cpu_avx512(void);
 
 /* Test hook: switch every later call to the kernel set `name` ("generic",
- * "avx2", "avx512").  Returns 0, or -1 (nothing changed) when the name is
+ * "avx2", "avx512", "neon").  Returns 0, or -1 (nothing changed) when the name is
  * unknown or this CPU cannot run it. */
 int loomi_reduce_set_isa(const char *name);
 

@@ -22,6 +22,17 @@
 #define LOOMI_REDUCE_X86 0
 #endif
 
+/* The NEON kernels (reduce_neon.c) on little-endian aarch64, where
+ * configure's REDUCE_NEON conditional builds them (host_cpu aarch64;
+ * big-endian is aarch64_be): the two tests must agree. */
+#if defined(__aarch64__) && defined(__BYTE_ORDER__) &&                       \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ &&                             \
+    (defined(__GNUC__) || defined(__clang__))
+#define LOOMI_REDUCE_NEON 1
+#else
+#define LOOMI_REDUCE_NEON 0
+#endif
+
 /* Index of an op in a kernel table; LOOM_AVG uses the LOOM_SUM kernel. */
 enum { LR_SUM = 0, LR_PROD = 1, LR_MAX = 2, LR_MIN = 3, LR_NOPS = 4 };
 
@@ -40,6 +51,7 @@ struct loomi_reduce_table {
 /* Overwrite the entries that have a SIMD version; the rest stay generic. */
 void loomi_reduce_fill_avx2(struct loomi_reduce_table *t);
 void loomi_reduce_fill_avx512(struct loomi_reduce_table *t);
+void loomi_reduce_fill_neon(struct loomi_reduce_table *t);
 
 /* ------------------------------------------------------------ bit casts */
 

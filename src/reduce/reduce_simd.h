@@ -1,12 +1,16 @@
 /*
  * reduce_simd.h - SIMD kernel template, included once by each ISA file
- * (reduce_avx2.c, reduce_avx512.c) after it defines:
+ * (reduce_avx2.c, reduce_avx512.c, reduce_neon.c) after it defines:
  *
- *   LS_TARGET     function attribute enabling the ISA
- *   LS_BYTES      vector width in bytes (32 or 64)
+ *   LS_TARGET     function attribute enabling the ISA (may be empty)
+ *   LS_BYTES      vector width in bytes (16, 32 or 64)
  *   LS_H2F(p)     load LS_BYTES/4 fp16 values from p as a vf32
  *   LS_F2H(p, v)  store vf32 v at p as fp16, rounded to nearest even
  *   LS_FILL       name of the table-filling function to define
+ * and optionally:
+ *   LS_H16_OK()   whether LS_H2F and LS_F2H give the scalar conversions'
+ *                 results now (default 1); the fp16 kernels ask once per
+ *                 call and run the scalar loop when they do not
  *
  * Kernels use GCC/clang vector extensions, which the compiler lowers for
  * the ISA of LS_TARGET, so no -m flags are needed.  Each kernel runs the
@@ -15,6 +19,9 @@
  */
 #ifndef LS_TARGET
 #error "define LS_TARGET, LS_BYTES, LS_H2F, LS_F2H and LS_FILL first"
+#endif
+#ifndef LS_H16_OK
+#define LS_H16_OK() 1
 #endif
 
 typedef float vf32 __attribute__((vector_size(LS_BYTES)));
@@ -30,39 +37,40 @@ typedef unsigned char uc;
 
 /* ------------------------------------------------------------- loops */
 
-/* STEP handles vbytes bytes of each operand, SCALAR one element. */
-#define LS_LOOP(fname, esz, vbytes, STEP, SCALAR)                                      \
+/* STEP handles vbytes bytes of each operand, SCALAR one element; the
+ * vector loops run up to vend, which OK false makes 0 (all SCALAR). */
+#define LS_LOOP(fname, esz, vbytes, OK, STEP, SCALAR)                          \
     static LS_TARGET void fname(void *dst, const void *a, const void *b,       \
                                 size_t n)                                      \
     {                                                                          \
         uc *d = dst;                                                           \
         const uc *x = a, *y = b;                                               \
-        const size_t nb = n * (esz), vb = (vbytes);                            \
+        const size_t nb = n * (esz), vb = (vbytes), vend = (OK) ? nb : 0;      \
         size_t i = 0;                                                          \
-        for (; i + 4 * vb <= nb; i += 4 * vb) {                                \
+        for (; i + 4 * vb <= vend; i += 4 * vb) {                              \
             STEP(d + i, x + i, y + i);                                         \
             STEP(d + i + vb, x + i + vb, y + i + vb);                          \
             STEP(d + i + 2 * vb, x + i + 2 * vb, y + i + 2 * vb);              \
             STEP(d + i + 3 * vb, x + i + 3 * vb, y + i + 3 * vb);              \
         }                                                                      \
-        for (; i + vb <= nb; i += vb)                                          \
+        for (; i + vb <= vend; i += vb)                                        \
             STEP(d + i, x + i, y + i);                                         \
         for (; i < nb; i += (esz))                                             \
             SCALAR(d + i, x + i, y + i);                                       \
     }
 
-#define LS_AVG_LOOP(fname, esz, vbytes, D, STEP, SCALAR)                               \
+#define LS_AVG_LOOP(fname, esz, vbytes, OK, D, STEP, SCALAR)                   \
     static LS_TARGET void fname(void *buf, size_t n, int nranks)               \
     {                                                                          \
         uc *p = buf;                                                           \
         const D dv = (D)nranks;                                                \
-        const size_t nb = n * (esz), vb = (vbytes);                            \
+        const size_t nb = n * (esz), vb = (vbytes), vend = (OK) ? nb : 0;      \
         size_t i = 0;                                                          \
-        for (; i + 2 * vb <= nb; i += 2 * vb) {                                \
+        for (; i + 2 * vb <= vend; i += 2 * vb) {                              \
             STEP(p + i, dv);                                                   \
             STEP(p + i + vb, dv);                                              \
         }                                                                      \
-        for (; i + vb <= nb; i += vb)                                          \
+        for (; i + vb <= vend; i += vb)                                        \
             STEP(p + i, dv);                                                   \
         for (; i < nb; i += (esz))                                             \
             SCALAR(p + i, dv);                                                 \
@@ -147,9 +155,10 @@ LS_H16(min, ls_minf(x, y))
 
 /* lr_bf16_round_hi on every lane (rounded bf16 in the high halves), but
  * without its NaN test: here every input is a bf16 widened (low 16 bits
- * zero), and x86 arithmetic returns a NaN operand quieted with its
- * payload or the default NaN 0xffc00000, so a NaN result has zero low
- * bits, the added 0x7fff(+1) cannot carry, and the result is the same. */
+ * zero), and x86 and arm64 arithmetic return a NaN operand quieted with
+ * its payload or the default NaN (0xffc00000, 0x7fc00000), so a NaN
+ * result has zero low bits, the added 0x7fff(+1) cannot carry, and the
+ * result is the same. */
 static inline LS_TARGET vu32 ls_bf16_round_hi(vf32 v)
 {
     vu32 u = (vu32)v;
@@ -184,23 +193,24 @@ LS_B16(min, ls_minf(x, y))
 
 /* ------------------------------------------------------------ kernels */
 
-/* vb: bytes per step (fp16 widens, so its step covers half a vector). */
-#define LS_KERNELS(tag, esz, vb)                                               \
-    LS_LOOP(k_##tag##_sum, esz, vb, ls_##tag##_sum, lr_##tag##_sum)            \
-    LS_LOOP(k_##tag##_prod, esz, vb, ls_##tag##_prod, lr_##tag##_prod)         \
-    LS_LOOP(k_##tag##_max, esz, vb, ls_##tag##_max, lr_##tag##_max)            \
-    LS_LOOP(k_##tag##_min, esz, vb, ls_##tag##_min, lr_##tag##_min)
+/* vb: bytes per step (fp16 widens, so its step covers half a vector);
+ * ok: whether the vector loops may run (LS_H16_OK for fp16). */
+#define LS_KERNELS(tag, esz, vb, ok)                                           \
+    LS_LOOP(k_##tag##_sum, esz, vb, ok, ls_##tag##_sum, lr_##tag##_sum)        \
+    LS_LOOP(k_##tag##_prod, esz, vb, ok, ls_##tag##_prod, lr_##tag##_prod)     \
+    LS_LOOP(k_##tag##_max, esz, vb, ok, ls_##tag##_max, lr_##tag##_max)        \
+    LS_LOOP(k_##tag##_min, esz, vb, ok, ls_##tag##_min, lr_##tag##_min)
 
-LS_KERNELS(i8, 1, LS_BYTES)
-LS_KERNELS(u8, 1, LS_BYTES)
-LS_KERNELS(i32, 4, LS_BYTES)
-LS_KERNELS(u32, 4, LS_BYTES)
-LS_KERNELS(i64, 8, LS_BYTES)
-LS_KERNELS(u64, 8, LS_BYTES)
-LS_KERNELS(f32, 4, LS_BYTES)
-LS_KERNELS(f64, 8, LS_BYTES)
-LS_KERNELS(f16, 2, LS_BYTES / 2)
-LS_KERNELS(bf16, 2, LS_BYTES)
+LS_KERNELS(i8, 1, LS_BYTES, 1)
+LS_KERNELS(u8, 1, LS_BYTES, 1)
+LS_KERNELS(i32, 4, LS_BYTES, 1)
+LS_KERNELS(u32, 4, LS_BYTES, 1)
+LS_KERNELS(i64, 8, LS_BYTES, 1)
+LS_KERNELS(u64, 8, LS_BYTES, 1)
+LS_KERNELS(f32, 4, LS_BYTES, 1)
+LS_KERNELS(f64, 8, LS_BYTES, 1)
+LS_KERNELS(f16, 2, LS_BYTES / 2, LS_H16_OK())
+LS_KERNELS(bf16, 2, LS_BYTES, 1)
 
 /* ------------------------------------------------------- avg finish */
 
@@ -236,10 +246,11 @@ static inline LS_TARGET void ls_bf16_div(uc *p, float dv)
     memcpy(p, &hi, sizeof hi);
 }
 
-LS_AVG_LOOP(avg_f32, 4, LS_BYTES, float, ls_f32_div, lr_f32_div)
-LS_AVG_LOOP(avg_f64, 8, LS_BYTES, double, ls_f64_div, lr_f64_div)
-LS_AVG_LOOP(avg_f16, 2, LS_BYTES / 2, float, ls_f16_div, lr_f16_div)
-LS_AVG_LOOP(avg_bf16, 2, LS_BYTES, float, ls_bf16_div, lr_bf16_div)
+LS_AVG_LOOP(avg_f32, 4, LS_BYTES, 1, float, ls_f32_div, lr_f32_div)
+LS_AVG_LOOP(avg_f64, 8, LS_BYTES, 1, double, ls_f64_div, lr_f64_div)
+LS_AVG_LOOP(avg_f16, 2, LS_BYTES / 2, LS_H16_OK(), float, ls_f16_div,
+            lr_f16_div)
+LS_AVG_LOOP(avg_bf16, 2, LS_BYTES, 1, float, ls_bf16_div, lr_bf16_div)
 
 /* -------------------------------------------------------------- table */
 

@@ -460,7 +460,7 @@ static int report(int p, int H, const struct loomi_model_params *meas)
     printf("build\n");
     printf("  transports      %s (the sim transport is in-process, for tests)\n",
            loomi_route_names());
-    printf("  reduce kernels  %s (avx2 where this CPU runs it; LOOM_REDUCE_ISA chooses)\n",
+    printf("  reduce kernels  %s (avx2 or neon where this CPU runs it; LOOM_REDUCE_ISA chooses)\n",
            loomi_reduce_isa());
 
     printf("\nsettings (environment)\n");

@@ -17,7 +17,7 @@ check "plain: exit 0" [ $rc -eq 0 ]
 check "plain: nothing on stderr" [ ! -s "$T/err" ]
 check "plain: the version" grep -q '^Loom [0-9]*\.[0-9]*\.[0-9]*' "$T/out"
 check "plain: the transports" grep -q 'transports *tcp' "$T/out"
-check "plain: the reduction kernels" grep -Eq 'reduce kernels *(generic|avx2|avx512)' "$T/out"
+check "plain: the reduction kernels" grep -Eq 'reduce kernels *(generic|avx2|avx512|neon)' "$T/out"
 for v in LOOM_TIMEOUT LOOM_TCP_STREAMS LOOM_CHUNK_SIZE LOOM_ALGO LOOM_TRANSPORT; do
     check "plain: setting $v" grep -q "^  $v " "$T/out"
 done

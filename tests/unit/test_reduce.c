@@ -21,7 +21,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static const char *const all_isas[] = {"generic", "avx2", "avx512"};
+static const char *const all_isas[] = {"generic", "avx2", "avx512", "neon"};
 #define N_ISAS (sizeof all_isas / sizeof all_isas[0])
 
 static size_t esize(loom_datatype_t dt)
@@ -1205,13 +1205,124 @@ Test(kernels, integer_wrap)
     }
 }
 
+/* ------------------------------------------- floating-point modes */
+
+/* A program may change the FPU's modes (fesetround, -ffast-math's
+ * flush to zero) before it reduces: every kernel set must still give
+ * the generic kernels' results bit for bit (any quiet NaN where theirs
+ * is NaN), whose fp16/bf16 conversions round to nearest even in
+ * software whatever the mode.  The modes are
+ * set directly (no libm): FPCR on aarch64, MXCSR on x86-64. */
+#if defined(__aarch64__)
+static uint64_t fpmode_get(void)
+{
+    uint64_t r;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(r) : : "memory");
+    return r;
+}
+static void fpmode_set(uint64_t r)
+{
+    __asm__ volatile("msr fpcr, %0" : : "r"(r) : "memory");
+}
+/* RMode toward +inf, toward zero; FZ; DN (default NaN) */
+static const uint64_t fpmodes[] = {1ull << 22, 3ull << 22, 1ull << 24,
+                                   1ull << 25};
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static uint64_t fpmode_get(void)
+{
+    return __builtin_ia32_stmxcsr();
+}
+static void fpmode_set(uint64_t r)
+{
+    __builtin_ia32_ldmxcsr((unsigned)r);
+}
+/* RC toward +inf, toward zero */
+static const uint64_t fpmodes[] = {2ull << 13, 3ull << 13};
+#endif
+
+#if defined(__aarch64__) ||                                                   \
+    (defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
+static void modes_check(loom_datatype_t dt, size_t n, const void *a,
+                        const void *b, void *exp, void *got, uint64_t mode)
+{
+    size_t bytes = n * esize(dt);
+    for (int op = LOOM_SUM; op <= LOOM_AVG; op++) {
+        cr_assert(loomi_reduce_set_isa("generic") == 0);
+        loomi_reduce_out(exp, a, b, n, dt, (loom_op_t)op);
+        if (op == LOOM_AVG)
+            loomi_reduce_finish_avg(exp, n, dt, 3);
+        for (size_t k = 1; k < N_ISAS; k++) {
+            if (loomi_reduce_set_isa(all_isas[k]) != 0)
+                continue;
+            loomi_reduce_out(got, a, b, n, dt, (loom_op_t)op);
+            if (op == LOOM_AVG)
+                loomi_reduce_finish_avg(got, n, dt, 3);
+            if (memcmp(got, exp, bytes) == 0)
+                continue;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t g = getv(dt, got, i), e = getv(dt, exp, i);
+                /* which NaN operand comes out is the compiler's choice */
+                cr_assert(g == e || (isnan_bits(dt, e) && is_quiet_nan(dt, g)),
+                          "%s %s isa=%s fp mode %#llx: [%zu] a=%#llx b=%#llx "
+                          "generic %#llx got %#llx",
+                          dt_name(dt), op_name((loom_op_t)op), all_isas[k],
+                          (unsigned long long)mode, i,
+                          (unsigned long long)getv(dt, a, i),
+                          (unsigned long long)getv(dt, b, i),
+                          (unsigned long long)e, (unsigned long long)g);
+            }
+        }
+    }
+}
+
+Test(kernels, fp_modes_do_not_change_results)
+{
+    static const loom_datatype_t dts[] = {LOOM_FLOAT16, LOOM_BFLOAT16,
+                                          LOOM_FLOAT32};
+    const size_t n = 65536 + 3; /* every 16-bit pattern, and a tail */
+    uint32_t *a = malloc(n * 4), *b = malloc(n * 4);
+    uint32_t *exp = malloc(n * 4), *got = malloc(n * 4);
+    cr_assert(a && b && exp && got);
+    const uint64_t saved = fpmode_get();
+    for (size_t m = 0; m < sizeof fpmodes / sizeof fpmodes[0]; m++) {
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+            loom_datatype_t dt = dts[d];
+            rng_state = 991 + 17 * m + dt;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t x = esize(dt) == 2 ? (i & 0xffff) : rnd();
+                putv(dt, a, i, x);
+                putv(dt, b, i, rnd() & (esize(dt) == 2 ? 0xffff : 0xffffffff));
+            }
+            fpmode_set(saved | fpmodes[m]);
+            modes_check(dt, n, a, b, exp, got, fpmodes[m]);
+            fpmode_set(saved);
+        }
+    }
+    free(a);
+    free(b);
+    free(exp);
+    free(got);
+}
+#endif
+
 /* ------------------------------------------------------------ dispatch */
+
+/* The default set where LOOM_REDUCE_ISA does not choose: avx2 on x86-64
+ * where the CPU runs it, neon on aarch64, else generic.  Switches. */
+static const char *default_isa(void)
+{
+    if (loomi_reduce_set_isa("avx2") == 0)
+        return "avx2";
+    if (loomi_reduce_set_isa("neon") == 0)
+        return "neon";
+    return "generic";
+}
 
 Test(dispatch, names_and_hook)
 {
     const char *isa = loomi_reduce_isa();
     cr_assert(strcmp(isa, "generic") == 0 || strcmp(isa, "avx2") == 0 ||
-              strcmp(isa, "avx512") == 0);
+              strcmp(isa, "avx512") == 0 || strcmp(isa, "neon") == 0);
     cr_assert(loomi_reduce_set_isa("bogus") == -1);
     cr_assert(loomi_reduce_set_isa(NULL) == -1);
     cr_assert_str_eq(loomi_reduce_isa(), isa, "a failed switch changed it");
@@ -1219,10 +1330,37 @@ Test(dispatch, names_and_hook)
     cr_assert_str_eq(loomi_reduce_isa(), "generic");
     cr_assert(loomi_reduce_set_isa(isa) == 0);
     cr_assert_str_eq(loomi_reduce_isa(), isa);
-    /* without LOOM_REDUCE_ISA the default is avx2 where the CPU runs it */
-    const char *want = loomi_reduce_set_isa("avx2") == 0 ? "avx2" : "generic";
+    /* without LOOM_REDUCE_ISA the default is avx2 or neon */
+    const char *want = default_isa();
     if (!getenv("LOOM_REDUCE_ISA"))
         cr_assert_str_eq(isa, want);
+}
+
+/* Each architecture builds and runs its own sets, and only those. */
+Test(dispatch, sets_of_this_architecture)
+{
+#if defined(__aarch64__)
+    cr_assert(loomi_reduce_set_isa("neon") == 0, "no NEON kernels on arm64");
+    cr_assert_str_eq(loomi_reduce_isa(), "neon");
+    cr_assert(loomi_reduce_set_isa("avx2") == -1);
+    cr_assert(loomi_reduce_set_isa("avx512") == -1);
+#else
+    cr_assert(loomi_reduce_set_isa("neon") == -1, "neon away from arm64");
+#endif
+    cr_assert(loomi_reduce_set_isa("generic") == 0);
+}
+
+/* A set of another architecture is ignored like an unknown name, not
+ * taken down to generic. */
+Test(dispatch, env_other_architecture_ignored)
+{
+#if defined(__aarch64__)
+    setenv("LOOM_REDUCE_ISA", "avx512", 1);
+#else
+    setenv("LOOM_REDUCE_ISA", "neon", 1);
+#endif
+    const char *got = loomi_reduce_isa();
+    cr_assert_str_eq(got, default_isa());
 }
 
 /* The 512-bit kernels are there when asked for (never above the CPU). */
@@ -1232,8 +1370,8 @@ Test(dispatch, env_asks_for_avx512)
     const char *got = loomi_reduce_isa();
     if (loomi_reduce_set_isa("avx512") == 0)
         cr_assert_str_eq(got, "avx512");
-    else
-        cr_assert(strcmp(got, "avx2") == 0 || strcmp(got, "generic") == 0, "%s", got);
+    else /* avx2 or generic below it; on arm64 ignored (neon) */
+        cr_assert_str_eq(got, default_isa());
 }
 
 /* Criterion runs each test in its own process, so the library's one-time
