@@ -292,7 +292,8 @@ static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_
     /* A broken communicator fails the call (it counts among this rank's
      * calls: a mismatch's verdict sees it). */
     loom_result_t r = LOOM_SUCCESS;
-    if (comm->eng.pt || comm->error != LOOM_SUCCESS) r = loomi_comm_check_call(comm, c->fn);
+    if (comm->eng.pt || comm->error != LOOM_SUCCESS)
+        r = loomi_comm_check_call(comm, c->fn, group && !out);
     if (r != LOOM_SUCCESS) return r;
     /* Small blocking calls on one host: the arenas' slots (small.c). */
     if (!req && !group && !c->cz.codec && c->a.coll != LOOMI_COLL_GOSSIP &&

@@ -55,12 +55,24 @@ loom_result_t loomi_comm_live(loom_comm_t h, const char *fn, struct loom_comm **
                       fn);
 }
 
-static loom_result_t comm_check(struct loom_comm *c, const char *fn, int sync)
+/* sync: bring the communicator up to date first.  queued: the call is
+ * queued in a group, to run at loom_group_end. */
+static loom_result_t comm_check(struct loom_comm *c, const char *fn, int sync, int queued)
 {
     loom_result_t r = LOOM_SUCCESS;
     /* The communicator's owner is the caller: it may bring it up to date. */
     loomi_comm_lock(c);
     if (c->error == LOOM_SUCCESS && sync) loomi_comm_sync(c);
+    /* A call queued in a group while the ranks' calls differ: the group
+     * fails as one, at loom_group_end, with LOOM_ERR_MISMATCH (group.c).
+     * Failing the call here would give a rank that comes late to the
+     * group LOOM_ERR_REVOKED: its calls of the group, which the verdict
+     * would need, have no numbers yet (fused calls get theirs at the
+     * end), so nothing could say this rank's calls differ. */
+    if (c->error == LOOM_ERR_MISMATCH && queued) {
+        loomi_comm_unlock(c);
+        return LOOM_SUCCESS;
+    }
     /* A call made since this rank showed its calls joins them: a rank
      * that learned of the mismatch before it made the call in question
      * shows it now (calls.h). */
@@ -84,12 +96,18 @@ static loom_result_t comm_check(struct loom_comm *c, const char *fn, int sync)
 loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out)
 {
     loom_result_t r = loomi_comm_live(h, fn, out);
-    return r != LOOM_SUCCESS ? r : comm_check(*out, fn, 1);
+    return r != LOOM_SUCCESS ? r : comm_check(*out, fn, 1, 0);
 }
 
-loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn)
+loom_result_t loomi_comm_check_queued(loom_comm_t h, const char *fn, struct loom_comm **out)
 {
-    return comm_check(comm, fn, 0);
+    loom_result_t r = loomi_comm_live(h, fn, out);
+    return r != LOOM_SUCCESS ? r : comm_check(*out, fn, 1, 1);
+}
+
+loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn, int queued)
+{
+    return comm_check(comm, fn, 0, queued);
 }
 
 loom_result_t loomi_comm_publish(struct loom_comm *c)

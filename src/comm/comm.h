@@ -224,12 +224,18 @@ loom_result_t loomi_comm_live_arg(loom_comm_t h, const char *fn, const void *arg
 /* Same, and the communicator can run operations (LOOM_ERR_REVOKED when
  * broken). */
 loom_result_t loomi_comm_check(loom_comm_t h, const char *fn, struct loom_comm **out);
+/* Same for a call queued in a group (loomi_group_active): a
+ * communicator broken by ranks whose calls differ (LOOM_ERR_MISMATCH)
+ * does not fail it; loom_group_end fails the group with that mismatch,
+ * as a lone call would fail (comm/group.c). */
+loom_result_t loomi_comm_check_queued(loom_comm_t h, const char *fn, struct loom_comm **out);
 /* The same for a collective call that has its number (comm/calls.h),
  * without bringing the communicator up to date with its control plane:
  * the call's own progress does that.  Before it, a collective checks
  * only that comm is a communicator (loomi_comm_live), so that a call
- * that finds the communicator broken counts among this rank's calls. */
-loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn);
+ * that finds the communicator broken counts among this rank's calls.
+ * queued: the call is queued in a group (see loomi_comm_check_queued). */
+loom_result_t loomi_comm_check_call(struct loom_comm *comm, const char *fn, int queued);
 /* The algorithm to run for this collective and size, in place or not;
  * *chunk (when not NULL) gets the chunk its table names for it, 0 for
  * LOOM_CHUNK_SIZE (always where LOOM_ALGO forces the algorithm). */

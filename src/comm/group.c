@@ -540,14 +540,17 @@ loom_result_t loomi_group_end(void)
     for (size_t i = 0; first == LOOM_ERR_REVOKED && i < nu; i++) {
         struct loom_comm *c;
         if (loomi_comm_live(q[u[i].q].h, "loom_group_end", &c) != LOOM_SUCCESS) continue;
+        /* Said as what it is, not as the "broken since an earlier
+         * failure" of a rank that came to its group after the others
+         * found the difference. */
+        char why[sizeof c->errmsg];
         loomi_comm_lock(c);
         const int mismatch = c->error == LOOM_ERR_MISMATCH;
+        snprintf(why, sizeof why, "%s", c->errmsg);
         loomi_comm_unlock(c);
-        if (mismatch) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", loom_get_last_error());
-            first = loomi_fail(LOOM_ERR_MISMATCH, c->rank, "%s", msg);
-        }
+        if (mismatch)
+            first = loomi_fail(LOOM_ERR_MISMATCH, c->rank,
+                               "loom_group_end: the ranks' collective calls differ: %s", why);
     }
     /* Ranks whose groups differ fail as above; say what a group must
      * agree on when the difference may lie in a fused call, which the
@@ -590,7 +593,8 @@ loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void
                              loom_request_t *req)
 {
     struct loom_comm *comm;
-    loom_result_t r = loomi_comm_check(h, fn, &comm);
+    loom_result_t r = loomi_group_active() ? loomi_comm_check_queued(h, fn, &comm)
+                                           : loomi_comm_check(h, fn, &comm);
     if (r != LOOM_SUCCESS) return r;
     size_t es = loom_datatype_size(dtype);
     if (!es)

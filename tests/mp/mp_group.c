@@ -1,7 +1,7 @@
 /*
  * mp_group.c - one rank of the fused-group test (comm/group.c's fusion).
  *
- * usage: mp_group [ok | count | extra | dtype]
+ * usage: mp_group [ok | count | extra | dtype] [late | lateend]
  *
  * ok (default): several groups, each of about 120 calls drawn with one
  * seed on every rank: allreduce, reduce-scatter and allgather, float32,
@@ -19,7 +19,11 @@
  * last rank makes one call float64 where the others make it float32.
  * Every rank's loom_group_end must fail with LOOM_ERR_MISMATCH (none
  * waits for the timeout), and every in-place call must hold its input or
- * its result, nothing else.
+ * its result, nothing else.  A second argument makes rank 0 come 200 ms
+ * late: late, into its group (the others find the mismatch and revoke
+ * the communicator while it queues its calls: none of them may fail
+ * otherwise than with LOOM_ERR_MISMATCH); lateend, to its
+ * loom_group_end.
  *
  * Exit 0 only when everything matched.
  */
@@ -341,9 +345,20 @@ static int verify(const char *what)
     return bad;
 }
 
+/* Where rank 0 comes late (mp_group MODE late | lateend): into its
+ * group's calls, or to its loom_group_end. */
+static int late_start, late_end;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
 static loom_result_t run_group(loom_comm_t comm, int skew_call, int skew, int extra_call)
 {
     loom_result_t first = loom_group_start();
+    if (late_start && rank == 0) sleep_ms(200);
     for (int i = 0; i < ncalls && first == LOOM_SUCCESS; i++) {
         if (i == ncalls / 2 && first == LOOM_SUCCESS) first = ring(comm);
         loom_result_t r = issue(comm, i, i == skew_call ? skew : 0);
@@ -354,6 +369,7 @@ static loom_result_t run_group(loom_comm_t comm, int skew_call, int skew, int ex
         (void)loom_group_end();
         return first;
     }
+    if (late_end && rank == 0) sleep_ms(200);
     return loom_group_end();
 }
 
@@ -367,6 +383,14 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "ok";
+    if (argc > 2) {
+        late_start = !strcmp(argv[2], "late");
+        late_end = !strcmp(argv[2], "lateend");
+        if (!late_start && !late_end) {
+            fprintf(stderr, "usage: mp_group [ok | count | extra | dtype] [late | lateend]\n");
+            return 2;
+        }
+    }
     loom_comm_t comm;
     loom_result_t r = loom_comm_init_env(&comm, NULL);
     if (r != LOOM_SUCCESS) {
@@ -422,7 +446,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "dtype")) {
             if (last) calls[mid].t = calls[mid].t == LOOM_FLOAT64 ? LOOM_FLOAT32 : LOOM_FLOAT64;
         } else {
-            fprintf(stderr, "usage: mp_group [ok | count | extra | dtype]\n");
+            fprintf(stderr, "usage: mp_group [ok | count | extra | dtype] [late | lateend]\n");
             return 2;
         }
         /* The skewed call: buffers with room for one more element, of

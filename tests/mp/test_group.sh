@@ -5,7 +5,8 @@
 # with a compressed allreduce, a broadcast and a send/receive ring in the
 # same group) on 4 ranks over shared memory and over TCP, and on 3 and 1;
 # then groups that differ between ranks (a count, one call more, a
-# datatype): every rank must fail with LOOM_ERR_MISMATCH, none hang.
+# datatype): every rank must fail with LOOM_ERR_MISMATCH, none hang,
+# also where rank 0 comes late to the group.
 # perf/group_perf's own check (-c 1) is in tests/perf/test_perf.sh.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_group
@@ -31,5 +32,11 @@ for m in count extra dtype; do
     fi
 done
 LOOM_TRANSPORT=tcp LOOM_TIMEOUT=60000 run "groups that differ (count), 4 ranks, tcp" 4 count
+# Rank 0 comes 200 ms late, after the others found the mismatch and
+# revoked the communicator: into its group, then to its loom_group_end.
+LOOM_TRANSPORT=tcp LOOM_TIMEOUT=60000 run "groups that differ (count), rank 0 late, tcp" 4 \
+    count late
+LOOM_TRANSPORT=tcp LOOM_TIMEOUT=60000 run "groups that differ (count), rank 0 late to the end, tcp" \
+    4 count lateend
 
 finish
