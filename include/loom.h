@@ -185,7 +185,8 @@ typedef struct loom_peer_stats {
 /* Fill peers[0..capacity) with the peers comm's rank received from,
  * lowest rank first; *count is how many there are (it may exceed
  * capacity: then the first capacity are written).  *own_wait_ms_avg
- * (may be NULL): this rank's average time in an operation.  peers may be
+ * (may be NULL): this rank's average wait for the latest of its peers in
+ * an operation (its late_ms from the latest one).  peers may be
  * NULL when capacity is 0.  LOOM_ERR_UNSUPPORTED with LOOM_STATS=0. */
 loom_result_t loom_comm_get_stats(loom_comm_t comm, loom_peer_stats_t *peers, int capacity,
                                   int *count, double *own_wait_ms_avg);

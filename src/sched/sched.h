@@ -517,7 +517,7 @@ struct loomi_peer_acc {
 struct loomi_stats {
     int n;                 /* ranks of the communicator */
     uint64_t opno;         /* operations counted (numbers them from 1) */
-    uint64_t own_n, own_ns; /* operations ended, and this rank's time in them */
+    uint64_t own_n, own_ns; /* operations ended, and this rank's wait for its latest peer */
     uint32_t w_ops;        /* operations in the current window */
     double *tmp;           /* n values: the medians of a window's verdict */
     struct loomi_peer_acc *peer; /* [n] */

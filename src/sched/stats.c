@@ -247,9 +247,9 @@ void loomi_stats_op_done(struct loomi_op *op)
     struct loomi_stats *S = e->stats;
     op->stat_no = 0;
     if (!S) return;
-    const uint64_t now = loomi_now_ns();
+    /* This rank's wait: for its latest peer (no clock read here). */
     S->own_n++;
-    S->own_ns += now > op->t0_ns ? now - op->t0_ns : 0;
+    S->own_ns += op->late_ns;
     if (op->late_peer >= 0 && op->late_peer < S->n) S->peer[op->late_peer].w_last++;
     if (++S->w_ops >= LOOMI_STATS_WINDOW) window_verdict(e);
 }
