@@ -507,7 +507,7 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
         op->inplace_buf = recvbuf;
     }
     if (!op->s.p2p) op->seq = op->s.call;
-    if (e->stats) loomi_stats_op_begin(op);
+    if (e->stats && !op->s.p2p) loomi_stats_op_begin(op); /* collectives only */
     /* The deadline counts from the last progress of the communicator,
      * or from now when nothing was running. */
     if (!e->nactive) e->progressed = 1;

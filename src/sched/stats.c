@@ -18,6 +18,9 @@
  * rank sends late itself.  Schedules whose first message from each peer
  * depends on nothing (ring, the slots) name the late rank alone.
  *
+ * Collectives only: point-to-point operations are not counted (a
+ * receiver posting ahead of its sender is the normal case there).
+ *
  * Every LOOMI_STATS_WINDOW operations, at LOOM_DEBUG=info, a peer that
  * was the latest in 80% of them, late by more than 5 ms and by more than
  * 3 times the median of the other peers, is named in one line; so is a
