@@ -165,6 +165,34 @@ loom_result_t loom_comm_set_algo(loom_comm_t comm, const char *spec);
  * none is known).  failed_rank may be NULL. */
 loom_result_t loom_comm_get_error(loom_comm_t comm, int *failed_rank);
 
+/* Straggler telemetry (loom_comm_get_stats(3)): for each peer this rank
+ * received from, how late its data came after this rank started each
+ * operation, and the rate of its large receives.  size must be set to
+ * sizeof(loom_peer_stats_t) in peers[0] by the caller: an older, smaller
+ * structure is filled up to its size, elements size bytes apart. */
+typedef struct loom_peer_stats {
+    size_t size;        /* sizeof(loom_peer_stats_t), in peers[0] */
+    int rank;           /* the peer */
+    uint64_t ops;       /* operations with data from it */
+    uint64_t late_ops;  /* those where its lateness was seen (see the page) */
+    uint64_t bytes_in;  /* bytes received from it */
+    double busy_s;      /* time receives of >= 64 KiB from it were outstanding */
+    double late_ms_avg; /* its first data after this rank's start: average */
+    double late_ms_max; /* and the largest, over late_ops */
+    double mbps_in;     /* MB/s of those timed receives (0: none) */
+} loom_peer_stats_t;
+
+/* Fill peers[0..capacity) with the peers comm's rank received from,
+ * lowest rank first; *count is how many there are (it may exceed
+ * capacity: then the first capacity are written).  *own_wait_ms_avg
+ * (may be NULL): this rank's average wait for the latest of its peers in
+ * an operation (its late_ms from the latest one).  peers may be
+ * NULL when capacity is 0.  LOOM_ERR_UNSUPPORTED with LOOM_STATS=0. */
+loom_result_t loom_comm_get_stats(loom_comm_t comm, loom_peer_stats_t *peers, int capacity,
+                                  int *count, double *own_wait_ms_avg);
+/* Forget what loom_comm_get_stats would report, and start counting anew. */
+loom_result_t loom_comm_reset_stats(loom_comm_t comm);
+
 /* Register [buf, buf + bytes) with the transports of comm that need
  * registered memory (RDMA verbs): operations on buffers inside it skip
  * registering them, and the region stays registered until

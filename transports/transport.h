@@ -125,6 +125,7 @@ struct loomi_xfer {
     void (*complete)(struct loomi_xfer *x, loom_result_t status);
     void *owner; /* for complete(): the engine's step */
     uint32_t chk; /* the collective call's check, carried with the message (0: p2p) */
+    uint64_t post_ns; /* the engine's: when a timed receive was posted (telemetry) */
 
     /* Transport-private state. */
     size_t t_done;  /* bytes fully sent or received */

@@ -461,7 +461,19 @@ loom_result_t loomi_comm_finish(struct loom_comm *c, const unsigned char *all,
     /* Measure the links and choose algorithms: collective over the new
      * communicator, so every rank gets here or fails by the deadline. */
     r = loomi_comm_tune(c, links);
-    if (r != LOOM_SUCCESS) loomi_comm_withdraw(c);
+    if (r != LOOM_SUCCESS) {
+        loomi_comm_withdraw(c);
+        return r;
+    }
+    /* Straggler telemetry counts the application's operations, from
+     * here on (not the tuning's). */
+    if (c->set.stats && !c->eng.stats) {
+        loomi_comm_lock(c);
+        if (loomi_stats_init(&c->eng, c->nranks) != 0)
+            LOOMI_WARN(rank, "no memory for the straggler telemetry: loom_comm_get_stats "
+                       "will say it is off");
+        loomi_comm_unlock(c);
+    }
     return r;
 }
 

@@ -111,6 +111,7 @@ struct loomi_env {
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
     const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
     int encrypt;               /* LOOM_ENCRYPT: 1 seals tcp and control records (AEAD) */
+    int stats;                 /* LOOM_STATS: 1 records straggler telemetry */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a
@@ -153,6 +154,7 @@ struct loomi_settings {
     int progress_thread;
     int quorum_any; /* LOOM_QUORUM=any: any survivors may go on, not only a majority */
     int encrypt;    /* LOOM_ENCRYPT=1: tcp streams and control frames sealed (AES-256-GCM) */
+    int stats;      /* LOOM_STATS=1: straggler telemetry (loom_comm_get_stats) */
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -70,6 +70,7 @@ void loomi_engine_release(struct loomi_engine *e)
     free(e->slot_map);
     e->slot_map = NULL;
     e->slot_nmap = 0;
+    loomi_stats_free(e);
     free(e->scratch);
     free(e->backup);
     e->scratch = e->backup = NULL;
@@ -154,6 +155,7 @@ static void xfer_complete(struct loomi_xfer *x, loom_result_t status)
         return;
     }
     op->eng->progressed = 1; /* the clock is read when the deadline is checked */
+    if (op->stat_no) loomi_stats_recv(op, i);
     step_done(op, i);
 }
 
@@ -227,8 +229,15 @@ static void op_run_ready(struct loomi_op *op)
             int is_send = st->kind == LOOMI_STEP_SEND;
             if (is_send)
                 x->buf = bytes ? bufp(op, st->src) + st->src_off : no_bytes;
-            else
+            else {
                 x->buf = bytes ? bufp(op, st->dst) + st->dst_off : no_bytes;
+                /* Telemetry: posted at the start, depending on no step
+                 * (its completion is when the peer's data came), or
+                 * timed for the link's rate. */
+                if (op->stat_no)
+                    x->post_ns = !s->ndeps[i] ? op->t0_ns
+                                 : bytes >= LOOMI_STATS_TIMED_BYTES ? loomi_now_ns() : 0;
+            }
             if (st->peer == *e->rank)
                 r = self_post(e, x, is_send);
             else
@@ -343,6 +352,7 @@ static void op_finish(struct loomi_op *op)
         if (op->status == LOOM_SUCCESS) loom_codec_state_commit(op->s.ef_state, op->s.ef_key);
         else loom_codec_state_rollback(op->s.ef_state, op->s.ef_key);
     }
+    if (op->stat_no && op->status == LOOM_SUCCESS) loomi_stats_op_done(op);
     op_release_buffers(op);
     active_remove(e, op);
 }
@@ -497,6 +507,7 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
         op->inplace_buf = recvbuf;
     }
     if (!op->s.p2p) op->seq = op->s.call;
+    if (e->stats && !op->s.p2p) loomi_stats_op_begin(op); /* collectives only */
     /* The deadline counts from the last progress of the communicator,
      * or from now when nothing was running. */
     if (!e->nactive) e->progressed = 1;

@@ -39,6 +39,10 @@ struct loomi_op {
      * slot_next on, in slot operation slot_s. */
     int slot_wait, slot_next;
     uint64_t slot_s;
+    /* Telemetry (stats.c; stat_no 0: not counted): the operation's
+     * number, its start, and its latest peer so far and by how much. */
+    uint64_t stat_no, t0_ns, late_ns;
+    int late_peer;
     /* Last, as op_start clears all before them and copies s whole. */
     struct loomi_sched s;
     char errmsg[256]; /* the first failure's (set with status) */
@@ -67,6 +71,16 @@ int loomi_op_run_slot(struct loomi_op *op, const struct loomi_step *st);
  * as any running operation, e locked; returns its result (the thread's
  * last error set on a failure).  It is not freed. */
 loom_result_t loomi_op_drive_kept(struct loomi_op *op, int ran);
+/* Telemetry (stats.c): number and time the start of an operation (where
+ * the engine has stats); the rest only where op->stat_no is set: a
+ * receive step completed; a slot step's wait moved past local ranks
+ * [from, to) (the first of them the one waited for; bytes: what it reads
+ * of each); the operation ended well (clears stat_no). */
+void loomi_stats_op_begin(struct loomi_op *op);
+void loomi_stats_recv(struct loomi_op *op, uint32_t i);
+void loomi_stats_slot_seen(struct loomi_op *op, int from, int to, size_t bytes);
+void loomi_stats_op_done(struct loomi_op *op);
+
 /* A failed saves_input operation: put back what its started steps wrote. */
 void loomi_op_restore_written(struct loomi_op *op);
 

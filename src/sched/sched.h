@@ -395,6 +395,8 @@ struct loomi_engine {
     /* The progress thread, started with the first operation when
      * set->progress_thread; NULL: none (then no lock is taken). */
     struct loomi_progress *pt;
+    /* Straggler telemetry (stats.c), NULL when off (LOOM_STATS=0). */
+    struct loomi_stats *stats;
 };
 
 /* Point e at its owner's fields (they may change later; the engine reads
@@ -478,6 +480,58 @@ void loomi_progress_stop(struct loomi_engine *e);
  * runs (a message that came for none of this rank's may show a call that
  * a peer made otherwise).  Returns *e->error. */
 loom_result_t loomi_engine_poll(struct loomi_engine *e, int transport);
+
+/* ------------------------------------------------ straggler telemetry */
+
+/* Per communicator, per peer: when its data arrived against this rank's
+ * own start of each operation, and how fast its large receives came
+ * (stats.c).  Fixed-size accumulators, updated as receives complete and
+ * operations end; nothing is allocated after loomi_stats_init. */
+
+/* Receives of at least this many bytes are timed from post to completion
+ * (for the link's rate); smaller ones only count bytes. */
+#define LOOMI_STATS_TIMED_BYTES 65536
+/* Operations per window of the LOOM_DEBUG=info verdict. */
+#define LOOMI_STATS_WINDOW 20
+
+struct loomi_peer_acc {
+    uint64_t last_no;     /* the operation whose first receive from it counted */
+    uint64_t late_no;     /* the operation whose lateness from it counted */
+    uint64_t ops;         /* operations with data from it */
+    uint64_t late_n;      /* those whose lateness was seen (late_sum_ns's count) */
+    uint64_t bytes_in;    /* every byte received from it */
+    uint64_t timed_bytes; /* bytes of the timed receives (>= LOOMI_STATS_TIMED_BYTES) */
+    uint64_t busy_ns;     /* time timed receives from it were outstanding (union) */
+    uint64_t busy_end;    /* the last timed receive's completion */
+    /* Its first data after this rank's start, in the operations where a
+     * receive from it was posted at the start (one posted later, after
+     * this rank's own steps, completes when it is posted if the data was
+     * early, which tells nothing of the peer). */
+    uint64_t late_sum_ns, late_max_ns;
+    /* The current window: operations it was the latest peer of, its
+     * lateness summed over the window, timed bytes and time. */
+    uint32_t w_last, w_n;
+    uint64_t w_late_ns, w_bytes, w_busy_ns;
+};
+
+struct loomi_stats {
+    int n;                 /* ranks of the communicator */
+    uint64_t opno;         /* operations counted (numbers them from 1) */
+    uint64_t own_n, own_ns; /* operations ended, and this rank's wait for its latest peer */
+    uint32_t w_ops;        /* operations in the current window */
+    double *tmp;           /* n values: the medians of a window's verdict */
+    struct loomi_peer_acc *peer; /* [n] */
+};
+
+/* Turn the telemetry on for an engine of n ranks (0, or -1 out of memory). */
+int loomi_stats_init(struct loomi_engine *e, int n);
+void loomi_stats_free(struct loomi_engine *e);
+/* Forget everything counted so far. */
+void loomi_stats_reset(struct loomi_engine *e);
+/* A LOOMI_STEP_SLOT operation found every rank's word at once: every
+ * peer of the host arrived with this rank (no clock is read); bytes: what
+ * it read of each. */
+void loomi_stats_slot_prompt(struct loomi_engine *e, int nlocal, size_t bytes);
 
 /* Fail every running op (called when the owner breaks). */
 void loomi_engine_fail_all(struct loomi_engine *e);

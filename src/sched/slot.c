@@ -231,11 +231,15 @@ int loomi_op_run_slot(struct loomi_op *op, const struct loomi_step *st)
     }
     /* Ranks below slot_next have published the call. */
     uint64_t v = 0;
+    const int from = op->slot_next;
     const int k = slot_look(e, s->nranks, op->slot_s, want, &op->slot_next, &v);
+    if (op->stat_no && op->slot_next > from)
+        loomi_stats_slot_seen(op, from, op->slot_next, st->count * s->esize);
     if (k < 0) return slot_mismatch(op, op->slot_next, v);
     if (k == 0) return 0;
     op->slot_wait = 0;
     slot_read(e, s, st, op->slot_s, in, bufp(op, st->dst) + st->dst_off);
+    if (op->stat_no) loomi_stats_op_done(op);
     return 1;
 }
 
@@ -299,6 +303,7 @@ loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi
     uint64_t v = 0;
     if (slot_look(e, s->nranks, sq, want, &next, &v) > 0) {
         slot_read(e, s, st, sq, in, (unsigned char *)recvbuf + st->dst_off);
+        if (e->stats) loomi_stats_slot_prompt(e, s->nranks, st->count * s->esize);
         loomi_engine_unlock(e);
         return LOOM_SUCCESS;
     }
@@ -308,6 +313,11 @@ loom_result_t loomi_op_run_slot_sched(struct loomi_engine *e, const struct loomi
      * wait (the control plane, the transport, the deadline, the probe of
      * a stalled peer, a mismatch or any failure failing every rank). */
     struct loomi_op *op = slot_op_arm(e, s, sendbuf, recvbuf);
+    if (e->stats) {
+        /* Timed from here: the ranks found so far count as prompt. */
+        loomi_stats_op_begin(op);
+        loomi_stats_slot_seen(op, 0, next, st->count * s->esize);
+    }
     op->slot_wait = 1;
     op->slot_s = sq;
     op->slot_next = next;
