@@ -6,6 +6,13 @@
 
 #include "comm/comm.h"
 
+/* The failure of a call that reads the telemetry where there is none. */
+static loom_result_t stats_off(const struct loom_comm *c, const char *fn)
+{
+    return loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
+                      "%s: telemetry is off (LOOM_STATS=0, or no memory for it)", fn);
+}
+
 loom_result_t loom_comm_get_stats(loom_comm_t h, loom_peer_stats_t *peers, int capacity,
                                   int *count, double *own_wait_ms_avg)
 {
@@ -27,9 +34,7 @@ loom_result_t loom_comm_get_stats(loom_comm_t h, loom_peer_stats_t *peers, int c
     const struct loomi_stats *S = c->eng.stats;
     if (!S) {
         loomi_comm_unlock(c);
-        return loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
-                          "loom_comm_get_stats: telemetry is off (LOOM_STATS=0, or no "
-                          "memory for it)");
+        return stats_off(c, "loom_comm_get_stats");
     }
     int n = 0;
     for (int p = 0; p < S->n; p++) {
@@ -60,16 +65,13 @@ loom_result_t loom_comm_get_stats(loom_comm_t h, loom_peer_stats_t *peers, int c
 
 loom_result_t loom_comm_reset_stats(loom_comm_t h)
 {
+    static const char fn[] = "loom_comm_reset_stats";
     struct loom_comm *c;
-    loom_result_t r = loomi_comm_live(h, "loom_comm_reset_stats", &c);
+    loom_result_t r = loomi_comm_live(h, fn, &c);
     if (r != LOOM_SUCCESS) return r;
     loomi_comm_lock(c);
-    if (!c->eng.stats)
-        r = loomi_fail(LOOM_ERR_UNSUPPORTED, c->rank,
-                       "loom_comm_reset_stats: telemetry is off (LOOM_STATS=0, or no memory "
-                       "for it)");
-    else
-        loomi_stats_reset(&c->eng);
+    const int on = c->eng.stats != NULL;
+    if (on) loomi_stats_reset(&c->eng);
     loomi_comm_unlock(c);
-    return r;
+    return on ? LOOM_SUCCESS : stats_off(c, fn);
 }
