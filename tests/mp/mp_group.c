@@ -428,7 +428,7 @@ int main(int argc, char **argv)
             printf("rank 0 of %d: 8 fused groups of %d+ calls matched\n", nranks, 100);
     } else {
         draw(7, 10, 0);
-        int skew_call = -1, skew = 0, extra = -1;
+        int skew_call = -1, skew = 0, extra = -1, flip = 0;
         /* A call in the middle that fuses (apart, not in place, one
          * element still under the limit). */
         int mid = -1;
@@ -444,7 +444,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "extra")) {
             extra = last ? mid : -1;
         } else if (!strcmp(mode, "dtype")) {
-            if (last) calls[mid].t = calls[mid].t == LOOM_FLOAT64 ? LOOM_FLOAT32 : LOOM_FLOAT64;
+            flip = last; /* below, once its buffers are copied at their own size */
         } else {
             fprintf(stderr, "usage: mp_group [ok | count | extra | dtype] [late | lateend]\n");
             return 2;
@@ -464,6 +464,8 @@ int main(int argc, char **argv)
             c->out = out;
             c->borrowed = 1;
         }
+        if (flip && mid >= 0)
+            calls[mid].t = calls[mid].t == LOOM_FLOAT64 ? LOOM_FLOAT32 : LOOM_FLOAT64;
         double t0 = now_s();
         r = run_group(comm, skew_call, skew, extra);
         double dt = now_s() - t0;

@@ -676,6 +676,7 @@ static int mode_abortbusy(const char *idfile)
         NCCLCHECK(ncclAllReduce(b.buf, b.buf, 1024, ncclFloat, ncclSum, comm, NULL));
         ncclCommDestroy(comm); /* rank 0 may have aborted by now */
         printf("rank %d of %d (abortbusy): %d passed, %d failed\n", g_rank, g_n, g_pass, g_fail);
+        free(b.buf);
         return g_fail ? 1 : 0;
     }
     pthread_t th;
