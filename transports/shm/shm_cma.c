@@ -85,7 +85,7 @@ int loomi_shm_do_reads(struct shm *t, struct peer *p)
          * load: arm64 may otherwise satisfy the flag's load first and
          * miss a withdrawal that came before the bytes were overwritten
          * (the sender's fence in withdraw, shm_internal.h). */
-        atomic_thread_fence(memory_order_acquire);
+        SHM_FENCE(memory_order_acquire);
         if (atomic_load_explicit(&p->hdr->withdrawn, memory_order_relaxed)) {
             park(p, l, r);
             continue;
