@@ -202,10 +202,23 @@ struct call {
     unsigned char scalar[8];
 };
 
-/* The checks every operation makes: comm, stream, datatype, op (op < 0:
- * the call takes none). */
+static ncclResult_t check_call(struct call *k, const char *fn, ncclComm_t comm,
+                               cudaStream_t stream, ncclDataType_t datatype, long op);
+
+/* What every operation does first: the checks of comm, stream, datatype
+ * and op (op < 0: the call takes none), of its buffers (host_bufs; NULL
+ * where it has none), and Loom's group opened inside an NCCL group. */
 static ncclResult_t prepare(struct call *k, const char *fn, ncclComm_t comm, cudaStream_t stream,
-                            ncclDataType_t datatype, long op)
+                            ncclDataType_t datatype, long op, const void *send, const void *recv)
+{
+    ncclResult_t r = check_call(k, fn, comm, stream, datatype, op);
+    if (r == ncclSuccess) r = host_bufs(fn, send, recv);
+    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    return r;
+}
+
+static ncclResult_t check_call(struct call *k, const char *fn, ncclComm_t comm,
+                               cudaStream_t stream, ncclDataType_t datatype, long op)
 {
     ncclResult_t r = ncclSuccess;
     memset(k, 0, sizeof *k);
@@ -295,9 +308,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     static const char fn[] = "ncclAllReduce";
     struct call k;
     const void *in;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
@@ -311,9 +322,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
     static const char fn[] = "ncclReduce";
     struct call k;
     const void *in;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
@@ -328,9 +337,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
     static const char fn[] = "ncclReduceScatter";
     struct call k;
     const void *in = sendbuff;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff);
     if (r == ncclSuccess && k.premul) {
         if (recvcount > SIZE_MAX / (size_t)k.c->nranks)
             r = lnccl_fail(ncclInvalidArgument, "%s: recvcount %zu times %d ranks overflows", fn,
@@ -349,9 +356,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
 {
     static const char fn[] = "ncclBroadcast";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, recvbuff);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_broadcast(sendbuff, recvbuff, count, k.dt, root, k.c->lc), NULL,
@@ -363,9 +368,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
 {
     static const char fn[] = "ncclBcast";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, buff, buff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, buff, buff);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_broadcast(buff, buff, count, k.dt, root, k.c->lc), NULL, NULL);
@@ -376,9 +379,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
 {
     static const char fn[] = "ncclAllGather";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, recvbuff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, recvbuff);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_allgather(sendbuff, recvbuff, sendcount, k.dt, k.c->lc), NULL, NULL);
@@ -389,9 +390,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
 {
     static const char fn[] = "ncclSend";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, sendbuff, NULL);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, NULL);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_send(sendbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
@@ -402,9 +401,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 {
     static const char fn[] = "ncclRecv";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1);
-    if (r == ncclSuccess) r = host_bufs(fn, NULL, recvbuff);
-    if (r == ncclSuccess) r = lnccl_enter_op(fn);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, NULL, recvbuff);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_recv(recvbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
