@@ -34,19 +34,11 @@
 #include <time.h>
 
 #include "loom.h"
+#include "check.h"
 
 static int rank, nranks, failures;
 static loom_comm_t comm;
 
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "rank %d: FAIL line %d: ", rank, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 static double now_s(void)
 {

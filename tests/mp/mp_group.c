@@ -35,18 +35,10 @@
 #include <time.h>
 
 #include "loom.h"
+#include "check.h"
 
 static int rank, nranks, failures;
 
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "rank %d: FAIL line %d: ", rank, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 static uint64_t rng;
 static uint32_t rnd(void)

@@ -24,18 +24,10 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 
 static int rank, nranks, failures;
 
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "rank %d: FAIL line %d: ", rank, __LINE__);     \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 static uint32_t word(int from, int to, size_t i, int salt)
 {
