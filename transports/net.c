@@ -345,10 +345,13 @@ int loomi_connect_peer(const struct loomi_wire_addr *w, int peer, uint64_t deadl
     return fd;
 }
 
-void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd)
+void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd, uint32_t magic, int me,
+                         const char *name)
 {
     memset(ac, 0, sizeof *ac);
     ac->lfd = lfd;
+    ac->want = (struct loomi_greeting){magic, me, me};
+    ac->name = name;
     for (int i = 0; i < LOOMI_ACCEPT_PENDING; i++) ac->c[i].fd = -1;
 }
 
@@ -387,12 +390,23 @@ static int give_up(struct loomi_acceptor *ac, int code)
     return code;
 }
 
-int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting *want, int lo,
-                          int hi, const unsigned char *key, uint32_t kind, void *hello, size_t n,
-                          unsigned char *session, uint64_t deadline_ms, const char *name,
-                          char *why, size_t wn)
+loom_result_t loomi_accept_error(const struct loomi_acceptor *ac, int code, int got,
+                                 int expected, const char *what, const char *why,
+                                 const char *more)
 {
-    const int me = want->dst;
+    if (code == -2)
+        return loomi_fail(LOOM_ERR_REMOTE, ac->want.dst, "%s: %d of %d %s; gave up: %s",
+                          ac->name, got, expected, what, why);
+    return loomi_fail(LOOM_ERR_TIMEOUT, ac->want.dst, "%s: %d of %d %s before the deadline%s",
+                      ac->name, got, expected, what, more ? more : "");
+}
+
+int loomi_accept_greeting(struct loomi_acceptor *ac, int lo, int hi, const unsigned char *key,
+                          uint32_t kind, void *hello, size_t n, unsigned char *session,
+                          uint64_t deadline_ms, char *why, size_t wn)
+{
+    const int me = ac->want.dst;
+    const char *name = ac->name;
     for (;;) {
         if (loomi_guard_stop(why, wn)) return give_up(ac, -2);
         uint64_t now = loomi_now_ms();
@@ -448,7 +462,7 @@ int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting
             int ok = n >= sizeof g && loomi_read_full(fd, hello, n, d < deadline_ms ? d : deadline_ms) == 0;
             if (ok) memcpy(&g, hello, sizeof g);
             const struct loomi_auth_id *id = &ac->c[i].a.id;
-            if (!ok || g.magic != want->magic || g.dst != me || g.src != id->src || g.src < lo ||
+            if (!ok || g.magic != ac->want.magic || g.dst != me || g.src != id->src || g.src < lo ||
                 g.src >= hi) {
                 drop_pending(ac, i, me, name,
                              ok ? "a greeting that is not this job's, or from the wrong rank"

@@ -92,35 +92,46 @@ struct loomi_greeting {
 #define LOOMI_ACCEPT_PENDING 16
 struct loomi_acceptor {
     int lfd, n;
+    struct loomi_greeting want; /* what each greeting must begin with */
+    const char *name;           /* whose connections, in messages */
     struct {
         int fd;
         uint64_t since;
         struct loomi_auth_accept a;
     } c[LOOMI_ACCEPT_PENDING];
 };
-void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd);
+/* An acceptor on listening socket lfd for rank me, whose greetings begin
+ * with magic and name me; name (a string constant) names the connections
+ * in messages. */
+void loomi_acceptor_init(struct loomi_acceptor *ac, int lfd, uint32_t magic, int me,
+                         const char *name);
 /* Drop the connections still pending (not the listening socket). */
 void loomi_acceptor_close(struct loomi_acceptor *ac);
 /* Every connection is in: drop the pending ones, close the listening
  * socket and set *lfd to -1.  Returns LOOM_SUCCESS. */
 loom_result_t loomi_acceptor_finish(struct loomi_acceptor *ac, int *lfd);
+/* The error for loomi_accept_greeting's -2 (why: the guard's reason) or
+ * -3, after got of expected connections: "<name>: <got> of <expected>
+ * <what>; gave up: <why>" or "... <what> before the deadline<more>". */
+loom_result_t loomi_accept_error(const struct loomi_acceptor *ac, int code, int got,
+                                 int expected, const char *what, const char *why,
+                                 const char *more);
 
 /* The next connection on ac's listening socket (tcp's and verbs'
  * connections from higher ranks, the control plane's from lower ones),
  * waited for until deadline_ms, asking the thread's guard
  * (loomi_guard_set) every few milliseconds: its handshake (auth.h, with
- * key: a connection of this kind to rank want->dst), then its greeting,
- * n bytes read into hello.  One that does not prove it holds the key in
- * time, or whose greeting does not begin with want's magic, name
- * want->dst, and come from the rank it proved to be, in lo..hi-1, is
- * logged with its address (as `name`'s) and dropped.  Returns the
+ * key: a connection of this kind to ac's rank), then its greeting, n
+ * bytes read into hello.  One that does not prove it holds the key in
+ * time, or whose greeting does not begin with ac's magic, name ac's
+ * rank, and come from the rank it proved to be, in lo..hi-1, is
+ * logged with its address (as ac's name's) and dropped.  Returns the
  * connection, blocking (its key material in session, unless NULL); -2
  * when the guard stopped the wait (why says why), -3 at the deadline,
  * and then ac is closed (loomi_acceptor_close). */
-int loomi_accept_greeting(struct loomi_acceptor *ac, const struct loomi_greeting *want, int lo,
-                          int hi, const unsigned char *key, uint32_t kind, void *hello, size_t n,
-                          unsigned char *session, uint64_t deadline_ms, const char *name,
-                          char *why, size_t wn);
+int loomi_accept_greeting(struct loomi_acceptor *ac, int lo, int hi, const unsigned char *key,
+                          uint32_t kind, void *hello, size_t n, unsigned char *session,
+                          uint64_t deadline_ms, char *why, size_t wn);
 int loomi_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ms);
 int loomi_read_full(int fd, void *buf, size_t n, uint64_t deadline_ms);
 /* A polite close's wait: read and drop what still comes on fd until the

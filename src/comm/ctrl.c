@@ -880,20 +880,15 @@ loom_result_t loomi_ctrl_start(struct loomi_ctrl *c, const unsigned char *addrs,
      * connection proving itself at once, strangers dropped. */
     int need = me;
     struct loomi_acceptor ac;
-    loomi_acceptor_init(&ac, c->lfd);
-    struct loomi_greeting want = {CTRL_HELLO_MAGIC, me, me};
+    loomi_acceptor_init(&ac, c->lfd, CTRL_HELLO_MAGIC, me, "control plane");
     while (need > 0) {
         unsigned char h[HELLO_BYTES];
         char why[200];
-        int fd = loomi_accept_greeting(&ac, &want, 0, me, c->key, LOOMI_AUTH_CTRL, h, sizeof h,
-                                       sess, deadline_ms, "control plane", why, sizeof why);
-        if (fd == -2)
-            return loomi_fail(LOOM_ERR_REMOTE, me,
-                              "control plane: %d lower rank(s) still to connect; gave up: %s",
-                              need, why);
+        int fd = loomi_accept_greeting(&ac, 0, me, c->key, LOOMI_AUTH_CTRL, h, sizeof h, sess,
+                                       deadline_ms, why, sizeof why);
         if (fd < 0)
-            return loomi_fail(LOOM_ERR_TIMEOUT, me,
-                              "control plane: %d lower rank(s) did not connect in time", need);
+            return loomi_accept_error(&ac, fd, me - need, me,
+                                      "connections from lower ranks arrived", why, NULL);
         int from = (int)get32(h + 4);
         if (get32(h + 12) != CTRL_VERSION || get64(h + 24) != c->nonce ||
             get32(h + 40) != (uint32_t)c->n || c->p[from].fd >= 0) {

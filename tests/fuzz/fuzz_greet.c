@@ -93,15 +93,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (o.n > 4096) o.n = 4096;
     pthread_t th;
     if (pthread_create(&th, NULL, open_main, &o)) abort();
-    const struct loomi_greeting want = {MAGIC, me, me};
     unsigned char hello[20];
     char why[200];
     struct loomi_acceptor ac;
-    loomi_acceptor_init(&ac, lfd);
+    loomi_acceptor_init(&ac, lfd, MAGIC, me, "fuzz");
     loomi_guard_set(opener_done, &o);
-    int fd = loomi_accept_greeting(&ac, &want, me + 1, nranks, key, LOOMI_AUTH_TCP, hello,
-                                   sizeof hello, NULL, loomi_now_ms() + 5000, "fuzz", why,
-                                   sizeof why);
+    int fd = loomi_accept_greeting(&ac, me + 1, nranks, key, LOOMI_AUTH_TCP, hello, sizeof hello,
+                                   NULL, loomi_now_ms() + 5000, why, sizeof why);
     loomi_guard_set(NULL, NULL);
     loomi_acceptor_close(&ac);
     if (fd >= 0) {

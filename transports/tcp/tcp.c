@@ -178,30 +178,25 @@ loom_result_t loomi_tcp_connect_all(void *state, const unsigned char *addrs, siz
             if (r != LOOM_SUCCESS) return r;
         }
     }
-    /* Accepts as verbs does (net.c has what they share); the errors say
-     * what each waits for. */
+    /* Streams from higher ranks: net.c's acceptor, as verbs' queue pair
+     * exchanges; the errors say what each waits for. */
     int expected = (n - 1 - me) * (ns + 1), got = 0;
-    struct loomi_greeting want = {HELLO_MAGIC, me, me};
     struct loomi_acceptor ac;
-    loomi_acceptor_init(&ac, t->lfd);
-    while (got < expected) {
+    loomi_acceptor_init(&ac, t->lfd, HELLO_MAGIC, me, "tcp");
+    for (char why[200]; got < expected;) {
         struct hello in;
-        char why[200];
-        int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
-                                       sizeof in, sess, deadline_ms, "tcp", why, sizeof why);
-        if (fd == -2)
-            return loomi_fail(LOOM_ERR_REMOTE, me, "tcp: %d of %d connections from higher ranks "
-                              "arrived; gave up: %s", got, expected, why);
-        if (fd == -3) {
+        int fd = loomi_accept_greeting(&ac, me + 1, n, t->ctx.job_key, LOOMI_AUTH_TCP, &in,
+                                       sizeof in, sess, deadline_ms, why, sizeof why);
+        if (fd < 0) {
             int missing = -1;
             for (int peer = me + 1; peer < n && missing < 0; peer++)
                 for (int i = 0; i <= ns; i++)
                     if (t->peers[peer].s[i].fd < 0) missing = peer;
-            return loomi_fail(LOOM_ERR_TIMEOUT, me,
-                              "tcp: %d of %d connections from higher ranks (%d from each: %d "
-                              "data stream(s) and a control stream) arrived before the "
-                              "deadline; rank %d did not connect",
-                              got, expected, ns + 1, ns, missing);
+            char more[120];
+            snprintf(more, sizeof more, " (%d from each: %d data stream(s) and a control "
+                     "stream); rank %d did not connect", ns + 1, ns, missing);
+            return loomi_accept_error(&ac, fd, got, expected,
+                                      "connections from higher ranks arrived", why, more);
         }
         if (in.stream < 0 || in.stream > ns || in.nstreams != ns) {
             LOOMI_WARN(me, "tcp: dropped a connection from rank %d: stream %d, %d data "

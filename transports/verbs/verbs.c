@@ -502,25 +502,18 @@ static loom_result_t verbs_connect_all(void *state, const unsigned char *addrs, 
             return r;
         }
     }
-    /* Accepts as tcp does (net.c has what they share); the errors say
-     * what each waits for. */
-    int got = 0;
-    struct loomi_greeting want = {HELLO_MAGIC, me, me};
+    /* Queue pair exchanges with higher ranks, through net.c's acceptor
+     * (as tcp's streams); the errors say what each waits for. */
     struct loomi_acceptor ac;
-    loomi_acceptor_init(&ac, t->lfd);
-    while (got < expected) {
+    loomi_acceptor_init(&ac, t->lfd, HELLO_MAGIC, me, "verbs");
+    char why[200];
+    for (int got = 0; got < expected;) {
         struct hello in;
-        char why[200];
-        int fd = loomi_accept_greeting(&ac, &want, me + 1, n, t->ctx.job_key, LOOMI_AUTH_VERBS,
-                                       &in, sizeof in, NULL, deadline_ms, "verbs", why,
-                                       sizeof why);
-        if (fd == -2)
-            return loomi_fail(LOOM_ERR_REMOTE, me, "verbs: %d of %d queue pair exchanges with "
-                              "higher ranks done; gave up: %s", got, expected, why);
-        if (fd == -3)
-            return loomi_fail(LOOM_ERR_TIMEOUT, me,
-                              "verbs: %d of %d queue pair exchanges with higher ranks done "
-                              "before the deadline", got, expected);
+        int fd = loomi_accept_greeting(&ac, me + 1, n, t->ctx.job_key, LOOMI_AUTH_VERBS, &in,
+                                       sizeof in, NULL, deadline_ms, why, sizeof why);
+        if (fd < 0)
+            return loomi_accept_error(&ac, fd, got, expected,
+                                      "queue pair exchanges with higher ranks done", why, NULL);
         if (!t->peers[in.src].active || t->peers[in.src].fd >= 0) {
             LOOMI_WARN(me, "verbs: dropped a connection from rank %d (%s)", in.src,
                        t->peers[in.src].active ? "a second one" : "not reached through verbs");
