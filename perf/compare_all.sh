@@ -33,6 +33,8 @@
 #   PERF FLAGS  passed to every peer after -w 5 -n 20 -c 1 (nccl-tests'
 #             iterations; the harness's warm-up), e.g. -- -w 1
 #
+# Loom's settings come from the environment, e.g. LOOM_TRANSPORT=tcp to
+# weigh Loom over TCP against mpi-tcp (the table's header says so).
 # Run it from a build directory (it uses ./loomrun and ./COLL_perf), or set
 # BUILDDIR.  A peer that is not installed (no mpirun or mpicc; no torch for
 # /usr/bin/python3, or PYTHON) is left out with a note; a run that fails
@@ -111,7 +113,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 {
     echo "# compare_all.sh: ${colls[*]}; $ranks ranks; $minb to $maxb B, factor $factor;" \
         "${flags[*]}; $reps repeats, peers in turn; $([ $per_size = 1 ] && echo "a job per size" || echo "a job per collective")"
-    echo "# peers: ${use[*]}${LOOM_ALGO:+; LOOM_ALGO=$LOOM_ALGO}${menv[*]:+; ${menv[*]}}"
+    echo "# peers: ${use[*]}${LOOM_ALGO:+; LOOM_ALGO=$LOOM_ALGO}${LOOM_TRANSPORT:+; LOOM_TRANSPORT=$LOOM_TRANSPORT}${menv[*]:+; ${menv[*]}}"
 } | tee "$table"
 
 run_peer() { # run_peer PEER COLL BASE SIZE-FLAGS...: one job; its status line
