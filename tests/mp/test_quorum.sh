@@ -1,0 +1,26 @@
+#!/bin/bash
+# The quorum allreduce (loom_allreduce_quorum) across real processes,
+# over shared memory and over TCP (see mp_quorum.c for what each run
+# checks): refused arguments; quorum n against loom_allreduce for every
+# dtype x op; a rank slowed by 100 ms left out, told so, and rejoining
+# the next call; late contributions dropped by rule; mismatched calls.
+. "$(dirname "$0")/../lib.sh"
+prog=$BUILDDIR/tests/mp/mp_quorum
+[ -x "$prog" ] || { echo "missing $prog"; exit 99; }
+
+for tr in shm tcp; do
+    for n in 3 4; do
+        t0=$SECONDS
+        out=$(LOOM_TRANSPORT=$tr LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n $n --timeout 100 \
+            "$prog" all 2>&1)
+        rc=$?
+        if [ $rc -eq 0 ] && grep -q '^late contributions: 5 dropped' <<<"$out"; then
+            ok "quorum allreduce, $n ranks over $tr, $((SECONDS - t0)) s: $(grep -cE '^slow rank' <<<"$out") slow-rank calls, $(grep -E '^every dtype' <<<"$out")"
+        else
+            bad "quorum allreduce, $n ranks over $tr: exit $rc"
+            echo "$out" | tail -30
+        fi
+        [ -n "${LOOM_TEST_VERBOSE:-}" ] && echo "$out"
+    done
+done
+finish
