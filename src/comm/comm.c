@@ -699,8 +699,9 @@ loom_result_t loom_comm_destroy(loom_comm_t h)
     if (r != LOOM_SUCCESS) return r;
     /* Late contributions to quorum calls still to come (their senders
      * made the calls, so they come within the deadline), and results
-     * still on their way to late ranks (quorum.c). */
-    if (comm->quorum && comm->error == LOOM_SUCCESS) (void)loomi_quorum_drain(comm);
+     * still on their way to late ranks (quorum.c); on a broken
+     * communicator they have failed and are only freed. */
+    if (comm->quorum) (void)loomi_quorum_drain(comm);
     if (comm->eng.nlive)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",

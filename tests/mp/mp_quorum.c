@@ -22,6 +22,12 @@
  *      the next call works.
  *   After 2-5, every rank's result and contributors are allgathered and
  *   compared: the same bytes and the same list everywhere.
+ *   mp_quorum absent
+ *       Rank n-1 never makes the call (it waits 3 s, then destroys);
+ *       the others call with quorum n: rank 0 fails with
+ *       LOOM_ERR_TIMEOUT after LOOM_TIMEOUT (the script sets 2 s), the
+ *       others with an error too, all within 10 s, and every rank's
+ *       loom_comm_destroy returns.
  * Exit 0 only when every check held.
  */
 #include <stdint.h>
@@ -235,10 +241,32 @@ static void mismatch(void)
           loom_get_last_error());
 }
 
+static void absent(void)
+{
+    double x[4] = {1, 2, 3, 4};
+    if (rank == nranks - 1) {
+        sleep_ms(3000);
+        return;
+    }
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    loom_result_t r = loom_allreduce_quorum(x, x, 4, LOOM_FLOAT64, LOOM_SUM, nranks, comm, NULL,
+                                            NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    CHECK(r != LOOM_SUCCESS, "a call with an absent rank succeeded");
+    if (rank == 0)
+        CHECK(r == LOOM_ERR_TIMEOUT, "rank 0: %s, expected LOOM_ERR_TIMEOUT: %s",
+              loom_strerror(r), loom_get_last_error());
+    CHECK(s < 10, "the call took %.1f s to fail", s);
+    printf("absent rank: rank %d failed after %.1f s: %s\n", rank, s, loom_strerror(r));
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "all")) {
-        fprintf(stderr, "usage: mp_quorum all\n");
+    const int all = argc > 1 && !strcmp(argv[1], "all");
+    if (argc < 2 || (!all && strcmp(argv[1], "absent"))) {
+        fprintf(stderr, "usage: mp_quorum all|absent\n");
         return 2;
     }
     loom_result_t r = loom_comm_init_env(&comm, NULL);
@@ -251,6 +279,12 @@ int main(int argc, char **argv)
     if (nranks < 3 || nranks > 64) {
         fprintf(stderr, "mp_quorum needs 3 to 64 ranks\n");
         return 2;
+    }
+    if (!all) {
+        absent();
+        r = loom_comm_destroy(comm);
+        CHECK(r == LOOM_SUCCESS, "destroy: %s: %s", loom_strerror(r), loom_get_last_error());
+        return failures ? 1 : 0;
     }
     refused();
     every_type();

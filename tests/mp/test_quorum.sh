@@ -3,7 +3,8 @@
 # over shared memory and over TCP (see mp_quorum.c for what each run
 # checks): refused arguments; quorum n against loom_allreduce for every
 # dtype x op; a rank slowed by 100 ms left out, told so, and rejoining
-# the next call; late contributions dropped by rule; mismatched calls.
+# the next call; late contributions dropped by rule; mismatched calls;
+# a rank that never makes the call fails the others at LOOM_TIMEOUT.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_quorum
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
@@ -22,5 +23,20 @@ for tr in shm tcp; do
         fi
         [ -n "${LOOM_TEST_VERBOSE:-}" ] && echo "$out"
     done
+done
+
+# A rank that never makes the call: every other rank fails at the
+# deadline (LOOM_TIMEOUT 2 s), none hangs, and destroy returns everywhere.
+for tr in shm tcp; do
+    t0=$SECONDS
+    out=$(LOOM_TRANSPORT=$tr LOOM_TIMEOUT=2000 timeout 60 "$LOOMRUN" -n 4 --timeout 50 \
+        "$prog" absent 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c '^absent rank: rank [0-2] failed' <<<"$out")" = 3 ]; then
+        ok "absent rank over $tr, $((SECONDS - t0)) s: $(grep '^absent rank: rank 0' <<<"$out")"
+    else
+        bad "absent rank over $tr: exit $rc"
+        echo "$out" | tail -30
+    fi
 done
 finish
