@@ -28,6 +28,11 @@
  *       LOOM_ERR_TIMEOUT after LOOM_TIMEOUT (the script sets 2 s), the
  *       others with an error too, all within 10 s, and every rank's
  *       loom_comm_destroy returns.
+ *   mp_quorum idle
+ *       A call that leaves rank n-1 out (it sleeps 100 ms), then every
+ *       rank idles 1.5 s, past LOOM_TIMEOUT (the script sets 1 s), with
+ *       rank 0's receive of the late contribution still posted: the next
+ *       calls (quorum n, then loom_allreduce) must succeed.
  * Exit 0 only when every check held.
  */
 #include <stdint.h>
@@ -262,11 +267,30 @@ static void absent(void)
     printf("absent rank: rank %d failed after %.1f s: %s\n", rank, s, loom_strerror(r));
 }
 
+static void idle(void)
+{
+    double x[4] = {1, 2, 3, 4};
+    int flags[64], nc;
+    if (rank == nranks - 1) sleep_ms(100);
+    loom_result_t r = loom_allreduce_quorum(x, x, 4, LOOM_FLOAT64, LOOM_SUM, nranks - 1, comm,
+                                            flags, &nc);
+    CHECK(r == LOOM_SUCCESS && !flags[nranks - 1], "the call leaving rank %d out: %s: %s",
+          nranks - 1, loom_strerror(r), loom_get_last_error());
+    sleep_ms(1500);
+    r = loom_allreduce_quorum(x, x, 4, LOOM_FLOAT64, LOOM_SUM, nranks, comm, flags, &nc);
+    CHECK(r == LOOM_SUCCESS && nc == nranks, "the call after idling: %s: %s", loom_strerror(r),
+          loom_get_last_error());
+    r = loom_allreduce(x, x, 4, LOOM_FLOAT64, LOOM_SUM, comm);
+    CHECK(r == LOOM_SUCCESS, "loom_allreduce after idling: %s: %s", loom_strerror(r),
+          loom_get_last_error());
+    if (rank == 0) printf("idle past LOOM_TIMEOUT with a late contribution pending: ok\n");
+}
+
 int main(int argc, char **argv)
 {
     const int all = argc > 1 && !strcmp(argv[1], "all");
-    if (argc < 2 || (!all && strcmp(argv[1], "absent"))) {
-        fprintf(stderr, "usage: mp_quorum all|absent\n");
+    if (argc < 2 || (!all && strcmp(argv[1], "absent") && strcmp(argv[1], "idle"))) {
+        fprintf(stderr, "usage: mp_quorum all|absent|idle\n");
         return 2;
     }
     loom_result_t r = loom_comm_init_env(&comm, NULL);
@@ -281,7 +305,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!all) {
-        absent();
+        if (!strcmp(argv[1], "idle")) idle();
+        else absent();
         r = loom_comm_destroy(comm);
         CHECK(r == LOOM_SUCCESS, "destroy: %s: %s", loom_strerror(r), loom_get_last_error());
         return failures ? 1 : 0;

@@ -4,7 +4,8 @@
 # checks): refused arguments; quorum n against loom_allreduce for every
 # dtype x op; a rank slowed by 100 ms left out, told so, and rejoining
 # the next call; late contributions dropped by rule; mismatched calls;
-# a rank that never makes the call fails the others at LOOM_TIMEOUT.
+# a rank that never makes the call fails the others at LOOM_TIMEOUT;
+# idling past LOOM_TIMEOUT with a late contribution pending is no failure.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_quorum
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
@@ -36,6 +37,18 @@ for tr in shm tcp; do
         ok "absent rank over $tr, $((SECONDS - t0)) s: $(grep '^absent rank: rank 0' <<<"$out")"
     else
         bad "absent rank over $tr: exit $rc"
+        echo "$out" | tail -30
+    fi
+done
+
+for tr in shm tcp; do
+    out=$(LOOM_TRANSPORT=$tr LOOM_TIMEOUT=1000 timeout 60 "$LOOMRUN" -n 4 --timeout 50 \
+        "$prog" idle 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^idle past LOOM_TIMEOUT' <<<"$out"; then
+        ok "idle past LOOM_TIMEOUT with a late contribution pending, over $tr"
+    else
+        bad "idle past LOOM_TIMEOUT over $tr: exit $rc"
         echo "$out" | tail -30
     fi
 done
