@@ -345,6 +345,19 @@ loom_result_t loom_iallreduce(const void *sendbuf, void *recvbuf,
                               loom_op_t op, loom_comm_t comm,
                               loom_request_t *req);
 
+/* Quorum allreduce (loom_allreduce_quorum(3)): completes once `quorum`
+ * ranks (1..nranks) have contributed, the first to reach rank 0, which
+ * decides.  Every rank gets the same recvbuf (op over the contributors'
+ * sendbufs; LOOM_AVG divides by their number), contributors[r] = 1 for
+ * each contributing rank r, else 0 (nranks ints, or NULL), and *ncontrib
+ * (or NULL).  A rank left out (contributors[rank] == 0) still gets the
+ * call's result; its own data is dropped.  Blocking, not in groups. */
+loom_result_t loom_allreduce_quorum(const void *sendbuf, void *recvbuf,
+                                    size_t count, loom_datatype_t dtype,
+                                    loom_op_t op, int quorum,
+                                    loom_comm_t comm, int *contributors,
+                                    int *ncontrib);
+
 /* Every collective below has a non-blocking form, loom_iNAME, taking the
  * same arguments plus a request (the last argument).  All ranks of the
  * communicator call each collective in the same order.  Counts are in

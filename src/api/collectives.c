@@ -27,6 +27,14 @@ loom_result_t loom_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                 NULL);
 }
 
+loom_result_t loom_allreduce_quorum(const void *sendbuf, void *recvbuf, size_t count,
+                                    loom_datatype_t dtype, loom_op_t op, int quorum,
+                                    loom_comm_t comm, int *contributors, int *ncontrib)
+{
+    return loomi_call_allreduce_quorum("loom_allreduce_quorum", sendbuf, recvbuf, count, dtype, op,
+                                       quorum, comm, contributors, ncontrib);
+}
+
 loom_result_t loom_allreduce_opts(const void *sendbuf, void *recvbuf, size_t count,
                                   loom_datatype_t dtype, loom_op_t op, loom_comm_t comm,
                                   const loom_coll_options_t *opts)

@@ -51,6 +51,13 @@ loom_result_t loomi_call_gossip(const char *fn, void *buf, size_t count, loom_da
 loom_result_t loomi_call_gossip_partner(const char *fn, loom_comm_t h, uint64_t round,
                                         int *partner);
 
+/* loom_allreduce_quorum(3) (quorum.c): contributors (nranks flags) and
+ * ncontrib may be NULL. */
+loom_result_t loomi_call_allreduce_quorum(const char *fn, const void *sendbuf, void *recvbuf,
+                                          size_t count, loom_datatype_t dtype, loom_op_t op,
+                                          int quorum, loom_comm_t h, int *contributors,
+                                          int *ncontrib);
+
 /* A send (is_send) of sbuf or a receive into rbuf: loom_send(3) and
  * friends; inside a group it is queued. */
 loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void *rbuf,

@@ -681,6 +681,7 @@ static void comm_free(struct loom_comm *c, int polite)
     free(c->links);
     free(c->sel);
     loomi_sched_cache_free(c->sched_cache);
+    loomi_quorum_free(c->quorum);
     loomi_engine_release(&c->eng);
     loomi_mem_release_all(c);
     loomi_mem_windows_free_all(c);
@@ -696,6 +697,11 @@ loom_result_t loom_comm_destroy(loom_comm_t h)
     struct loom_comm *comm;
     loom_result_t r = loomi_comm_live(h, "loom_comm_destroy", &comm);
     if (r != LOOM_SUCCESS) return r;
+    /* Late contributions to quorum calls still to come (their senders
+     * made the calls, so they come within the deadline), and results
+     * still on their way to late ranks (quorum.c); on a broken
+     * communicator they have failed and are only freed. */
+    if (comm->quorum) (void)loomi_quorum_drain(comm);
     if (comm->eng.nlive)
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "loom_comm_destroy: %d operation(s) still pending; wait for them first",

@@ -45,6 +45,9 @@ struct loom_comm {
 
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
+    /* loom_allreduce_quorum's call count and, on rank 0, the transfers
+     * its decisions left behind (quorum.c); NULL until the first call. */
+    struct loomi_quorum *quorum;
     struct loomi_mode_tuner saves;         /* in-place shared saves (coll.h); calling thread */
     struct loomi_copyin_tuner copyin;      /* the shared copy-in (coll.h); calling thread */
     /* loom_comm_set_codec: the codec of plain loom_allreduce on fp32
@@ -320,6 +323,11 @@ loom_result_t loomi_comm_alloc(struct loom_comm **out, int rank, int nranks,
 
 /* Release a communicator's schedule cache (collectives.c). */
 void loomi_sched_cache_free(struct loomi_sched_cache *sc);
+/* quorum.c: wait for the transfers earlier quorum calls left behind
+ * (loom_comm_destroy), and free the state. */
+struct loomi_quorum;
+loom_result_t loomi_quorum_drain(struct loom_comm *comm);
+void loomi_quorum_free(struct loomi_quorum *q);
 
 /* The transport's peer_failed callback (owner: the communicator). */
 /* The transports' ctx.peer_word: wait up to ms for the control plane's
