@@ -12,6 +12,7 @@
 #define LOOMI_COLLECTIVES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "loom.h"
 
@@ -50,6 +51,15 @@ loom_result_t loomi_call_gossip(const char *fn, void *buf, size_t count, loom_da
 /* loom_gossip_partner(3): this rank's partner in a seeded round. */
 loom_result_t loomi_call_gossip_partner(const char *fn, loom_comm_t h, uint64_t round,
                                         int *partner);
+
+/* loom_sparse_allgather(3), loom_sparse_reduce_scatter(3) (comm/sparse.c). */
+loom_result_t loomi_call_sparse_allgather(const char *fn, const uint64_t *idx, const void *val,
+                                          size_t nnz, size_t dense_count, loom_datatype_t dtype,
+                                          loom_op_t op, void *recvbuf, loom_comm_t h);
+loom_result_t loomi_call_sparse_reduce_scatter(const char *fn, const uint64_t *idx,
+                                               const void *val, size_t nnz, size_t recvcount,
+                                               loom_datatype_t dtype, loom_op_t op,
+                                               void *recvbuf, loom_comm_t h);
 
 /* A send (is_send) of sbuf or a receive into rbuf: loom_send(3) and
  * friends; inside a group it is queued. */
