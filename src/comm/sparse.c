@@ -66,16 +66,17 @@ static inline void cp(void *d, const void *s, size_t es)
     }
 }
 
-/* Sorts keys[0..n) (each < 2^bits), carrying pos along, stably: least
- * significant digit first, 8 bits a pass; k2/p2 are as long, scratch. */
+/* Sorts keys[0..n) by their bits [lo, lo + bits), carrying pos along
+ * (pos may be NULL), stably: least significant digit first, 8 bits a
+ * pass; k2/p2 are as long, scratch.  The result ends in keys/pos. */
 static void radix_sort(uint64_t *keys, uint64_t *pos, uint64_t *k2, uint64_t *p2, size_t n,
-                       int bits)
+                      int lo, int bits)
 {
     enum { D = 8, R = 1 << D };
-    size_t *cnt = malloc(R * sizeof *cnt);
-    if (!cnt) return;
-    for (int sh = 0; sh < bits; sh += D) {
-        memset(cnt, 0, R * sizeof *cnt);
+    size_t cnt[R];
+    uint64_t *const k0 = keys, *const p0 = pos;
+    for (int sh = lo; sh < lo + bits; sh += D) {
+        memset(cnt, 0, sizeof cnt);
         for (size_t i = 0; i < n; i++) cnt[(keys[i] >> sh) & (R - 1)]++;
         size_t sum = 0;
         for (size_t d = 0; d < R; d++) {
@@ -86,18 +87,16 @@ static void radix_sort(uint64_t *keys, uint64_t *pos, uint64_t *k2, uint64_t *p2
         for (size_t i = 0; i < n; i++) {
             size_t at = cnt[(keys[i] >> sh) & (R - 1)]++;
             k2[at] = keys[i];
-            p2[at] = pos[i];
+            if (pos) p2[at] = pos[i];
         }
         uint64_t *t = keys;
         keys = k2, k2 = t;
-        t = pos, pos = p2, p2 = t;
-        if (sh + D < bits) continue;
-        if (((sh / D) & 1) == 0) { /* the result sits in the scratch */
-            memcpy(k2, keys, n * sizeof *keys);
-            memcpy(p2, pos, n * sizeof *pos);
-        }
+        if (p0) t = pos, pos = p2, p2 = t;
     }
-    free(cnt);
+    if (keys != k0) { /* an odd number of passes: the result sits in the scratch */
+        memcpy(k0, keys, n * sizeof *keys);
+        if (p0) memcpy(p0, pos, n * sizeof *pos);
+    }
 }
 
 size_t loomi_sparse_merge(const uint64_t *idx, const void *val, size_t nnz, loom_datatype_t dtype,
@@ -116,21 +115,26 @@ size_t loomi_sparse_merge(const uint64_t *idx, const void *val, size_t nnz, loom
         return nnz;
     }
     uint64_t *keys = scratch, *pos = scratch + nnz, maxk = 0;
-    for (i = 0; i < nnz; i++) {
-        keys[i] = idx[i];
-        pos[i] = i;
+    for (i = 0; i < nnz; i++)
         if (idx[i] > maxk) maxk = idx[i];
-    }
     int bits = 1;
     while (bits < 64 && (maxk >> bits)) bits++;
-    radix_sort(keys, pos, scratch + 2 * nnz, scratch + 3 * nnz, nnz, bits);
+    /* small enough: one word a pair, the index above the position */
+    const int packed = bits <= 32 && nnz <= UINT32_MAX;
+    for (i = 0; i < nnz; i++) {
+        keys[i] = packed ? idx[i] << 32 | i : idx[i];
+        if (!packed) pos[i] = i;
+    }
+    radix_sort(keys, packed ? NULL : pos, scratch + 2 * nnz, scratch + 3 * nnz, nnz,
+               packed ? 32 : 0, bits);
     size_t k = 0;
     for (i = 0; i < nnz; i++) {
-        const size_t p = (size_t)pos[i];
-        if (k && out_idx[k - 1] == keys[i]) {
+        const uint64_t key = packed ? keys[i] >> 32 : keys[i];
+        const size_t p = (size_t)(packed ? keys[i] & UINT32_MAX : pos[i]);
+        if (k && out_idx[k - 1] == key) {
             loomi_reduce_inplace(ov + (k - 1) * es, v + p * es, 1, dtype, op);
         } else {
-            out_idx[k] = keys[i];
+            out_idx[k] = key;
             cp(ov + k * es, v + p * es, es);
             k++;
         }

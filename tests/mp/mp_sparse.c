@@ -10,7 +10,9 @@
  *       the dense loom_allreduce / loom_reduce_scatter on it as the
  *       reference; the sparse call must give the same values.  Cases:
  *       every rank empty, only rank 0 with pairs, 1% density, 10%, 60%
- *       (past the switch to dense), all indices colliding in 8 slots.
+ *       (past the switch to dense), all indices colliding in 8 slots,
+ *       sorted input with each index twice, sorted input without
+ *       duplicates (the path that skips the sort).
  *       Prints "cases N" on rank 0.
  *   mp_sparse badindex
  *       The last rank passes idx[3] = dense_count + 5: every rank must
@@ -139,15 +141,18 @@ static size_t draw(int c, size_t dense, uint64_t *idx, double *v, loom_op_t op)
     case 2: nnz = dense / 100 + 1; break;                     /* 1% */
     case 3: nnz = dense / 10; break;                          /* 10% */
     case 4: nnz = dense * 6 / 10; break;                      /* past the switch */
-    default: nnz = 12 + (size_t)rank; break;                  /* 8 slots */
+    case 5: nnz = 12 + (size_t)rank; break;                  /* 8 slots */
+    default: nnz = dense / 20; break;                        /* sorted input */
     }
     for (size_t k = 0; k < nnz; k++) {
-        idx[k] = c == 5 ? (rnd() % 8) * (dense / 8) : rnd() % dense;
+        if (c == 6) idx[k] = (k / 2) * 3; /* sorted, each index twice */
+        else if (c == 7) idx[k] = k * 3 + (size_t)rank % 3; /* sorted, unique */
+        else idx[k] = c == 5 ? (rnd() % 8) * (dense / 8) : rnd() % dense;
         if (op == LOOM_PROD) v[k] = (rnd() & 1 ? 1 : -1) * (rnd() & 1 ? 2 : 1);
         else v[k] = (double)(rnd() % 9) - 4;
     }
     /* duplicates inside this rank: a few repeated indices */
-    if (nnz > 4) idx[nnz - 1] = idx[0], idx[nnz - 2] = idx[1];
+    if (nnz > 4 && c < 6) idx[nnz - 1] = idx[0], idx[nnz - 2] = idx[1];
     return nnz;
 }
 
@@ -164,7 +169,7 @@ static int correct(void)
         unsigned char *set = malloc(dense);
         for (size_t t = 0; t < sizeof dts / sizeof *dts; t++)
             for (int op = 0; op < LOOM_NUM_OPS; op++)
-                for (int c = 0; c < 6; c++) {
+                for (int c = 0; c < 8; c++) {
                     const loom_datatype_t dt = dts[t];
                     rng_state = (uint64_t)rank * 1000003u + (uint64_t)c * 7919u + t * 31u +
                                 (uint64_t)op * 977u + (uint64_t)rs;
