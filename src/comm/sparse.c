@@ -284,6 +284,13 @@ static void prepare(struct sp *s, const uint64_t *idx, const void *val, size_t n
 #undef REFUSE
 }
 
+static const char *kind_name(uint64_t k)
+{
+    if (k == (SPARSE_MAGIC | 1u)) return "loom_sparse_allgather";
+    if (k == (SPARSE_MAGIC | 2u)) return "loom_sparse_reduce_scatter";
+    return "something else";
+}
+
 /* Step 1 on every rank: the same verdict from the same headers. */
 static loom_result_t verdict(struct sp *s)
 {
@@ -297,11 +304,16 @@ static loom_result_t verdict(struct sp *s)
                               s->fn, r);
         }
     const uint64_t *h0 = hdr_of(s, 0);
-    static const char *const field[] = {"the call (sparse allgather or reduce-scatter)",
-                                        "dense_count", "dtype", "op"};
+    static const char *const field[] = {"the call", "dense_count", "dtype", "op"};
     for (int r = 1; r < n; r++)
         for (int f = H_KIND; f <= H_OP; f++)
-            if (hdr_of(s, r)[f] != h0[f])
+            if (f == H_KIND && hdr_of(s, r)[f] != h0[f]) {
+                const uint64_t x = hdr_of(s, r)[f];
+                return loomi_fail(LOOM_ERR_MISMATCH, me,
+                                  "%s: ranks disagree on the call: rank %d passed %s, rank 0 %s; "
+                                  "nothing was exchanged",
+                                  s->fn, r, kind_name(x), kind_name(h0[f]));
+            } else if (hdr_of(s, r)[f] != h0[f])
                 return loomi_fail(LOOM_ERR_MISMATCH, me,
                                   "%s: ranks disagree on %s: rank %d passed %llu, rank 0 %llu%s; "
                                   "nothing was exchanged",

@@ -20,8 +20,10 @@
  *       position and the index, recvbuf untouched; then a good call works.
  *   mp_sparse mismatch
  *       Rank 1 passes dense_count + 1 (allgather), then recvcount + 1
- *       (reduce-scatter): every rank fails with LOOM_ERR_MISMATCH naming
- *       dense_count and rank 1; then a good call works.
+ *       (reduce-scatter), then another dtype, then calls
+ *       loom_sparse_reduce_scatter where the others call
+ *       loom_sparse_allgather: every rank fails with LOOM_ERR_MISMATCH
+ *       naming what differs and rank 1; after each a good call works.
  *   mp_sparse badarg
  *       Rank 0 passes val NULL with nnz 4, then an invalid op: rank 0
  *       fails naming val (op), every other rank fails naming rank 0, none
@@ -273,6 +275,25 @@ static int mismatch(void)
               "message '%s' names neither dense_count nor rank 1", loom_get_last_error());
         if (rank == 0 && !rs) printf("mismatch: %s\n", loom_get_last_error());
         good_after("a mismatch");
+    }
+    /* rank 1 passes another dtype; then the other call */
+    for (int k = 0; k < 2; k++) {
+        loom_result_t r;
+        if (k == 0)
+            r = loom_sparse_allgather(idx, v, 2, 40, rank == 1 ? LOOM_INT32 : LOOM_FLOAT32,
+                                      LOOM_SUM, out, comm);
+        else if (rank == 1)
+            r = loom_sparse_reduce_scatter(idx, v, 2, 40 / (size_t)nranks, LOOM_FLOAT32, LOOM_SUM,
+                                           out, comm);
+        else
+            r = loom_sparse_allgather(idx, v, 2, 40 / (size_t)nranks * (size_t)nranks,
+                                      LOOM_FLOAT32, LOOM_SUM, out, comm);
+        CHECK(r == LOOM_ERR_MISMATCH, "%s: gave %d (%s)", k ? "other call" : "other dtype", (int)r,
+              loom_get_last_error());
+        CHECK(strstr(loom_get_last_error(), k ? "disagree on the call" : "disagree on dtype") &&
+                  strstr(loom_get_last_error(), "rank 1 passed"),
+              "message '%s'", loom_get_last_error());
+        good_after(k ? "another call" : "another dtype");
     }
     return 0;
 }

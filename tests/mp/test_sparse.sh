@@ -5,7 +5,8 @@
 # op, with empty inputs, colliding and duplicate indices, unsorted input
 # and densities on both sides of the switch to dense (the info log must
 # show both exchanges taken); a bad index refused on every rank naming
-# the culprit; mismatched dense_count; a rank's bad argument.
+# the culprit; mismatched dense_count, dtype or call; a rank's bad
+# argument.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_sparse
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
@@ -38,7 +39,8 @@ for n in 1 3 4; do
 done
 run "bad index refused on every rank" tcp 2 badindex "is out of range"
 for n in 2 5; do
-    run "mismatched dense_count" shm $n mismatch "ranks disagree on dense_count"
+    run "mismatched dense_count, dtype, call" shm $n mismatch "ranks disagree on dense_count" \
+        "ranks disagree on dtype" "ranks disagree on the call"
     run "a rank's bad argument" shm $n badarg "refused its arguments"
 done
 finish
