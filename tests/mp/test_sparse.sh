@@ -6,7 +6,7 @@
 # and densities on both sides of the switch to dense (the info log must
 # show both exchanges taken); a bad index refused on every rank naming
 # the culprit; mismatched dense_count, dtype or call; a rank's bad
-# argument.
+# argument; perf/sparse_perf's bytes at 1% density.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_sparse
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
@@ -43,4 +43,20 @@ for n in 2 5; do
         "ranks disagree on dtype" "ranks disagree on the call"
     run "a rank's bad argument" shm $n badarg "refused its arguments"
 done
+
+# perf/sparse_perf runs, over TCP so that the telemetry counts the bytes:
+# at 1% density the sparse calls must receive fewer bytes than the dense.
+perf=$BUILDDIR/perf/sparse_perf
+if [ -x "$perf" ]; then
+    out=$(LOOM_TRANSPORT=tcp LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n 3 --timeout 100 "$perf" \
+        -n 300K -d 1 -r 2 -w 0 2>&1)
+    rc=$?
+    x=$(awk '$3 ~ /^sparse_/ && $1 == 1 { if ($7 + 0 > 4) n++ } END { print n + 0 }' <<<"$out")
+    if [ $rc -eq 0 ] && [ "$x" = 2 ]; then
+        ok "sparse_perf, 3 ranks over tcp: both sparse calls receive >4x fewer bytes at 1%"
+    else
+        bad "sparse_perf: exit $rc, $x of 2 rows with >4x fewer bytes"
+        echo "$out" | tail -12
+    fi
+fi
 finish
