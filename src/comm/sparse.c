@@ -172,6 +172,7 @@ static void merge_lists(struct list *l, int n, char *out, uint64_t lo, uint64_t 
 {
     const size_t es = loom_datatype_size(dtype);
     const uint64_t zero = 0;
+    if (hi <= lo) return; /* an empty vector (recvbuf may be NULL) */
     memset(out, 0, (size_t)(hi - lo) * es);
     if (op == LOOM_SUM || op == LOOM_AVG) {
         /* 0 + rank 0's + rank 1's ...: a rank without a pair adds 0, so
@@ -347,7 +348,7 @@ static loom_result_t verdict(struct sp *s)
 /* Write the merged pairs into a zeroed dense vector of s->dense elements. */
 static void densify(const struct sp *s, char *dense)
 {
-    memset(dense, 0, s->dense * s->es);
+    if (s->dense) memset(dense, 0, s->dense * s->es);
     for (size_t i = 0; i < s->mnnz; i++)
         cp(dense + s->midx[i] * s->es, s->mval + i * s->es, s->es);
 }

@@ -13,6 +13,7 @@
  *       (past the switch to dense), all indices colliding in 8 slots,
  *       sorted input with each index twice, sorted input without
  *       duplicates (the path that skips the sort).
+ *       Then dense_count 0 and recvcount 0 with NULL buffers.
  *       Prints "cases N" on rank 0.
  *   mp_sparse badindex
  *       The last rank passes idx[3] = dense_count + 5: every rank must
@@ -158,6 +159,15 @@ static size_t draw(int c, size_t dense, uint64_t *idx, double *v, loom_op_t op)
     return nnz;
 }
 
+/* Nothing to reduce: dense_count 0 (recvbuf NULL), recvcount 0. */
+static void empty_vectors(void)
+{
+    loom_result_t r = loom_sparse_allgather(NULL, NULL, 0, 0, LOOM_FLOAT32, LOOM_SUM, NULL, comm);
+    CHECK(r == LOOM_SUCCESS, "dense_count 0: %s", loom_get_last_error());
+    r = loom_sparse_reduce_scatter(NULL, NULL, 0, 0, LOOM_INT64, LOOM_MAX, NULL, comm);
+    CHECK(r == LOOM_SUCCESS, "recvcount 0: %s", loom_get_last_error());
+}
+
 static int correct(void)
 {
     const size_t block = 400, dense_ag = 1600;
@@ -213,6 +223,7 @@ static int correct(void)
                 }
         free(idx), free(v), free(val), free(ref), free(got), free(set), free(refrs);
     }
+    empty_vectors();
     if (rank == 0) printf("cases %d\n", cases);
     return 0;
 }
