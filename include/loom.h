@@ -464,6 +464,25 @@ loom_result_t loom_igossip_average(void *buf, size_t count, loom_datatype_t dtyp
  * is odd). */
 loom_result_t loom_gossip_partner(loom_comm_t comm, uint64_t round, int *partner);
 
+/* Sparse collectives (loom_sparse_allgather(3)): each rank gives nnz
+ * (index, value) pairs, idx[k] < dense_count in any order, of a vector
+ * that is zero elsewhere (pairs sharing an index are combined with op);
+ * recvbuf (dense_count elements) on every rank = op over the ranks of
+ * those vectors, as loom_allreduce of them would give.  The pairs go on
+ * the wire while they are fewer bytes than the dense allreduce would
+ * move; past that the dense allreduce runs.  A bad index or argument on
+ * any rank, or ranks disagreeing on dense_count, dtype or op, fails the
+ * call on every rank before any pair is sent.  Blocking only. */
+loom_result_t loom_sparse_allgather(const uint64_t *idx, const void *val, size_t nnz,
+                                    size_t dense_count, loom_datatype_t dtype, loom_op_t op,
+                                    void *recvbuf, loom_comm_t comm);
+/* The same, reduce-scattered: the vectors have nranks * recvcount
+ * elements and recvbuf (recvcount elements) gets block `rank` of the
+ * result, as loom_reduce_scatter of them would give. */
+loom_result_t loom_sparse_reduce_scatter(const uint64_t *idx, const void *val, size_t nnz,
+                                         size_t recvcount, loom_datatype_t dtype, loom_op_t op,
+                                         void *recvbuf, loom_comm_t comm);
+
 /* ------------------------------------------------------- point to point */
 
 /* Send count elements to peer / receive them from peer.  Messages between

@@ -262,3 +262,19 @@ loom_result_t loom_gossip_partner(loom_comm_t comm, uint64_t round, int *partner
 {
     return loomi_call_gossip_partner("loom_gossip_partner", comm, round, partner);
 }
+
+loom_result_t loom_sparse_allgather(const uint64_t *idx, const void *val, size_t nnz,
+                                    size_t dense_count, loom_datatype_t dtype, loom_op_t op,
+                                    void *recvbuf, loom_comm_t comm)
+{
+    return loomi_call_sparse_allgather("loom_sparse_allgather", idx, val, nnz, dense_count, dtype,
+                                       op, recvbuf, comm);
+}
+
+loom_result_t loom_sparse_reduce_scatter(const uint64_t *idx, const void *val, size_t nnz,
+                                         size_t recvcount, loom_datatype_t dtype, loom_op_t op,
+                                         void *recvbuf, loom_comm_t comm)
+{
+    return loomi_call_sparse_reduce_scatter("loom_sparse_reduce_scatter", idx, val, nnz,
+                                            recvcount, dtype, op, recvbuf, comm);
+}

@@ -12,6 +12,7 @@
 #define LOOMI_COLLECTIVES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "loom.h"
 
@@ -57,6 +58,15 @@ loom_result_t loomi_call_allreduce_quorum(const char *fn, const void *sendbuf, v
                                           size_t count, loom_datatype_t dtype, loom_op_t op,
                                           int quorum, loom_comm_t h, int *contributors,
                                           int *ncontrib);
+
+/* loom_sparse_allgather(3), loom_sparse_reduce_scatter(3) (comm/sparse.c). */
+loom_result_t loomi_call_sparse_allgather(const char *fn, const uint64_t *idx, const void *val,
+                                          size_t nnz, size_t dense_count, loom_datatype_t dtype,
+                                          loom_op_t op, void *recvbuf, loom_comm_t h);
+loom_result_t loomi_call_sparse_reduce_scatter(const char *fn, const uint64_t *idx,
+                                               const void *val, size_t nnz, size_t recvcount,
+                                               loom_datatype_t dtype, loom_op_t op,
+                                               void *recvbuf, loom_comm_t h);
 
 /* A send (is_send) of sbuf or a receive into rbuf: loom_send(3) and
  * friends; inside a group it is queued. */
