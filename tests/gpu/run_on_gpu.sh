@@ -7,11 +7,11 @@
 # one summary: the GPU, driver and CUDA versions, each step's result and
 # time, the benchmark lines.  Exits 0 when every step passed.  Each step
 # is bounded (timeout), so the whole stays well under 10 minutes; the
-# build is the long part (make -j on all cores).
+# build is the long part (make -j on all cores; JOBS=N to choose).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build-gpu}
-jobs=$(nproc 2>/dev/null || echo 4)
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 mkdir -p "$build" || exit 1
 build=$(cd "$build" && pwd)
 log=$build/run_on_gpu.log
