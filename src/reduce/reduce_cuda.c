@@ -51,7 +51,12 @@ loom_result_t loomi_cuda_open(struct loomi_cuda_dev *d, int ordinal)
     if (!loomi_cuda_full())
         return loomi_fail(LOOM_ERR_UNSUPPORTED, -1,
                           "CUDA: libcuda.so.1 lacks functions Loom needs (driver too old?)");
-    CU(cu->Init(0), "cuInit");
+    loomi_cu_t e = cu->Init(0);
+    /* No device, a driver older than the kernels, NVIDIA's stub library:
+     * nothing to run on, as without a driver. */
+    if (e == 100 || e == 35 || e == 34)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, -1, "CUDA: cuInit: %s", loomi_cuda_strerror(e));
+    if (e != 0) return cu_fail("cuInit", e);
     int n = 0;
     CU(cu->DeviceGetCount(&n), "cuDeviceGetCount");
     if (ordinal < 0 || ordinal >= n)
@@ -65,16 +70,17 @@ loom_result_t loomi_cuda_open(struct loomi_cuda_dev *d, int ordinal)
        "cuDeviceGetAttribute");
     CU(cu->DevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain");
     d->ordinal = ordinal;
-    loomi_cu_t e = cu->CtxSetCurrent(d->ctx);
+    const char *what = "cuCtxSetCurrent";
+    e = cu->CtxSetCurrent(d->ctx);
     if (e == 0) {
+        what = "cuModuleLoadData (the kernels are built for sm_80, sm_90 and PTX 9.0)";
 #if KERNELS
         e = cu->ModuleLoadData(&d->mod, loomi_cuda_fatbin);
 #endif
     }
     if (e != 0) {
         loomi_cuda_close(d);
-        return cu_fail(d->ctx ? "cuModuleLoadData (the kernels are built for sm_80, sm_90 "
-                                "and PTX 9.0)" : "cuCtxSetCurrent", e);
+        return cu_fail(what, e);
     }
     for (int t = 0; t < LOOM_NUM_DATATYPES; t++) {
         char fn[48];
