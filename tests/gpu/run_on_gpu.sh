@@ -41,6 +41,8 @@ step "configure --with-cuda" 120 "$src/configure" --with-cuda &&
     step "make -j$jobs" 300 make -j"$jobs" &&
     step "build the tests" 300 make -j"$jobs" check TESTS= &&
     step "gpu suite (kernels, throughput)" 120 tests/gpu/gpu_suite
+# Here the suite must run: a skip (no driver, no GPU) fails the run.
+grep -q '^skipped: ' "$log" && failed=1
 step "make check (gpu, memkind, layers, api)" 180 make check \
     TESTS="tests/gpu/gpu_suite tests/gpu/test_memkind.sh tests/tools/test_layers.sh tests/unit/test_api"
 
@@ -49,7 +51,7 @@ echo
 echo "================ Loom on GPU: summary ================"
 echo "commit:        $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "gpu (nvidia-smi): ${gpu:-nvidia-smi not found}"
-echo "suite:         $(grep -m1 '^gpu: ' "$log" | sed 's/^gpu: //')"
+echo "suite:         $(grep -m1 -E '^(gpu|skipped): ' "$log" || echo 'did not run')"
 echo "build:         cuda $(grep -m1 '^  cuda: ' "$log" | sed 's/^  cuda: *//')"
 printf '%s\n' "${results[@]}"
 grep '^bench ' "$log" || echo "(no benchmark ran)"
