@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "loom.h"
+#include "core/cuda.h"
 
 /* Capabilities. */
 /* What a transport adds when a message's size is not the one its
@@ -98,7 +99,7 @@ void loomi_call_conflict_why(uint64_t theirs, uint32_t theirs_chk, uint64_t mine
 #define LOOMI_TCAP_TWO_SIDED 0x1u  /* isend/irecv with tag matching */
 #define LOOMI_TCAP_MEM_REG 0x4u    /* mem_register does real work */
 
-enum loomi_mem_kind { LOOMI_MEM_HOST = 0, LOOMI_MEM_CUDA = 1 };
+/* enum loomi_mem_kind (host, device, managed): core/cuda.h. */
 
 /* A registered memory region.  `desc` is what a peer needs to write into
  * it (verbs: address + rkey; CUDA: an IPC handle); `desc_len` is 0 for

@@ -16,6 +16,7 @@
 #include "comm/collectives.h"
 #include "comm/comm.h"
 #include "comm/group.h"
+#include "core/cuda.h"
 #include "core/internal.h"
 
 /* What one call asks for, after its arguments were checked. */
@@ -69,12 +70,32 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
+/* A buffer CUDA's driver calls device memory is refused: collectives
+ * run on host memory (managed memory is host-accessible and taken).  The
+ * driver is asked only where it is loaded and initialised (core/cuda.h);
+ * elsewhere no pointer is device memory. */
+static loom_result_t host_mem(const struct call *c, const void *p, const char *what)
+{
+    if (loomi_mem_kind(p) != LOOMI_MEM_DEVICE) return LOOM_SUCCESS;
+    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->comm->rank,
+                      "%s: %s %p is CUDA device memory; %s: pass host (or managed) memory",
+                      c->fn, what, p,
+                      loomi_cuda_built()
+                          ? "collectives on device memory are not supported yet"
+                          : "this build of Loom has no CUDA support");
+}
+
 /* sendbuf (slen bytes) and recvbuf (rlen) must be non-NULL where they have
- * bytes, and must not overlap unless the call is in place. */
+ * bytes, host memory, and must not overlap unless the call is in place. */
 static loom_result_t check_bufs(const struct call *c, size_t slen, size_t rlen, int inplace)
 {
     if (slen && !c->sendbuf) return bad(c, "%s: %s is NULL", "sendbuf");
     if (rlen && !c->recvbuf) return bad(c, "%s: %s is NULL", "recvbuf");
+    loom_result_t r;
+    if (slen && (r = host_mem(c, c->sendbuf, "sendbuf")) != LOOM_SUCCESS) return r;
+    if (rlen && (!slen || (const void *)c->recvbuf != c->sendbuf) &&
+        (r = host_mem(c, c->recvbuf, "recvbuf")) != LOOM_SUCCESS)
+        return r;
     if (!inplace && overlap(c->sendbuf, slen, c->recvbuf, rlen))
         return bad(c, "%s: %s overlap without being the in-place form",
                    "sendbuf and recvbuf");

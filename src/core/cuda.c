@@ -1,0 +1,139 @@
+/*
+ * cuda.c - CUDA's driver, loaded at run time (cuda.h), and what memory a
+ * pointer is.
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/cuda.h"
+#include "core/internal.h"
+
+static struct loomi_cuda_drv drv;
+static int loaded, full;
+static char why[256];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, sizeof why, "no CUDA driver (libcuda.so.1 not found)");
+        LOOMI_INFO(-1, "%s: every buffer is host memory", why);
+        return;
+    }
+    /* Names with a version suffix are the ones cuda.h maps the plain
+     * names to; the suffix-less symbols are older ABIs. */
+    static const struct {
+        size_t off;
+        const char *name;
+    } syms[] = {
+#define S(m, n) {offsetof(struct loomi_cuda_drv, m), n}
+        S(PointerGetAttribute, "cuPointerGetAttribute"),
+        S(Init, "cuInit"),
+        S(DriverGetVersion, "cuDriverGetVersion"),
+        S(GetErrorString, "cuGetErrorString"),
+        S(DeviceGetCount, "cuDeviceGetCount"),
+        S(DeviceGet, "cuDeviceGet"),
+        S(DeviceGetName, "cuDeviceGetName"),
+        S(DeviceGetAttribute, "cuDeviceGetAttribute"),
+        S(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+        S(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+        S(CtxSetCurrent, "cuCtxSetCurrent"),
+        S(MemAlloc, "cuMemAlloc_v2"),
+        S(MemAllocManaged, "cuMemAllocManaged"),
+        S(MemFree, "cuMemFree_v2"),
+        S(MemcpyHtoD, "cuMemcpyHtoD_v2"),
+        S(MemcpyDtoH, "cuMemcpyDtoH_v2"),
+        S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+        S(ModuleLoadData, "cuModuleLoadData"),
+        S(ModuleUnload, "cuModuleUnload"),
+        S(ModuleGetFunction, "cuModuleGetFunction"),
+        S(LaunchKernel, "cuLaunchKernel"),
+        S(StreamCreate, "cuStreamCreate"),
+        S(StreamDestroy, "cuStreamDestroy_v2"),
+        S(StreamSynchronize, "cuStreamSynchronize"),
+        S(EventCreate, "cuEventCreate"),
+        S(EventRecord, "cuEventRecord"),
+        S(EventSynchronize, "cuEventSynchronize"),
+        S(EventElapsedTime, "cuEventElapsedTime"),
+        S(EventDestroy, "cuEventDestroy_v2"),
+#undef S
+    };
+    full = 1;
+    for (size_t i = 0; i < LOOMI_ARRAY_LEN(syms); i++) {
+        void *f = dlsym(h, syms[i].name);
+        if (!f) full = 0;
+        *(void **)((char *)&drv + syms[i].off) = f;
+    }
+    if (!drv.PointerGetAttribute) {
+        snprintf(why, sizeof why, "libcuda.so.1 has no cuPointerGetAttribute");
+        full = 0;
+        dlclose(h);
+        return;
+    }
+    loaded = 1;
+    LOOMI_INFO(-1, "CUDA driver loaded (libcuda.so.1%s)",
+               full ? "" : "; some functions missing: no device kernels");
+}
+
+const struct loomi_cuda_drv *loomi_cuda_driver(void)
+{
+    pthread_once(&once, load);
+    return loaded ? &drv : NULL;
+}
+
+int loomi_cuda_full(void)
+{
+    return loomi_cuda_driver() && full;
+}
+
+const char *loomi_cuda_why(void)
+{
+    pthread_once(&once, load);
+    return why;
+}
+
+int loomi_cuda_built(void)
+{
+#ifdef HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+const char *loomi_cuda_strerror(loomi_cu_t e)
+{
+    static _Thread_local char buf[32];
+    const char *s = NULL;
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (d && d->GetErrorString && d->GetErrorString(e, &s) == 0 && s) return s;
+    snprintf(buf, sizeof buf, "CUresult %d", e);
+    return buf;
+}
+
+enum loomi_mem_kind loomi_mem_kind(const void *p)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (!d || !p) return LOOMI_MEM_HOST;
+    loomi_cuptr_t a = (loomi_cuptr_t)(uintptr_t)p;
+    unsigned int type = 0, managed = 0;
+    /* Pageable host memory gives CUDA_ERROR_INVALID_VALUE; an
+     * uninitialised driver CUDA_ERROR_NOT_INITIALIZED: host either way. */
+    if (d->PointerGetAttribute(&type, LOOMI_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a) != 0 ||
+        type != LOOMI_CU_MEMORYTYPE_DEVICE)
+        return LOOMI_MEM_HOST;
+    if (d->PointerGetAttribute(&managed, LOOMI_CU_POINTER_ATTRIBUTE_IS_MANAGED, a) == 0 &&
+        managed)
+        return LOOMI_MEM_MANAGED;
+    return LOOMI_MEM_DEVICE;
+}
+
+const char *loomi_mem_kind_name(enum loomi_mem_kind k)
+{
+    return k == LOOMI_MEM_DEVICE ? "device" : k == LOOMI_MEM_MANAGED ? "managed" : "host";
+}
