@@ -648,16 +648,26 @@ loom_result_t loom_codec_state_residual(loom_codec_state_t state,
  * encoded with error feedback under key (loom_codec_encode_ef), and the
  * residual is committed when the operation succeeds on this rank and
  * rolled back when it fails.
+ *
+ * stream (a CUstream / cudaStream_t; NULL: the legacy default stream)
+ * orders a call on CUDA device buffers (loom(7), GPUS): before reading
+ * the device input the call waits for the work already queued on it;
+ * a blocking call's device result is written, and seen by work queued
+ * afterwards, when it returns; a non-blocking call's when loom_wait or
+ * loom_test reports it complete.  This version blocks the calling thread
+ * on the stream.  A caller built before stream existed passes a smaller
+ * size: its calls use the legacy default stream.
  */
 typedef struct loom_coll_options {
     size_t size;              /* sizeof(loom_coll_options_t) */
     const loom_codec_t *codec; /* from loom_codec_find; NULL: exact */
     loom_codec_state_t state; /* error feedback; NULL: none */
     uint64_t key;             /* the tensor's key in state */
+    void *stream;             /* CUDA stream of device buffers; NULL: default */
 } loom_coll_options_t;
 
 #define LOOM_COLL_OPTIONS_INITIALIZER                                          \
-    { sizeof(loom_coll_options_t), NULL, NULL, 0 }
+    { sizeof(loom_coll_options_t), NULL, NULL, 0, NULL }
 
 /* As loom_allreduce / loom_reduce_scatter / loom_allgather (and their
  * non-blocking forms) with options; opts NULL is the plain call. */

@@ -7,6 +7,7 @@
  * Every check happens before anything is touched, so a call rejected for
  * its arguments leaves every buffer as it was.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "coll/coll_util.h"
 #include "comm/collectives.h"
 #include "comm/comm.h"
+#include "comm/devbuf.h"
 #include "comm/group.h"
 #include "core/cuda.h"
 #include "core/internal.h"
@@ -29,6 +31,11 @@ struct call {
     void *recvbuf;
     struct loomi_coll_args a;
     struct loomi_cz cz; /* compression (cz.codec NULL: none) */
+    /* CUDA device buffers (devbuf.c): which are, their lengths, and the
+     * stream the call is ordered on (NULL: the legacy default stream). */
+    int sdev, rdev;
+    size_t slen, rlen;
+    void *stream;
 };
 
 static loom_result_t bad(const struct call *c, const char *fmt, const char *what)
@@ -70,32 +77,43 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-/* A buffer CUDA's driver calls device memory is refused: collectives
- * run on host memory (managed memory is host-accessible and taken).  The
+/* A buffer CUDA's driver calls device memory is staged through pinned
+ * host memory (devbuf.c; managed memory is host-accessible and taken as
+ * host memory); refused where the driver lacks what staging needs.  The
  * driver is asked only where it is loaded and initialised (core/cuda.h);
- * elsewhere no pointer is device memory. */
-static loom_result_t host_mem(const struct call *c, const void *p, const char *what)
+ * elsewhere no pointer is device memory.  *dev: whether p is. */
+static loom_result_t host_mem(const struct call *c, const void *p, const char *what, int *dev)
 {
+    *dev = 0;
     if (loomi_mem_kind(p) != LOOMI_MEM_DEVICE) return LOOM_SUCCESS;
-    return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->comm->rank,
-                      "%s: %s %p is CUDA device memory; %s: pass host (or managed) memory",
-                      c->fn, what, p,
-                      loomi_cuda_built()
-                          ? "collectives on device memory are not supported yet"
-                          : "this build of Loom has no CUDA support");
+    const char *missing = loomi_devbuf_missing();
+    if (missing)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, c->comm->rank,
+                          "%s: %s %p is CUDA device memory, which cannot be staged (%s): pass "
+                          "host (or managed) memory",
+                          c->fn, what, p, missing);
+    *dev = 1;
+    return LOOM_SUCCESS;
 }
 
 /* sendbuf (slen bytes) and recvbuf (rlen) must be non-NULL where they have
  * bytes, host memory, and must not overlap unless the call is in place. */
-static loom_result_t check_bufs(const struct call *c, size_t slen, size_t rlen, int inplace)
+static loom_result_t check_bufs(struct call *c, size_t slen, size_t rlen, int inplace)
 {
     if (slen && !c->sendbuf) return bad(c, "%s: %s is NULL", "sendbuf");
     if (rlen && !c->recvbuf) return bad(c, "%s: %s is NULL", "recvbuf");
     loom_result_t r;
-    if (slen && (r = host_mem(c, c->sendbuf, "sendbuf")) != LOOM_SUCCESS) return r;
-    if (rlen && (!slen || (const void *)c->recvbuf != c->sendbuf) &&
-        (r = host_mem(c, c->recvbuf, "recvbuf")) != LOOM_SUCCESS)
+    c->slen = slen;
+    c->rlen = rlen;
+    if (slen && (r = host_mem(c, c->sendbuf, "sendbuf", &c->sdev)) != LOOM_SUCCESS) return r;
+    if (rlen && slen && (const void *)c->recvbuf == c->sendbuf) c->rdev = c->sdev;
+    else if (rlen && (r = host_mem(c, c->recvbuf, "recvbuf", &c->rdev)) != LOOM_SUCCESS)
         return r;
+    if ((c->sdev || c->rdev) && loomi_group_active())
+        return loomi_fail(LOOM_ERR_INVALID_USAGE, c->comm->rank,
+                          "%s: CUDA device buffers are not supported between loom_group_start "
+                          "and loom_group_end yet: pass host memory, or call outside the group",
+                          c->fn);
     if (!inplace && overlap(c->sendbuf, slen, c->recvbuf, rlen))
         return bad(c, "%s: %s overlap without being the in-place form",
                    "sendbuf and recvbuf");
@@ -218,11 +236,17 @@ static loom_result_t check_opts(struct call *c, const loom_coll_options_t *o)
         if (c->a.coll == LOOMI_COLL_ALLREDUCE && comm->codec && fits) c->cz.codec = comm->codec;
         return LOOM_SUCCESS;
     }
-    if (o->size < sizeof *o)
+    /* The struct grows at its end: a caller built against an older
+     * loom.h passes a smaller one, whose later members are not read.
+     * The first version ended at key. */
+#define HAS(m) (o->size >= offsetof(loom_coll_options_t, m) + sizeof o->m)
+    if (!HAS(key))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
                           "%s: opts->size %zu is less than sizeof(loom_coll_options_t) %zu "
                           "(initialise with LOOM_COLL_OPTIONS_INITIALIZER)",
                           c->fn, o->size, sizeof *o);
+    if (HAS(stream)) c->stream = o->stream;
+#undef HAS
     if (!o->codec) {
         if (o->state)
             return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank,
@@ -496,6 +520,29 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
     return launch_as(c, &d, req, group, NULL, NULL);
 }
 
+/* launch (d NULL) or launch_as(c, d), with device buffers staged through
+ * host memory (devbuf.h): a blocking call copies its result back before
+ * it returns; a non-blocking one when its request completes. */
+static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom_request_t *req)
+{
+    if (!c->sdev && !c->rdev) return d ? launch_as(c, d, req, 0, NULL, NULL) : launch(c, req);
+    /* recvbuf is read where the call is in place, and alltoallv's may
+     * hold bytes between its blocks that no peer writes. */
+    const int rin = c->a.inplace || c->a.coll == LOOMI_COLL_ALLTOALLV;
+    struct loomi_devcall *dc;
+    const void *hs;
+    void *hr;
+    loom_result_t r = loomi_devbuf_stage(c->comm, c->fn, c->stream, c->sendbuf, c->slen, c->sdev,
+                                         c->recvbuf, c->rlen, c->rdev, rin, &hs, &hr, &dc);
+    if (r != LOOM_SUCCESS) return r;
+    c->sendbuf = hs;
+    c->recvbuf = hr;
+    r = d ? launch_as(c, d, req, 0, NULL, NULL) : launch(c, req);
+    if (r != LOOM_SUCCESS || !req) return loomi_devbuf_done(dc, r);
+    loomi_devbuf_attach(dc, *req);
+    return LOOM_SUCCESS;
+}
+
 loom_result_t loomi_group_build(struct loom_comm *comm, const char *fn, int coll,
                                 const void *sendbuf, void *recvbuf, size_t count,
                                 loom_datatype_t dtype, loom_op_t op, int inplace,
@@ -526,7 +573,7 @@ loom_result_t loomi_call_allreduce(const char *fn, const void *sendbuf, void *re
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
     find_window(&c, n);
-    return launch(&c, req);
+    return launch_dev(&c, NULL, req);
 }
 
 /* ------------------------------------------------------- reduce_scatter */
@@ -547,7 +594,7 @@ static loom_result_t call_blocks(struct call *c, loom_comm_t h, const loom_coll_
     const void *own = rs ? (const void *)c->recvbuf : c->sendbuf;
     c->a.inplace = big && big + (size_t)comm->rank * n == own;
     if ((r = check_bufs(c, rs ? all : n, rs ? n : all, c->a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(c, req);
+    return launch_dev(c, NULL, req);
 }
 
 loom_result_t loomi_call_reduce_scatter(const char *fn, const void *sendbuf, void *recvbuf,
@@ -583,7 +630,7 @@ loom_result_t loomi_call_alltoall(const char *fn, const void *sendbuf, void *rec
     size_t n = count * loom_datatype_size(dtype) * (size_t)comm->nranks;
     c.a.inplace = sendbuf == recvbuf;
     if ((r = check_bufs(&c, n, n, c.a.inplace)) != LOOM_SUCCESS) return r;
-    return launch(&c, req);
+    return launch_dev(&c, NULL, req);
 }
 
 /* ------------------------------------------------------------ alltoallv */
@@ -621,7 +668,7 @@ loom_result_t loomi_call_alltoallv(const char *fn, const void *sendbuf, const si
     c.a.rcounts = recvcounts;
     c.a.rdispls = rdispls;
     c.a.count = se > re ? se : re; /* for the algorithm choice */
-    return launch(&c, req);
+    return launch_dev(&c, NULL, req);
 }
 
 /* ------------------------------------- broadcast, reduce, gather, scatter */
@@ -651,7 +698,7 @@ static loom_result_t call_rooted(struct call *c, loom_comm_t h, loom_request_t *
     if (!is_root && !root_sends) c->recvbuf = NULL; /* used on root only */
     r = check_bufs(c, root_sends ? rootn : n, root_sends ? n : rootn, c->a.inplace);
     if (r != LOOM_SUCCESS) return r;
-    return launch(c, req);
+    return launch_dev(c, NULL, req);
 }
 
 static loom_result_t rooted_call(const char *fn, int coll, const void *sendbuf, void *recvbuf,
@@ -752,7 +799,7 @@ loom_result_t loomi_call_gossip(const char *fn, void *buf, size_t count, loom_da
     /* Resolved here, so that the schedule cache tells pairs apart. */
     c.a.gossip_peer1 = partner + 1;
     const struct loomi_call d = loomi_call_make_gossip(count, dtype, comm->rank, partner);
-    return launch_as(&c, &d, req, 0, NULL, NULL);
+    return launch_dev(&c, &d, req);
 }
 
 loom_result_t loomi_call_gossip_partner(const char *fn, loom_comm_t h, uint64_t round,
@@ -810,8 +857,10 @@ loom_result_t loomi_req_wait(loom_request_t *req)
     struct loomi_op *o;
     loom_result_t r = request_op("loom_wait", "*req", *req, &o);
     if (r != LOOM_SUCCESS) return r;
+    const loom_request_t key = *req;
     *req = LOOM_REQUEST_NULL;
-    return loomi_op_wait(o);
+    /* A staged device call's result goes back now (devbuf.h). */
+    return loomi_devbuf_req_done(key, loomi_op_wait(o));
 }
 
 loom_result_t loomi_req_test(loom_request_t *req, int *done)
@@ -825,8 +874,12 @@ loom_result_t loomi_req_test(loom_request_t *req, int *done)
     struct loomi_op *o;
     loom_result_t r = request_op("loom_test", "*req", *req, &o);
     if (r != LOOM_SUCCESS) return r;
+    const loom_request_t key = *req;
     r = loomi_op_test(o, done);
-    if (*done) *req = LOOM_REQUEST_NULL;
+    if (*done) {
+        *req = LOOM_REQUEST_NULL;
+        r = loomi_devbuf_req_done(key, r);
+    }
     return r;
 }
 
@@ -840,7 +893,16 @@ loom_result_t loomi_req_wait_any(loom_request_t *reqs, int n, int *index)
     int i = 0;
     while (i < n && reqs[i] == LOOM_REQUEST_NULL) i++;
     if (i == n) return LOOM_SUCCESS;
-    return loomi_op_wait_any(reqs, n, index);
+    if (!loomi_devbuf_pending()) return loomi_op_wait_any(reqs, n, index);
+    /* Staged device calls among them: the one that completes is known by
+     * its handle, which loomi_op_wait_any clears. */
+    loom_request_t *keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) return loomi_fail(LOOM_ERR_NO_MEMORY, -1, "%s: out of memory", fn);
+    memcpy(keys, reqs, (size_t)n * sizeof *keys);
+    r = loomi_op_wait_any(reqs, n, index);
+    if (*index >= 0) r = loomi_devbuf_req_done(keys[*index], r);
+    free(keys);
+    return r;
 }
 
 loom_result_t loomi_req_wait_all(loom_request_t *reqs, int n)

@@ -61,6 +61,8 @@ static void load(void)
         S(EventSynchronize, "cuEventSynchronize"),
         S(EventElapsedTime, "cuEventElapsedTime"),
         S(EventDestroy, "cuEventDestroy_v2"),
+        S(MemAllocHost, "cuMemAllocHost_v2"),
+        S(MemFreeHost, "cuMemFreeHost"),
 #undef S
     };
     full = 1;

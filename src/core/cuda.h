@@ -64,6 +64,10 @@ struct loomi_cuda_drv {
     loomi_cu_t (*EventSynchronize)(loomi_cuh_t e);
     loomi_cu_t (*EventElapsedTime)(float *ms, loomi_cuh_t start, loomi_cuh_t end);
     loomi_cu_t (*EventDestroy)(loomi_cuh_t e);
+    /* Pinned host memory: the staging buffers of device collectives
+     * (src/comm/devbuf.c). */
+    loomi_cu_t (*MemAllocHost)(void **p, size_t bytes);
+    loomi_cu_t (*MemFreeHost)(void *p);
 };
 
 /* The driver's table, loaded on the first call; NULL when libcuda.so.1

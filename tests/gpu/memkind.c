@@ -2,9 +2,11 @@
  * memkind.c - what memory a buffer is (loomi_mem_kind, core/cuda.h) and
  * the refusal of device buffers at the collectives' door, on one rank,
  * with tests/mp/cuda_stub.c standing in for libcuda.so.1 (run by
- * tests/gpu/test_memkind.sh): buffers the stub marks as device memory
- * are refused with LOOM_ERR_INVALID_ARGUMENT naming sendbuf or recvbuf,
- * untouched; managed and host memory are used; so is every buffer while
+ * tests/gpu/test_memkind.sh): the stub has no cuMemAllocHost, so device
+ * buffers cannot be staged through host memory (test_devbuf.sh runs
+ * them with a driver that can): buffers the stub marks as device memory
+ * are refused with LOOM_ERR_INVALID_ARGUMENT naming sendbuf or recvbuf
+ * and the missing function, untouched; managed and host memory are used; so is every buffer while
  * the driver is not initialised.
  *
  * `memkind nodriver`: no libcuda.so.1 may be found; every pointer is host
@@ -113,7 +115,11 @@ int main(int argc, char **argv)
     truth(loomi_mem_kind(host) == LOOMI_MEM_HOST && loomi_mem_kind(dev + 64) == LOOMI_MEM_HOST &&
               loomi_mem_kind(NULL) == LOOMI_MEM_HOST,
           "... the rest host memory");
-    const char *why = loomi_cuda_built() ? "not supported yet" : "no CUDA support";
+    /* The stub answers pointer queries only: a driver without what
+     * staging through host memory needs (src/comm/devbuf.c), so device
+     * buffers are refused, saying which function is missing;
+     * tests/gpu/test_devbuf.sh runs them with a driver that has it. */
+    const char *why = "cannot be staged (libcuda.so.1 has no cuMemAllocHost)";
     fill();
     expect(loom_allreduce(dev, out, 64, LOOM_FLOAT32, LOOM_SUM, comm),
            LOOM_ERR_INVALID_ARGUMENT, "sendbuf", "a device sendbuf is refused");

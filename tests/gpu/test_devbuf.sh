@@ -1,0 +1,30 @@
+#!/bin/bash
+# Collectives on CUDA device buffers, staged through pinned host memory,
+# across real ranks over shared memory and TCP, on a machine without a
+# GPU: tests/gpu/cuda_fake.c, built here as libcuda.so.1, keeps "device
+# memory" in host memory and carries out copies queued on a stream only
+# when the stream is synchronised (see mp_devbuf.c for what is checked).
+. "$(dirname "$0")/../lib.sh"
+prog=$BUILDDIR/tests/gpu/mp_devbuf
+[ -x "$prog" ] || { echo "missing $prog"; exit 99; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+mkdir -p "$tmp/cuda"
+if ! ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fake.c" \
+        -o "$tmp/cuda/libcuda.so.1"; then
+    bad "build the fake libcuda.so.1"
+    finish
+fi
+for tr in shm tcp; do
+    for n in 2 3 4; do
+        out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+            LOOM_TRANSPORT=$tr LOOM_TIMEOUT=20000 timeout 120 "$LOOMRUN" -n $n --timeout 100 \
+            "$prog" all 2>&1); rc=$?
+        check "every collective on device buffers (in place, mixed, blocking, wait, test, wait_all, streams), $n ranks over $tr (exit $rc)" \
+            [ $rc = 0 ]
+        [ $rc = 0 ] || echo "$out" | grep -v ': ok$' | head -30
+        [ -n "${LOOM_TEST_VERBOSE:-}" ] && echo "$out"
+    done
+done
+finish
