@@ -26,7 +26,7 @@ struct slot {
     struct slot *next;
     void *p;
     size_t cap;
-    int busy;
+    atomic_int busy; /* released by whichever thread completes the call */
 };
 
 struct loomi_devpool {

@@ -66,7 +66,7 @@ static const char *const names[] = {"allreduce", "reduce",  "broadcast", "reduce
 enum { BLOCKING, WAIT, TEST, WAIT_ALL, NMODES };
 static const char *const modes[] = {"blocking", "loom_wait", "loom_test", "loom_wait_all"};
 
-#define C 5              /* elements per block */
+#define C 5              /* elements per block (the large allreduces: below) */
 #define SENTINEL (-7)
 static int32_t S(int r, size_t i) { return r * 1000 + (int32_t)i + 1; }
 
@@ -292,6 +292,40 @@ static int all(void)
                 run(coll, 1, 1, 0, mode, stream, 1);
             }
         }
+    /* Large vectors, past the small-call path, on the stream: allreduce
+     * out of place and in place, blocking and non-blocking, growing the
+     * staging buffers. */
+    for (int k = 0; k < 4; k++) {
+        const size_t n = (size_t)1 << (14 + 2 * (k / 2)); /* 16 Ki, then 64 Ki elements */
+        const int ip = k % 2;
+        int32_t *in = malloc(n * sizeof *in), *got = malloc(n * sizeof *got);
+        for (size_t i = 0; i < n; i++) in[i] = (int32_t)(i % 1000) * (rank + 1);
+        unsigned long long s, d;
+        CHECK(cu_alloc(&s, n * sizeof *in) == 0 && cu_alloc(&d, n * sizeof *in) == 0, "cuMemAlloc");
+        CHECK(cu_htod_async(s, in, n * sizeof *in, stream) == 0, "cuMemcpyHtoDAsync");
+        void *sb = (void *)(uintptr_t)s, *rb = ip ? sb : (void *)(uintptr_t)d;
+        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+        o.stream = stream;
+        loom_request_t req;
+        loom_result_t r = k < 2 ? loom_allreduce_opts(sb, rb, n, LOOM_INT32, LOOM_SUM, comm, &o)
+                                : loom_iallreduce_opts(sb, rb, n, LOOM_INT32, LOOM_SUM, comm, &o,
+                                                       &req);
+        if (k >= 2 && r == LOOM_SUCCESS) r = loom_wait(&req);
+        CHECK(r == LOOM_SUCCESS, "allreduce of %zu: %s (%s)", n, loom_strerror(r),
+              loom_get_last_error());
+        rd(got, rb, n, 1);
+        const int32_t f = (int32_t)(nranks * (nranks + 1) / 2);
+        for (size_t i = 0; i < n; i++)
+            if (got[i] != (int32_t)(i % 1000) * f) {
+                CHECK(0, "allreduce of %zu%s: [%zu] %d, expected %d", n, ip ? " in place" : "",
+                      i, (int)got[i], (int)((int32_t)(i % 1000) * f));
+                break;
+            }
+        cu_free(s);
+        cu_free(d);
+        free(in);
+        free(got);
+    }
     /* Inside a group: refused, naming the group, nothing queued. */
     {
         unsigned long long d;
