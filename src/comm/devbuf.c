@@ -257,3 +257,13 @@ void loomi_devbuf_free(struct loom_comm *comm)
     free(comm->devpool);
     comm->devpool = NULL;
 }
+
+const char *loomi_devbuf_refused(const char *fn, const void *p, const char *what, char *msg,
+                                 size_t n)
+{
+    if (!p || loomi_mem_kind(p) != LOOMI_MEM_DEVICE) return NULL;
+    snprintf(msg, n, "%s: %s %p is CUDA device memory, which %s does not take yet (only the "
+             "collectives stage device buffers): pass host (or managed) memory",
+             fn, what, p, fn);
+    return msg;
+}

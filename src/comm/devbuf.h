@@ -41,6 +41,11 @@ void loomi_devbuf_attach(struct loomi_devcall *dc, loom_request_t req);
 loom_result_t loomi_devbuf_req_done(loom_request_t req, loom_result_t r);
 /* Whether any non-blocking staged call is pending (cheap). */
 int loomi_devbuf_pending(void);
+/* For the calls that do not stage (point-to-point, the quorum allreduce,
+ * the sparse collectives): NULL where p is not CUDA device memory, else
+ * writes why p (named `what`) is refused into msg and returns msg. */
+const char *loomi_devbuf_refused(const char *fn, const void *p, const char *what, char *msg,
+                                 size_t n);
 /* The communicator goes: its pending calls dropped, its buffers freed. */
 void loomi_devbuf_free(struct loom_comm *comm);
 

@@ -16,6 +16,7 @@
 
 #include "coll/coll.h"
 #include "comm/collectives.h"
+#include "comm/devbuf.h"
 #include "comm/group.h"
 #include "comm/comm.h"
 #include "core/hostmap.h"
@@ -609,6 +610,10 @@ loom_result_t loomi_call_p2p(const char *fn, int is_send, const void *sbuf, void
                           fn, count);
     if (count && !(is_send ? sbuf : (const void *)rbuf))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s: buf is NULL", fn);
+    char dmsg[256];
+    if (count && loomi_devbuf_refused(fn, is_send ? sbuf : (const void *)rbuf, "buf", dmsg,
+                                      sizeof dmsg))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, comm->rank, "%s", dmsg);
     if (req && loomi_group_active())
         return loomi_fail(LOOM_ERR_INVALID_USAGE, comm->rank,
                           "%s: non-blocking calls are not allowed between loom_group_start and "

@@ -36,6 +36,7 @@
 
 #include "comm/collectives.h"
 #include "comm/comm.h"
+#include "comm/devbuf.h"
 #include "comm/group.h"
 #include "core/internal.h"
 #include "reduce/reduce.h"
@@ -421,6 +422,10 @@ loom_result_t loomi_call_allreduce_quorum(const char *fn, const void *sendbuf, v
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, me, "%s: sendbuf is NULL", fn);
     if (data && !recvbuf)
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, me, "%s: recvbuf is NULL", fn);
+    char dmsg[256];
+    if (data && (loomi_devbuf_refused(fn, sendbuf, "sendbuf", dmsg, sizeof dmsg) ||
+                 loomi_devbuf_refused(fn, recvbuf, "recvbuf", dmsg, sizeof dmsg)))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, me, "%s", dmsg);
     if (sendbuf != recvbuf && data) {
         uintptr_t a = (uintptr_t)sendbuf, b = (uintptr_t)recvbuf;
         if (a < b + data && b < a + data)

@@ -28,6 +28,7 @@
 
 #include "comm/collectives.h"
 #include "comm/comm.h"
+#include "comm/devbuf.h"
 #include "comm/group.h"
 #include "comm/sparse.h"
 #include "core/internal.h"
@@ -263,6 +264,12 @@ static void prepare(struct sp *s, const uint64_t *idx, const void *val, size_t n
     if (nnz && !idx) REFUSE("%s: idx is NULL with nnz %zu", s->fn, nnz);
     if (nnz && !val) REFUSE("%s: val is NULL with nnz %zu", s->fn, nnz);
     if ((s->rs ? s->block : s->dense) && !recvbuf) REFUSE("%s: recvbuf is NULL", s->fn);
+    char dmsg[256];
+    const char *dev = nnz ? loomi_devbuf_refused(s->fn, idx, "idx", dmsg, sizeof dmsg) : NULL;
+    if (!dev && nnz) dev = loomi_devbuf_refused(s->fn, val, "val", dmsg, sizeof dmsg);
+    if (!dev && (s->rs ? s->block : s->dense))
+        dev = loomi_devbuf_refused(s->fn, recvbuf, "recvbuf", dmsg, sizeof dmsg);
+    if (dev) REFUSE("%s", dev);
     for (size_t i = 0; i < nnz; i++)
         if (idx[i] >= s->dense) {
             h[H_ERR] = ERR_INDEX;

@@ -339,6 +339,38 @@ static int all(void)
         CHECK(r == LOOM_SUCCESS, "the empty group: %s", loom_strerror(r));
         cu_free(d);
     }
+    /* The calls that do not stage refuse a device buffer, naming it,
+     * before anything moves: every rank makes the same calls, so none
+     * is left waiting, and the communicator goes on. */
+    {
+        unsigned long long d;
+        int32_t h[C] = {0};
+        uint64_t ix[1] = {0};
+        CHECK(cu_alloc(&d, sizeof h) == 0, "cuMemAlloc");
+        void *dp = (void *)(uintptr_t)d;
+        const int peer = (rank + 1) % nranks;
+        loom_result_t r = loom_send(dp, C, LOOM_INT32, peer, comm);
+        CHECK(r == LOOM_ERR_INVALID_ARGUMENT && strstr(loom_get_last_error(), "loom_send: buf") &&
+                  strstr(loom_get_last_error(), "device memory"),
+              "loom_send of device memory: %s (%s)", loom_strerror(r), loom_get_last_error());
+        r = loom_recv(dp, C, LOOM_INT32, peer, comm);
+        CHECK(r == LOOM_ERR_INVALID_ARGUMENT && strstr(loom_get_last_error(), "loom_recv: buf"),
+              "loom_recv into device memory: %s (%s)", loom_strerror(r), loom_get_last_error());
+        r = loom_allreduce_quorum(h, dp, C, LOOM_INT32, LOOM_SUM, nranks, comm, NULL, NULL);
+        CHECK(r == LOOM_ERR_INVALID_ARGUMENT && strstr(loom_get_last_error(), "recvbuf"),
+              "loom_allreduce_quorum into device memory: %s (%s)", loom_strerror(r),
+              loom_get_last_error());
+        r = loom_sparse_allgather(ix, dp, 1, C, LOOM_INT32, LOOM_SUM, h, comm);
+        /* every rank refuses: rank 0 names the argument, the others rank 0 */
+        CHECK(r == LOOM_ERR_INVALID_ARGUMENT &&
+                  strstr(loom_get_last_error(), rank ? "rank 0 refused" : "val "),
+              "loom_sparse_allgather of device values: %s (%s)", loom_strerror(r),
+              loom_get_last_error());
+        r = loom_allreduce(h, h, C, LOOM_INT32, LOOM_SUM, comm);
+        CHECK(r == LOOM_SUCCESS, "an allreduce after the refusals: %s (%s)", loom_strerror(r),
+              loom_get_last_error());
+        cu_free(d);
+    }
     CHECK(fake_count("stale") == 0, "%ld reads of device input still queued on a stream",
           fake_count("stale"));
     CHECK(fake_count("bad") == 0, "%ld copies named host memory as device memory",
