@@ -2,8 +2,8 @@
  * nccl.c - NCCL's API on top of Loom's public interface (loom.h only).
  *
  * The model, documented in loom-nccl(7):
- *  - buffers are host memory and the stream must be NULL: a call
- *    outside a group completes before it returns; between
+ *  - a call outside a group completes before it returns, blocking the
+ *    calling thread (NCCL's only enqueues it on the stream); between
  *    ncclGroupStart and ncclGroupEnd calls are queued (Loom's group) and
  *    the outermost ncclGroupEnd runs them all and returns when they are
  *    complete.  Nothing is ever left running, so ncclInProgress is never
@@ -11,8 +11,13 @@
  *  - communicators initialised inside a group are created at the
  *    outermost ncclGroupEnd, each on a thread of its own (so one thread
  *    can create several ranks of one job: ncclCommInitAll).
- *  - device buffers are refused where CUDA's driver can tell them
- *    (libcuda.so.1 loaded at run time; see host_only in ops.c);
+ *  - CUDA device buffers (told by CUDA's driver, libcuda.so.1 loaded at
+ *    run time: is_device in ops.c) are taken by the collectives, which
+ *    Loom stages through pinned host memory, outside groups only; send,
+ *    recv and registration refuse them.  A non-NULL stream is
+ *    synchronised before the call reads its input (sync_stream in
+ *    ops.c), and the device result is written when the call returns,
+ *    so work queued on the stream afterwards sees it;
  *  - what cannot be honoured here returns ncclInvalidUsage; every
  *    failure leaves its reason for ncclGetLastError and prints it under
  *    NCCL_DEBUG=WARN (or INFO, TRACE).
@@ -387,7 +392,7 @@ static void version_line(void)
     int ma = 0, mi = 0, pa = 0;
     loom_get_version(&ma, &mi, &pa);
     char msg[128];
-    snprintf(msg, sizeof msg, "NCCL version %d.%d.%d+loom%d.%d.%d (host memory)", NCCL_MAJOR,
+    snprintf(msg, sizeof msg, "NCCL version %d.%d.%d+loom%d.%d.%d (device buffers staged via host)", NCCL_MAJOR,
              NCCL_MINOR, NCCL_PATCH, ma, mi, pa);
     emit("INFO", msg);
 }

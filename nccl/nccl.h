@@ -9,9 +9,11 @@
  * needs no CUDA header: cudaStream_t is declared here exactly as CUDA
  * declares it, unless a CUDA runtime header came first.
  *
- * This build runs on host memory only: buffers are host pointers and
- * the stream must be NULL; what it cannot honour returns
- * ncclInvalidUsage, with the reason in ncclGetLastError() and on stderr
+ * Host buffers work with a NULL stream on any machine; the collectives
+ * also take CUDA device buffers (staged through host memory) and a
+ * stream, which is synchronised before the call; every call blocks the
+ * calling thread until it is complete (loom-nccl(7)).  What it cannot
+ * honour returns ncclInvalidUsage, with the reason in ncclGetLastError() and on stderr
  * under NCCL_DEBUG=WARN.
  */
 #ifndef NCCL_H_

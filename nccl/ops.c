@@ -1,9 +1,13 @@
 /*
  * ops.c - libloom-nccl's memory and operations: ncclMemAlloc / ncclMemFree
  * and buffer registration, the reduction ops ncclRedOpCreatePreMulSum
- * makes, the detection of CUDA device memory (host_only), and the
- * operations (allreduce, reduce, reduce-scatter, broadcast, allgather,
- * send, recv) with the checks every one makes.  nccl.c says how the
+ * makes, the detection of CUDA device memory (is_device) and the
+ * synchronisation of a call's stream (sync_stream), and the operations
+ * (allreduce, reduce, reduce-scatter, broadcast, allgather, send, recv)
+ * with the checks every one makes.  The collectives take device buffers
+ * (Loom stages them through pinned host memory) outside groups, after
+ * the call's stream is synchronised; send, recv and registration take
+ * host memory only.  nccl.c says how the
  * library works and holds errors, groups and the communicators'
  * lifecycle; internal.h the state both use.
  */
@@ -11,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +23,9 @@
 
 /* ncclInvalidUsage when CUDA's driver says p is device memory. */
 static ncclResult_t host_only(const char *fn, const char *what, const void *p);
+static ncclResult_t host_bufs(const char *fn, const void *send, const void *recv);
+static int is_device(const void *p);
+static ncclResult_t sync_stream(const char *fn, cudaStream_t stream);
 
 /* ---------------------------------------------------------------- memory */
 
@@ -82,8 +90,8 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
                           (int)datatype);
     if (residence == ncclScalarDevice)
         return lnccl_fail(ncclInvalidUsage,
-                          "%s: a device-resident scalar (ncclScalarDevice) cannot be read on this "
-                          "host-memory build; pass ncclScalarHostImmediate",
+                          "%s: a device-resident scalar (ncclScalarDevice) is not read by this "
+                          "libnccl (Loom); pass ncclScalarHostImmediate",
                           fn);
     if (residence != ncclScalarHostImmediate)
         return lnccl_fail(ncclInvalidArgument, "%s: residence %d is not an ncclScalarResidence_t",
@@ -150,39 +158,66 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
  * process without the driver has no device memory).  A driver not yet
  * initialised answers with an error: nothing in this process is device
  * memory yet, so the buffer is host memory too.  Managed memory is
- * host-accessible and accepted.  The values are those of cuda.h. */
+ * host-accessible and taken as host memory.  The values are those of
+ * cuda.h.  The collectives hand device buffers to Loom, which stages
+ * them through pinned host memory (loom(7), GPUS); what that needs of
+ * the driver is checked here (cu_missing), so that a driver lacking it
+ * gives ncclInvalidUsage, and cuStreamSynchronize orders a call after
+ * the work on its stream (sync_stream). */
 enum {
     CU_ATTR_MEMORY_TYPE = 2,
     CU_ATTR_IS_MANAGED = 8,
     CU_MEMTYPE_DEVICE = 2
 };
 typedef int (*cu_attr_fn)(void *data, int attribute, unsigned long long ptr);
+typedef int (*cu_sync_fn)(void *stream);
 static cu_attr_fn cu_attr;
+static cu_sync_fn cu_sync;
+static char cu_missing[96]; /* why device buffers cannot be staged; "" where they can */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
 static void cu_load(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
+        snprintf(cu_missing, sizeof cu_missing, "no CUDA driver (libcuda.so.1) is loaded");
         lnccl_info("no CUDA driver (libcuda.so.1): buffers are host memory");
         return;
     }
     *(void **)&cu_attr = dlsym(h, "cuPointerGetAttribute");
-    lnccl_info("CUDA driver found: device buffers are refused");
+    *(void **)&cu_sync = dlsym(h, "cuStreamSynchronize");
+    /* What Loom's staging calls (src/comm/devbuf.c, through its own
+     * loader): the first one absent makes device buffers unusable. */
+    static const char *const need[] = {"cuStreamSynchronize", "cuMemAllocHost_v2",
+                                       "cuMemFreeHost", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0] && !cu_missing[0]; i++)
+        if (!dlsym(h, need[i]))
+            snprintf(cu_missing, sizeof cu_missing, "libcuda.so.1 has no %s", need[i]);
+    lnccl_info("CUDA driver found: device buffers are %s%s%s",
+               cu_missing[0] ? "refused (" : "staged through host memory by the collectives",
+               cu_missing, cu_missing[0] ? ")" : "");
 }
 
-static ncclResult_t host_only(const char *fn, const char *what, const void *p)
+/* Whether CUDA's driver calls p device memory (not managed). */
+static int is_device(const void *p)
 {
     pthread_once(&cu_once, cu_load);
-    if (!cu_attr || !p) return ncclSuccess;
+    if (!cu_attr || !p) return 0;
     unsigned int type = 0, managed = 0;
     unsigned long long a = (unsigned long long)(uintptr_t)p;
-    if (cu_attr(&type, CU_ATTR_MEMORY_TYPE, a) != 0 || type != CU_MEMTYPE_DEVICE)
-        return ncclSuccess;
-    if (cu_attr(&managed, CU_ATTR_IS_MANAGED, a) == 0 && managed) return ncclSuccess;
+    if (cu_attr(&type, CU_ATTR_MEMORY_TYPE, a) != 0 || type != CU_MEMTYPE_DEVICE) return 0;
+    return !(cu_attr(&managed, CU_ATTR_IS_MANAGED, a) == 0 && managed);
+}
+
+/* ncclInvalidUsage when p is device memory: for the calls that do not
+ * stage device buffers (send, recv, registration, scalars). */
+static ncclResult_t host_only(const char *fn, const char *what, const void *p)
+{
+    if (!is_device(p)) return ncclSuccess;
     return lnccl_fail(ncclInvalidUsage,
-                      "%s: %s %p is CUDA device memory; this libnccl (Loom) is built for host "
-                      "memory only: pass host buffers (or managed memory)",
+                      "%s: %s %p is CUDA device memory, which this libnccl (Loom) takes only in "
+                      "the collectives (allreduce, reduce, reduce-scatter, broadcast, allgather): "
+                      "pass host (or managed) memory",
                       fn, what, p);
 }
 
@@ -190,6 +225,29 @@ static ncclResult_t host_bufs(const char *fn, const void *send, const void *recv
 {
     ncclResult_t r = host_only(fn, "sendbuff", send);
     return r == ncclSuccess && recv != send ? host_only(fn, "recvbuff", recv) : r;
+}
+
+/* The call's stream synchronised: the work queued on it before the call
+ * is done, its writes visible to the call.  A NULL stream is left alone
+ * (Loom synchronises the legacy default stream before it reads a device
+ * buffer; host buffers of a NULL-stream call are not ordered on any
+ * stream, as before). */
+static ncclResult_t sync_stream(const char *fn, cudaStream_t stream)
+{
+    if (!stream) return ncclSuccess;
+    pthread_once(&cu_once, cu_load);
+    if (!cu_sync)
+        return lnccl_fail(ncclInvalidUsage,
+                          "%s: stream %p: %s, so this libnccl (Loom) cannot wait for the "
+                          "stream's work: pass a NULL stream",
+                          fn, (void *)stream,
+                          cu_attr ? "libcuda.so.1 has no cuStreamSynchronize" : cu_missing);
+    int e = cu_sync(stream);
+    if (e != 0)
+        return lnccl_fail(ncclUnhandledCudaError,
+                          "%s: cuStreamSynchronize(stream %p) failed: CUDA error %d", fn,
+                          (void *)stream, e);
+    return ncclSuccess;
 }
 
 /* ----------------------------------------------------------- operations */
@@ -202,34 +260,63 @@ struct call {
     unsigned char scalar[8];
 };
 
-static ncclResult_t check_call(struct call *k, const char *fn, ncclComm_t comm,
-                               cudaStream_t stream, ncclDataType_t datatype, long op);
+enum { HOST_ONLY, STAGED }; /* what a call does with device buffers */
 
-/* What every operation does first: the checks of comm, stream, datatype
- * and op (op < 0: the call takes none), of its buffers (host_bufs; NULL
- * where it has none), and Loom's group opened inside an NCCL group. */
+static ncclResult_t check_call(struct call *k, const char *fn, ncclComm_t comm,
+                               ncclDataType_t datatype, long op);
+
+/* What every operation does first: the checks of comm, datatype and op
+ * (op < 0: the call takes none) and of its buffers (NULL where it has
+ * none): device buffers are refused by HOST_ONLY calls, and by STAGED
+ * ones inside a group, with PreMulSum (it scales the input on the host)
+ * or where the driver lacks what staging needs; then the call's stream
+ * is synchronised (sync_stream), and Loom's group opened inside an NCCL
+ * group.  Every refusal is ncclInvalidUsage, made here before Loom is
+ * called. */
 static ncclResult_t prepare(struct call *k, const char *fn, ncclComm_t comm, cudaStream_t stream,
-                            ncclDataType_t datatype, long op, const void *send, const void *recv)
+                            ncclDataType_t datatype, long op, const void *send, const void *recv,
+                            int kind)
 {
-    ncclResult_t r = check_call(k, fn, comm, stream, datatype, op);
-    if (r == ncclSuccess) r = host_bufs(fn, send, recv);
+    ncclResult_t r = check_call(k, fn, comm, datatype, op);
+    if (r != ncclSuccess) return r;
+    if (kind == HOST_ONLY) {
+        r = host_bufs(fn, send, recv);
+    } else {
+        int sdev = is_device(send), rdev = recv == send ? sdev : is_device(recv);
+        const char *what = sdev ? "sendbuff" : "recvbuff";
+        const void *p = sdev ? send : recv;
+        if (!sdev && !rdev)
+            r = ncclSuccess;
+        else if (lnccl_tl_depth > 0)
+            r = lnccl_fail(ncclInvalidUsage,
+                           "%s: %s %p is CUDA device memory, which this libnccl (Loom) does not "
+                           "take between ncclGroupStart and ncclGroupEnd: call outside the group "
+                           "or pass host memory",
+                           fn, what, p);
+        else if (cu_missing[0])
+            r = lnccl_fail(ncclInvalidUsage,
+                           "%s: %s %p is CUDA device memory, which cannot be staged through host "
+                           "memory: %s; pass host (or managed) memory",
+                           fn, what, p, cu_missing);
+        else if (k->premul && sdev)
+            r = lnccl_fail(ncclInvalidUsage,
+                           "%s: op %ld is a PreMulSum (ncclRedOpCreatePreMulSum), whose scaling "
+                           "this libnccl (Loom) does on the host: sendbuff %p is CUDA device "
+                           "memory; pass host memory, or scale the input and use ncclSum",
+                           fn, op, send);
+    }
+    if (r == ncclSuccess) r = sync_stream(fn, stream);
     if (r == ncclSuccess) r = lnccl_enter_op(fn);
     return r;
 }
 
 static ncclResult_t check_call(struct call *k, const char *fn, ncclComm_t comm,
-                               cudaStream_t stream, ncclDataType_t datatype, long op)
+                               ncclDataType_t datatype, long op)
 {
     ncclResult_t r = ncclSuccess;
     memset(k, 0, sizeof *k);
     k->c = lnccl_comm_ready(comm, fn, &r);
     if (!k->c) return r;
-    if (stream)
-        return lnccl_fail(
-            ncclInvalidUsage,
-            "%s: stream %p: this libnccl (Loom, host memory) completes each call before "
-            "it returns and cannot order work on a CUDA stream; pass a NULL stream",
-            fn, (void *)stream);
     if (lnccl_dtype((int)datatype, &k->dt) != 0)
         return lnccl_fail(ncclInvalidArgument, "%s: datatype %d is not an ncclDataType_t (0..%d)",
                           fn, (int)datatype, ncclNumTypes - 1);
@@ -308,7 +395,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     static const char fn[] = "ncclAllReduce";
     struct call k;
     const void *in;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff, STAGED);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
@@ -322,7 +409,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
     static const char fn[] = "ncclReduce";
     struct call k;
     const void *in;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff, STAGED);
     if (r == ncclSuccess) r = scaled_input(&k, fn, sendbuff, count, &in);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
@@ -337,7 +424,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
     static const char fn[] = "ncclReduceScatter";
     struct call k;
     const void *in = sendbuff;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, (long)op, sendbuff, recvbuff, STAGED);
     if (r == ncclSuccess && k.premul) {
         if (recvcount > SIZE_MAX / (size_t)k.c->nranks)
             r = lnccl_fail(ncclInvalidArgument, "%s: recvcount %zu times %d ranks overflows", fn,
@@ -356,7 +443,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
 {
     static const char fn[] = "ncclBroadcast";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, recvbuff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, recvbuff, STAGED);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_broadcast(sendbuff, recvbuff, count, k.dt, root, k.c->lc), NULL,
@@ -368,7 +455,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
 {
     static const char fn[] = "ncclBcast";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, buff, buff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, buff, buff, STAGED);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_broadcast(buff, buff, count, k.dt, root, k.c->lc), NULL, NULL);
@@ -379,7 +466,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
 {
     static const char fn[] = "ncclAllGather";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, recvbuff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, recvbuff, STAGED);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_allgather(sendbuff, recvbuff, sendcount, k.dt, k.c->lc), NULL, NULL);
@@ -390,7 +477,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
 {
     static const char fn[] = "ncclSend";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, NULL);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, sendbuff, NULL, HOST_ONLY);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_send(sendbuff, count, k.dt, peer, k.c->lc), NULL, NULL);
@@ -401,7 +488,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 {
     static const char fn[] = "ncclRecv";
     struct call k;
-    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, NULL, recvbuff);
+    ncclResult_t r = prepare(&k, fn, comm, stream, datatype, -1, NULL, recvbuff, HOST_ONLY);
     if (r != ncclSuccess) return lnccl_group_note(r);
     begin(&k);
     return done(&k, fn, loom_recv(recvbuff, count, k.dt, peer, k.c->lc), NULL, NULL);

@@ -1,10 +1,12 @@
 /*
  * nccl_devptr.c - an NCCL program on one rank that hands libloom-nccl
  * buffers CUDA's driver calls device memory (through tests/mp/cuda_stub.c
- * standing in for libcuda.so.1, run by tests/mp/test_nccl.sh): each is
- * refused with ncclInvalidUsage naming the buffer, host and managed
- * memory are used, and so is every buffer while the driver is not
- * initialised.  Exits 77 when no stub is loaded.
+ * standing in for libcuda.so.1, run by tests/mp/test_nccl.sh).  The stub
+ * has cuPointerGetAttribute alone, none of what staging device buffers
+ * and synchronising streams needs: each device buffer is refused with
+ * ncclInvalidUsage naming the buffer and the missing function, and so
+ * is a stream; host and managed memory are used, and so is every buffer
+ * while the driver is not initialised.  Exits 77 when no stub is loaded.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -54,10 +56,17 @@ int main(void)
     init();
     expect(ncclAllReduce(dev, out, 64, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage,
            "sendbuff", "a device sendbuff is refused");
+    expect(ncclAllReduce(dev, out, 64, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage,
+           "has no cuStreamSynchronize", "... because staging needs what the driver lacks");
     expect(ncclAllReduce(host, dev, 64, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage,
            "recvbuff", "a device recvbuff is refused");
-    expect(ncclBcast(dev + 8, 8, ncclFloat, 0, comm, NULL), ncclInvalidUsage, "device memory",
+    expect(ncclBcast(dev + 8, 8, ncclFloat, 0, comm, NULL), ncclInvalidUsage, "cannot be staged",
            "ncclBcast inside a device buffer is refused");
+    expect(ncclAllGather(host, dev, 8, ncclFloat, comm, NULL), ncclInvalidUsage,
+           "has no cuStreamSynchronize", "ncclAllGather into a device buffer is refused");
+    expect(ncclAllReduce(host, out, 64, ncclFloat, ncclSum, comm, (cudaStream_t)(void *)host),
+           ncclInvalidUsage, "cannot wait for the stream",
+           "a stream, where the driver has no cuStreamSynchronize, is refused");
     expect(ncclRecv(dev, 4, ncclFloat, 0, comm, NULL), ncclInvalidUsage, "recvbuff",
            "ncclRecv into device memory is refused");
     void *handle = NULL;

@@ -9,6 +9,9 @@
 #    while another thread waits in a call (refused: Loom cannot interrupt);
 #  - ncclCommInitAll: several ranks in one process, driven by one thread,
 #    and two processes each creating two ranks in one group;
+#  - device buffers: refused where the driver (tests/mp/cuda_stub.c)
+#    lacks what staging needs; staged, with the stream synchronised
+#    first, over tests/gpu/cuda_fake.c (nccl_devbuf.c), 2 and 4 ranks;
 #  - installed: the same source built with `cc -lnccl` against the
 #    installed libnccl.so, and a binary linked against another library
 #    whose soname is libnccl.so.2 (as one built with NVIDIA's is), run
@@ -125,6 +128,22 @@ if ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/mp/cuda_stub.
     check "without a CUDA driver the device check is not made (exit $rc)" [ $rc = 77 ]
 else
     bad "build the stand-in libcuda.so.1"
+fi
+# Device buffers and streams: tests/gpu/cuda_fake.c as libcuda.so.1 keeps
+# "device memory" in host memory and carries out copies queued on a
+# stream only when the stream is synchronised (nccl_devbuf.c).
+mkdir -p "$tmp/fake"
+if ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fake.c" \
+        -o "$tmp/fake/libcuda.so.1"; then
+    for t in "" tcp; do
+        for n in 2 4; do
+            job "device buffers and a stream (fake driver), $n ranks${t:+ over $t}" dev "$n" \
+                "$BUILDDIR/tests/mp/nccl_devbuf" LOOM_TRANSPORT=$t \
+                LD_LIBRARY_PATH="$tmp/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        done
+    done
+else
+    bad "build the fake libcuda.so.1"
 fi
 
 # ------------------------------------------------------------- installed
