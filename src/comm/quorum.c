@@ -173,6 +173,33 @@ void loomi_quorum_free(struct loomi_quorum *q)
     free(q);
 }
 
+/* A transfer of call `no` with peer that outlives the call, kept in
+ * comm->quorum with its own buffer of `bytes`: a receive, or a send of a
+ * copy of data.  Its entry is the last of comm->quorum->p on success. */
+static loom_result_t post(struct loom_comm *comm, const char *fn, int is_send, const void *data,
+                          size_t bytes, int peer, uint64_t no)
+{
+    struct loomi_quorum *q = comm->quorum;
+    struct pending *e = push(q);
+    unsigned char *b = e ? malloc(bytes) : NULL;
+    if (!b) {
+        if (e) q->n--;
+        return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
+    }
+    if (is_send) memcpy(b, data, bytes);
+    e->buf = b;
+    e->peer = peer;
+    e->is_send = is_send;
+    e->call = no;
+    e->bytes = bytes;
+    loom_result_t r = start(comm, fn, is_send, b, bytes, peer, QTAG(no), &e->req);
+    if (r != LOOM_SUCCESS) {
+        free(b);
+        q->n--;
+    }
+    return r;
+}
+
 /* Rank 0's part of call `no`. */
 static loom_result_t decide(struct loom_comm *comm, const char *fn, const void *sendbuf,
                             void *recvbuf, size_t count, loom_datatype_t dtype, loom_op_t op,
@@ -193,26 +220,8 @@ static loom_result_t decide(struct loom_comm *comm, const char *fn, const void *
         return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
     }
     for (int p = 0; p < n; p++) ix[p] = -1;
-    for (int p = 1; p < n && r == LOOM_SUCCESS; p++) {
-        struct pending *e = push(q);
-        unsigned char *b = e ? malloc(cbytes) : NULL;
-        if (!b) {
-            if (e) q->n--;
-            r = loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
-            break;
-        }
-        e->buf = b;
-        e->peer = p;
-        e->call = no;
-        e->bytes = cbytes;
-        r = start(comm, fn, 0, b, cbytes, p, QTAG(no), &e->req);
-        if (r != LOOM_SUCCESS) {
-            free(b);
-            q->n--;
-            break;
-        }
-        ix[p] = q->n - 1;
-    }
+    for (int p = 1; p < n && r == LOOM_SUCCESS; p++)
+        if ((r = post(comm, fn, 0, NULL, cbytes, p, no)) == LOOM_SUCCESS) ix[p] = q->n - 1;
     /* Arrivals: those already here, then rank 0, then as they come. */
     memset(flags, 0, (size_t)n);
     int got = 0, culprit = -1, self = 0;
@@ -304,26 +313,7 @@ static loom_result_t decide(struct loom_comm *comm, const char *fn, const void *
     if (status != LOOM_SUCCESS) memset(acc, 0, data);
     /* The result to every other rank, one buffer per send (a late rank
      * may take it a while after this call has returned). */
-    for (int p = 1; p < n && r == LOOM_SUCCESS; p++) {
-        struct pending *e = push(q);
-        unsigned char *b = e ? malloc(rbytes) : NULL;
-        if (!b) {
-            if (e) q->n--;
-            r = loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
-            break;
-        }
-        memcpy(b, res, rbytes);
-        e->buf = b;
-        e->peer = p;
-        e->is_send = 1;
-        e->call = no;
-        e->bytes = rbytes;
-        r = start(comm, fn, 1, b, rbytes, p, QTAG(no), &e->req);
-        if (r != LOOM_SUCCESS) {
-            free(b);
-            q->n--;
-        }
-    }
+    for (int p = 1; p < n && r == LOOM_SUCCESS; p++) r = post(comm, fn, 1, res, rbytes, p, no);
     if (r == LOOM_SUCCESS && status == LOOM_SUCCESS && data) memcpy(recvbuf, acc, data);
     free(res);
     *ncontrib = got;
