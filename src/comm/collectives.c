@@ -523,9 +523,37 @@ static loom_result_t launch(struct call *c, loom_request_t *req)
 /* launch (d NULL) or launch_as(c, d), with device buffers staged through
  * host memory (devbuf.h): a blocking call copies its result back before
  * it returns; a non-blocking one when its request completes. */
+/* One chunk of a pipelined device call (devbuf.h): the call on host
+ * staging buffers, count elements, out of place, non-blocking. */
+static loom_result_t launch_chunk(void *ctx, const void *hs, void *hr, size_t count,
+                                  loom_request_t *req)
+{
+    struct call cc = *(const struct call *)ctx;
+    cc.sendbuf = hs;
+    cc.recvbuf = hr;
+    cc.a.count = count;
+    cc.a.inplace = 0;
+    cc.a.win_id = 0;
+    cc.sdev = cc.rdev = 0;
+    return launch(&cc, req);
+}
+
 static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom_request_t *req)
 {
     if (!c->sdev && !c->rdev) return d ? launch_as(c, d, req, 0, NULL, NULL) : launch(c, req);
+    /* Large element-wise calls on device buffers alone: pipelined, the
+     * copies overlapping the host collective. */
+    const int coll = c->a.coll;
+    if (!d && !c->cz.codec &&
+        (coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_BROADCAST ||
+         coll == LOOMI_COLL_REDUCE) &&
+        (c->sdev || !c->slen) && (c->rdev || !c->rlen)) {
+        const size_t es = loom_datatype_size(c->dtype);
+        const size_t chunk = loomi_devbuf_pipe_chunk(c->slen > c->rlen ? c->slen : c->rlen, es);
+        if (chunk)
+            return loomi_devbuf_pipeline(c->comm, c->fn, c->stream, c->sendbuf, c->slen,
+                                         c->recvbuf, c->rlen, es, chunk, launch_chunk, c, req);
+    }
     /* recvbuf is read where the call is in place, and alltoallv's may
      * hold bytes between its blocks that no peer writes. */
     const int rin = c->a.inplace || c->a.coll == LOOMI_COLL_ALLTOALLV;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/collectives.h"
 #include "comm/comm.h"
 #include "comm/devbuf.h"
 #include "core/cuda.h"
@@ -31,7 +32,10 @@ struct slot {
 
 struct loomi_devpool {
     struct slot *slots;
+    void *stream; /* the pipelined calls' copies (created on first use) */
 };
+
+struct pipe;
 
 /* One staged call: up to two ranges (sendbuf's, recvbuf's; one where they
  * overlap) and the device range its result goes back to. */
@@ -43,8 +47,12 @@ struct loomi_devcall {
     void *back_host; /* its staged copy */
     size_t back_len;
     loom_request_t req;
+    struct pipe *pipe; /* a pipelined call (req: its last chunk's) */
     struct loomi_devcall *next; /* pending: not yet completed */
 };
+
+static void pipe_free(struct pipe *p);
+static loom_result_t pipe_finish(struct pipe *p, size_t upto, loom_result_t last);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct loomi_devcall *pending;
@@ -188,6 +196,11 @@ loom_result_t loomi_devbuf_stage(struct loom_comm *comm, const char *fn, void *s
 loom_result_t loomi_devbuf_done(struct loomi_devcall *dc, loom_result_t r)
 {
     if (!dc) return r;
+    if (dc->pipe) {
+        struct pipe *p = dc->pipe;
+        free(dc);
+        return pipe_finish(p, (size_t)-1, r);
+    }
     const struct loomi_cuda_drv *d = loomi_cuda_driver();
     if (r == LOOM_SUCCESS && dc->back_dev) {
         /* From pinned memory the driver's copy is synchronous: the bytes
@@ -244,11 +257,16 @@ void loomi_devbuf_free(struct loom_comm *comm)
         }
         *pp = dc->next;
         atomic_fetch_sub(&npending, 1);
+        if (dc->pipe) pipe_free(dc->pipe);
         free(dc); /* never completed: nothing goes back */
     }
     pthread_mutex_unlock(&mu);
     if (!comm->devpool) return;
     const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (d && comm->devpool->stream) {
+        d->StreamSynchronize(comm->devpool->stream);
+        d->StreamDestroy(comm->devpool->stream);
+    }
     for (struct slot *s = comm->devpool->slots, *n; s; s = n) {
         n = s->next;
         if (d && s->p) d->MemFreeHost(s->p);
@@ -266,4 +284,216 @@ const char *loomi_devbuf_refused(const char *fn, const void *p, const char *what
              "collectives stage device buffers): pass host (or managed) memory",
              fn, what, p, fn);
     return msg;
+}
+
+/* ------------------------------------------------------------ pipelined */
+
+/* One pipelined call.  Host regions in its slot: hs (the input), hr (the
+ * result), bk (recvbuf as it was: hs in place, else a copy of rb). */
+struct pipe {
+    struct loom_comm *comm;
+    const char *fn;
+    struct slot *slot;
+    void *stream;                /* comm->devpool->stream */
+    unsigned char *sb, *rb;      /* device */
+    unsigned char *hs, *hr, *bk; /* host */
+    size_t slen, rlen, len, chunk, n;
+    void **ev;              /* n events, one after each chunk's input copy */
+    loom_request_t *reqs;   /* chunk requests; NULL once finished */
+    unsigned char *back;    /* chunk k was copied back */
+    size_t next;            /* the first chunk not yet finished */
+    loom_result_t r;
+};
+
+size_t loomi_devbuf_pipe_chunk(size_t n, size_t es)
+{
+    const struct loomi_env *env = loomi_env_get();
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (!env || !d || !es || !env->cuda_pipe_chunk || n <= env->cuda_pipe_chunk) return 0;
+    if (!d->MemcpyDtoHAsync || !d->MemcpyHtoDAsync || !d->EventCreate || !d->EventRecord ||
+        !d->EventQuery || !d->EventDestroy || !d->StreamCreate || !d->StreamDestroy)
+        return 0;
+    size_t c = env->cuda_pipe_chunk / es * es;
+    if (!c) c = es;
+    /* At most 1024 chunks: larger ones past that. */
+    if (n / c >= 1024) c = (n / 1024 + es - 1) / es * es;
+    return n > c ? c : 0;
+}
+
+static size_t chunk_len(const struct pipe *p, size_t k)
+{
+    size_t off = k * p->chunk;
+    return p->len - off < p->chunk ? p->len - off : p->chunk;
+}
+
+static void pipe_free(struct pipe *p)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (p->ev)
+        for (size_t k = 0; k < p->n; k++)
+            if (p->ev[k]) d->EventDestroy(p->ev[k]);
+    if (p->slot) p->slot->busy = 0;
+    free(p->ev);
+    free(p->reqs);
+    free(p->back);
+    free(p);
+}
+
+/* Chunk k's result goes back to the device now (asynchronously). */
+static void pipe_back(struct pipe *p, size_t k)
+{
+    if (!p->rlen || p->r != LOOM_SUCCESS) return;
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    const size_t off = k * p->chunk;
+    loomi_cu_t e = d->MemcpyHtoDAsync((loomi_cuptr_t)(uintptr_t)(p->rb + off), p->hr + off,
+                                      chunk_len(p, k), p->stream);
+    if (e) p->r = cu_fail(p->comm, p->fn, "cuMemcpyHtoDAsync of a result chunk", e);
+    else p->back[k] = 1;
+}
+
+/* Finish chunks, in order, below upto: those done (block: all). */
+static void pipe_poll(struct pipe *p, size_t upto, int block)
+{
+    while (p->next < upto) {
+        int done = 1;
+        loom_result_t r = block ? loomi_req_wait(&p->reqs[p->next])
+                                : loomi_req_test(&p->reqs[p->next], &done);
+        if (!done) return;
+        p->reqs[p->next] = LOOM_REQUEST_NULL;
+        if (r != LOOM_SUCCESS && p->r == LOOM_SUCCESS) p->r = r;
+        pipe_back(p, p->next++);
+    }
+}
+
+/* The call is over once chunks [0, upto) (upto -1: every chunk but the
+ * last, whose result is `last`) are: wait for them, copy back, put
+ * recvbuf back on a failure, synchronise the copies, release. */
+static loom_result_t pipe_finish(struct pipe *p, size_t upto, loom_result_t last)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    const int all_but_last = upto == (size_t)-1;
+    pipe_poll(p, all_but_last ? p->n - 1 : upto, 1);
+    if (all_but_last) {
+        if (last != LOOM_SUCCESS && p->r == LOOM_SUCCESS) p->r = last;
+        pipe_back(p, p->n - 1);
+    }
+    loom_result_t r = p->r;
+    if (r != LOOM_SUCCESS && p->rlen) {
+        /* recvbuf as it was, after the copies back (and that of bk) are
+         * done: put back where a chunk went. */
+        d->StreamSynchronize(p->stream);
+        for (size_t k = 0; k < p->n; k++)
+            if (p->back[k])
+                d->MemcpyHtoDAsync((loomi_cuptr_t)(uintptr_t)(p->rb + k * p->chunk),
+                                   p->bk + k * p->chunk, chunk_len(p, k), p->stream);
+    }
+    loomi_cu_t e = d->StreamSynchronize(p->stream);
+    if (e && r == LOOM_SUCCESS)
+        r = cu_fail(p->comm, p->fn, "cuStreamSynchronize on the staging stream", e);
+    pipe_free(p);
+    return r;
+}
+
+loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void *stream,
+                                    const void *sb, size_t slen, void *rb, size_t rlen,
+                                    size_t es, size_t chunk, loomi_devchunk_fn start, void *ctx,
+                                    loom_request_t *req)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    struct pipe *p = calloc(1, sizeof *p);
+    if (!p) return loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
+    p->comm = comm;
+    p->fn = fn;
+    p->sb = (unsigned char *)(uintptr_t)sb;
+    p->rb = rb;
+    p->slen = slen;
+    p->rlen = rlen;
+    p->len = slen ? slen : rlen;
+    p->chunk = chunk;
+    p->n = (p->len + chunk - 1) / chunk;
+    const int inplace = slen && rlen && (const void *)rb == sb;
+    const size_t S = up64(slen), R = up64(rlen), B = rlen && !inplace ? up64(rlen) : 0;
+    p->ev = calloc(p->n, sizeof *p->ev);
+    p->reqs = calloc(p->n, sizeof *p->reqs);
+    p->back = calloc(p->n, 1);
+    loom_result_t r = LOOM_SUCCESS;
+    if (!p->ev || !p->reqs || !p->back)
+        r = loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
+    if (r == LOOM_SUCCESS) r = take_slot(comm, fn, S + R + B, &p->slot);
+    if (r != LOOM_SUCCESS) {
+        pipe_free(p);
+        return r;
+    }
+    p->hs = p->slot->p;
+    p->hr = p->hs + S;
+    p->bk = inplace ? p->hs : p->hr + R;
+    loomi_cu_t e = 0;
+    const char *what = "cuStreamCreate";
+    if (!comm->devpool->stream)
+        e = d->StreamCreate(&comm->devpool->stream, LOOMI_CU_STREAM_NON_BLOCKING);
+    p->stream = comm->devpool->stream;
+    /* The work already queued on the call's stream first. */
+    if (!e) {
+        what = "cuStreamSynchronize on the call's stream";
+        e = d->StreamSynchronize(stream);
+    }
+    /* Every input chunk's copy queued at once, an event after each, then
+     * recvbuf as it was (out of place). */
+    for (size_t k = 0; k < p->n && slen && !e; k++) {
+        const size_t off = k * chunk;
+        what = "cuMemcpyDtoHAsync of an input chunk";
+        e = d->MemcpyDtoHAsync(p->hs + off, (loomi_cuptr_t)(uintptr_t)(p->sb + off),
+                               chunk_len(p, k), p->stream);
+        if (!e) {
+            what = "cuEventCreate";
+            e = d->EventCreate(&p->ev[k], LOOMI_CU_EVENT_DISABLE_TIMING);
+        }
+        if (!e) {
+            what = "cuEventRecord";
+            e = d->EventRecord(p->ev[k], p->stream);
+        }
+    }
+    if (!e && B) {
+        what = "cuMemcpyDtoHAsync of recvbuf";
+        e = d->MemcpyDtoHAsync(p->bk, (loomi_cuptr_t)(uintptr_t)p->rb, rlen, p->stream);
+    }
+    if (e) {
+        r = cu_fail(comm, fn, what, e);
+        if (p->stream) d->StreamSynchronize(p->stream);
+        pipe_free(p);
+        return r;
+    }
+    /* Chunk k's collective starts once its input is here; meanwhile the
+     * earlier chunks progress, and go back as they finish. */
+    size_t k = 0;
+    for (; k < p->n; k++) {
+        const size_t off = k * chunk;
+        while (slen && (e = d->EventQuery(p->ev[k])) == LOOMI_CUDA_ERROR_NOT_READY)
+            pipe_poll(p, k, 0);
+        if (slen && e) {
+            if (p->r == LOOM_SUCCESS) p->r = cu_fail(comm, fn, "cuEventQuery", e);
+            break;
+        }
+        r = start(ctx, slen ? p->hs + off : NULL, rlen ? p->hr + off : NULL, chunk_len(p, k) / es,
+                  &p->reqs[k]);
+        if (r != LOOM_SUCCESS) {
+            if (p->r == LOOM_SUCCESS) p->r = r;
+            break;
+        }
+        pipe_poll(p, k, 0);
+    }
+    if (k < p->n || !req) return pipe_finish(p, k, LOOM_SUCCESS);
+    struct loomi_devcall *dc = calloc(1, sizeof *dc);
+    if (!dc) {
+        r = loomi_fail(LOOM_ERR_NO_MEMORY, comm->rank, "%s: out of memory", fn);
+        p->r = r;
+        pipe_finish(p, k, LOOM_SUCCESS);
+        return r;
+    }
+    dc->comm = comm;
+    dc->fn = fn;
+    dc->pipe = p;
+    *req = p->reqs[p->n - 1];
+    loomi_devbuf_attach(dc, *req);
+    return LOOM_SUCCESS;
 }

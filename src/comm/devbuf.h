@@ -46,6 +46,28 @@ int loomi_devbuf_pending(void);
  * writes why p (named `what`) is refused into msg and returns msg. */
 const char *loomi_devbuf_refused(const char *fn, const void *p, const char *what, char *msg,
                                  size_t n);
+/* Pipelined staging of a large element-wise call (allreduce, broadcast,
+ * reduce) whose buffers with bytes are all device memory: the input is
+ * copied to the host in chunks of `chunk` bytes (a multiple of the
+ * element size es) on an internal stream, each with an event; the host
+ * collective of chunk k is started (start(ctx, ...), non-blocking) as soon
+ * as its copy is done, while later chunks are still copying; each chunk
+ * whose collective finished is copied back at once (asynchronously); the
+ * internal stream is synchronised once, at the end.  On a failure the
+ * chunks already copied back are put back as they were, so that recvbuf
+ * is left as it was.  req NULL: blocking; else *req completes the whole
+ * call (loomi_devbuf_req_done), and every chunk was started before this
+ * returns.  sb == rb: in place. */
+typedef loom_result_t (*loomi_devchunk_fn)(void *ctx, const void *hs, void *hr, size_t count,
+                                           loom_request_t *req);
+/* The chunk size for a call of n bytes in elements of es bytes: 0 where
+ * the call is not pipelined (LOOM_CUDA_PIPELINE_CHUNK 0, n not above it,
+ * or the driver lacks the asynchronous functions). */
+size_t loomi_devbuf_pipe_chunk(size_t n, size_t es);
+loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void *stream,
+                                    const void *sb, size_t slen, void *rb, size_t rlen,
+                                    size_t es, size_t chunk, loomi_devchunk_fn start, void *ctx,
+                                    loom_request_t *req);
 /* The communicator goes: its pending calls dropped, its buffers freed. */
 void loomi_devbuf_free(struct loom_comm *comm);
 

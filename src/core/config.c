@@ -47,6 +47,7 @@ static const struct var vars[] = {
     {"LOOM_QUORUM", K_STR, 0, 0, OFF(quorum), NULL},
     {"LOOM_ENCRYPT", K_INT, 0, 1, OFF(encrypt), "0"},
     {"LOOM_STATS", K_INT, 0, 1, OFF(stats), "1"},
+    {"LOOM_CUDA_PIPELINE_CHUNK", K_SIZE, 0, 1LL << 40, OFF(cuda_pipe_chunk), "4M"},
 };
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;

@@ -63,6 +63,9 @@ static void load(void)
         S(EventDestroy, "cuEventDestroy_v2"),
         S(MemAllocHost, "cuMemAllocHost_v2"),
         S(MemFreeHost, "cuMemFreeHost"),
+        S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+        S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+        S(EventQuery, "cuEventQuery"),
 #undef S
     };
     full = 1;

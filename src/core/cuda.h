@@ -25,7 +25,10 @@ enum {
     LOOMI_CU_MEMORYTYPE_DEVICE = 2,
     LOOMI_CU_DEVICE_ATTRIBUTE_CC_MAJOR = 75,
     LOOMI_CU_DEVICE_ATTRIBUTE_CC_MINOR = 76,
-    LOOMI_CU_MEM_ATTACH_GLOBAL = 1
+    LOOMI_CU_MEM_ATTACH_GLOBAL = 1,
+    LOOMI_CU_STREAM_NON_BLOCKING = 1,
+    LOOMI_CU_EVENT_DISABLE_TIMING = 2,
+    LOOMI_CUDA_ERROR_NOT_READY = 600
 };
 
 /* The driver's functions.  cuPointerGetAttribute is the one that must be
@@ -68,6 +71,11 @@ struct loomi_cuda_drv {
      * (src/comm/devbuf.c). */
     loomi_cu_t (*MemAllocHost)(void **p, size_t bytes);
     loomi_cu_t (*MemFreeHost)(void *p);
+    /* The pipelined staging of large device buffers (devbuf.c). */
+    loomi_cu_t (*MemcpyDtoHAsync)(void *dst, loomi_cuptr_t src, size_t bytes, loomi_cuh_t stream);
+    loomi_cu_t (*MemcpyHtoDAsync)(loomi_cuptr_t dst, const void *src, size_t bytes,
+                                  loomi_cuh_t stream);
+    loomi_cu_t (*EventQuery)(loomi_cuh_t e);
 };
 
 /* The driver's table, loaded on the first call; NULL when libcuda.so.1

@@ -112,6 +112,8 @@ struct loomi_env {
     const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
     int encrypt;               /* LOOM_ENCRYPT: 1 seals tcp and control records (AEAD) */
     int stats;                 /* LOOM_STATS: 1 records straggler telemetry */
+    size_t cuda_pipe_chunk;    /* LOOM_CUDA_PIPELINE_CHUNK: device collectives staged in
+                                * chunks of this many bytes, pipelined; 0: whole */
 };
 
 /* NULL-safe: returns the parsed environment or, when a variable holds a

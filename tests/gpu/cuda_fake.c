@@ -169,10 +169,22 @@ int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n)
     return 0;
 }
 
+static void oplog(char kind, uintptr_t addr, size_t n);
+static void x_run(int s, long below);
+static int htod_fail_in;
+
+/* The nth cuMemcpyHtoDAsync from now fails (once). */
+void fake_cuda_fail_htod_async(int nth)
+{
+    htod_fail_in = nth;
+}
+
 int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *stream)
 {
     int s = stream_index(stream);
     if (s < 0 || !is_dev((uintptr_t)dst, n) || streams[s].nq == MAX_QUEUED) return 1;
+    if (htod_fail_in > 0 && --htod_fail_in == 0) return 999; /* fake_cuda_fail_htod_async */
+    oplog('H', (uintptr_t)dst, n);
     void *copy = malloc(n ? n : 1);
     if (!copy) return 2;
     memcpy(copy, src, n);
@@ -201,6 +213,7 @@ int cuStreamSynchronize(void *stream)
     if (s < 0) return 400; /* CUDA_ERROR_INVALID_HANDLE */
     n_sync++;
     streams[s].syncs++;
+    x_run(s, -1);
     for (int i = 0; i < streams[s].nq; i++) {
         memcpy((void *)streams[s].q[i].dst, streams[s].q[i].src, streams[s].q[i].n);
         free(streams[s].q[i].src);
@@ -221,5 +234,202 @@ int cuStreamDestroy_v2(void *stream)
 int cuGetErrorString(int e, const char **str)
 {
     *str = e == 1 ? "fake: invalid value" : e == 3 ? "fake: not initialised" : "fake: error";
+    return 0;
+}
+
+/*
+ * The pipelined staging (src/comm/devbuf.c): cuMemcpyDtoHAsync queues a
+ * copy from device memory that an event recorded after it carries out
+ * once the event is complete (cuEventQuery past its time, or
+ * cuEventSynchronize), or the stream's synchronisation does; a reader
+ * that does not wait for the event reads the old host bytes.  Each event
+ * completes copy_us microseconds (default 0) after the one
+ * before it on its stream, as a copy engine working through its queue
+ * would.  Copies from device memory queued on a stream run before the
+ * copies to it queued there (Loom issues every read of a call first).
+ * fake_cuda_copy_us sets that time from the test.
+ * fake_cuda_oplog reads the order of operations: 'D' a device-to-host
+ * copy queued (addr: its device source), 'E' an event seen complete
+ * (addr: the source of the last such copy before it), 'H' a host-to-
+ * device copy queued (addr: its device destination).
+ */
+#include <time.h>
+
+#define MAX_X 4096
+#define MAX_EVENTS 2048
+#define MAX_LOG 16384
+
+static struct { int s; void *dst; uintptr_t src; size_t n; long seq; int done; } xq[MAX_X];
+static int nx;
+static long xissued[MAX_STREAMS];
+static uintptr_t xlast[MAX_STREAMS];
+static long long last_ready[MAX_STREAMS];
+static struct {
+    int used, s, done, held;
+    long marker, h0;
+    uintptr_t addr;
+    long long ready;
+} events[MAX_EVENTS];
+static int hold_nth = -1, nrec;
+static long nh;
+static struct { char kind; uintptr_t addr; size_t n; } oplog_[MAX_LOG];
+static int nlog;
+static long long copy_us;
+
+void fake_cuda_copy_us(long us)
+{
+    copy_us = us;
+}
+
+/* The nth event recorded from now on (-1: none) is held until a host-to-
+ * device copy is queued after it was recorded (or 5 s went by): a copy
+ * engine slow enough for a finished chunk to go back before the last
+ * chunk's input is in. */
+void fake_cuda_hold_event(int nth)
+{
+    hold_nth = nth;
+    nrec = 0;
+}
+
+static void oplog(char kind, uintptr_t addr, size_t n)
+{
+    if (kind == 'H') nh++;
+    if (nlog == MAX_LOG) return;
+    oplog_[nlog].kind = kind;
+    oplog_[nlog].addr = addr;
+    oplog_[nlog++].n = n;
+}
+
+int fake_cuda_oplog(int i, char *kind, unsigned long long *addr, size_t *n)
+{
+    if (i >= 0 && i < nlog) {
+        *kind = oplog_[i].kind;
+        *addr = oplog_[i].addr;
+        *n = oplog_[i].n;
+    }
+    return nlog;
+}
+
+void fake_cuda_oplog_reset(void)
+{
+    nlog = 0;
+}
+
+static long long now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+/* Carry out the device-to-host copies queued on stream s (below: those
+ * issued before the seq; -1: all); drop the finished ones. */
+static void x_run(int s, long below)
+{
+    int j = 0;
+    for (int i = 0; i < nx; i++) {
+        if (xq[i].s == s && (below < 0 || xq[i].seq < below)) {
+            memcpy(xq[i].dst, (void *)xq[i].src, xq[i].n);
+            continue;
+        }
+        xq[j++] = xq[i];
+    }
+    nx = j;
+}
+
+int cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void *stream)
+{
+    int s = stream_index(stream);
+    n_dtoh++;
+    if (s < 0 || nx == MAX_X) return 1;
+    if (!is_dev((uintptr_t)src, n)) {
+        n_bad++;
+        return 1;
+    }
+    if (queued_over((uintptr_t)src, n)) n_stale++;
+    oplog('D', (uintptr_t)src, n);
+    xq[nx].s = s;
+    xq[nx].dst = dst;
+    xq[nx].src = (uintptr_t)src;
+    xq[nx].n = n;
+    xq[nx++].seq = xissued[s]++;
+    xlast[s] = (uintptr_t)src;
+    return 0;
+}
+
+int cuEventCreate(void **e, unsigned flags)
+{
+    (void)flags;
+    for (int i = 0; i < MAX_EVENTS; i++)
+        if (!events[i].used) {
+            memset(&events[i], 0, sizeof events[i]);
+            events[i].used = 1;
+            events[i].s = -1;
+            *e = &events[i];
+            return 0;
+        }
+    return 2;
+}
+
+static int event_index(void *e)
+{
+    uintptr_t v = (uintptr_t)e, b = (uintptr_t)events;
+    if (v < b || v >= b + sizeof events || (v - b) % sizeof events[0]) return -1;
+    int i = (int)((v - b) / sizeof events[0]);
+    return events[i].used ? i : -1;
+}
+
+int cuEventRecord(void *e, void *stream)
+{
+    int i = event_index(e), s = stream_index(stream);
+    if (i < 0 || s < 0) return 400;
+    long long t = now_us();
+    if (last_ready[s] > t) t = last_ready[s];
+    events[i].s = s;
+    events[i].done = 0;
+    events[i].marker = xissued[s];
+    events[i].addr = xlast[s];
+    events[i].ready = last_ready[s] = t + copy_us;
+    events[i].held = nrec++ == hold_nth;
+    events[i].h0 = nh;
+    return 0;
+}
+
+static void event_complete(int i)
+{
+    if (events[i].done) return;
+    x_run(events[i].s, events[i].marker);
+    events[i].done = 1;
+    oplog('E', events[i].addr, 0);
+}
+
+int cuEventQuery(void *e)
+{
+    int i = event_index(e);
+    if (i < 0) return 400;
+    if (events[i].s < 0 || events[i].done) return 0;
+    if (now_us() < events[i].ready) return 600; /* CUDA_ERROR_NOT_READY */
+    if (events[i].held && nh == events[i].h0 && now_us() < events[i].ready + 5000000) return 600;
+    event_complete(i);
+    return 0;
+}
+
+int cuEventSynchronize(void *e)
+{
+    int i = event_index(e);
+    if (i < 0) return 400;
+    if (events[i].s < 0) return 0;
+    while (cuEventQuery(e) == 600) {
+        struct timespec t = {0, 50000};
+        nanosleep(&t, NULL);
+    }
+    return 0;
+}
+
+int cuEventDestroy_v2(void *e)
+{
+    int i = event_index(e);
+    if (i < 0) return 400;
+    events[i].used = 0;
     return 0;
 }

@@ -14,6 +14,13 @@
  * communicator.
  *
  *   mp_devbuf all     run everything above
+ *   mp_devbuf pipe    large calls, pipelined in chunks (run with
+ *                     LOOM_CUDA_PIPELINE_CHUNK small): every datatype and
+ *                     op of allreduce, broadcast and reduce, in place and
+ *                     not, blocking and not, byte for byte the host call's
+ *                     result; the order of the copies and the collectives
+ *                     (the fake's log) shows that they overlap; a failed
+ *                     copy back leaves recvbuf as it was
  */
 #include <dlfcn.h>
 #include <stddef.h>
@@ -37,6 +44,11 @@ static int (*cu_stream_create)(void **, unsigned);
 static long (*fake_count)(const char *);
 static long (*fake_syncs)(void *);
 static int (*fake_queued)(void *);
+static int (*fake_oplog)(int, char *, unsigned long long *, size_t *);
+static void (*fake_oplog_reset)(void);
+static void (*fake_fail_htod_async)(int);
+static void (*fake_copy_us)(long);
+static void (*fake_hold_event)(int);
 
 static int load_fake(void)
 {
@@ -52,9 +64,15 @@ static int load_fake(void)
     L(fake_count, "fake_cuda_count");
     L(fake_syncs, "fake_cuda_syncs");
     L(fake_queued, "fake_cuda_queued");
+    L(fake_oplog, "fake_cuda_oplog");
+    L(fake_oplog_reset, "fake_cuda_oplog_reset");
+    L(fake_fail_htod_async, "fake_cuda_fail_htod_async");
+    L(fake_copy_us, "fake_cuda_copy_us");
+    L(fake_hold_event, "fake_cuda_hold_event");
 #undef L
     return cu_init && cu_alloc && cu_free && cu_dtoh && cu_htod_async && cu_stream_create &&
-                   fake_count && fake_syncs && fake_queued
+                   fake_count && fake_syncs && fake_queued && fake_oplog && fake_oplog_reset &&
+                   fake_fail_htod_async && fake_copy_us && fake_hold_event
                ? 0
                : -1;
 }
@@ -381,10 +399,248 @@ static int all(void)
     return 0;
 }
 
+/* ------------------------------------------------------------ pipelined */
+
+static size_t pchunk;
+
+/* Element i of rank r's input in datatype dt: a small whole number (1..3),
+ * exact in every type and through every op on up to 4 ranks. */
+static void put(void *buf, size_t i, loom_datatype_t dt, int v)
+{
+    static const uint16_t f16[4] = {0, 0x3C00, 0x4000, 0x4200};
+    unsigned char *p = (unsigned char *)buf + i * loom_datatype_size(dt);
+    float f = (float)v;
+    uint32_t fb;
+    memcpy(&fb, &f, 4);
+    switch (dt) {
+    case LOOM_INT8: *(int8_t *)p = (int8_t)v; break;
+    case LOOM_UINT8: *(uint8_t *)p = (uint8_t)v; break;
+    case LOOM_INT32: *(int32_t *)p = v; break;
+    case LOOM_UINT32: *(uint32_t *)p = (uint32_t)v; break;
+    case LOOM_INT64: *(int64_t *)p = v; break;
+    case LOOM_UINT64: *(uint64_t *)p = (uint64_t)v; break;
+    case LOOM_FLOAT16: memcpy(p, &f16[v], 2); break;
+    case LOOM_FLOAT32: memcpy(p, &f, 4); break;
+    case LOOM_FLOAT64: {
+        double d = v;
+        memcpy(p, &d, 8);
+        break;
+    }
+    case LOOM_BFLOAT16: {
+        uint16_t b = (uint16_t)(fb >> 16);
+        memcpy(p, &b, 2);
+        break;
+    }
+    default: break;
+    }
+}
+
+/* Where addr falls in [base, base+len): its chunk, else -1. */
+static long chunk_of(unsigned long long addr, const void *base, size_t len)
+{
+    uintptr_t b = (uintptr_t)base;
+    return addr >= b && addr < b + len ? (long)((addr - b) / pchunk) : -1;
+}
+
+/* The fake's log of the last call: every input chunk's copy queued in
+ * order, chunk k+1's before chunk k's event completed (so before chunk
+ * k's collective started); a result chunk copied back before the last
+ * input chunk's event completed (so before the last collective started,
+ * let alone finished); every result chunk copied back once. */
+static void check_order(const char *what, const void *sb, const void *rb, size_t len,
+                        int has_in, int has_out, int slow)
+{
+    char k;
+    unsigned long long a;
+    size_t n;
+    const int total = fake_oplog(0, &k, &a, &n);
+    const long nch = (long)((len + pchunk - 1) / pchunk);
+    long posD[64], posE[64], posH[64];
+    for (long c = 0; c < 64; c++) posD[c] = posE[c] = posH[c] = -1;
+    long nextD = 0, nH = 0;
+    for (int i = 0; i < total; i++) {
+        fake_oplog(i, &k, &a, &n);
+        long c;
+        if (k == 'D' && (c = chunk_of(a, sb, len)) >= 0 && has_in) {
+            CHECK(c == nextD, "%s: input chunk %ld copied in as number %ld", what, c, nextD);
+            if (c < 64) posD[c] = i;
+            nextD++;
+        } else if (k == 'E' && has_in && (c = chunk_of(a, sb, len)) >= 0 && c < 64) {
+            if (posE[c] < 0) posE[c] = i;
+        } else if (k == 'H' && (c = chunk_of(a, rb, len)) >= 0 && c < 64) {
+            if (posH[c] < 0) posH[c] = i;
+            nH++;
+        }
+    }
+    CHECK(nch >= 3 && nch < 64, "%s: %ld chunks", what, nch);
+    if (has_in) {
+        CHECK(nextD == nch, "%s: %ld input chunks copied, not %ld", what, nextD, nch);
+        for (long c = 0; c + 1 < nch; c++)
+            CHECK(posD[c + 1] >= 0 && posE[c] >= 0 && posD[c + 1] < posE[c],
+                  "%s: chunk %ld's input copy not queued before chunk %ld's collective", what,
+                  c + 1, c);
+    }
+    if (has_out) {
+        CHECK(nH == nch, "%s: %ld result chunks copied back, not %ld", what, nH, nch);
+        if (has_in && slow)
+            CHECK(posH[0] >= 0 && posH[0] < posE[nch - 1],
+                  "%s: no result chunk copied back before the last chunk's collective started",
+                  what);
+    }
+}
+
+static int pipe_all(void)
+{
+    void *stream;
+    CHECK(cu_stream_create(&stream, 1) == 0, "cuStreamCreate");
+    const char *cv = getenv("LOOM_CUDA_PIPELINE_CHUNK");
+    pchunk = cv ? (size_t)atol(cv) : 0;
+    CHECK(pchunk >= 64 && pchunk <= 65536, "run with LOOM_CUDA_PIPELINE_CHUNK=64..65536 bytes");
+    if (pchunk < 64 || pchunk > 65536) return 1;
+    const int root = nranks - 1, ncolls = 3;
+    static const char *const cn[] = {"allreduce", "broadcast", "reduce"};
+    /* First with slow copies (each chunk's input copy takes 5 ms, the
+     * last one until a result chunk went back, or 5 s): the order shows
+     * the overlap; then every datatype and op, fast. */
+    for (int slow = 1; slow >= 0; slow--)
+    for (int coll = 0; coll < ncolls; coll++)
+        for (int dt = 0; dt < LOOM_NUM_DATATYPES; dt++)
+            for (int op = 0; op < (coll == 1 ? 1 : LOOM_NUM_OPS); op++)
+                for (int ip = 0; ip < 2; ip++)
+                    for (int mode = 0; mode < 3; mode++) {
+        if (slow && (op || (dt != LOOM_INT32 && dt != LOOM_FLOAT32))) continue;
+        fake_copy_us(slow ? 5000 : 0);
+        const size_t es = loom_datatype_size((loom_datatype_t)dt);
+        /* 3.5 chunks and an odd number of elements more */
+        const size_t count = (pchunk * 3 + pchunk / 2) / es + 3 + (size_t)(dt % 2) * 2;
+        const size_t len = count * es;
+        const int is_root = rank == root;
+        const int has_in = coll != 1 || is_root, has_out = coll != 2 || is_root;
+        const int inplace = ip && has_in && has_out;
+        unsigned char *hin = malloc(len), *ref = malloc(len), *got = malloc(len);
+        unsigned char *sent = malloc(len);
+        for (size_t i = 0; i < count; i++) put(hin, i, (loom_datatype_t)dt, 1 + (int)((i + (size_t)rank) % 3));
+        memset(sent, 0x5A, len);
+        memcpy(ref, inplace ? hin : sent, len);
+        /* The reference: the same call on host memory. */
+        loom_result_t r;
+        const void *hsb = inplace ? ref : hin;
+        if (coll == 0) r = loom_allreduce(hsb, ref, count, dt, op, comm);
+        else if (coll == 1) r = loom_broadcast(hsb, ref, count, dt, root, comm);
+        else r = loom_reduce(hsb, is_root ? ref : NULL, count, dt, op, root, comm);
+        CHECK(r == LOOM_SUCCESS, "host %s: %s", cn[coll], loom_strerror(r));
+        unsigned long long s = 0, d = 0;
+        CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, len) == 0, "cuMemAlloc");
+        void *qs = coll == 0 ? stream : NULL;
+        CHECK(cu_htod_async(s, hin, len, qs) == 0 && cu_htod_async(d, sent, len, qs) == 0,
+              "cuMemcpyHtoDAsync");
+        void *sb = (void *)(uintptr_t)s, *rb = inplace ? sb : (void *)(uintptr_t)d;
+        char what[160];
+        snprintf(what, sizeof what, "pipelined %s dtype %d op %d%s, %zu elements, %s%s", cn[coll],
+                 dt, op, inplace ? " in place" : "", count, modes[mode],
+                 slow ? ", slow copies" : "");
+        nruns++;
+        /* together: a late peer would hold the first chunk back */
+        if (slow) CHECK(loom_barrier(comm) == LOOM_SUCCESS, "barrier");
+        const long htod0 = fake_count("htod");
+        fake_oplog_reset();
+        /* slow: the last chunk's input copy ends only once a result chunk
+         * went back (or after 5 s) */
+        fake_hold_event(slow && has_in && has_out ? (int)((len + pchunk - 1) / pchunk) - 1 : -1);
+        loom_request_t req = LOOM_REQUEST_NULL;
+        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+        o.stream = stream;
+        loom_request_t *rq = mode ? &req : NULL;
+        if (coll == 0)
+            r = rq ? loom_iallreduce_opts(sb, rb, count, dt, op, comm, &o, rq)
+                   : loom_allreduce_opts(sb, rb, count, dt, op, comm, &o);
+        else {
+            /* broadcast and reduce: ordered on the legacy stream */
+            if (coll == 1)
+                r = rq ? loom_ibroadcast(has_in ? sb : NULL, rb, count, dt, root, comm, rq)
+                       : loom_broadcast(has_in ? sb : NULL, rb, count, dt, root, comm);
+            else
+                r = rq ? loom_ireduce(sb, has_out ? rb : NULL, count, dt, op, root, comm, rq)
+                       : loom_reduce(sb, has_out ? rb : NULL, count, dt, op, root, comm);
+        }
+        if (r == LOOM_SUCCESS && mode == 1) r = loom_wait(&req);
+        if (r == LOOM_SUCCESS && mode == 2) {
+            int done = 0;
+            for (long k = 0; k < 100000000 && !done && r == LOOM_SUCCESS; k++)
+                r = loom_test(&req, &done);
+            CHECK(done, "%s: never done", what);
+        }
+        CHECK(r == LOOM_SUCCESS, "%s: %s (%s)", what, loom_strerror(r), loom_get_last_error());
+        CHECK(fake_count("htod") == htod0, "%s: a synchronous copy back (not pipelined)", what);
+        if (has_out) {
+            rd((int32_t *)got, rb, len / 4, 1);
+            /* len may not be a multiple of 4: the tail byte by byte */
+            if (len % 4) CHECK(cu_dtoh(got + len / 4 * 4, (uintptr_t)rb + len / 4 * 4, len % 4) == 0, "dtoh");
+            for (size_t i = 0; i < len; i++)
+                if (got[i] != ref[i]) {
+                    CHECK(0, "%s: byte %zu (element %zu) is %#x, the host call's %#x", what, i,
+                          i / es, got[i], ref[i]);
+                    break;
+                }
+        }
+        check_order(what, sb, rb, len, has_in, has_out, slow);
+        cu_free(s);
+        cu_free(d);
+        free(hin);
+        free(ref);
+        free(got);
+        free(sent);
+    }
+    /* A copy back that fails (rank 0's second chunk): that rank's call
+     * fails, naming it, and its recvbuf is as it was, the first chunk put
+     * back; the others succeed; the communicator goes on. */
+    for (int ip = 0; ip < 2; ip++) {
+        const size_t count = (pchunk * 3 + pchunk / 2) / 4, len = count * 4;
+        int32_t *in = malloc(len), *got = malloc(len), *sent = malloc(len);
+        for (size_t i = 0; i < count; i++) in[i] = (int32_t)i + rank, sent[i] = SENTINEL;
+        unsigned long long s, d;
+        CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, len) == 0, "cuMemAlloc");
+        cu_htod_async(s, in, len, stream);
+        cu_htod_async(d, sent, len, stream);
+        void *sb = (void *)(uintptr_t)s, *rb = ip ? sb : (void *)(uintptr_t)d;
+        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+        o.stream = stream;
+        if (rank == 0) fake_fail_htod_async(2);
+        loom_result_t r = loom_allreduce_opts(sb, rb, count, LOOM_INT32, LOOM_SUM, comm, &o);
+        fake_fail_htod_async(0);
+        rd(got, rb, count, 1);
+        if (rank == 0) {
+            CHECK(r == LOOM_ERR_SYSTEM && strstr(loom_get_last_error(), "cuMemcpyHtoDAsync"),
+                  "a failed copy back%s: %s (%s)", ip ? " in place" : "", loom_strerror(r),
+                  loom_get_last_error());
+            CHECK(!memcmp(got, ip ? in : sent, len), "a failed copy back%s: recvbuf changed",
+                  ip ? " in place" : "");
+        } else {
+            CHECK(r == LOOM_SUCCESS, "allreduce beside a failed copy back: %s", loom_strerror(r));
+            for (size_t i = 0; i < count; i++)
+                if (got[i] != (int32_t)(nranks * (int)i + nranks * (nranks - 1) / 2)) {
+                    CHECK(0, "allreduce beside a failed copy back: [%zu] %d", i, (int)got[i]);
+                    break;
+                }
+        }
+        cu_free(s);
+        cu_free(d);
+        free(in);
+        free(got);
+        free(sent);
+    }
+    int32_t x = 1, y = 0;
+    loom_result_t r = loom_allreduce(&x, &y, 1, LOOM_INT32, LOOM_SUM, comm);
+    CHECK(r == LOOM_SUCCESS && y == nranks, "an allreduce after: %s", loom_strerror(r));
+    CHECK(fake_count("stale") == 0, "%ld stale reads", fake_count("stale"));
+    CHECK(fake_count("bad") == 0, "%ld bad copies", fake_count("bad"));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "all")) {
-        fprintf(stderr, "usage: mp_devbuf all\n");
+    if (argc < 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "pipe"))) {
+        fprintf(stderr, "usage: mp_devbuf all|pipe\n");
         return 2;
     }
     if (load_fake()) {
@@ -399,7 +655,7 @@ int main(int argc, char **argv)
     }
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &nranks);
-    int rc = all();
+    int rc = strcmp(argv[1], "pipe") ? all() : pipe_all();
     loom_comm_destroy(comm);
     CHECK(fake_count("free_host") == fake_count("alloc_host"),
           "pinned buffers: %ld allocated, %ld freed by loom_comm_destroy",

@@ -25,6 +25,23 @@ for tr in shm tcp; do
             [ $rc = 0 ]
         [ $rc = 0 ] || echo "$out" | grep -v ': ok$' | head -30
         [ -n "${LOOM_TEST_VERBOSE:-}" ] && echo "$out"
+        # Large calls pipelined in 4 KiB chunks (LOOM_CUDA_PIPELINE_CHUNK).
+        out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+            LOOM_CUDA_PIPELINE_CHUNK=4096 LOOM_TRANSPORT=$tr LOOM_TIMEOUT=20000 timeout 120 \
+            "$LOOMRUN" -n $n --timeout 100 "$prog" pipe 2>&1); rc=$?
+        check "pipelined: every dtype and op of allreduce, broadcast, reduce (in place, blocking, wait, test), copies overlapping the collectives, a failed copy back undone, $n ranks over $tr (exit $rc)" \
+            [ $rc = 0 ]
+        [ $rc = 0 ] || echo "$out" | grep -v ': ok$' | head -30
     done
 done
+# LOOM_CUDA_PIPELINE_CHUNK=0 turns the pipeline off: the large calls of
+# "all" staged whole; a bad value is refused at init, naming it.
+out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LOOM_CUDA_PIPELINE_CHUNK=0 \
+    LOOM_TRANSPORT=shm timeout 120 "$LOOMRUN" -n 2 --timeout 100 "$prog" all 2>&1); rc=$?
+check "LOOM_CUDA_PIPELINE_CHUNK=0: whole staging (exit $rc)" [ $rc = 0 ]
+out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LOOM_CUDA_PIPELINE_CHUNK=lots \
+    LOOM_TRANSPORT=shm timeout 60 "$LOOMRUN" -n 2 --timeout 50 "$prog" all 2>&1); rc=$?
+refused=no
+[ $rc != 0 ] && echo "$out" | grep -q LOOM_CUDA_PIPELINE_CHUNK && refused=yes
+check "LOOM_CUDA_PIPELINE_CHUNK=lots refused, naming it (exit $rc)" [ $refused = yes ]
 finish
