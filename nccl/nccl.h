@@ -22,6 +22,15 @@
 #include <limits.h>
 #include <stddef.h>
 
+/* As NVIDIA's nccl.h does: CUDA's half types (half, __nv_bfloat16) for
+ * programs that CUDA's compiler builds (nccl-tests uses them). */
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 11
+#include <cuda_bf16.h>
+#endif
+#endif
+
 /* CUDA's own declaration; skipped when a CUDA runtime header was
  * included first (it declares the same type). */
 #if !defined(CUDART_VERSION) && !defined(__DRIVER_TYPES_H__) &&                \

@@ -433,3 +433,27 @@ int cuEventDestroy_v2(void *e)
     events[i].used = 0;
     return 0;
 }
+
+/* One device and its primary context, for tests/gpu/mp_gpu.c run here. */
+int cuDeviceGet(int *dev, int ordinal)
+{
+    if (!initialised) return 3;
+    if (ordinal) return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    *dev = 0;
+    return 0;
+}
+
+int cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+    static int primary;
+    if (!initialised) return 3;
+    if (dev) return 101;
+    *ctx = &primary;
+    return 0;
+}
+
+int cuCtxSetCurrent(void *ctx)
+{
+    (void)ctx;
+    return initialised ? 0 : 3;
+}
