@@ -542,17 +542,24 @@ static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom
 {
     if (!c->sdev && !c->rdev) return d ? launch_as(c, d, req, 0, NULL, NULL) : launch(c, req);
     /* Large element-wise calls on device buffers alone: pipelined, the
-     * copies overlapping the host collective. */
+     * copies overlapping the host collective (reduce-scatter's sendbuf and
+     * allgather's recvbuf: p blocks, each chunked alike). */
     const int coll = c->a.coll;
+    const size_t p = (size_t)c->comm->nranks;
+    const size_t sbl = coll == LOOMI_COLL_REDUCE_SCATTER ? p : 1;
+    const size_t rbl = coll == LOOMI_COLL_ALLGATHER ? p : 1;
     if (!d && !c->cz.codec &&
         (coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_BROADCAST ||
-         coll == LOOMI_COLL_REDUCE) &&
+         coll == LOOMI_COLL_REDUCE || coll == LOOMI_COLL_REDUCE_SCATTER ||
+         coll == LOOMI_COLL_ALLGATHER) &&
         (c->sdev || !c->slen) && (c->rdev || !c->rlen)) {
         const size_t es = loom_datatype_size(c->dtype);
-        const size_t chunk = loomi_devbuf_pipe_chunk(c->slen > c->rlen ? c->slen : c->rlen, es);
+        const size_t blk = c->slen ? c->slen / sbl : c->rlen / rbl;
+        const size_t chunk = loomi_devbuf_pipe_chunk(blk, es);
         if (chunk)
             return loomi_devbuf_pipeline(c->comm, c->fn, c->stream, c->sendbuf, c->slen,
-                                         c->recvbuf, c->rlen, es, chunk, launch_chunk, c, req);
+                                         c->recvbuf, c->rlen, es, chunk, sbl, rbl, launch_chunk,
+                                         c, req);
     }
     /* recvbuf is read where the call is in place, and alltoallv's may
      * hold bytes between its blocks that no peer writes. */

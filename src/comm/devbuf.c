@@ -3,6 +3,9 @@
  * host memory (devbuf.h).  A first, correct version: the calling thread
  * waits for the call's stream before the device input is read, and the
  * copies are the driver's synchronous ones; no device kernel runs.
+ * Large element-wise calls are pipelined instead (loomi_devbuf_pipeline,
+ * at the end): asynchronous copies in chunks on the communicator's own
+ * stream, overlapping the host collectives of the chunks before.
  *
  * Staging buffers are kept per communicator (comm->devpool) and grown as
  * needed: a blocking call takes one and gives it back before it returns;
@@ -298,6 +301,9 @@ struct pipe {
     unsigned char *sb, *rb;      /* device */
     unsigned char *hs, *hr, *bk; /* host */
     size_t slen, rlen, len, chunk, n;
+    size_t sbl, rbl;        /* blocks of len bytes in sb (reduce-scatter: p) and rb
+                             * (allgather: p); chunk k is bytes [k*chunk, ...) of
+                             * each, held together on the host (at sbl*k*chunk) */
     void **ev;              /* n events, one after each chunk's input copy */
     loom_request_t *reqs;   /* chunk requests; NULL once finished */
     unsigned char *back;    /* chunk k was copied back */
@@ -344,11 +350,14 @@ static void pipe_back(struct pipe *p, size_t k)
 {
     if (!p->rlen || p->r != LOOM_SUCCESS) return;
     const struct loomi_cuda_drv *d = loomi_cuda_driver();
-    const size_t off = k * p->chunk;
-    loomi_cu_t e = d->MemcpyHtoDAsync((loomi_cuptr_t)(uintptr_t)(p->rb + off), p->hr + off,
-                                      chunk_len(p, k), p->stream);
+    const size_t off = k * p->chunk, lk = chunk_len(p, k);
+    loomi_cu_t e = 0;
+    for (size_t q = 0; q < p->rbl && !e; q++)
+        e = d->MemcpyHtoDAsync((loomi_cuptr_t)(uintptr_t)(p->rb + q * p->len + off),
+                               p->hr + off * p->rbl + q * lk, lk, p->stream);
+    /* a chunk partly copied back counts as copied back */
+    p->back[k] = 1;
     if (e) p->r = cu_fail(p->comm, p->fn, "cuMemcpyHtoDAsync of a result chunk", e);
-    else p->back[k] = 1;
 }
 
 /* Finish chunks, in order, below upto: those done (block: all). */
@@ -383,9 +392,11 @@ static loom_result_t pipe_finish(struct pipe *p, size_t upto, loom_result_t last
          * done: put back where a chunk went. */
         d->StreamSynchronize(p->stream);
         for (size_t k = 0; k < p->n; k++)
-            if (p->back[k])
-                d->MemcpyHtoDAsync((loomi_cuptr_t)(uintptr_t)(p->rb + k * p->chunk),
-                                   p->bk + k * p->chunk, chunk_len(p, k), p->stream);
+            for (size_t q = 0; q < p->rbl && p->back[k]; q++) {
+                const size_t off = q * p->len + k * p->chunk;
+                d->MemcpyHtoDAsync((loomi_cuptr_t)(uintptr_t)(p->rb + off), p->bk + off,
+                                   chunk_len(p, k), p->stream);
+            }
     }
     loomi_cu_t e = d->StreamSynchronize(p->stream);
     if (e && r == LOOM_SUCCESS)
@@ -396,8 +407,8 @@ static loom_result_t pipe_finish(struct pipe *p, size_t upto, loom_result_t last
 
 loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void *stream,
                                     const void *sb, size_t slen, void *rb, size_t rlen,
-                                    size_t es, size_t chunk, loomi_devchunk_fn start, void *ctx,
-                                    loom_request_t *req)
+                                    size_t es, size_t chunk, size_t sblocks, size_t rblocks,
+                                    loomi_devchunk_fn start, void *ctx, loom_request_t *req)
 {
     const struct loomi_cuda_drv *d = loomi_cuda_driver();
     struct pipe *p = calloc(1, sizeof *p);
@@ -408,10 +419,12 @@ loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void
     p->rb = rb;
     p->slen = slen;
     p->rlen = rlen;
-    p->len = slen ? slen : rlen;
+    p->sbl = sblocks;
+    p->rbl = rblocks;
+    p->len = slen ? slen / sblocks : rlen / rblocks;
     p->chunk = chunk;
     p->n = (p->len + chunk - 1) / chunk;
-    const int inplace = slen && rlen && (const void *)rb == sb;
+    const int inplace = slen && rlen && (const void *)rb == sb && sblocks == 1 && rblocks == 1;
     const size_t S = up64(slen), R = up64(rlen), B = rlen && !inplace ? up64(rlen) : 0;
     p->ev = calloc(p->n, sizeof *p->ev);
     p->reqs = calloc(p->n, sizeof *p->reqs);
@@ -440,10 +453,12 @@ loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void
     /* Every input chunk's copy queued at once, an event after each, then
      * recvbuf as it was (out of place). */
     for (size_t k = 0; k < p->n && slen && !e; k++) {
-        const size_t off = k * chunk;
+        const size_t off = k * chunk, lk = chunk_len(p, k);
         what = "cuMemcpyDtoHAsync of an input chunk";
-        e = d->MemcpyDtoHAsync(p->hs + off, (loomi_cuptr_t)(uintptr_t)(p->sb + off),
-                               chunk_len(p, k), p->stream);
+        for (size_t q = 0; q < sblocks && !e; q++)
+            e = d->MemcpyDtoHAsync(p->hs + off * sblocks + q * lk,
+                                   (loomi_cuptr_t)(uintptr_t)(p->sb + q * p->len + off), lk,
+                                   p->stream);
         if (!e) {
             what = "cuEventCreate";
             e = d->EventCreate(&p->ev[k], LOOMI_CU_EVENT_DISABLE_TIMING);
@@ -474,7 +489,8 @@ loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void
             if (p->r == LOOM_SUCCESS) p->r = cu_fail(comm, fn, "cuEventQuery", e);
             break;
         }
-        r = start(ctx, slen ? p->hs + off : NULL, rlen ? p->hr + off : NULL, chunk_len(p, k) / es,
+        r = start(ctx, slen ? p->hs + off * sblocks : NULL, rlen ? p->hr + off * rblocks : NULL,
+                  chunk_len(p, k) / es,
                   &p->reqs[k]);
         if (r != LOOM_SUCCESS) {
             if (p->r == LOOM_SUCCESS) p->r = r;

@@ -47,7 +47,9 @@ int loomi_devbuf_pending(void);
 const char *loomi_devbuf_refused(const char *fn, const void *p, const char *what, char *msg,
                                  size_t n);
 /* Pipelined staging of a large element-wise call (allreduce, broadcast,
- * reduce) whose buffers with bytes are all device memory: the input is
+ * reduce; reduce-scatter, allgather: sendbuf / recvbuf of sblocks /
+ * rblocks blocks, each chunked alike) whose buffers with bytes are all
+ * device memory: the input is
  * copied to the host in chunks of `chunk` bytes (a multiple of the
  * element size es) on an internal stream, each with an event; the host
  * collective of chunk k is started (start(ctx, ...), non-blocking) as soon
@@ -66,8 +68,8 @@ typedef loom_result_t (*loomi_devchunk_fn)(void *ctx, const void *hs, void *hr, 
 size_t loomi_devbuf_pipe_chunk(size_t n, size_t es);
 loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void *stream,
                                     const void *sb, size_t slen, void *rb, size_t rlen,
-                                    size_t es, size_t chunk, loomi_devchunk_fn start, void *ctx,
-                                    loom_request_t *req);
+                                    size_t es, size_t chunk, size_t sblocks, size_t rblocks,
+                                    loomi_devchunk_fn start, void *ctx, loom_request_t *req);
 /* The communicator goes: its pending calls dropped, its buffers freed. */
 void loomi_devbuf_free(struct loom_comm *comm);
 

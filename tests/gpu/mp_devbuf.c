@@ -16,7 +16,8 @@
  *   mp_devbuf all     run everything above
  *   mp_devbuf pipe    large calls, pipelined in chunks (run with
  *                     LOOM_CUDA_PIPELINE_CHUNK small): every datatype and
- *                     op of allreduce, broadcast and reduce, in place and
+ *                     op of allreduce, broadcast, reduce, reduce_scatter
+ *                     and allgather, in place and
  *                     not, blocking and not, byte for byte the host call's
  *                     result; the order of the copies and the collectives
  *                     (the fake's log) shows that they overlap; a failed
@@ -448,7 +449,7 @@ static long chunk_of(unsigned long long addr, const void *base, size_t len)
  * input chunk's event completed (so before the last collective started,
  * let alone finished); every result chunk copied back once. */
 static void check_order(const char *what, const void *sb, const void *rb, size_t len,
-                        int has_in, int has_out, int slow)
+                        size_t sbl, int has_in, int has_out, int slow)
 {
     char k;
     unsigned long long a;
@@ -461,11 +462,14 @@ static void check_order(const char *what, const void *sb, const void *rb, size_t
     for (int i = 0; i < total; i++) {
         fake_oplog(i, &k, &a, &n);
         long c;
-        if (k == 'D' && (c = chunk_of(a, sb, len)) >= 0 && has_in) {
+        /* (n past a chunk: recvbuf saved whole, not an input chunk) */
+        if (k == 'D' && n <= pchunk && (c = chunk_of(a, sb, len)) >= 0 && has_in) {
             CHECK(c == nextD, "%s: input chunk %ld copied in as number %ld", what, c, nextD);
             if (c < 64) posD[c] = i;
             nextD++;
-        } else if (k == 'E' && has_in && (c = chunk_of(a, sb, len)) >= 0 && c < 64) {
+        } else if (k == 'E' && has_in && a >= (uintptr_t)sb && a < (uintptr_t)sb + sbl * len &&
+                   (c = (long)((a - (uintptr_t)sb) % len / pchunk)) < 64) {
+            /* (named by the last block's copy of the chunk) */
             if (posE[c] < 0) posE[c] = i;
         } else if (k == 'H' && (c = chunk_of(a, rb, len)) >= 0 && c < 64) {
             if (posH[c] < 0) posH[c] = i;
@@ -497,8 +501,9 @@ static int pipe_all(void)
     pchunk = cv ? (size_t)atol(cv) : 0;
     CHECK(pchunk >= 64 && pchunk <= 65536, "run with LOOM_CUDA_PIPELINE_CHUNK=64..65536 bytes");
     if (pchunk < 64 || pchunk > 65536) return 1;
-    const int root = nranks - 1, ncolls = 3;
-    static const char *const cn[] = {"allreduce", "broadcast", "reduce"};
+    const int root = nranks - 1, ncolls = 5;
+    static const char *const cn[] = {"allreduce", "broadcast", "reduce", "reduce_scatter",
+                                     "allgather"};
     /* First with slow copies (each chunk's input copy takes 5 ms, the
      * last one until a result chunk went back, or 5 s): the order shows
      * the overlap; then every datatype and op, fast. */
@@ -517,24 +522,51 @@ static int pipe_all(void)
         const int is_root = rank == root;
         const int has_in = coll != 1 || is_root, has_out = coll != 2 || is_root;
         const int inplace = ip && has_in && has_out;
-        unsigned char *hin = malloc(len), *ref = malloc(len), *got = malloc(len);
-        unsigned char *sent = malloc(len);
-        for (size_t i = 0; i < count; i++) put(hin, i, (loom_datatype_t)dt, 1 + (int)((i + (size_t)rank) % 3));
-        memset(sent, 0x5A, len);
-        memcpy(ref, inplace ? hin : sent, len);
+        const size_t P = (size_t)nranks;
+        const size_t sbytes = has_in ? (coll == 3 ? P : 1) * len : 0;
+        const size_t rbytes = has_out ? (coll == 4 ? P : 1) * len : 0;
+        /* in place: one buffer; sendbuf and recvbuf at these offsets */
+        const size_t tot = sbytes > rbytes ? sbytes : rbytes;
+        const size_t soff = inplace && coll == 4 ? (size_t)rank * len : 0;
+        const size_t roff = inplace && coll == 3 ? (size_t)rank * len : 0;
+        unsigned char *hin = malloc(tot + 1), *ref = malloc(tot + 1), *got = malloc(tot + 1);
+        unsigned char *sent = malloc(tot + 1), *hbuf = malloc(tot + 1);
+        for (size_t i = 0; i < sbytes / es; i++)
+            put(hin, i, (loom_datatype_t)dt, 1 + (int)((i + (size_t)rank) % 3));
+        memset(sent, 0x5A, tot);
         /* The reference: the same call on host memory. */
         loom_result_t r;
-        const void *hsb = inplace ? ref : hin;
-        if (coll == 0) r = loom_allreduce(hsb, ref, count, dt, op, comm);
-        else if (coll == 1) r = loom_broadcast(hsb, ref, count, dt, root, comm);
-        else r = loom_reduce(hsb, is_root ? ref : NULL, count, dt, op, root, comm);
+        const void *hsb;
+        void *hrb;
+        if (inplace) {
+            memcpy(hbuf, sent, tot);
+            memcpy(hbuf + soff, hin, sbytes);
+            memcpy(ref, hbuf, tot); /* the device buffer's first bytes */
+            hsb = ref + soff;
+            hrb = ref + roff;
+        } else {
+            memcpy(ref, sent, tot);
+            hsb = hin;
+            hrb = ref;
+        }
+        if (coll == 0) r = loom_allreduce(hsb, hrb, count, dt, op, comm);
+        else if (coll == 1) r = loom_broadcast(has_in ? hsb : NULL, hrb, count, dt, root, comm);
+        else if (coll == 2) r = loom_reduce(hsb, has_out ? hrb : NULL, count, dt, op, root, comm);
+        else if (coll == 3) r = loom_reduce_scatter(hsb, hrb, count, dt, op, comm);
+        else r = loom_allgather(hsb, hrb, count, dt, comm);
         CHECK(r == LOOM_SUCCESS, "host %s: %s", cn[coll], loom_strerror(r));
         unsigned long long s = 0, d = 0;
-        CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, len) == 0, "cuMemAlloc");
-        void *qs = coll == 0 ? stream : NULL;
-        CHECK(cu_htod_async(s, hin, len, qs) == 0 && cu_htod_async(d, sent, len, qs) == 0,
-              "cuMemcpyHtoDAsync");
-        void *sb = (void *)(uintptr_t)s, *rb = inplace ? sb : (void *)(uintptr_t)d;
+        void *qs = coll == 0 || coll >= 3 ? stream : NULL;
+        if (inplace) {
+            CHECK(cu_alloc(&s, tot) == 0 && cu_htod_async(s, hbuf, tot, qs) == 0, "device buffer");
+        } else {
+            CHECK((!sbytes || (cu_alloc(&s, sbytes) == 0 && cu_htod_async(s, hin, sbytes, qs) == 0)) &&
+                      (!rbytes || (cu_alloc(&d, rbytes) == 0 && cu_htod_async(d, sent, rbytes, qs) == 0)),
+                  "device buffers");
+        }
+        void *sb = inplace ? (char *)(uintptr_t)s + soff : (void *)(uintptr_t)s;
+        void *rb = inplace ? (char *)(uintptr_t)s + roff : (void *)(uintptr_t)d;
+        const unsigned char *E = inplace ? ref + roff : ref;
         char what[160];
         snprintf(what, sizeof what, "pipelined %s dtype %d op %d%s, %zu elements, %s%s", cn[coll],
                  dt, op, inplace ? " in place" : "", count, modes[mode],
@@ -554,6 +586,12 @@ static int pipe_all(void)
         if (coll == 0)
             r = rq ? loom_iallreduce_opts(sb, rb, count, dt, op, comm, &o, rq)
                    : loom_allreduce_opts(sb, rb, count, dt, op, comm, &o);
+        else if (coll == 3)
+            r = rq ? loom_ireduce_scatter_opts(sb, rb, count, dt, op, comm, &o, rq)
+                   : loom_reduce_scatter_opts(sb, rb, count, dt, op, comm, &o);
+        else if (coll == 4)
+            r = rq ? loom_iallgather_opts(sb, rb, count, dt, comm, &o, rq)
+                   : loom_allgather_opts(sb, rb, count, dt, comm, &o);
         else {
             /* broadcast and reduce: ordered on the legacy stream */
             if (coll == 1)
@@ -573,23 +611,22 @@ static int pipe_all(void)
         CHECK(r == LOOM_SUCCESS, "%s: %s (%s)", what, loom_strerror(r), loom_get_last_error());
         CHECK(fake_count("htod") == htod0, "%s: a synchronous copy back (not pipelined)", what);
         if (has_out) {
-            rd((int32_t *)got, rb, len / 4, 1);
-            /* len may not be a multiple of 4: the tail byte by byte */
-            if (len % 4) CHECK(cu_dtoh(got + len / 4 * 4, (uintptr_t)rb + len / 4 * 4, len % 4) == 0, "dtoh");
-            for (size_t i = 0; i < len; i++)
-                if (got[i] != ref[i]) {
+            CHECK(cu_dtoh(got, (uintptr_t)rb, rbytes) == 0, "reading device memory");
+            for (size_t i = 0; i < rbytes; i++)
+                if (got[i] != E[i]) {
                     CHECK(0, "%s: byte %zu (element %zu) is %#x, the host call's %#x", what, i,
-                          i / es, got[i], ref[i]);
+                          i / es, got[i], E[i]);
                     break;
                 }
         }
-        check_order(what, sb, rb, len, has_in, has_out, slow);
-        cu_free(s);
-        cu_free(d);
+        check_order(what, sb, rb, len, coll == 3 ? P : 1, has_in, has_out, slow);
+        if (s) cu_free(s);
+        if (d) cu_free(d);
         free(hin);
         free(ref);
         free(got);
         free(sent);
+        free(hbuf);
     }
     /* A copy back that fails (rank 0's second chunk): that rank's call
      * fails, naming it, and its recvbuf is as it was, the first chunk put
@@ -620,6 +657,43 @@ static int pipe_all(void)
             for (size_t i = 0; i < count; i++)
                 if (got[i] != (int32_t)(nranks * (int)i + nranks * (nranks - 1) / 2)) {
                     CHECK(0, "allreduce beside a failed copy back: [%zu] %d", i, (int)got[i]);
+                    break;
+                }
+        }
+        cu_free(s);
+        cu_free(d);
+        free(in);
+        free(got);
+        free(sent);
+    }
+    /* The same for allgather, out of place: the copy back that fails is
+     * the second chunk's first block; the first chunk, all its blocks
+     * back, is put back whole. */
+    {
+        const size_t count = (pchunk * 3 + pchunk / 2) / 4, len = count * 4;
+        const size_t P = (size_t)nranks;
+        int32_t *in = malloc(len), *got = malloc(P * len), *sent = malloc(P * len);
+        for (size_t i = 0; i < count; i++) in[i] = (int32_t)i + rank;
+        for (size_t i = 0; i < P * count; i++) sent[i] = SENTINEL;
+        unsigned long long s, d;
+        CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, P * len) == 0, "cuMemAlloc");
+        cu_htod_async(s, in, len, stream);
+        cu_htod_async(d, sent, P * len, stream);
+        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+        o.stream = stream;
+        if (rank == 0) fake_fail_htod_async(nranks + 1);
+        loom_result_t r = loom_allgather_opts((void *)(uintptr_t)s, (void *)(uintptr_t)d, count,
+                                              LOOM_INT32, comm, &o);
+        fake_fail_htod_async(0);
+        rd(got, (void *)(uintptr_t)d, P * count, 1);
+        if (rank == 0) {
+            CHECK(r == LOOM_ERR_SYSTEM, "an allgather's failed copy back: %s", loom_strerror(r));
+            CHECK(!memcmp(got, sent, P * len), "an allgather's failed copy back: recvbuf changed");
+        } else {
+            CHECK(r == LOOM_SUCCESS, "allgather beside a failed copy back: %s", loom_strerror(r));
+            for (size_t i = 0; i < P * count; i++)
+                if (got[i] != (int32_t)(i % count) + (int32_t)(i / count)) {
+                    CHECK(0, "allgather beside a failed copy back: [%zu] %d", i, (int)got[i]);
                     break;
                 }
         }

@@ -29,7 +29,7 @@ for tr in shm tcp; do
         out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
             LOOM_CUDA_PIPELINE_CHUNK=4096 LOOM_TRANSPORT=$tr LOOM_TIMEOUT=20000 timeout 120 \
             "$LOOMRUN" -n $n --timeout 100 "$prog" pipe 2>&1); rc=$?
-        check "pipelined: every dtype and op of allreduce, broadcast, reduce (in place, blocking, wait, test), copies overlapping the collectives, a failed copy back undone, $n ranks over $tr (exit $rc)" \
+        check "pipelined: every dtype and op of allreduce, broadcast, reduce, reduce_scatter, allgather (in place, blocking, wait, test), copies overlapping the collectives, failed copies back undone, $n ranks over $tr (exit $rc)" \
             [ $rc = 0 ]
         [ $rc = 0 ] || echo "$out" | grep -v ': ok$' | head -30
     done
