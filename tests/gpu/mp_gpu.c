@@ -10,6 +10,8 @@
  *                 a reference computed here on the CPU; allreduce of every
  *                 datatype and op, large, against the same call on host
  *                 memory, byte for byte
+ *   mp_gpu bench  allreduce of 64 and 256 MiB device buffers, timed
+ *                 (rank 0 prints "bench" lines)
  *   mp_gpu kill   allreduces of device buffers in a loop; the last rank
  *                 kills itself (SIGKILL) in the middle of one: every other
  *                 rank must get an error (not hang) and exits 0 then
@@ -313,10 +315,53 @@ static int kill_test(void)
     return 1;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Allreduce of device buffers, 64 and 256 MiB of float32: the median of
+ * 7 timed calls (after 2), as "bench" lines (rank 0).  label: what the
+ * caller set (LOOM_CUDA_PIPELINE_CHUNK). */
+static int bench(const char *label)
+{
+    for (size_t mib = 64; mib <= 256; mib *= 4) {
+        const size_t n = mib << 18; /* floats */
+        void *s = dev_buf(n * 4, NULL), *d = dev_buf(n * 4, NULL);
+        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+        o.stream = stream;
+        double t[9];
+        for (int i = 0; i < 9; i++) {
+            loom_barrier(comm);
+            double t0 = now_s();
+            loom_result_t r = loom_allreduce_opts(s, d, n, LOOM_FLOAT32, LOOM_SUM, comm, &o);
+            t[i] = now_s() - t0;
+            CHECK(r == LOOM_SUCCESS, "bench allreduce: %s", loom_strerror(r));
+        }
+        qsort(t + 2, 7, sizeof *t, cmp_d);
+        if (rank == 0)
+            printf("bench device allreduce %zu MiB, %d ranks, %s: %.2f ms median of 7 "
+                   "(%.2f GB/s algbw)\n",
+                   mib, nranks, label, t[5] * 1e3, (double)(n * 4) / t[5] * 1e-9);
+        dev_free(s);
+        dev_free(d);
+    }
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "kill"))) {
-        fprintf(stderr, "usage: mp_gpu all|kill\n");
+    if (argc < 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "kill") &&
+                     strcmp(argv[1], "bench"))) {
+        fprintf(stderr, "usage: mp_gpu all|kill|bench\n");
         return 2;
     }
     if (load()) {
@@ -330,6 +375,14 @@ int main(int argc, char **argv)
     }
     loom_comm_rank(comm, &rank);
     loom_comm_size(comm, &nranks);
+    if (!strcmp(argv[1], "bench")) {
+        const char *c = getenv("LOOM_CUDA_PIPELINE_CHUNK");
+        char label[96];
+        snprintf(label, sizeof label, "LOOM_CUDA_PIPELINE_CHUNK=%s", c ? c : "(default)");
+        int rc = bench(label);
+        loom_comm_destroy(comm);
+        return rc;
+    }
     if (!strcmp(argv[1], "kill")) {
         int rc = kill_test();
         loom_comm_abort(comm);

@@ -12,6 +12,8 @@
 #   - a kill test: 4 ranks in allreduces of 64 MiB device buffers, one
 #     SIGKILLed in the middle of one: the 3 others must return an error,
 #     not hang;
+#   - device allreduces of 64 and 256 MiB timed with the pipeline's
+#     chunk at 4M, 1M and 0 (staged whole), 2 ranks;
 #   - where nccl-tests' source is there (NCCL_TESTS_DIR, default
 #     third_party/nccl-tests, which git ignores; see tests/gpu/README):
 #     its all_reduce_perf built against libloom-nccl (nccl/nccl.h, and
@@ -116,6 +118,12 @@ if [ $built = yes ]; then
     step "collectives on device memory, 2 ranks tcp" 180 \
         env LOOM_TRANSPORT=tcp ./loomrun -n 2 --timeout 170 tests/gpu/mp_gpu all
     step "kill one of 4 ranks mid-allreduce (device)" 170 bash -c kill_test
+    # Figures: the pipelined staging against whole staging, 2 ranks
+    # sharing the GPU (timed on this machine, one run each).
+    for ch in 4M 1M 0; do
+        step "bench allreduce, pipeline chunk $ch" 120 env LOOM_TRANSPORT=shm \
+            LOOM_CUDA_PIPELINE_CHUNK=$ch ./loomrun -n 2 --timeout 110 tests/gpu/mp_gpu bench
+    done
     if [ -f "$nccl_tests/src/all_reduce.cu" ]; then
         step "nccl-tests all_reduce_perf on libloom-nccl" 300 bash -c nccl_tests_run
     else
