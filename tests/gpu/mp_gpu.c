@@ -378,7 +378,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "bench")) {
         const char *c = getenv("LOOM_CUDA_PIPELINE_CHUNK");
         char label[96];
-        snprintf(label, sizeof label, "LOOM_CUDA_PIPELINE_CHUNK=%s", c ? c : "(default)");
+        const char *tr = getenv("LOOM_TRANSPORT");
+        snprintf(label, sizeof label, "%s, LOOM_CUDA_PIPELINE_CHUNK=%s", tr ? tr : "any",
+                 c ? c : "(default)");
         int rc = bench(label);
         loom_comm_destroy(comm);
         return rc;

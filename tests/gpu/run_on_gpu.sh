@@ -13,7 +13,7 @@
 #     SIGKILLed in the middle of one: the 3 others must return an error,
 #     not hang;
 #   - device allreduces of 64 and 256 MiB timed with the pipeline's
-#     chunk at 4M, 1M and 0 (staged whole), 2 ranks;
+#     chunk at 4M, 1M and 0 (staged whole), 2 ranks over shm and tcp;
 #   - where nccl-tests' source is there (NCCL_TESTS_DIR, default
 #     third_party/nccl-tests, which git ignores; see tests/gpu/README):
 #     its all_reduce_perf built against libloom-nccl (nccl/nccl.h, and
@@ -120,9 +120,11 @@ if [ $built = yes ]; then
     step "kill one of 4 ranks mid-allreduce (device)" 170 bash -c kill_test
     # Figures: the pipelined staging against whole staging, 2 ranks
     # sharing the GPU (timed on this machine, one run each).
-    for ch in 4M 1M 0; do
-        step "bench allreduce, pipeline chunk $ch" 120 env LOOM_TRANSPORT=shm \
-            LOOM_CUDA_PIPELINE_CHUNK=$ch ./loomrun -n 2 --timeout 110 tests/gpu/mp_gpu bench
+    for tr in shm tcp; do
+        for ch in 4M 1M 0; do
+            step "bench allreduce, $tr, pipeline chunk $ch" 90 env LOOM_TRANSPORT=$tr \
+                LOOM_CUDA_PIPELINE_CHUNK=$ch ./loomrun -n 2 --timeout 80 tests/gpu/mp_gpu bench
+        done
     done
     if [ -f "$nccl_tests/src/all_reduce.cu" ]; then
         step "nccl-tests all_reduce_perf on libloom-nccl" 300 bash -c nccl_tests_run
