@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 #include "reduce/reduce.h"
 
 static int rank, nranks, failures, cases;
@@ -193,13 +194,8 @@ int main(int argc, char **argv)
 {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     loom_comm_t comm;
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    loom_result_t r;
+    mp_join(&comm, &rank, &nranks);
     if ((argc == 5 || argc == 6) && !strcmp(argv[1], "forced"))
         return forced(comm, argv[2], argv[3],
                       strtoul(argv[argc == 6 && rank == 0 ? 5 : 4], NULL, 10));
