@@ -64,6 +64,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 
 static double now_ms(void)
 {
@@ -105,13 +106,8 @@ int main(int argc, char **argv)
     int ag = argc > 5 && !strcmp(argv[5], "allgather");
     int bc = argc > 5 && !strcmp(argv[5], "broadcast");
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s\n", loom_get_last_error());
-        return 2;
-    }
     int rank, n;
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &n);
+    mp_join(&comm, &rank, &n);
     if (a2a) count -= count % (size_t)n;
     const int oop = argc > 7 && !strcmp(argv[7], "window-oop");
     const int win = oop || (argc > 7 && !strcmp(argv[7], "window"));
