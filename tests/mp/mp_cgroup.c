@@ -191,6 +191,7 @@ static int mismatch(loom_comm_t p)
 static int notin(loom_comm_t p)
 {
     static const int l[3] = {0, 1, 2}, bad[2] = {0, 2};
+    CHECK(loom_barrier(p)); /* every rank out of its init first */
     if (rank < 3) {
         loom_comm_t c = (loom_comm_t)1;
         double t0 = now_ms();
@@ -203,6 +204,7 @@ static int notin(loom_comm_t p)
         printf("OK notin ms=%.0f msg=%.200s\n", t, loom_get_last_error());
         usleep(1500000); /* not gone before the others heard it */
     } else {
+        usleep(2000000); /* not gone while the others use comm */
         printf("OK notin (not listed)\n");
     }
     loom_comm_abort(p);
@@ -228,6 +230,7 @@ static int absent(loom_comm_t p)
     if (!strstr(loom_get_last_error(), "rank 2")) FAIL("the message does not name rank 2");
     if (t > tmo + 1500) FAIL("failed after %.0f ms, LOOM_TIMEOUT %d", t, tmo);
     printf("OK absent ms=%.0f msg=%.200s\n", t, loom_get_last_error());
+    usleep(1000000); /* not gone before the other member timed out too */
     loom_comm_abort(p);
     return 0;
 }
@@ -240,7 +243,10 @@ static int kill_mode(loom_comm_t p)
     CHECK(loom_comm_create_group(p, 2, mine, 0, &c));
     check_child(c, mine, 2, 1);
     CHECK(loom_barrier(p));
-    if (rank == 3) raise(SIGKILL);
+    if (rank == 3) {
+        usleep(200000); /* the others out of the barrier too */
+        raise(SIGKILL);
+    }
     double t0 = now_ms();
     char why[200] = "";
     if (rank == 2) {
@@ -265,8 +271,8 @@ static int kill_mode(loom_comm_t p)
         loom_result_t r = loom_comm_create_group(p, 3, t3, 1, &d);
         if (r == LOOM_SUCCESS || d) FAIL("a create with killed rank 3 succeeded");
         if (!strstr(loom_get_last_error(), "rank 3")) FAIL("the message does not name rank 3");
-        snprintf(why + strlen(why), sizeof why - strlen(why), " create_ms=%.0f (%s)",
-                 now_ms() - t1, loom_strerror(r));
+        snprintf(why + strlen(why), sizeof why - strlen(why), " create_ms=%.0f",
+                 now_ms() - t1);
     }
     /* The parent, which holds the dead rank: the survivors shrink it. */
     loom_comm_t s = NULL;

@@ -33,7 +33,7 @@ for tr in shm tcp; do
     else bad "$tr: basic"; why; fi
     job kill
     if all_ok "OK kill" 0 1 2; then
-        ok "$tr: rank 3 killed: rank 2's group fails ($(tail -1 "$tmp/out/rank.2.out" | cut -d' ' -f3-5)), {0,1} goes on, a create with rank 3 fails naming it, the survivors shrink the parent"
+        ok "$tr: rank 3 killed: rank 2's group fails ($(tail -1 "$tmp/out/rank.2.out" | cut -d' ' -f3-4)), {0,1} goes on, a create with rank 3 fails naming it, the survivors shrink the parent"
     else bad "$tr: kill"; why; fi
 done
 unset LOOM_TRANSPORT
