@@ -202,7 +202,7 @@ void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id);
  * in order with the others; waits for one until deadline_ms (0: does not
  * wait). */
 struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms);
-/* The oldest protocol message of one type from peer `src`, waited for
+/* The oldest protocol message of one type from peer `src` (-1: any), waited for
  * until deadline_ms (0: not at all) or until the failed set changes from
  * gen (when gen is not NULL). */
 struct loomi_cmsg *loomi_ctrl_take_src(struct loomi_ctrl *c, uint16_t type, int src,

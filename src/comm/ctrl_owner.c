@@ -148,7 +148,7 @@ struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t
 struct loomi_cmsg *loomi_ctrl_take_src(struct loomi_ctrl *c, uint16_t type, int src,
                                        uint64_t deadline_ms, const unsigned *gen)
 {
-    return mb_take(c, LOOMI_CMSG_BIT(type), src < 0 ? 0 : src, deadline_ms, gen);
+    return mb_take(c, LOOMI_CMSG_BIT(type), src, deadline_ms, gen);
 }
 
 int loomi_ctrl_peek(struct loomi_ctrl *c, int (*pred)(const struct loomi_cmsg *, void *),
