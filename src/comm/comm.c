@@ -671,6 +671,7 @@ static void comm_free(struct loom_comm *c, int polite)
     loomi_ctrl_destroy(c->ctrl, polite);
     c->ctrl = NULL;
     free(c->p2p_seq);
+    free(c->grp_seq);
     free(c->agreed_failed);
     while (c->agree_stash) {
         struct loomi_cmsg *m = c->agree_stash;
