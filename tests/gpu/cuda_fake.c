@@ -46,7 +46,7 @@
 
 static int initialised;
 /* opened: a peer's allocation mapped by cuIpcOpenMemHandle (fd -1). */
-static struct { uintptr_t lo, hi; int fd, opened; long serial; } dev[MAX_ALLOCS];
+static struct { uintptr_t lo, hi; int fd, opened, managed; long serial; } dev[MAX_ALLOCS];
 static long serials;
 static int ndev;
 static struct {
@@ -121,6 +121,8 @@ int cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr)
     }
     if (attribute == 8) { /* CU_POINTER_ATTRIBUTE_IS_MANAGED */
         *(unsigned int *)data = 0;
+        for (int i = 0; i < ndev; i++)
+            if (ptr >= dev[i].lo && ptr < dev[i].hi) *(unsigned int *)data = dev[i].managed;
         return 0;
     }
     if (attribute == 9) { /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
@@ -151,6 +153,7 @@ int cuMemAlloc_v2(unsigned long long *p, size_t n)
     dev[ndev].hi = (uintptr_t)m + n;
     dev[ndev].fd = fd;
     dev[ndev].opened = 0;
+    dev[ndev].managed = 0;
     dev[ndev++].serial = serial;
     *p = (uintptr_t)m;
     return 0;
@@ -233,6 +236,7 @@ int cuIpcOpenMemHandle_v2(unsigned long long *p, ipc_handle h, unsigned flags)
     dev[ndev].hi = (uintptr_t)m + x.size;
     dev[ndev].fd = -1;
     dev[ndev].opened = 1;
+    dev[ndev].managed = 0;
     dev[ndev++].serial = x.serial;
     *p = (uintptr_t)m;
     n_ipc_open++;
@@ -559,10 +563,13 @@ static int ctx_token;
 int cuDevicePrimaryCtxRetain(void **ctx, int d) { (void)d; *ctx = &ctx_token; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+/* Managed memory: device memory that the driver says is managed. */
 int cuMemAllocManaged(unsigned long long *p, size_t n, unsigned f)
 {
-    (void)p, (void)n, (void)f;
-    return 801;
+    (void)f;
+    int e = cuMemAlloc_v2(p, n);
+    if (!e) dev[ndev - 1].managed = 1;
+    return e;
 }
 int cuModuleLoadData(void **mod, const void *image)
 {
