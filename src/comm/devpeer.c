@@ -1,6 +1,6 @@
 /*
- * devpeer.c - the device-direct allreduce between the ranks of one host
- * (devpeer.h), through CUDA IPC:
+ * devpeer.c - the device-direct collectives between the ranks of one
+ * host (devpeer.h), through CUDA IPC.  The allreduce:
  *
  *  1. each rank synchronises the call's stream (the input is then on
  *     the device), exports sendbuf and recvbuf (IPC handles, offsets,
@@ -27,6 +27,13 @@
  * and in step 4 only the slices of others, which peers read only in
  * step 2.  Every wait is a host collective with LOOM_TIMEOUT as its
  * deadline: a rank that dies fails the others' next barrier.
+ *
+ * The others have steps 1 and 5 alike, and in between: reduce_scatter,
+ * rank r reduces block r of every rank's sendbuf into its recvbuf;
+ * reduce, the root reduces every rank's sendbuf; allgather, rank r
+ * copies every rank's sendbuf into block q of its recvbuf; broadcast,
+ * every rank copies the root's sendbuf.  In place holds as each rank
+ * writes only its own buffers, in places no peer reads.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,6 +45,7 @@
 #include "comm/devpeer.h"
 #include "core/cuda.h"
 #include "core/hostmap.h"
+#include "coll/coll.h"
 #include "core/internal.h"
 #include "reduce/reduce_cuda.h"
 #include "transports/cuda/cuipc.h"
@@ -50,17 +58,18 @@ struct loomi_devpeer {
 };
 
 /* One rank's row of the table (host endian: every rank is on this host). */
-#define MAGIC 0x4c6f6f6d44657631ull /* "LoomDev1" */
+#define MAGIC 0x4c6f6f6d44657632ull /* "LoomDev2" */
 struct row {
     uint64_t magic;
-    uint64_t bytes;    /* count * element size */
-    int32_t dtype, op;
+    uint64_t count;    /* the call's count */
+    int32_t coll, dtype, op, root;
     int32_t ok;        /* this rank can take the path */
     int32_t pid;
+    int32_t has_send, has_recv;
     struct loomi_cuipc_desc send, recv;
 };
 
-/* The comm's device, open on the calling thread (recvbuf's device). */
+/* The comm's device, open on the calling thread (p's device). */
 static loom_result_t device(struct loom_comm *comm, const void *p, struct loomi_devpeer **out)
 {
     const struct loomi_cuda_drv *cu = loomi_cuda_driver();
@@ -110,10 +119,70 @@ static void slice(size_t count, int n, int q, size_t *lo, size_t *len)
     *len = b + (uq < m);
 }
 
-loom_result_t loomi_devpeer_allreduce(struct loom_comm *comm, const char *fn,
-                                      const void *sendbuf, void *recvbuf, size_t count,
-                                      loom_datatype_t dtype, loom_op_t op, void *stream,
-                                      int *taken)
+/* The bytes of rank q's sendbuf and recvbuf in a call (0: none). */
+static void lengths(int coll, int n, int q, int root, size_t bytes, size_t *sl, size_t *rl)
+{
+    *sl = *rl = 0;
+    switch (coll) {
+    case LOOMI_COLL_ALLREDUCE: *sl = *rl = bytes; break;
+    case LOOMI_COLL_REDUCE_SCATTER: *sl = bytes * (size_t)n, *rl = bytes; break;
+    case LOOMI_COLL_ALLGATHER: *sl = bytes, *rl = bytes * (size_t)n; break;
+    case LOOMI_COLL_BROADCAST: *sl = q == root ? bytes : 0, *rl = bytes; break;
+    case LOOMI_COLL_REDUCE: *sl = bytes, *rl = q == root ? bytes : 0; break;
+    }
+}
+
+struct run {
+    struct loom_comm *comm;
+    const char *fn;
+    const struct loomi_cuda_drv *cu;
+    struct loomi_devpeer *dp;
+    size_t es;
+    loom_datatype_t dtype;
+    loom_op_t op;
+    void *stream;
+};
+
+static loom_result_t copy(const struct run *x, loomi_cuptr_t dst, loomi_cuptr_t src, size_t n,
+                          int from)
+{
+    if (!n || dst == src) return LOOM_SUCCESS;
+    loomi_cu_t e = x->cu->MemcpyDtoDAsync(dst, src, n, x->stream);
+    if (e)
+        return loomi_fail(LOOM_ERR_SYSTEM, x->comm->rank,
+                          "%s: device buffers: cuMemcpyDtoDAsync from rank %d: %s", x->fn, from,
+                          loomi_cuda_strerror(e));
+    return LOOM_SUCCESS;
+}
+
+/* dst[0, len) = OP over q of in[q] + off, in rank order; LOOM_AVG divided. */
+static loom_result_t reduce(const struct run *x, loomi_cuptr_t dst, const loomi_cuptr_t *in,
+                            size_t off, size_t len)
+{
+    const int n = x->comm->nranks;
+    if (!len) return LOOM_SUCCESS;
+    loomi_cuptr_t src[LOOMI_CUDA_REDN_MAX];
+    for (int q = 0; q < n; q++) src[q] = in[q] + off;
+    loom_result_t r = loomi_cuda_reduce_n(&x->dp->dev, dst, src, n, len, x->dtype, x->op,
+                                          x->stream);
+    if (r == LOOM_SUCCESS && x->op == LOOM_AVG)
+        r = loomi_cuda_finish_avg(&x->dp->dev, dst, len, x->dtype, n, x->stream);
+    return r;
+}
+
+static loom_result_t sync_stream(const struct run *x, const char *what)
+{
+    loomi_cu_t e = x->cu->StreamSynchronize(x->stream);
+    if (e)
+        return loomi_fail(LOOM_ERR_SYSTEM, x->comm->rank, "%s: device buffers: %s: %s", x->fn,
+                          what, loomi_cuda_strerror(e));
+    return LOOM_SUCCESS;
+}
+
+loom_result_t loomi_devpeer_call(struct loom_comm *comm, const char *fn, int coll,
+                                 const void *sendbuf, void *recvbuf, size_t count,
+                                 loom_datatype_t dtype, loom_op_t op, int root, void *stream,
+                                 int *taken)
 {
     *taken = 0;
     const int n = comm->nranks, me = comm->rank;
@@ -122,22 +191,30 @@ loom_result_t loomi_devpeer_allreduce(struct loom_comm *comm, const char *fn,
      * below meets another call and fails as a mismatch. */
     if (!comm->set.cuda_ipc || n < 2 || !comm->hosts || comm->hosts->nhosts != 1 || !count)
         return LOOM_SUCCESS;
+    if (coll != LOOMI_COLL_ALLREDUCE && coll != LOOMI_COLL_REDUCE_SCATTER &&
+        coll != LOOMI_COLL_ALLGATHER && coll != LOOMI_COLL_BROADCAST &&
+        coll != LOOMI_COLL_REDUCE)
+        return LOOM_SUCCESS;
     const struct loomi_cuda_drv *cu = loomi_cuda_driver();
     const size_t es = loom_datatype_size(dtype), bytes = count * es;
-    struct row mine = {.magic = MAGIC, .bytes = bytes, .dtype = dtype, .op = op,
-                       .pid = (int32_t)getpid()};
+    size_t slen, rlen;
+    lengths(coll, n, me, root, bytes, &slen, &rlen);
+    const int reduces = coll == LOOMI_COLL_ALLREDUCE || coll == LOOMI_COLL_REDUCE_SCATTER ||
+                        coll == LOOMI_COLL_REDUCE;
+    struct row mine = {.magic = MAGIC, .count = count, .coll = coll, .dtype = dtype,
+                       .op = reduces ? op : 0, .root = root, .pid = (int32_t)getpid(),
+                       .has_send = slen != 0, .has_recv = rlen != 0};
     struct loomi_devpeer *dp = NULL;
-    /* Why this rank cannot, logged (the others say nothing: they stage). */
     loom_result_t why = LOOM_SUCCESS;
     if (!loomi_cuda_ipc())
         why = loomi_fail(LOOM_ERR_UNSUPPORTED, me, "the driver has no CUDA IPC functions");
-    else if (n > LOOMI_CUDA_REDN_MAX)
+    else if (reduces && n > LOOMI_CUDA_REDN_MAX)
         why = loomi_fail(LOOM_ERR_UNSUPPORTED, me, "more than %d ranks", LOOMI_CUDA_REDN_MAX);
-    else if ((why = device(comm, recvbuf, &dp)) == LOOM_SUCCESS &&
-             (why = loomi_cuipc_export(sendbuf, bytes, "sendbuf", me, &mine.send)) ==
-                 LOOM_SUCCESS &&
-             (why = loomi_cuipc_export(recvbuf, bytes, "recvbuf", me, &mine.recv)) ==
-                 LOOM_SUCCESS) {
+    else if ((why = device(comm, rlen ? recvbuf : sendbuf, &dp)) == LOOM_SUCCESS &&
+             (!slen || (why = loomi_cuipc_export(sendbuf, slen, "sendbuf", me, &mine.send)) ==
+                           LOOM_SUCCESS) &&
+             (!rlen || (why = loomi_cuipc_export(recvbuf, rlen, "recvbuf", me, &mine.recv)) ==
+                           LOOM_SUCCESS)) {
         /* The input is what the stream's work so far wrote. */
         loomi_cu_t e = cu->StreamSynchronize(stream);
         if (e)
@@ -149,8 +226,8 @@ loom_result_t loomi_devpeer_allreduce(struct loom_comm *comm, const char *fn,
     }
     (void)why;
     if (!mine.ok)
-        LOOMI_INFO(me, "%s: device buffers: no CUDA IPC path here (%s): staged",
-                   fn, loom_get_last_error());
+        LOOMI_INFO(me, "%s: device buffers: no CUDA IPC path here (%s): staged", fn,
+                   loom_get_last_error());
 
     struct row *all = calloc((size_t)n, sizeof *all);
     loomi_cuptr_t *in = calloc((size_t)n, sizeof *in), *peer_recv = calloc((size_t)n, sizeof *in);
@@ -165,13 +242,15 @@ loom_result_t loomi_devpeer_allreduce(struct loom_comm *comm, const char *fn,
     int every = 1;
     for (int q = 0; q < n; q++) {
         const struct row *x = &all[q];
-        if (x->magic != MAGIC || x->bytes != bytes || x->dtype != (int32_t)dtype ||
-            x->op != (int32_t)op) {
+        if (x->magic != MAGIC || x->count != count || x->coll != coll ||
+            x->dtype != (int32_t)dtype || x->op != mine.op || x->root != root) {
             r = loomi_fail(LOOM_ERR_MISMATCH, me,
-                           "%s: rank %d called with %llu bytes of dtype %d, op %d; rank %d with "
-                           "%zu bytes of dtype %d, op %d (device buffers)",
-                           fn, q, (unsigned long long)x->bytes, (int)x->dtype, (int)x->op, me,
-                           bytes, (int)dtype, (int)op);
+                           "%s: rank %d called collective %d with count %llu of dtype %d, op "
+                           "%d, root %d; rank %d collective %d with count %zu of dtype %d, op "
+                           "%d, root %d (device buffers)",
+                           fn, q, (int)x->coll, (unsigned long long)x->count, (int)x->dtype,
+                           (int)x->op, (int)x->root, me, coll, count, (int)dtype, (int)mine.op,
+                           root);
             goto out;
         }
         if (!x->ok) every = 0;
@@ -182,65 +261,73 @@ loom_result_t loomi_devpeer_allreduce(struct loom_comm *comm, const char *fn,
     if (!every) goto out; /* every rank stages */
     *taken = 1;
 
-    /* Step 2: this rank's slice, from every rank's sendbuf. */
-    size_t lo, len;
-    slice(count, n, me, &lo, &len);
+    /* Map what this rank reads or writes of each peer's, its lengths
+     * checked first: a peer's row is only what it says. */
     loom_result_t mine_r = LOOM_SUCCESS;
+    const int need_send = coll != LOOMI_COLL_BROADCAST || me != root;
     for (int q = 0; q < n && mine_r == LOOM_SUCCESS; q++) {
         if (q == me) {
             in[q] = (loomi_cuptr_t)(uintptr_t)sendbuf;
             peer_recv[q] = (loomi_cuptr_t)(uintptr_t)recvbuf;
             continue;
         }
-        mine_r = loomi_cuipc_open(&dp->ipc, me, q, &all[q].send, &in[q]);
-        if (mine_r == LOOM_SUCCESS && all[q].recv.len != bytes)
-            mine_r = loomi_fail(LOOM_ERR_REMOTE, me, "%s: rank %d sent a recvbuf of %llu bytes",
-                                fn, q, (unsigned long long)all[q].recv.len);
-        if (mine_r == LOOM_SUCCESS && all[q].send.len != bytes)
-            mine_r = loomi_fail(LOOM_ERR_REMOTE, me, "%s: rank %d sent a sendbuf of %llu bytes",
-                                fn, q, (unsigned long long)all[q].send.len);
-        if (mine_r == LOOM_SUCCESS)
-            mine_r = loomi_cuipc_open(&dp->ipc, me, q, &all[q].recv, &peer_recv[q]);
+        size_t sl, rl;
+        lengths(coll, n, q, root, bytes, &sl, &rl);
+        const struct row *x = &all[q];
+        if (x->has_send != (sl != 0) || x->has_recv != (rl != 0) ||
+            (sl && x->send.len != sl) || (rl && x->recv.len != rl)) {
+            mine_r = loomi_fail(LOOM_ERR_REMOTE, me,
+                                "%s: rank %d sent buffers of %llu and %llu bytes, not %zu and "
+                                "%zu",
+                                fn, q, (unsigned long long)x->send.len,
+                                (unsigned long long)x->recv.len, sl, rl);
+            break;
+        }
+        const int want_send = sl && need_send && (coll != LOOMI_COLL_REDUCE || me == root);
+        if (want_send) mine_r = loomi_cuipc_open(&dp->ipc, me, q, &x->send, &in[q]);
+        if (mine_r == LOOM_SUCCESS && coll == LOOMI_COLL_ALLREDUCE)
+            mine_r = loomi_cuipc_open(&dp->ipc, me, q, &x->recv, &peer_recv[q]);
     }
-    if (mine_r == LOOM_SUCCESS && len) {
-        loomi_cuptr_t src[LOOMI_CUDA_REDN_MAX];
-        for (int q = 0; q < n; q++) src[q] = in[q] + lo * es;
-        mine_r = loomi_cuda_reduce_n(&dp->dev, peer_recv[me] + lo * es, src, n, len, dtype, op,
-                                     stream);
-        if (mine_r == LOOM_SUCCESS && op == LOOM_AVG)
-            mine_r = loomi_cuda_finish_avg(&dp->dev, peer_recv[me] + lo * es, len, dtype, n,
-                                           stream);
-    }
-    if (mine_r == LOOM_SUCCESS) {
-        loomi_cu_t e = cu->StreamSynchronize(stream);
-        if (e)
-            mine_r = loomi_fail(LOOM_ERR_SYSTEM, me, "%s: device buffers: the reduction: %s", fn,
-                                loomi_cuda_strerror(e));
-    }
+    const struct run x = {comm, fn, cu, dp, es, dtype, op, stream};
+    const loomi_cuptr_t rb = (loomi_cuptr_t)(uintptr_t)recvbuf,
+                        sb = (loomi_cuptr_t)(uintptr_t)sendbuf;
     int any = 0;
-    /* Step 3. */
-    if ((r = phase(comm, fn, mine_r != LOOM_SUCCESS, &any)) != LOOM_SUCCESS) goto out;
-    if (any) goto failed;
-
-    /* Step 4: every other slice, from its owner's recvbuf. */
-    for (int q = 0; q < n && mine_r == LOOM_SUCCESS; q++) {
-        size_t qlo, qlen;
-        slice(count, n, q, &qlo, &qlen);
-        if (q == me || !qlen) continue;
-        loomi_cu_t e = cu->MemcpyDtoDAsync(peer_recv[me] + qlo * es, peer_recv[q] + qlo * es,
-                                           qlen * es, stream);
-        if (e)
-            mine_r = loomi_fail(LOOM_ERR_SYSTEM, me,
-                                "%s: device buffers: cuMemcpyDtoDAsync from rank %d: %s", fn, q,
-                                loomi_cuda_strerror(e));
-    }
     if (mine_r == LOOM_SUCCESS) {
-        loomi_cu_t e = cu->StreamSynchronize(stream);
-        if (e)
-            mine_r = loomi_fail(LOOM_ERR_SYSTEM, me, "%s: device buffers: the copies: %s", fn,
-                                loomi_cuda_strerror(e));
+        switch (coll) {
+        case LOOMI_COLL_ALLREDUCE: {
+            size_t lo, len;
+            slice(count, n, me, &lo, &len);
+            mine_r = reduce(&x, rb + lo * es, in, lo * es, len);
+            break;
+        }
+        case LOOMI_COLL_REDUCE_SCATTER:
+            mine_r = reduce(&x, rb, in, (size_t)me * bytes, count);
+            break;
+        case LOOMI_COLL_REDUCE:
+            if (me == root) mine_r = reduce(&x, rb, in, 0, count);
+            break;
+        case LOOMI_COLL_ALLGATHER:
+            for (int q = 0; q < n && mine_r == LOOM_SUCCESS; q++)
+                mine_r = copy(&x, rb + (size_t)q * bytes, in[q], bytes, q);
+            break;
+        case LOOMI_COLL_BROADCAST:
+            mine_r = copy(&x, rb, me == root ? sb : in[root], bytes, root);
+            break;
+        }
     }
-    /* Step 5. */
+    if (mine_r == LOOM_SUCCESS) mine_r = sync_stream(&x, "the reduction or copies");
+    if (coll == LOOMI_COLL_ALLREDUCE) {
+        /* Every slice reduced before any is copied. */
+        if ((r = phase(comm, fn, mine_r != LOOM_SUCCESS, &any)) != LOOM_SUCCESS) goto out;
+        if (any) goto failed;
+        for (int q = 0; q < n && mine_r == LOOM_SUCCESS; q++) {
+            size_t qlo, qlen;
+            slice(count, n, q, &qlo, &qlen);
+            if (q != me) mine_r = copy(&x, rb + qlo * es, peer_recv[q] + qlo * es, qlen * es, q);
+        }
+        if (mine_r == LOOM_SUCCESS) mine_r = sync_stream(&x, "the copies");
+    }
+    /* No rank returns while a peer may still read its buffers. */
     if ((r = phase(comm, fn, mine_r != LOOM_SUCCESS, &any)) != LOOM_SUCCESS) goto out;
     if (!any) goto out;
 failed:

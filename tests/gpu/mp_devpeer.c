@@ -1,13 +1,15 @@
 /*
- * mp_devpeer.c - the device-direct allreduce between the ranks of one
+ * mp_devpeer.c - the device-direct collectives between the ranks of one
  * host through CUDA IPC (src/comm/devpeer.c), across real ranks, with
  * tests/gpu/cuda_fake.c standing in for libcuda.so.1 (test_devpeer.sh):
  * its device memory is shared between processes and its kernels run on
  * the CPU.
  *
- *   mp_devpeer all       every dtype x op, in place and not, counts that
- *                        n does not divide: the result must be the host
- *                        allreduce's (the CPU kernels) byte for byte, and
+ *   mp_devpeer all       allreduce, reduce_scatter, allgather, broadcast,
+ *                        reduce: every dtype x op, in place and not,
+ *                        counts that n does not divide, roots in turn: the
+ *                        result must be the host collective's (the CPU
+ *                        kernels) byte for byte, and
  *                        an independent int32 sum; input written on a
  *                        stream (queued until it is synchronised); the
  *                        counts of the fake say which path ran: with
@@ -37,6 +39,7 @@
 #include "../mp/check.h"
 
 static int rank, nranks, failures;
+static long test_dtoh; /* the test's own reads of device results */
 static long want_launch; /* kernels the device path launches on this rank */
 static loom_comm_t comm;
 
@@ -47,6 +50,7 @@ static int (*cu_dtoh)(void *, unsigned long long, size_t);
 static int (*cu_htod)(unsigned long long, const void *, size_t);
 static int (*cu_htod_async)(unsigned long long, const void *, size_t, void *);
 static int (*cu_stream_create)(void **, unsigned);
+static int (*cu_stream_sync)(void *);
 static long (*fake_count)(const char *);
 
 static int load_fake(void)
@@ -61,10 +65,11 @@ static int load_fake(void)
     L(cu_htod, "cuMemcpyHtoD_v2");
     L(cu_htod_async, "cuMemcpyHtoDAsync_v2");
     L(cu_stream_create, "cuStreamCreate");
+    L(cu_stream_sync, "cuStreamSynchronize");
     L(fake_count, "fake_cuda_count");
 #undef L
     return cu_init && cu_alloc && cu_free && cu_dtoh && cu_htod && cu_htod_async &&
-                   cu_stream_create && fake_count
+                   cu_stream_create && cu_stream_sync && fake_count
                ? 0
                : -1;
 }
@@ -179,12 +184,106 @@ static int one(loom_datatype_t t, const char *tn, loom_op_t op, const char *on, 
     return bad || r != LOOM_SUCCESS;
 }
 
+enum { RS, AG, BC, RD };
+static const char *const cnames[] = {"reduce_scatter", "allgather", "broadcast", "reduce"};
+
+/* Run collective k on host (dev 0) or device (dev 1) buffers; *res gets
+ * the result bytes (rlen of them, 0 where this rank has none). */
+static loom_result_t coll(int k, loom_datatype_t t, loom_op_t op, size_t count, int inplace,
+                          int root, int dev, void *stream, unsigned char *res, size_t *rlen)
+{
+    const size_t es = loom_datatype_size(t), blk = count * es, all = blk * (size_t)nranks;
+    size_t sl = 0, rl = 0, soff = 0; /* send within recv (in place), or recv within send */
+    int in_recv = 0;                 /* sendbuf lies in recvbuf (else recv in send) */
+    switch (k) {
+    case RS: sl = all, rl = blk; soff = (size_t)rank * blk; break;
+    case AG: sl = blk, rl = all; soff = (size_t)rank * blk; in_recv = 1; break;
+    case BC: sl = rank == root ? blk : 0, rl = blk; in_recv = 1; break;
+    case RD: sl = blk, rl = rank == root ? blk : 0; break;
+    }
+    int ip = inplace && (k == RS || k == AG || rank == root);
+    unsigned char *in = malloc(sl ? sl : 1);
+    for (size_t i = 0; i < sl / es; i++) value(t, rank, i, in + i * es);
+    size_t big = sl > rl ? sl : rl;
+    unsigned char *hb = malloc(big ? big : 1), *hb2 = malloc(big ? big : 1);
+    memset(hb, 0x5c, big ? big : 1);
+    memset(hb2, 0x5c, big ? big : 1);
+    void *sb = NULL, *rb = NULL;
+    unsigned char *base = NULL;
+    if (dev) base = big ? dev_alloc(big) : NULL;
+    else base = hb;
+    if (dev && big) cu_htod((uintptr_t)base, hb2, big);
+    if (ip) {
+        if (in_recv) rb = base, sb = base + soff;
+        else sb = base, rb = base + soff;
+    } else {
+        sb = sl ? (dev ? dev_alloc(sl) : malloc(sl)) : NULL;
+        rb = rl ? (dev ? base : base) : NULL;
+    }
+    if (sl) {
+        if (dev) cu_htod_async((uintptr_t)sb, in, sl, stream);
+        else memcpy(sb, in, sl);
+    }
+    loom_result_t r = LOOM_SUCCESS;
+    loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+    o.stream = stream;
+    switch (k) {
+    case RS: r = loom_reduce_scatter_opts(sb, rb, count, t, op, comm, &o); break;
+    case AG: r = loom_allgather_opts(sb, rb, count, t, comm, &o); break;
+    case BC:
+        if (dev && sl) cu_stream_sync(stream); /* broadcast is on the legacy stream */
+        r = loom_broadcast(sb, rb, count, t, root, comm);
+        break;
+    case RD:
+        if (dev && sl) cu_stream_sync(stream);
+        r = loom_reduce(sb, rb, count, t, op, root, comm);
+        break;
+    }
+    *rlen = rl;
+    if (rl) {
+        if (dev) cu_dtoh(res, (uintptr_t)rb, rl), test_dtoh++;
+        else memcpy(res, rb, rl);
+    }
+    if (!ip && sl) {
+        if (dev) cu_free((uintptr_t)sb);
+        else free(sb);
+    }
+    if (dev && base) cu_free((uintptr_t)base);
+    free(in);
+    free(hb);
+    free(hb2);
+    return r;
+}
+
+/* Collective k on device buffers against the same on host buffers. */
+static void one_coll(int k, loom_datatype_t t, const char *tn, loom_op_t op, const char *on,
+                     size_t count, int inplace, int root, void *stream)
+{
+    size_t es = loom_datatype_size(t), cap = count * es * (size_t)nranks, rl, rl2;
+    unsigned char *ref = malloc(cap), *got = malloc(cap);
+    loom_result_t r = coll(k, t, op, count, inplace, root, 0, NULL, ref, &rl);
+    CHECK(r == LOOM_SUCCESS, "host %s %s %s: %s", cnames[k], tn, on, loom_get_last_error());
+    r = coll(k, t, op, count, inplace, root, 1, stream, got, &rl2);
+    CHECK(r == LOOM_SUCCESS, "device %s %s %s count %zu%s root %d: %s (%s)", cnames[k], tn, on,
+          count, inplace ? " in place" : "", root, loom_strerror(r), loom_get_last_error());
+    if (r == LOOM_SUCCESS && rl && memcmp(ref, got, rl)) {
+        size_t i = 0;
+        while (i < rl / es && !memcmp(got + i * es, ref + i * es, es)) i++;
+        CHECK(0, "device %s %s %s count %zu%s root %d: differs from the host's at [%zu]",
+              cnames[k], tn, on, count, inplace ? " in place" : "", root, i);
+    }
+    if (k == RS) want_launch += count ? (op == LOOM_AVG ? 2 : 1) : 0;
+    if (k == RD && rank == root) want_launch += op == LOOM_AVG ? 2 : 1;
+    free(ref);
+    free(got);
+}
+
 static int all(int expect_direct)
 {
     void *stream = NULL;
     cu_stream_create(&stream, 0);
     const long launch0 = fake_count("launch"), dtoh0 = fake_count("dtoh");
-    long dtoh_ours = 0; /* the test's own reads of results */
+    long dtoh_ours = 0, ar_calls; /* the test's own reads of results */
     const size_t counts[] = {1, (size_t)nranks + 1, 37, 1000 + (size_t)nranks - 1};
     int calls = 0;
     for (size_t k = 0; k < sizeof types / sizeof *types; k++)
@@ -196,6 +295,21 @@ static int all(int expect_direct)
                     dtoh_ours += inplace ? 1 : 2;
                     calls++;
                 }
+    ar_calls = calls;
+    /* The other collectives: every dtype for the ones that move data,
+     * every dtype x op for the reductions. */
+    for (int k = RS; k <= RD; k++)
+        for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+            for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+                if ((k == AG || k == BC) && o) break;
+                for (size_t c = 0; c < 3; c++)
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        int root = (int)(c + o + ti) % nranks;
+                        one_coll(k, types[ti], tnames[ti], ops[o], onames[o], counts[c], inplace,
+                                 root, c % 2 ? stream : NULL);
+                        calls++;
+                    }
+            }
     /* An independent reference: the int32 sum by formula. */
     {
         const size_t count = 101;
@@ -225,7 +339,7 @@ static int all(int expect_direct)
         free(got);
         calls += 4;
     }
-    long launches = fake_count("launch") - launch0, dtoh = fake_count("dtoh") - dtoh0 - dtoh_ours;
+    long launches = fake_count("launch") - launch0, dtoh = fake_count("dtoh") - dtoh0 - dtoh_ours - test_dtoh;
     if (expect_direct) {
         CHECK(launches == want_launch, "device path: %ld kernel launches for %d calls, not %ld",
               launches, calls, want_launch);
@@ -235,7 +349,8 @@ static int all(int expect_direct)
               fake_count("dtod"));
     } else {
         CHECK(launches == 0, "staged: %ld kernel launches", launches);
-        CHECK(dtoh >= calls, "staged: %ld copies to the host for %d calls", dtoh, calls);
+        CHECK(dtoh >= ar_calls, "staged: %ld copies to the host for %ld allreduces", dtoh,
+              ar_calls);
         CHECK(fake_count("ipc_open") == 0, "staged: %ld mappings opened", fake_count("ipc_open"));
     }
     CHECK(fake_count("stale") == 0, "%ld reads of input still queued on a stream",

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The device-direct allreduce between the ranks of one host, through CUDA
-# IPC (src/comm/devpeer.c), on a machine without a GPU:
+# The device-direct collectives (allreduce, reduce_scatter, allgather,
+# broadcast, reduce) between the ranks of one host, through CUDA IPC (src/comm/devpeer.c), on a machine without a GPU:
 # tests/gpu/cuda_fake.c, built here as libcuda.so.1, shares its "device
 # memory" between processes (memfd) and runs the kernels on the CPU
 # (see mp_devpeer.c for what is checked).
@@ -31,7 +31,7 @@ show() { [ $rc = 0 ] || echo "$out" | grep -v ': ok$' | head -20
 
 for n in 2 3 4; do
     run cuda $n all
-    check "allreduce through CUDA IPC, every dtype x op, in place, odd counts, $n ranks: device kernels and copies, no staging (exit $rc)" \
+    check "allreduce, reduce_scatter, allgather, broadcast, reduce through CUDA IPC, every dtype x op, in place, odd counts, every root, $n ranks: device kernels and copies, no staging (exit $rc)" \
         [ $rc = 0 ]
     show
 done

@@ -19,6 +19,7 @@
 struct entry {
     int peer;
     loomi_cu_ipc_t handle;
+    uint64_t buffer_id;
     loomi_cuptr_t base;
     size_t size;
     uint64_t used; /* the cache's clock at the last use */
@@ -51,6 +52,10 @@ loom_result_t loomi_cuipc_export(const void *p, size_t len, const char *what, in
     if ((e = cu->IpcGetMemHandle(&out->handle, base)))
         return loomi_fail(LOOM_ERR_SYSTEM, rank, "CUDA IPC: cuIpcGetMemHandle of %s %p: %s",
                           what, p, loomi_cuda_strerror(e));
+    /* Where the driver has no buffer id the handle alone is the key. */
+    unsigned long long id = 0;
+    if (cu->PointerGetAttribute(&id, LOOMI_CU_POINTER_ATTRIBUTE_BUFFER_ID, base)) id = 0;
+    out->buffer_id = id;
     out->offset = a - base;
     out->len = len;
     return LOOM_SUCCESS;
@@ -75,7 +80,8 @@ loom_result_t loomi_cuipc_open(struct loomi_cuipc **cache, int rank, int peer,
     struct loomi_cuipc *c = *cache;
     struct entry *x = NULL;
     for (int i = 0; i < c->n; i++)
-        if (c->e[i].peer == peer && !memcmp(&c->e[i].handle, &d->handle, sizeof d->handle)) {
+        if (c->e[i].peer == peer && c->e[i].buffer_id == d->buffer_id &&
+            !memcmp(&c->e[i].handle, &d->handle, sizeof d->handle)) {
             x = &c->e[i];
             break;
         }
@@ -87,7 +93,7 @@ loom_result_t loomi_cuipc_open(struct loomi_cuipc **cache, int rank, int peer,
             close_entry(&c->e[lru]);
             c->e[lru] = c->e[--c->n];
         }
-        struct entry nx = {.peer = peer, .handle = d->handle};
+        struct entry nx = {.peer = peer, .handle = d->handle, .buffer_id = d->buffer_id};
         loomi_cu_t e = cu->IpcOpenMemHandle(&nx.base, d->handle,
                                             LOOMI_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
         if (e)

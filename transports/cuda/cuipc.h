@@ -4,8 +4,10 @@
  * allocation plus the buffer's offset and length in it; a peer opens the
  * handle (cuIpcOpenMemHandle) and reads or writes the buffer through its
  * own mapping.  Mappings are cached per communicator, keyed by (peer,
- * handle), so that calls repeated on the same buffers open nothing; the
- * cache is closed with the communicator.
+ * handle, buffer id: the driver's number for one allocation, never
+ * reused in a process, so that memory freed and allocated again is
+ * opened again), so that calls repeated on the same buffers open
+ * nothing; the cache is closed with the communicator.
  */
 #ifndef LOOMI_CUIPC_H
 #define LOOMI_CUIPC_H
@@ -20,6 +22,7 @@
  * endian (the peers are on the same host). */
 struct loomi_cuipc_desc {
     loomi_cu_ipc_t handle; /* of the allocation holding the buffer */
+    uint64_t buffer_id;    /* the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID (0: unknown) */
     uint64_t offset;       /* of the buffer from the allocation's base */
     uint64_t len;          /* its bytes */
 };
