@@ -9,6 +9,7 @@
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "comm/devbuf.h"
+#include "comm/devpeer.h"
 #include "comm/ctrl.h"
 #include "topo/topo.h"
 #include "transports/net.h"
@@ -686,6 +687,7 @@ static void comm_free(struct loom_comm *c, int polite)
     loomi_quorum_free(c->quorum);
     loomi_engine_release(&c->eng);
     loomi_devbuf_free(c);
+    loomi_devpeer_free(c);
     loomi_mem_release_all(c);
     loomi_mem_windows_free_all(c);
     if (c->topo) {

@@ -41,6 +41,7 @@ step "configure --with-cuda" 120 "$src/configure" --with-cuda &&
     step "make -j$jobs" 300 make -j"$jobs" &&
     step "build the tests" 300 make -j"$jobs" check TESTS= &&
     step "gpu suite (kernels, throughput)" 120 tests/gpu/gpu_suite
+step "allreduce via CUDA IPC, 2 ranks/GPU" 120 ./loomrun -n 2 --timeout 100 tests/gpu/gpu_ipc_bw 256
 # Here the suite must run: a skip (no driver, no GPU) fails the run.
 grep -q '^skipped: ' "$log" && failed=1
 step "make check (gpu, memkind, layers, api)" 180 make check \
