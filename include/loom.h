@@ -253,6 +253,20 @@ loom_result_t loom_comm_shrink(loom_comm_t comm, loom_comm_t *newcomm);
 loom_result_t loom_comm_split(loom_comm_t comm, int color, int key, const loom_config_t *cfg,
                               loom_comm_t *newcomm);
 
+/* Collective over the n ranks of comm listed in ranks, and only they
+ * (as MPI_Comm_create_group): they form *newcomm, rank i of it being
+ * ranks[i]; the other ranks of comm do not call it and wait for nothing.
+ * Every listed rank passes the same list and tag (>= 0); a member that
+ * passes another list or tag, or is not in its own list, is named in the
+ * error every member gets (LOOM_ERR_MISMATCH, LOOM_ERR_INVALID_ARGUMENT),
+ * and one that never calls in LOOM_TIMEOUT (LOOM_ERR_TIMEOUT).  As
+ * loom_comm_split: no new rendezvous (comm's control plane and
+ * topology), transports and a control plane of its own, comm's settings.
+ * Creates of disjoint lists may run at once; two ranks listed together
+ * must make their creates in the same order. */
+loom_result_t loom_comm_create_group(loom_comm_t comm, int n, const int *ranks, int tag,
+                                     loom_comm_t *newcomm);
+
 /* Collective over the ranks not known failed, fault tolerant, and on a
  * revoked communicator too: every rank contributes *value and every rank
  * that returns LOOM_SUCCESS gets the same result in *value, the minimum

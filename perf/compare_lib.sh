@@ -42,7 +42,9 @@ compare_mpi_twin() {
     local mpi=$dir/mpi_$1_perf stale=0 f
     local srcs=("$src/perf/$1_perf.c" "$src/perf/perf_common.c" "$src/perf/peers/backend_mpi.c")
     [ -x "$mpi" ] || stale=1
-    for f in "${srcs[@]}" "$src/perf/perf_common.h"; do [ "$f" -nt "$mpi" ] && stale=1; done
+    for f in "${srcs[@]}" "$src/perf/perf_common.h" "$src/perf/bench_util.h"; do
+        [ "$f" -nt "$mpi" ] && stale=1
+    done
     if [ $stale = 1 ]; then
         mkdir -p "$dir" &&
             mpicc -std=c11 -O2 -D_GNU_SOURCE -o "$mpi" "${srcs[@]}" -lm -pthread >&2 || {

@@ -29,21 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "loom.h"
 #include "size_arg.h"
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 #define CHECK(x)                                                                    \
     do {                                                                            \
@@ -173,7 +161,7 @@ int main(int argc, char **argv)
     double med[MODES] = {0};
     for (int m = 0; m < MODES; m++) {
         if (!(modes >> m & 1)) continue;
-        qsort(t + m * reps, (size_t)reps, sizeof *t, cmp);
+        qsort(t + m * reps, (size_t)reps, sizeof *t, cmp_double);
         med[m] = t[m * reps + reps / 2];
     }
     int ok = 1;

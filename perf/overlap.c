@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "loom.h"
 
 static double now_ms(void)
@@ -43,12 +44,6 @@ static void step(void)
         }
     /* Keep the values bounded. */
     C[0] *= 0.5f;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double slowest(double t, loom_comm_t comm)
@@ -127,10 +122,10 @@ int main(int argc, char **argv)
         t_with[r] = slowest(t1 - t0, comm);
         t_wait[r] = slowest(t2 - t1, comm);
     }
-    qsort(t_comp, (size_t)reps, sizeof(double), cmp);
-    qsort(t_ar, (size_t)reps, sizeof(double), cmp);
-    qsort(t_with, (size_t)reps, sizeof(double), cmp);
-    qsort(t_wait, (size_t)reps, sizeof(double), cmp);
+    qsort(t_comp, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t_ar, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t_with, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t_wait, (size_t)reps, sizeof(double), cmp_double);
     double c = t_comp[reps / 2], a = t_ar[reps / 2], w = t_with[reps / 2], x = t_wait[reps / 2];
     if (rank == 0) {
         const char *pt = getenv("LOOM_PROGRESS_THREAD");

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 enum {
     EXIT_FAIL = 1,    /* wrong results, failed operation or backend */
     EXIT_USAGE = 2,   /* bad option */
@@ -870,14 +872,6 @@ struct run {
     double wrong_total;
 };
 
-static double now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 /* An operation failed: say where and stop, without waiting for peers. */
 static void fail_call(struct run *r, const perf_call_t *call,
                       const perf_sizes_t *s, const char *where,
@@ -914,13 +908,6 @@ static void run_call(struct run *r, const perf_call_t *call,
 
     if (r->be->run(call, err, sizeof err) != 0)
         fail_call(r, call, s, where, err);
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
 }
 
 /* Number of algorithms a row times: those of -A, else the one the backend
@@ -988,7 +975,7 @@ static void time_calls(struct run *r, const perf_call_t *call,
     for (int a = 0; a < na; a++) {
         double *v = bt + a * nb;
 
-        qsort(v, (size_t)nb, sizeof *v, cmp_dbl);
+        qsort(v, (size_t)nb, sizeof *v, cmp_double);
         t[a] = nb % 2 ? v[nb / 2] : (v[nb / 2 - 1] + v[nb / 2]) / 2;
     }
     free(bt);

@@ -26,37 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#define BENCH_NAME "sparse_perf"
+#include "bench_util.h"
 #include "loom.h"
 #include "size_arg.h"
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-#define FAIL(r, what)                                                                      \
-    do {                                                                                   \
-        if ((r) != LOOM_SUCCESS) {                                                         \
-            fprintf(stderr, "sparse_perf: %s: %s\n", what, loom_get_last_error());        \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
 
 enum { S_AG, D_AR, S_RS, D_RS, NCALLS };
 static const char *const names[NCALLS] = {"sparse_allgather", "allreduce",

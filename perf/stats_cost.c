@@ -17,17 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "core/hostmap.h"
 #include "sched/op.h"
 #include "sched/sched.h"
 
 static double per_op(uint64_t t0, uint64_t t1, long n) { return (double)(t1 - t0) / (double)n; }
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv)
 {
@@ -80,7 +75,7 @@ int main(int argc, char **argv)
         c1 = loomi_now_ns();
         t[3][r] = per_op(c0, c1, iters);
     }
-    for (int j = 0; j < 4; j++) qsort(t[j], R, sizeof t[j][0], cmp_d);
+    for (int j = 0; j < 4; j++) qsort(t[j], R, sizeof t[j][0], cmp_double);
     printf("clock reading: %.1f ns\n", t[0][R / 2]);
     printf("msg, 1 peer: %.1f ns per operation\n", t[1][R / 2]);
     printf("msg, 2 peers: %.1f ns per operation\n", t[2][R / 2]);

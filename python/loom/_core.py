@@ -1695,6 +1695,22 @@ class Communicator:
                                        byref(nh)))
         return Communicator(nh) if nh.value else None
 
+    def create_group(self, ranks, tag=0):
+        """Collective over the listed ranks only
+        (``loom_comm_create_group``, as ``MPI_Comm_create_group``): they
+        form a new communicator whose rank i is ``ranks[i]`` of this one;
+        the other ranks do not call it.  Every listed rank passes the same
+        list and tag (an int >= 0); a member with another list or tag, or
+        one that never calls, is named in the error every member gets.  No
+        new rendezvous: the new communicator is connected over this one's
+        control plane, and outlives it and fails on its own."""
+        lst = [int(r) for r in ranks]
+        arr = (ctypes.c_int * max(len(lst), 1))(*lst)
+        nh = ctypes.c_void_p()
+        with self._lock:
+            _check(lib.loom_comm_create_group(self._handle(), len(lst), arr, int(tag), byref(nh)))
+        return Communicator(nh)
+
     def agree(self, value, op=MIN):
         """Fault-tolerant agreement on an unsigned 64-bit value: the
         minimum (op MIN; of flags: AND) or maximum (MAX: OR) of the

@@ -120,6 +120,7 @@ _PROTOS = {
     "loom_comm_get_failed": (R, [COMM, P(c_int), c_int, P(c_int)]),
     "loom_comm_shrink": (R, [COMM, P(COMM)]),
     "loom_comm_split": (R, [COMM, c_int, c_int, P(Config), P(COMM)]),
+    "loom_comm_create_group": (R, [COMM, c_int, P(c_int), c_int, P(COMM)]),
     "loom_comm_agree": (R, [COMM, P(c_uint64), c_int]),
     "loom_comm_join": (R, [P(COMM), P(Config)]),
     "loom_comm_pending_joins": (R, [COMM, P(c_int)]),

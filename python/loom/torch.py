@@ -7,9 +7,15 @@
     dist.init_process_group("loom")      # under torchrun or loomrun (env://)
 
 Each process group (the default one and every ``dist.new_group``) is a
-Loom communicator, created through the c10d store torch hands the
-backend: rank 0 of the group makes a unique id and puts it in the store,
-the others read it.  Operations run in the order they are issued, on a
+Loom communicator.  The default group's is created through the c10d
+store torch hands the backend: rank 0 of the group makes a unique id and
+puts it in the store, the others read it.  A ``dist.new_group`` (whose
+creator torch calls on its members only) is made from the default
+group's communicator with ``Communicator.create_group``
+(``loom_comm_create_group``): the members write their ranks in the
+default group to the group's store and read the others', then connect
+over the default communicator's control plane, with no new rendezvous.
+:data:`stats` counts both kinds.  Operations run in the order they are issued, on a
 thread of the group's own, in Loom's non-blocking calls; a work's
 ``wait()`` and ``get_future()`` follow them.  ``import loom.torch`` also
 sets ``LOOM_PROGRESS_THREAD=1`` unless the environment says otherwise,
@@ -38,7 +44,7 @@ import torch.distributed as dist  # noqa: E402
 from . import _core  # noqa: E402
 from ._core import AVG, MAX, MIN, PROD, SUM  # noqa: E402
 
-__all__ = ["LoomProcessGroup", "compress_hook", "communicator", "BACKEND"]
+__all__ = ["LoomProcessGroup", "compress_hook", "communicator", "stats", "BACKEND"]
 
 BACKEND = "loom"
 
@@ -688,11 +694,41 @@ def compress_hook(codec="int8", error_feedback=False):
     return hook
 
 
+# Communicators this process made: "rendezvous" through the store (a new
+# job: unique id, bootstrap), "derived" from the default group's
+# (loom_comm_create_group, no rendezvous).
+stats = {"rendezvous": 0, "derived": 0}
+
+
+def _default_loom_pg():
+    """The default group's LoomProcessGroup, or None (no default group
+    yet, as while it is being made, or one of another backend)."""
+    try:
+        if not dist.is_initialized():
+            return None
+        return _loom_pg(None)
+    except (ValueError, RuntimeError):
+        return None
+
+
 def _create(store, rank, size, timeout, *rest):
+    parent = _default_loom_pg()
+    if parent is not None and parent.comm is not None:
+        # A new_group: only its members get here.  Each says which rank of
+        # the default group it is; the group's store is its own (torch
+        # prefixes it with the group's name).
+        me = parent.comm.rank
+        store.set("loom/grank/%d" % rank, str(me))
+        ranks = [me if r == rank else int(bytes(store.get("loom/grank/%d" % r)))
+                 for r in range(size)]
+        comm = parent.comm.create_group(ranks)
+        stats["derived"] += 1
+        return LoomProcessGroup(comm, rank, size)
     settings = {}
     if not os.environ.get("LOOM_TIMEOUT") and isinstance(timeout, timedelta):
         settings["timeout"] = max(timeout.total_seconds(), 1.0)
     comm = _core.Communicator.from_store(store, rank, size, prefix="loom", **settings)
+    stats["rendezvous"] += 1
     return LoomProcessGroup(comm, rank, size)
 
 

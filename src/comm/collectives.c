@@ -17,6 +17,7 @@
 #include "comm/collectives.h"
 #include "comm/comm.h"
 #include "comm/devbuf.h"
+#include "comm/devpeer.h"
 #include "comm/group.h"
 #include "core/cuda.h"
 #include "core/internal.h"
@@ -541,6 +542,16 @@ static loom_result_t launch_chunk(void *ctx, const void *hs, void *hr, size_t co
 static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom_request_t *req)
 {
     if (!c->sdev && !c->rdev) return d ? launch_as(c, d, req, 0, NULL, NULL) : launch(c, req);
+    /* Every rank on one host with device buffers: through CUDA IPC
+     * (devpeer.h), unless some rank cannot; then staged. */
+    if (!d && !req && !c->cz.codec && !c->a.win_id && (!c->slen || c->sdev) &&
+        (!c->rlen || c->rdev)) {
+        int taken = 0;
+        loom_result_t r =
+            loomi_devpeer_call(c->comm, c->fn, c->a.coll, c->sendbuf, c->recvbuf, c->a.count,
+                               c->dtype, c->op, c->a.root, c->stream, &taken);
+        if (r != LOOM_SUCCESS || taken) return r;
+    }
     /* Large element-wise calls on device buffers alone: pipelined, the
      * copies overlapping the host collective (reduce-scatter's sendbuf and
      * allgather's recvbuf: p blocks, each chunked alike). */

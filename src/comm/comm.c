@@ -9,6 +9,7 @@
 #include "coll/coll.h"
 #include "comm/comm.h"
 #include "comm/devbuf.h"
+#include "comm/devpeer.h"
 #include "comm/ctrl.h"
 #include "topo/topo.h"
 #include "transports/net.h"
@@ -671,6 +672,7 @@ static void comm_free(struct loom_comm *c, int polite)
     loomi_ctrl_destroy(c->ctrl, polite);
     c->ctrl = NULL;
     free(c->p2p_seq);
+    free(c->grp_seq);
     free(c->agreed_failed);
     while (c->agree_stash) {
         struct loomi_cmsg *m = c->agree_stash;
@@ -685,6 +687,7 @@ static void comm_free(struct loom_comm *c, int polite)
     loomi_quorum_free(c->quorum);
     loomi_engine_release(&c->eng);
     loomi_devbuf_free(c);
+    loomi_devpeer_free(c);
     loomi_mem_release_all(c);
     loomi_mem_windows_free_all(c);
     if (c->topo) {

@@ -46,6 +46,7 @@ struct loom_comm {
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     struct loomi_devpool *devpool; /* pinned staging for device buffers (devbuf.c) */
+    struct loomi_devpeer *devpeer; /* device-direct calls through CUDA IPC (devpeer.c) */
     /* loom_allreduce_quorum's call count and, on rank 0, the transfers
      * its decisions left behind (quorum.c); NULL until the first call. */
     struct loomi_quorum *quorum;
@@ -117,6 +118,8 @@ struct loom_comm {
     unsigned bind_len;
     unsigned char *agreed_failed;       /* [nranks] left out of the last shrink or grow */
     uint64_t agree_seq;                 /* loom_comm_agree calls (agree.c) */
+    uint32_t *grp_seq;                  /* [nranks] creates made with each rank (create_group.c) */
+    uint32_t grp_calls;                 /* loom_comm_create_group calls */
     struct loomi_cmsg *agree_stash;     /* messages of the next agreement, come early */
     struct sockaddr_storage rdv_addr;   /* the job's rendezvous address (joiners come there) */
     unsigned rdv_len;                   /* 0: unknown */
@@ -307,6 +310,12 @@ struct loomi_child_spec {
     uint32_t round;
     uint64_t deadline;
     const char *fn;
+    /* NULL for a split; for loom_comm_create_group, [nranks of parent]:
+     * the epoch of this create's messages between this rank and each
+     * member, and a rank giving up tells the others with a
+     * LOOMI_CMSG_GROUP (LOOMI_GRP_GIVEUP) of that epoch, not a GIVEUP of
+     * the round (whose epochs shrink and split compare by order). */
+    const uint32_t *pair_seq;
 };
 loom_result_t loomi_comm_child(struct loom_comm *parent, const struct loomi_child_spec *spec,
                                struct loom_comm **out);

@@ -60,8 +60,18 @@ enum {
      * it" (epoch: the exchange's call number), so that each names the
      * ranks that never called it. */
     LOOMI_CMSG_SPLIT_IN = 25,
-    LOOMI_CMSG_MAX = 25
+    /* create_group.c: loom_comm_create_group among the listed ranks,
+     * epoch: the pair's count of creates between sender and receiver,
+     * arg: LOOMI_GRP_* (the kind of message, a vote's value above it). */
+    LOOMI_CMSG_GROUP = 26,
+    LOOMI_CMSG_MAX = 26
 };
+/* LOOMI_CMSG_GROUP's kinds (arg & 0xff). */
+#define LOOMI_GRP_CARD 1   /* the sender's list, tag and settings */
+#define LOOMI_GRP_FAIL 2   /* the sender gave up before building; why, as text */
+#define LOOMI_GRP_GIVEUP 3 /* the sender gave up while building */
+#define LOOMI_GRP_VOTE 4   /* to the coordinator: built (arg >> 8: 1) or not (0) */
+#define LOOMI_GRP_DECIDE 5 /* from the coordinator: keep (arg >> 8: 1) or discard */
 /* ALL's arg after a round's commit (shrink.c): to a joiner, 0 = the
  * round was given up, this = it holds (keep the communicator). */
 #define LOOMI_CTRL_ALL_COMMIT UINT64_MAX
@@ -192,6 +202,15 @@ void loomi_ctrl_agreed_answer(struct loomi_ctrl *c, int to, uint64_t id);
  * in order with the others; waits for one until deadline_ms (0: does not
  * wait). */
 struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms);
+/* The oldest protocol message of one type from peer `src` (-1: any), waited for
+ * until deadline_ms (0: not at all) or until the failed set changes from
+ * gen (when gen is not NULL). */
+struct loomi_cmsg *loomi_ctrl_take_src(struct loomi_ctrl *c, uint16_t type, int src,
+                                       uint64_t deadline_ms, const unsigned *gen);
+/* Whether a protocol message for which pred returns nonzero waits in the
+ * mailbox (left there; pred runs under the control plane's lock). */
+int loomi_ctrl_peek(struct loomi_ctrl *c, int (*pred)(const struct loomi_cmsg *, void *),
+                    void *arg);
 /* How many protocol messages have come so far (cheap: an atomic load). */
 unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c);
 

@@ -97,26 +97,27 @@ loom_result_t loomi_ctrl_send(struct loomi_ctrl *c, int to, uint16_t type, uint3
 }
 
 /* The first message in the mailbox of a type in mask: its link (under mu). */
-static struct loomi_cmsg **mb_find(struct loomi_ctrl *c, uint32_t mask)
+static struct loomi_cmsg **mb_find(struct loomi_ctrl *c, uint32_t mask, int src)
 {
     struct loomi_cmsg **l = &c->mb_head;
-    while (*l && !(mask & LOOMI_CMSG_BIT((*l)->type))) l = &(*l)->next;
+    while (*l && (!(mask & LOOMI_CMSG_BIT((*l)->type)) || (src >= 0 && (*l)->src != src)))
+        l = &(*l)->next;
     return l;
 }
 
 /* The first message of a type in mask, waited for until deadline_ms (0:
  * not at all) or, with gen, until the failed set changes from *gen. */
-static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, uint64_t deadline_ms,
-                                  const unsigned *gen)
+static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, int src,
+                                  uint64_t deadline_ms, const unsigned *gen)
 {
     struct loomi_cmsg *m = NULL;
     pthread_mutex_lock(&c->mu);
-    while (!*mb_find(c, mask) && (!gen || c->gen == *gen)) {
+    while (!*mb_find(c, mask, src) && (!gen || c->gen == *gen)) {
         int left = deadline_ms ? loomi_ms_left(deadline_ms) : 0;
         if (left == 0) break;
         cv_wait_ms(c, left > 100 ? 100 : left);
     }
-    struct loomi_cmsg **l = mb_find(c, mask);
+    struct loomi_cmsg **l = mb_find(c, mask, src);
     if (*l) {
         m = *l;
         *l = m->next;
@@ -136,12 +137,28 @@ static struct loomi_cmsg *mb_take(struct loomi_ctrl *c, uint32_t mask, uint64_t 
 struct loomi_cmsg *loomi_ctrl_recv(struct loomi_ctrl *c, unsigned gen, uint64_t deadline_ms,
                                    uint32_t mask)
 {
-    return mb_take(c, mask, deadline_ms, &gen);
+    return mb_take(c, mask, -1, deadline_ms, &gen);
 }
 
 struct loomi_cmsg *loomi_ctrl_take(struct loomi_ctrl *c, uint16_t type, uint64_t deadline_ms)
 {
-    return mb_take(c, LOOMI_CMSG_BIT(type), deadline_ms, NULL);
+    return mb_take(c, LOOMI_CMSG_BIT(type), -1, deadline_ms, NULL);
+}
+
+struct loomi_cmsg *loomi_ctrl_take_src(struct loomi_ctrl *c, uint16_t type, int src,
+                                       uint64_t deadline_ms, const unsigned *gen)
+{
+    return mb_take(c, LOOMI_CMSG_BIT(type), src, deadline_ms, gen);
+}
+
+int loomi_ctrl_peek(struct loomi_ctrl *c, int (*pred)(const struct loomi_cmsg *, void *),
+                    void *arg)
+{
+    int found = 0;
+    pthread_mutex_lock(&c->mu);
+    for (struct loomi_cmsg *m = c->mb_head; m && !found; m = m->next) found = pred(m, arg) != 0;
+    pthread_mutex_unlock(&c->mu);
+    return found;
 }
 
 unsigned loomi_ctrl_mail_count(const struct loomi_ctrl *c)

@@ -71,6 +71,7 @@ struct shrink {
     int holder;               /* this rank admitted the joiners (it holds the service) */
     int nj, slots[LOOMI_CTRL_MAX_JOINERS]; /* joiners: the decided count; the holder's slots */
     const char *fn;
+    const uint32_t *pair_seq; /* a create_group's (loomi_child_spec), else NULL */
 };
 
 /* A shrink, grow or child of old, made with those settings. */
@@ -109,8 +110,23 @@ static void give_up(struct shrink *s, const char *why)
 {
     LOOMI_INFO(s->me, "%s: round %u given up: %s", s->fn, s->round, why);
     for (int q = 0; q < s->n; q++)
-        if (q != s->me && member(s, q))
-            loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_GIVEUP, s->round, 0, NULL, 0);
+        if (q != s->me && member(s, q)) {
+            if (s->pair_seq)
+                loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_GROUP, s->pair_seq[q], LOOMI_GRP_GIVEUP,
+                                NULL, 0);
+            else
+                loomi_ctrl_send(s->ctrl, q, LOOMI_CMSG_GIVEUP, s->round, 0, NULL, 0);
+        }
+}
+
+/* A create_group's member gave up (or failed its checks) in this create. */
+static int group_gave_up(const struct loomi_cmsg *m, void *arg)
+{
+    const struct shrink *s = arg;
+    const uint64_t kind = m->arg & 0xff;
+    return m->type == LOOMI_CMSG_GROUP && m->src >= 0 && m->src < s->n &&
+           s->newrank_of[m->src] >= 0 && m->epoch == s->pair_seq[m->src] &&
+           (kind == LOOMI_GRP_GIVEUP || kind == LOOMI_GRP_FAIL);
 }
 
 /* A GIVEUP of this round in the mailbox (taken out of it). */
@@ -145,7 +161,8 @@ static int doomed(void *arg, char *msg, size_t n)
                              "being connected");
             return 1;
         }
-    if (loomi_ctrl_newer(s->ctrl, LOOMI_CMSG_BIT(LOOMI_CMSG_GIVEUP), s->round - 1)) {
+    if (s->pair_seq ? loomi_ctrl_peek(s->ctrl, group_gave_up, s)
+                    : loomi_ctrl_newer(s->ctrl, LOOMI_CMSG_BIT(LOOMI_CMSG_GIVEUP), s->round - 1)) {
         snprintf(msg, n, "another rank gave the round up");
         return 1;
     }
@@ -516,6 +533,7 @@ loom_result_t loomi_comm_child(struct loom_comm *parent, const struct loomi_chil
     struct shrink s;
     shrink_init(&s, parent, fn, spec->deadline, spec->set, spec->algo_forced, spec->route_mask);
     s.round = spec->round;
+    s.pair_seq = spec->pair_seq;
     s.nmembers = spec->nmembers;
     if (s.nmembers < 1 || s.nmembers > s.n)
         return loomi_fail(LOOM_ERR_INTERNAL, s.me, "%s: %d members of %d ranks", fn, s.nmembers,

@@ -47,6 +47,7 @@ static const struct var vars[] = {
     {"LOOM_QUORUM", K_STR, 0, 0, OFF(quorum), NULL},
     {"LOOM_ENCRYPT", K_INT, 0, 1, OFF(encrypt), "0"},
     {"LOOM_STATS", K_INT, 0, 1, OFF(stats), "1"},
+    {"LOOM_CUDA_IPC", K_INT, 0, 1, OFF(cuda_ipc), "1"},
     {"LOOM_CUDA_PIPELINE_CHUNK", K_SIZE, 0, 1LL << 40, OFF(cuda_pipe_chunk), "4M"},
 };
 
@@ -168,6 +169,7 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->progress_thread = e->progress_thread;
     out->encrypt = e->encrypt;
     out->stats = e->stats;
+    out->cuda_ipc = e->cuda_ipc;
     if (e->quorum && strcmp(e->quorum, "majority") && strcmp(e->quorum, "any"))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "%s: LOOM_QUORUM=%s is invalid (expected majority or any)", caller,

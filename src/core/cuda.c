@@ -13,7 +13,7 @@
 #include "core/internal.h"
 
 static struct loomi_cuda_drv drv;
-static int loaded, full;
+static int loaded, full, ipc;
 static char why[256];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -63,15 +63,31 @@ static void load(void)
         S(EventDestroy, "cuEventDestroy_v2"),
         S(MemAllocHost, "cuMemAllocHost_v2"),
         S(MemFreeHost, "cuMemFreeHost"),
+#define NFULL 31 /* the ones above; those below are optional */
+        S(IpcGetMemHandle, "cuIpcGetMemHandle"),
+        S(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+        S(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+        S(MemGetAddressRange, "cuMemGetAddressRange_v2"),
+#define NIPC (NFULL + 4) /* the IPC ones; after them: the pipeline's */
         S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
         S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
         S(EventQuery, "cuEventQuery"),
 #undef S
     };
+    _Static_assert(offsetof(struct loomi_cuda_drv, IpcGetMemHandle) ==
+                       NFULL * sizeof(void *),
+                   "NFULL counts the required functions");
     full = 1;
+    ipc = 1;
     for (size_t i = 0; i < LOOMI_ARRAY_LEN(syms); i++) {
         void *f = dlsym(h, syms[i].name);
-        if (!f) full = 0;
+        /* cuIpcOpenMemHandle_v2 is CUDA 11's name; older drivers have
+         * the unversioned one, with the same arguments. */
+        if (!f && i == NFULL + 1) f = dlsym(h, "cuIpcOpenMemHandle");
+        if (!f) {
+            if (i < NFULL) full = 0;
+            else if (i < NIPC) ipc = 0;
+        }
         *(void **)((char *)&drv + syms[i].off) = f;
     }
     if (!drv.PointerGetAttribute) {
@@ -94,6 +110,11 @@ const struct loomi_cuda_drv *loomi_cuda_driver(void)
 int loomi_cuda_full(void)
 {
     return loomi_cuda_driver() && full;
+}
+
+int loomi_cuda_ipc(void)
+{
+    return loomi_cuda_full() && ipc;
 }
 
 const char *loomi_cuda_why(void)

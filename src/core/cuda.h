@@ -26,10 +26,19 @@ enum {
     LOOMI_CU_DEVICE_ATTRIBUTE_CC_MAJOR = 75,
     LOOMI_CU_DEVICE_ATTRIBUTE_CC_MINOR = 76,
     LOOMI_CU_MEM_ATTACH_GLOBAL = 1,
+    LOOMI_CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
+    LOOMI_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    LOOMI_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
+    LOOMI_CU_IPC_HANDLE_SIZE = 64,
     LOOMI_CU_STREAM_NON_BLOCKING = 1,
     LOOMI_CU_EVENT_DISABLE_TIMING = 2,
     LOOMI_CUDA_ERROR_NOT_READY = 600
 };
+
+/* CUipcMemHandle: 64 opaque bytes, passed by value. */
+typedef struct {
+    char reserved[LOOMI_CU_IPC_HANDLE_SIZE];
+} loomi_cu_ipc_t;
 
 /* The driver's functions.  cuPointerGetAttribute is the one that must be
  * there for the driver to count as loaded; the others are NULL where the
@@ -71,6 +80,13 @@ struct loomi_cuda_drv {
      * (src/comm/devbuf.c). */
     loomi_cu_t (*MemAllocHost)(void **p, size_t bytes);
     loomi_cu_t (*MemFreeHost)(void *p);
+    /* Peer memory between processes (transports/cuda): optional, NULL
+     * where the driver lacks them (loomi_cuda_ipc says whether all are
+     * there); loomi_cuda_full does not count them. */
+    loomi_cu_t (*IpcGetMemHandle)(loomi_cu_ipc_t *h, loomi_cuptr_t p);
+    loomi_cu_t (*IpcOpenMemHandle)(loomi_cuptr_t *p, loomi_cu_ipc_t h, unsigned flags);
+    loomi_cu_t (*IpcCloseMemHandle)(loomi_cuptr_t p);
+    loomi_cu_t (*MemGetAddressRange)(loomi_cuptr_t *base, size_t *size, loomi_cuptr_t p);
     /* The pipelined staging of large device buffers (devbuf.c). */
     loomi_cu_t (*MemcpyDtoHAsync)(void *dst, loomi_cuptr_t src, size_t bytes, loomi_cuh_t stream);
     loomi_cu_t (*MemcpyHtoDAsync)(loomi_cuptr_t dst, const void *src, size_t bytes,
@@ -83,6 +99,8 @@ struct loomi_cuda_drv {
 const struct loomi_cuda_drv *loomi_cuda_driver(void);
 /* Whether every member of the table is there (for running kernels). */
 int loomi_cuda_full(void);
+/* Whether the driver has the IPC functions (and every other one). */
+int loomi_cuda_ipc(void);
 /* Why loomi_cuda_driver is NULL, or "" when it is not. */
 const char *loomi_cuda_why(void);
 /* Whether this build has the device kernels (configure --with-cuda). */

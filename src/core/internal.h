@@ -110,6 +110,7 @@ struct loomi_env {
     int heartbeat_ms;          /* control-plane heartbeat period; 0: none */
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
     const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
+    int cuda_ipc;              /* LOOM_CUDA_IPC: device buffers between a host's ranks */
     int encrypt;               /* LOOM_ENCRYPT: 1 seals tcp and control records (AEAD) */
     int stats;                 /* LOOM_STATS: 1 records straggler telemetry */
     size_t cuda_pipe_chunk;    /* LOOM_CUDA_PIPELINE_CHUNK: device collectives staged in
@@ -157,6 +158,7 @@ struct loomi_settings {
     int quorum_any; /* LOOM_QUORUM=any: any survivors may go on, not only a majority */
     int encrypt;    /* LOOM_ENCRYPT=1: tcp streams and control frames sealed (AES-256-GCM) */
     int stats;      /* LOOM_STATS=1: straggler telemetry (loom_comm_get_stats) */
+    int cuda_ipc;   /* LOOM_CUDA_IPC=1: device-direct collectives on one host (devpeer.c) */
 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,

@@ -89,6 +89,11 @@ loom_result_t loomi_cuda_open(struct loomi_cuda_dev *d, int ordinal)
             if ((e = cu->ModuleGetFunction(&d->red[t][o], d->mod, fn)) != 0) break;
         }
         if (e) break;
+        for (int o = 0; o < 4; o++) {
+            snprintf(fn, sizeof fn, "loom_redn_%s_%s", tname[t], oname[o]);
+            if ((e = cu->ModuleGetFunction(&d->redn[t][o], d->mod, fn)) != 0) break;
+        }
+        if (e) break;
         snprintf(fn, sizeof fn, "loom_avg_%s", tname[t]);
         if ((e = cu->ModuleGetFunction(&d->avg[t], d->mod, fn)) != 0) break;
     }
@@ -143,6 +148,30 @@ loom_result_t loomi_cuda_reduce(const struct loomi_cuda_dev *d, loomi_cuptr_t ds
     int o = op == LOOM_AVG ? (int)LOOM_SUM : (int)op;
     void *args[] = {&dst, &src, &count};
     return launch(d->red[dtype][o], args, count, stream);
+}
+
+loom_result_t loomi_cuda_reduce_n(const struct loomi_cuda_dev *d, loomi_cuptr_t dst,
+                                  const loomi_cuptr_t *src, int nin, size_t count,
+                                  loom_datatype_t dtype, loom_op_t op, loomi_cuh_t stream)
+{
+    loom_result_t r = check(d, dtype, "loomi_cuda_reduce_n");
+    if (r != LOOM_SUCCESS) return r;
+    if ((unsigned)op >= LOOM_NUM_OPS)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "loomi_cuda_reduce_n: op %d is not a valid reduction op", (int)op);
+    if (nin < 1 || nin > LOOMI_CUDA_REDN_MAX)
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "loomi_cuda_reduce_n: nin %d is not in 1..%d", nin, LOOMI_CUDA_REDN_MAX);
+    /* The kernel's second parameter: a struct of LOOMI_CUDA_REDN_MAX
+     * pointers, passed by value (RednSrcs in reduce_cuda.cu). */
+    struct {
+        loomi_cuptr_t p[LOOMI_CUDA_REDN_MAX];
+    } srcs;
+    memset(&srcs, 0, sizeof srcs);
+    for (int k = 0; k < nin; k++) srcs.p[k] = src[k];
+    int o = op == LOOM_AVG ? (int)LOOM_SUM : (int)op;
+    void *args[] = {&dst, &srcs, &nin, &count};
+    return launch(d->redn[dtype][o], args, count, stream);
 }
 
 loom_result_t loomi_cuda_finish_avg(const struct loomi_cuda_dev *d, loomi_cuptr_t buf,

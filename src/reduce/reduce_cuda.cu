@@ -142,3 +142,60 @@ extern "C" __global__ void loom_avg_f64(double *b, size_t n, int nranks)
     { GRID_LOOP(i, n) st(&b[i], __fdiv_rn(ld(b[i]), (float)nranks)); }
 HALF_KERNELS(f16, __half)
 HALF_KERNELS(bf16, __nv_bfloat16)
+
+/* Many inputs at once, for the device-direct collectives
+ * (src/comm/devpeer.c): d[i] = s[0][i] OP s[1][i] OP ... OP s[nin-1][i],
+ * in input order, each step with the two-input kernels' semantics (fp16
+ * and bf16 in fp32, rounded back after every operation, as on the CPU).
+ * Every input is read before d[i] is written, so d may be one of them
+ * (in place).  The inputs may be peers' buffers mapped through CUDA IPC.
+ * Kernel names: loom_redn_<type>_<op>. */
+#define LOOM_REDN_MAX 8
+struct RednSrcs {
+    const void *p[LOOM_REDN_MAX];
+};
+
+template <typename T, typename Op> struct Direct {
+    static __device__ T run(const RednSrcs &s, int nin, size_t i)
+    {
+        T acc = ((const T *)s.p[0])[i];
+        for (int k = 1; k < nin; k++) acc = Op::f(acc, ((const T *)s.p[k])[i]);
+        return acc;
+    }
+};
+/* fp16 / bf16: the running value is stored type T between steps. */
+template <typename T, typename Op> struct Half {
+    static __device__ T run(const RednSrcs &s, int nin, size_t i)
+    {
+        T acc = ((const T *)s.p[0])[i];
+        for (int k = 1; k < nin; k++) st(&acc, Op::f(ld(acc), ld(((const T *)s.p[k])[i])));
+        return acc;
+    }
+};
+
+#define OPFN(name, OPS, T, fn)                                                           \
+    struct name {                                                                        \
+        static __device__ T f(T a, T b) { return OPS::fn(a, b); }                        \
+    };
+
+#define REDN_ONE(tag, T, OPT, OPS, op, How)                                              \
+    OPFN(Op_##tag##_##op, OPS, OPT, op)                                                  \
+    extern "C" __global__ void loom_redn_##tag##_##op(T *d, RednSrcs s, int nin, size_t n) \
+    { GRID_LOOP(i, n) d[i] = How<T, Op_##tag##_##op>::run(s, nin, i); }
+
+#define REDN_ALL(tag, T, OPT, OPS, How)                                                  \
+    REDN_ONE(tag, T, OPT, OPS, sum, How)                                                 \
+    REDN_ONE(tag, T, OPT, OPS, prod, How)                                                \
+    REDN_ONE(tag, T, OPT, OPS, max, How)                                                 \
+    REDN_ONE(tag, T, OPT, OPS, min, How)
+
+REDN_ALL(i8, int8_t, int8_t, IntOps<int8_t>, Direct)
+REDN_ALL(u8, uint8_t, uint8_t, IntOps<uint8_t>, Direct)
+REDN_ALL(i32, int32_t, int32_t, IntOps<int32_t>, Direct)
+REDN_ALL(u32, uint32_t, uint32_t, IntOps<uint32_t>, Direct)
+REDN_ALL(i64, int64_t, int64_t, IntOps<int64_t>, Direct)
+REDN_ALL(u64, uint64_t, uint64_t, IntOps<uint64_t>, Direct)
+REDN_ALL(f32, float, float, F32, Direct)
+REDN_ALL(f64, double, double, F64, Direct)
+REDN_ALL(f16, __half, float, F32, Half)
+REDN_ALL(bf16, __nv_bfloat16, float, F32, Half)

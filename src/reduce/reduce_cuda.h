@@ -20,6 +20,7 @@ struct loomi_cuda_dev {
     loomi_cuh_t ctx, mod;
     loomi_cuh_t red[LOOM_NUM_DATATYPES][4]; /* sum, prod, max, min */
     loomi_cuh_t avg[LOOM_NUM_DATATYPES];
+    loomi_cuh_t redn[LOOM_NUM_DATATYPES][4]; /* many inputs (loomi_cuda_reduce_n) */
     char name[128];
     int cc_major, cc_minor;
 };
@@ -37,6 +38,14 @@ void loomi_cuda_close(struct loomi_cuda_dev *d);
 loom_result_t loomi_cuda_reduce(const struct loomi_cuda_dev *d, loomi_cuptr_t dst,
                                 loomi_cuptr_t src, size_t count, loom_datatype_t dtype,
                                 loom_op_t op, loomi_cuh_t stream);
+/* dst[i] = src[0][i] OP ... OP src[nin-1][i], in that order, each step
+ * as loomi_cuda_reduce's (LOOM_AVG as LOOM_SUM); 1 <= nin <=
+ * LOOMI_CUDA_REDN_MAX.  dst may be one of the inputs; the inputs may be
+ * peers' memory mapped through CUDA IPC. */
+#define LOOMI_CUDA_REDN_MAX 8
+loom_result_t loomi_cuda_reduce_n(const struct loomi_cuda_dev *d, loomi_cuptr_t dst,
+                                  const loomi_cuptr_t *src, int nin, size_t count,
+                                  loom_datatype_t dtype, loom_op_t op, loomi_cuh_t stream);
 /* buf[i] /= nranks (LOOM_AVG's last step, as loomi_reduce_finish_avg). */
 loom_result_t loomi_cuda_finish_avg(const struct loomi_cuda_dev *d, loomi_cuptr_t buf,
                                     size_t count, loom_datatype_t dtype, int nranks,

@@ -1,6 +1,7 @@
 /* What every harness of tests/fuzz shares: the libFuzzer entry point,
  * and the seed writer that replay_main's --seeds calls (each harness
- * writes its seed corpus with the library's real encoders). */
+ * writes its seed corpus with the library's real encoders).  The
+ * transport harnesses share more in fuzz_xfer.h. */
 #ifndef LOOM_TESTS_FUZZ_H
 #define LOOM_TESTS_FUZZ_H
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_xfer.h"
 
 FUZZ_QUIET_INIT
 
@@ -62,17 +63,6 @@ static void fuzz_seg(const uint8_t *d, size_t n)
         abort();
 }
 
-static void on_fail(void *owner, int peer, int failed, loom_result_t code, const char *why)
-{
-    (void)owner, (void)peer, (void)failed, (void)code, (void)why;
-}
-
-static void on_done(struct loomi_xfer *x, loom_result_t st)
-{
-    (void)st;
-    x->owner = (void *)1;
-}
-
 static void fuzz_fifo(const uint8_t *d, size_t size)
 {
     static const unsigned char key[LOOMI_AUTH_KEY_BYTES] = {1, 2, 3};
@@ -82,7 +72,7 @@ static void fuzz_fifo(const uint8_t *d, size_t size)
     t->ctx.rank = 0;
     t->ctx.nranks = 2;
     t->ctx.job_key = key;
-    t->ctx.peer_failed = on_fail;
+    t->ctx.peer_failed = fuzz_on_fail;
     loomi_match_init(&t->match, &t->ctx, sizeof(struct unexp), FUZZ_UNEXP, loomi_shm_match_fail,
                      t);
     t->fd = -1;
@@ -127,15 +117,7 @@ static void fuzz_fifo(const uint8_t *d, size_t size)
             atomic_store(&c->seq, (uint32_t)(p->in_pos + 1));
             loomi_shm_poll_in(t, p, (int)NCELLS);
         } else if (op == 1 && size - off >= 4 && nx < MAXX) {
-            struct loomi_xfer *x = calloc(1, sizeof *x);
-            if (!x) abort();
-            x->peer = 1;
-            x->tag = d[off] % 4;
-            x->len = (size_t)(d[off + 1] | d[off + 2] << 8) % 4097;
-            x->chk = d[off + 3] ? 0x100u + d[off + 3] : 0;
-            x->buf = malloc(x->len ? x->len : 1);
-            x->complete = on_done;
-            if (!x->buf) abort();
+            struct loomi_xfer *x = fuzz_recv(1, d + off, 4096);
             off += 4;
             xs[nx++] = x;
             loomi_shm_irecv(t, x);
@@ -152,10 +134,7 @@ static void fuzz_fifo(const uint8_t *d, size_t size)
     free(t->peers);
     free(t);
     free(ring);
-    for (int k = 0; k < nx; k++) {
-        free(xs[k]->buf);
-        free(xs[k]);
-    }
+    fuzz_free_recvs(xs, nx);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

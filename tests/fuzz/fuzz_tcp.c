@@ -18,22 +18,13 @@
 #include "transports/tcp/tcp_data.c"
 
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_xfer.h"
 
 FUZZ_QUIET_INIT
 
 #define NR 3
 #define NS 2
 #define MAXX 16
-
-static void on_fail(void *owner, int peer, int failed, loom_result_t code, const char *why)
-{
-    (void)owner, (void)peer, (void)failed, (void)code, (void)why;
-}
-static void on_done(struct loomi_xfer *x, loom_result_t st)
-{
-    (void)st;
-    x->owner = (void *)1;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
 {
@@ -43,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
     ctx.rank = 0;
     ctx.nranks = NR;
     ctx.job_key = key;
-    ctx.peer_failed = on_fail;
+    ctx.peer_failed = fuzz_on_fail;
     ctx.sock.streams = NS;
     struct tcp *t = calloc(1, sizeof *t);
     if (!t) abort();
@@ -90,15 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
             off += len;
             if (t->peers[r].s[i].fd >= 0) stream_read(t, &t->peers[r].s[i]);
         } else if (op == 1 && size - off >= 5 && nx < MAXX) {
-            struct loomi_xfer *x = calloc(1, sizeof *x);
-            if (!x) abort();
-            x->peer = 1 + d[off] % (NR - 1);
-            x->tag = d[off + 1] % 4;
-            x->len = (size_t)(d[off + 2] | d[off + 3] << 8) % 4097;
-            x->chk = d[off + 4] ? 0x100u + d[off + 4] : 0;
-            x->buf = malloc(x->len ? x->len : 1);
-            x->complete = on_done;
-            if (!x->buf) abort();
+            struct loomi_xfer *x = fuzz_recv(1 + d[off] % (NR - 1), d + off + 1, 4096);
             off += 5;
             xs[nx++] = x;
             tcp_irecv(t, x);
@@ -122,10 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
     for (int r = 1; r < NR; r++)
         for (int i = 0; i <= NS; i++)
             if (far[r][i] >= 0) close(far[r][i]);
-    for (int k = 0; k < nx; k++) {
-        free(xs[k]->buf);
-        free(xs[k]);
-    }
+    fuzz_free_recvs(xs, nx);
     return 0;
 }
 

@@ -22,6 +22,7 @@
 #include "transports/verbs/verbs_data.c"
 
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_xfer.h"
 
 FUZZ_QUIET_INIT
 
@@ -31,17 +32,6 @@ FUZZ_QUIET_INIT
 /* Bytes held for receives not posted: small, so a message the limit
  * refuses costs no gigabyte here (the limit is a parameter). */
 #define FUZZ_UNEXP ((size_t)1 << 20)
-
-static void on_fail(void *owner, int peer, int failed, loom_result_t code, const char *why)
-{
-    (void)owner, (void)peer, (void)failed, (void)code, (void)why;
-}
-
-static void on_done(struct loomi_xfer *x, loom_result_t st)
-{
-    (void)st;
-    x->owner = (void *)1;
-}
 
 static void fuzz_hello(const uint8_t *d, size_t n)
 {
@@ -64,7 +54,7 @@ static void fuzz_data(const uint8_t *d, size_t size)
     t->ctx.rank = 0;
     t->ctx.nranks = 2;
     t->ctx.job_key = key;
-    t->ctx.peer_failed = on_fail;
+    t->ctx.peer_failed = fuzz_on_fail;
     t->lfd = t->epfd = -1;
     loomi_match_init(&t->match, &t->ctx, sizeof(struct loomi_unexp), FUZZ_UNEXP,
                      loomi_verbs_match_fail, t);
@@ -96,15 +86,7 @@ static void fuzz_data(const uint8_t *d, size_t size)
             off += len;
             on_slot(t, p, slot, (uint32_t)len);
         } else if (op == 1 && size - off >= 4 && nx < MAXX) {
-            struct loomi_xfer *x = calloc(1, sizeof *x);
-            if (!x) abort();
-            x->peer = 1;
-            x->tag = d[off] % 4;
-            x->len = (size_t)(d[off + 1] | d[off + 2] << 8) % (EAGER_MAX + 1);
-            x->chk = d[off + 3] ? 0x100u + d[off + 3] : 0;
-            x->buf = malloc(x->len ? x->len : 1);
-            x->complete = on_done;
-            if (!x->buf) abort();
+            struct loomi_xfer *x = fuzz_recv(1, d + off, EAGER_MAX);
             off += 4;
             xs[nx++] = x;
             loomi_verbs_irecv(t, x);
@@ -135,10 +117,7 @@ static void fuzz_data(const uint8_t *d, size_t size)
     free(t->peers);
     free(t);
     free(slot);
-    for (int k = 0; k < nx; k++) {
-        free(xs[k]->buf);
-        free(xs[k]);
-    }
+    fuzz_free_recvs(xs, nx);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -722,13 +722,7 @@ int main(int argc, char **argv)
         return 2;
     }
     cu_init(0);
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     int rc = strcmp(argv[1], "pipe") ? all() : pipe_all();
     loom_comm_destroy(comm);
     CHECK(fake_count("free_host") == fake_count("alloc_host"),

@@ -8,12 +8,14 @@
 #   - every collective on real device memory (tests/gpu/mp_gpu all:
 #     cuMemAlloc'd buffers, small ones staged whole and large ones
 #     pipelined, checked against a CPU reference), 2 and 4 processes
-#     sharing the GPU over shared memory, 2 over TCP;
+#     sharing the GPU over shared memory, 2 over TCP (blocking calls
+#     through CUDA IPC there), and 4 with LOOM_CUDA_IPC=0 (all staged);
 #   - a kill test: 4 ranks in allreduces of 64 MiB device buffers, one
 #     SIGKILLed in the middle of one: the 3 others must return an error,
 #     not hang;
 #   - device allreduces of 64 and 256 MiB timed with the pipeline's
-#     chunk at 4M, 1M and 0 (staged whole), 2 ranks over shm and tcp;
+#     chunk at 4M, 1M and 0 (staged whole), 2 ranks over shm and tcp,
+#     LOOM_CUDA_IPC=0;
 #   - where nccl-tests' source is there (NCCL_TESTS_DIR, default
 #     third_party/nccl-tests, which git ignores; see tests/gpu/README):
 #     its all_reduce_perf built against libloom-nccl (nccl/nccl.h, and
@@ -107,6 +109,7 @@ step "configure --with-cuda" 120 "$src/configure" --with-cuda &&
     step "build the tests" 300 make -j"$jobs" check TESTS= && built=yes
 if [ $built = yes ]; then
     step "gpu suite (kernels, throughput)" 120 tests/gpu/gpu_suite
+    step "allreduce via CUDA IPC, 2 ranks/GPU" 120 ./loomrun -n 2 --timeout 100 tests/gpu/gpu_ipc_bw 256
     # Here the suite must run: a skip (no driver, no GPU) fails the run.
     grep -q '^skipped: ' "$log" && failed=1
     step "make check (gpu, memkind, devbuf, layers, api)" 240 make check \
@@ -117,12 +120,16 @@ if [ $built = yes ]; then
         env LOOM_TRANSPORT=shm ./loomrun -n 4 --timeout 170 tests/gpu/mp_gpu all
     step "collectives on device memory, 2 ranks tcp" 180 \
         env LOOM_TRANSPORT=tcp ./loomrun -n 2 --timeout 170 tests/gpu/mp_gpu all
+    # On one host blocking calls go through CUDA IPC; staged (and
+    # pipelined) here:
+    step "collectives on device memory, staged, 4 ranks" 180 env LOOM_CUDA_IPC=0 \
+        LOOM_TRANSPORT=shm ./loomrun -n 4 --timeout 170 tests/gpu/mp_gpu all
     step "kill one of 4 ranks mid-allreduce (device)" 170 bash -c kill_test
     # Figures: the pipelined staging against whole staging, 2 ranks
     # sharing the GPU (timed on this machine, one run each).
     for tr in shm tcp; do
         for ch in 4M 1M 0; do
-            step "bench allreduce, $tr, pipeline chunk $ch" 90 env LOOM_TRANSPORT=$tr \
+            step "bench allreduce, $tr, pipeline chunk $ch" 90 env LOOM_CUDA_IPC=0 LOOM_TRANSPORT=$tr \
                 LOOM_CUDA_PIPELINE_CHUNK=$ch ./loomrun -n 2 --timeout 80 tests/gpu/mp_gpu bench
         done
     done

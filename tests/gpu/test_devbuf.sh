@@ -16,6 +16,9 @@ if ! ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fa
     bad "build the fake libcuda.so.1"
     finish
 fi
+# LOOM_CUDA_IPC=0: the staging path is what this test is about; the
+# device-direct allreduce between a host's ranks is test_devpeer.sh's.
+export LOOM_CUDA_IPC=0
 for tr in shm tcp; do
     for n in 2 3 4; do
         out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \

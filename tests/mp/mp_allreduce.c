@@ -25,7 +25,9 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 #include "reduce/reduce.h"
+#include "tests/elem.h"
 
 static int rank, nranks, failures, cases;
 
@@ -39,40 +41,6 @@ static int val(int r, size_t i, int op)
 }
 
 static int is_unsigned(loom_datatype_t t) { return t == LOOM_UINT8 || t == LOOM_UINT32 || t == LOOM_UINT64; }
-
-static void put(void *buf, size_t i, loom_datatype_t t, double v)
-{
-    switch (t) {
-    case LOOM_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case LOOM_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
-    case LOOM_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case LOOM_UINT32: ((uint32_t *)buf)[i] = (uint32_t)(int64_t)v; break;
-    case LOOM_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case LOOM_UINT64: ((uint64_t *)buf)[i] = (uint64_t)(int64_t)v; break;
-    case LOOM_FLOAT16: ((uint16_t *)buf)[i] = loomi_fp32_to_fp16((float)v); break;
-    case LOOM_BFLOAT16: ((uint16_t *)buf)[i] = loomi_fp32_to_bf16((float)v); break;
-    case LOOM_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case LOOM_FLOAT64: ((double *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static double get(const void *buf, size_t i, loom_datatype_t t)
-{
-    switch (t) {
-    case LOOM_INT8: return ((const int8_t *)buf)[i];
-    case LOOM_UINT8: return ((const uint8_t *)buf)[i];
-    case LOOM_INT32: return ((const int32_t *)buf)[i];
-    case LOOM_UINT32: return ((const uint32_t *)buf)[i];
-    case LOOM_INT64: return (double)((const int64_t *)buf)[i];
-    case LOOM_UINT64: return (double)((const uint64_t *)buf)[i];
-    case LOOM_FLOAT16: return loomi_fp16_to_fp32(((const uint16_t *)buf)[i]);
-    case LOOM_BFLOAT16: return loomi_bf16_to_fp32(((const uint16_t *)buf)[i]);
-    case LOOM_FLOAT32: return ((const float *)buf)[i];
-    case LOOM_FLOAT64: return ((const double *)buf)[i];
-    default: return NAN;
-    }
-}
 
 /* The expected element, computed exactly in double, then stored in the
  * type (unsigned values wrap as the type does). */
@@ -193,13 +161,8 @@ int main(int argc, char **argv)
 {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     loom_comm_t comm;
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    loom_result_t r;
+    mp_join(&comm, &rank, &nranks);
     if ((argc == 5 || argc == 6) && !strcmp(argv[1], "forced"))
         return forced(comm, argv[2], argv[3],
                       strtoul(argv[argc == 6 && rank == 0 ? 5 : 4], NULL, 10));

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 
 #define COUNT (1u << 20)
 
@@ -98,13 +99,8 @@ int main(int argc, char **argv)
      * network (they stay alive); nobody acts from inside. */
     int cut = !strcmp(mode, "cut");
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s\n", loom_get_last_error());
-        return 2;
-    }
     int rank, n;
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &n);
+    mp_join(&comm, &rank, &n);
     float *buf = malloc(COUNT * sizeof *buf);
     float all = (float)n * (float)(n + 1) / 2; /* sum of rank + 1 */
     int wrong = 0, it;

@@ -277,13 +277,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: mp_gossip converge K float32|float64 | explicit | disagree\n");
         return 2;
     }
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     int rc = 2;
     if (!strcmp(argv[1], "converge") && argc > 3)
         rc = converge(atoi(argv[2]), !strcmp(argv[3], "float32") ? LOOM_FLOAT32 : LOOM_FLOAT64);

@@ -12,6 +12,10 @@
  * progress (the neighbours by their deadline, the rest at once when the
  * neighbours abort).  Rank 0 then kills the stopped victim.
  *
+ * With MODE "revoke" the victim calls loom_comm_revoke instead, once the
+ * operation is under way, and then waits for its own call: every rank,
+ * the victim too, must fail with its in-place buffer as it was.
+ *
  * With COLL "alltoall" the operation is an in-place all-to-all instead
  * (its input is staged in scratch, which is also what restores it).
  *
@@ -37,7 +41,14 @@
  *
  * DRIVE_MS (default 1) is how long the victim drives the operation before
  * it dies: longer, and the survivors have overwritten part of their
- * in-place buffers with results, which they must put back.
+ * in-place buffers with results, which they must put back.  "fF" (F in
+ * 0..1) instead drives it until the element at fraction F of the
+ * victim's own in-place buffer holds its result: the kill then comes
+ * at that phase of the operation, however fast the host runs it.
+ *
+ * PATTERN "pattern" gives every element its own value (rank + 1 plus
+ * the index mod 4093): a restore that puts back bytes from the wrong
+ * place, or misses a range, shows.
  *
  * With BUFFER "window" the buffer is a loom_mem_alloc window: the shared
  * allreduce reads the peers' buffers in place, and the survivors must put
@@ -52,9 +63,9 @@
  * 300 ms, and the pattern must still be there.  A peer still pushing the
  * failed operation's results would overwrite it.
  *
- * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop [allreduce|alltoall|reduce_scatter|allgather|broadcast|small
+ * usage: mp_kill VICTIM_RANK STAMP_FILE [COUNT [kill|stop|revoke [allreduce|alltoall|reduce_scatter|allgather|broadcast|small
  *        [DRIVE_MS
- *        [heap|window|window-oop]]]]]
+ *        [heap|window|window-oop [pattern]]]]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -64,6 +75,14 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
+
+/* The value of element i on `rank` in round `round` before the call. */
+static int pattern;
+static float value(int rank, int round, size_t i)
+{
+    return (float)(rank + 1 + round) + (pattern ? (float)(i % 4093) : 0.0f);
+}
 
 static double now_ms(void)
 {
@@ -99,22 +118,19 @@ int main(int argc, char **argv)
     const char *stamp = argv[2];
     size_t count = argc > 3 ? strtoull(argv[3], NULL, 10) : 16u << 20;
     int stop = argc > 4 && !strcmp(argv[4], "stop");
+    int revoke = argc > 4 && !strcmp(argv[4], "revoke");
     int a2a = argc > 5 && !strcmp(argv[5], "alltoall");
     int small = argc > 5 && !strcmp(argv[5], "small");
     int rs = argc > 5 && !strcmp(argv[5], "reduce_scatter");
     int ag = argc > 5 && !strcmp(argv[5], "allgather");
     int bc = argc > 5 && !strcmp(argv[5], "broadcast");
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s\n", loom_get_last_error());
-        return 2;
-    }
     int rank, n;
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &n);
+    mp_join(&comm, &rank, &n);
     if (a2a) count -= count % (size_t)n;
     const int oop = argc > 7 && !strcmp(argv[7], "window-oop");
     const int win = oop || (argc > 7 && !strcmp(argv[7], "window"));
+    pattern = argc > 8 && !strcmp(argv[8], "pattern");
     float *buf = NULL, *out = NULL;
     if (!win) {
         buf = malloc(count * sizeof *buf);
@@ -140,7 +156,7 @@ int main(int argc, char **argv)
      * them before it starts. */
     /* rank + 1: never 0, which a failed restore from fresh memory would
      * leave looking right on rank 0. */
-    for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
+    for (size_t i = 0; i < count; i++) buf[i] = value(rank, 0, i);
     if (small || rank == victim) ready(stamp, rank, victim, n);
     loom_request_t req = LOOM_REQUEST_NULL;
     loom_result_t r = LOOM_SUCCESS;
@@ -187,7 +203,16 @@ int main(int argc, char **argv)
         /* Long enough to be under way, short enough not to finish even
          * over shared memory. */
         double drive_ms = argc > 6 ? atof(argv[6]) : 1;
-        while (!small && !stop && now_ms() - t0 < drive_ms && !done) loom_test(&req, &done);
+        if (argc > 6 && argv[6][0] == 'f') {
+            /* Until that element holds a result (another rank may be
+             * writing it: read it through a volatile pointer). */
+            size_t at = (size_t)(atof(argv[6] + 1) * (double)(count - 1));
+            const volatile float *e = buf + (at < count ? at : count - 1);
+            const float was = value(rank, 0, (size_t)(e - buf));
+            while (!small && *e == was && !done && now_ms() - t0 < 20000)
+                loom_test(&req, &done);
+        } else
+            while (!small && !stop && now_ms() - t0 < drive_ms && !done) loom_test(&req, &done);
         if (done) {
             fprintf(stderr, "victim: the operation finished before the kill; use a larger count\n");
             return 2;
@@ -195,8 +220,15 @@ int main(int argc, char **argv)
         FILE *f = fopen(stamp, "w");
         fprintf(f, "%.3f %d\n", now_ms(), (int)getpid());
         fclose(f);
-        kill(getpid(), stop ? SIGSTOP : SIGKILL);
-        return 1;
+        if (revoke) {
+            if (loom_comm_revoke(comm) != LOOM_SUCCESS) {
+                fprintf(stderr, "victim: revoke failed: %s\n", loom_get_last_error());
+                return 2;
+            }
+        } else {
+            kill(getpid(), stop ? SIGSTOP : SIGKILL);
+            return 1;
+        }
     }
     if (!small) r = loom_wait(&req);
     double t_err = now_ms();
@@ -216,7 +248,7 @@ int main(int argc, char **argv)
     const size_t to = ag ? from + count / (size_t)n : bc && rank ? 0 : count;
     size_t filled = 0;
     for (size_t i = 0; i < count; i++) {
-        const int differs = buf[i] != (float)(rank + 1 + round);
+        const int differs = buf[i] != value(rank, round, i);
         if (i >= from && i < to) changed += differs;
         else filled += differs;
     }
@@ -235,7 +267,7 @@ int main(int argc, char **argv)
     /* A killed victim must be named by every survivor, not a neighbour
      * that aborted; a silent one is found by deadline, which can only
      * guess (heartbeats will tell), so some rank must be named. */
-    int named = stop ? failed_rank >= 0 && failed_rank < n : failed_rank == victim;
+    int named = revoke ? 1 : stop ? failed_rank >= 0 && failed_rank < n : failed_rank == victim;
     int good = r != LOOM_SUCCESS && ce != LOOM_SUCCESS && again == LOOM_ERR_REVOKED &&
                changed == 0 && t_kill > 0 && named;
     /* A survivor whose all-to-all exchanges all finished before the kill

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "loom.h"
+#include "check.h"
 
 static int rank, nranks, odd, nb;
 static loom_comm_t comm;
@@ -188,13 +189,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: mp_mismatch CASE ODD [nb]\n");
         return 2;
     }
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     const char *c = argv[1];
     odd = atoi(argv[2]);
     nb = argc > 3 && !strcmp(argv[3], "nb");
@@ -202,7 +197,7 @@ int main(int argc, char **argv)
      * still completing the barrier when the others' mismatch breaks the
      * communicator fails there (the same failure, a call earlier). */
     double t0 = now_ms();
-    r = loom_barrier(comm);
+    loom_result_t r = loom_barrier(comm);
     if (r != LOOM_SUCCESS) {
         report_note(c, r, now_ms() - t0, " (in the barrier before)", "");
         loom_comm_destroy(comm);

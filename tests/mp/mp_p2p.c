@@ -262,12 +262,7 @@ static void group_two_comms(loom_comm_t a, loom_comm_t b)
 int main(void)
 {
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s\n", loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     errors(comm);
     if (nranks > 1) {
         size_t sizes[] = {0, 1, 1000, 1 << 20};

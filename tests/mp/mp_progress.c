@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 
 #define K 6
 
@@ -260,12 +261,7 @@ int main(int argc, char **argv)
     const char *pt = getenv("LOOM_PROGRESS_THREAD");
     int thread = pt && atoi(pt) == 1;
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s\n", loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     if (!strcmp(mode, "order")) order(comm);
     else if (!strcmp(mode, "sleep")) sleep_test(comm);
     else if (!strcmp(mode, "kill")) kill_test(comm, argc > 2 ? atoi(argv[2]) : 1, thread);

@@ -293,13 +293,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: mp_quorum all|absent|idle\n");
         return 2;
     }
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     if (nranks < 3 || nranks > 64) {
         fprintf(stderr, "mp_quorum needs 3 to 64 ranks\n");
         return 2;
@@ -307,7 +301,7 @@ int main(int argc, char **argv)
     if (!all) {
         if (!strcmp(argv[1], "idle")) idle();
         else absent();
-        r = loom_comm_destroy(comm);
+        loom_result_t r = loom_comm_destroy(comm);
         CHECK(r == LOOM_SUCCESS, "destroy: %s: %s", loom_strerror(r), loom_get_last_error());
         return failures ? 1 : 0;
     }
@@ -319,7 +313,7 @@ int main(int argc, char **argv)
     slow_call(0, LOOM_AVG, 3); /* the deciding rank left out */
     late_dropped(5);
     mismatch();
-    r = loom_comm_destroy(comm);
+    loom_result_t r = loom_comm_destroy(comm);
     CHECK(r == LOOM_SUCCESS, "destroy: %s: %s", loom_strerror(r), loom_get_last_error());
     return failures ? 1 : 0;
 }

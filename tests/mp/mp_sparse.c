@@ -338,13 +338,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: mp_sparse correct | badindex | mismatch | badarg\n");
         return 2;
     }
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     int rc = 2;
     if (!strcmp(argv[1], "correct")) rc = correct();
     else if (!strcmp(argv[1], "badindex")) rc = badindex();

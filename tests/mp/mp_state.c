@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "check.h"
 
 static double now_ms(void)
 {
@@ -163,13 +164,8 @@ int main(int argc, char **argv)
 {
     if (argc < 2) return 2;
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s\n", loom_get_last_error());
-        return 2;
-    }
     int rank, n;
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &n);
+    mp_join(&comm, &rank, &n);
     int newcomer = rank == n - 1;
     if (!strcmp(argv[1], "big")) {
         size_t bytes = (size_t)atoi(argv[2]) << 20;

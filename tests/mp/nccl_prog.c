@@ -23,40 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_rank, g_n, g_fail, g_pass;
-
-#define NCCLCHECK(call)                                                        \
-    do {                                                                       \
-        ncclResult_t r_ = (call);                                              \
-        if (r_ != ncclSuccess) {                                               \
-            printf("FAIL rank %d: %s:%d %s: %s (%s)\n", g_rank, __FILE__,      \
-                   __LINE__, #call, ncclGetErrorString(r_),                    \
-                   ncclGetLastError(NULL));                                    \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-static void expect(int cond, const char *what)
-{
-    if (cond) {
-        g_pass++;
-    } else {
-        g_fail++;
-        printf("FAIL rank %d: %s\n", g_rank, what);
-    }
-}
-
-/* An error call: the code and a message naming the culprit. */
-static void expect_err(ncclResult_t got, ncclResult_t want, const char *word, const char *what)
-{
-    const char *msg = ncclGetLastError(NULL);
-    int ok = got == want && strstr(msg, word) != NULL;
-    if (!ok)
-        printf("FAIL rank %d: %s: got %d (%s), want %d, message \"%s\" lacks \"%s\"?\n", g_rank,
-               what, (int)got, ncclGetErrorString(got), (int)want, msg, word);
-    if (ok && g_rank == 0) printf("ok   %s: %s\n", what, msg);
-    expect(ok, what);
-}
+#include "nccl_check.h"
 
 static double now(void)
 {
@@ -185,34 +152,6 @@ static void *xmalloc(size_t n)
         exit(1);
     }
     return p;
-}
-
-/* ------------------------------------------------------------ bootstrap */
-
-static void get_id(const char *file, ncclUniqueId *id)
-{
-    if (g_rank == 0) {
-        NCCLCHECK(ncclGetUniqueId(id));
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", file);
-        FILE *f = fopen(tmp, "wb");
-        if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, file) != 0) {
-            printf("FAIL rank 0: cannot write %s\n", file);
-            exit(1);
-        }
-        return;
-    }
-    for (int tries = 0; tries < 3000; tries++) { /* 30 s */
-        FILE *f = fopen(file, "rb");
-        if (f) {
-            size_t got = fread(id, sizeof *id, 1, f);
-            fclose(f);
-            if (got == 1) return;
-        }
-        nanosleep(&(struct timespec){0, 10000000}, NULL);
-    }
-    printf("FAIL rank %d: no id in %s after 30 s\n", g_rank, file);
-    exit(1);
 }
 
 /* ---------------------------------------------------------------- checks */

@@ -913,6 +913,22 @@ if most is not None:
     most.close()
 raises(loom.InvalidArgument, lambda: comm.split(-2), "split(-2)", "color -2")
 
+# create_group(): the odd ranks, listed high to low, called by them only.
+odd = [q for q in range(size) if q % 2 == 1][::-1]
+if rank in odd:
+    g = comm.create_group(odd, tag=7)
+    report(g.size == len(odd) and g.rank == odd.index(rank),
+           "create_group(%s): rank %d of %d" % (odd, g.rank, g.size))
+    same(g.allgather(np.array([rank], dtype=np.int32)).ravel(), np.array(odd, dtype=np.int32),
+         "create_group: the new ranks in the list's order")
+    same(g.allreduce(np.full(4, float(rank))), np.full(4, float(sum(odd))),
+         "create_group: allreduce on it")
+    g.close()
+raises(loom.InvalidArgument, lambda: comm.create_group([]), "create_group([])", "n = 0")
+if size > 1:
+    raises(loom.InvalidArgument, lambda: comm.create_group([rank, rank]), "create_group([r, r])",
+           "repeats")
+
 # ------------------------------------------------------------------- torch
 if use_torch:
     import torch

@@ -4,7 +4,8 @@
 # through torch's store) on 2 and 4 ranks, every call against references
 # (tests/python/torch_backend.py calls); DDP over "loom" against DDP over
 # "gloo" on the same model and data, parameters equal within float
-# rounding and identical on every rank, and DDP with compress_hook; and
+# rounding and identical on every rank, and DDP with compress_hook;
+# new_group made from the default group's communicator (groups); and
 # under loomrun (whose env:// variables torch reads), a rank SIGKILLed
 # during DDP training: the others raise, they do not hang.  Skipped
 # without torch, and in a sanitizer build.
@@ -45,6 +46,18 @@ for n in $sizes; do
     # What the DDP comparison measured.
     grep -E "DDP loom vs gloo|compress_hook\('int8'\): par" <<<"$out" | sed 's/^/# /'
 done
+
+# new_group on 4 ranks: {0,1}, {2,3} and {1,2,3}, each made from the
+# default group's communicator (loom_comm_create_group), no rendezvous.
+torchrun 4 groups
+rc=$?
+out=$(sed -n 's/^\[default[0-9]*\]://p' "$tmp/out.4")
+if [ "$rc" = 0 ] && grep -qx "groups: all passed" <<<"$out" && ! grep -q FAIL "$tmp/out.4"; then
+    ok "torchrun, 4 ranks: new_group {0,1}, {2,3}, {1,2,3}: collectives right, made from the default communicator ($(grep -o 'made [0-9]* comm[^(]*rendezvous' <<<"$out"))"
+else
+    bad "torchrun, 4 ranks: groups (exit $rc)"
+    grep -E 'FAIL|Traceback|Error' "$tmp/out.4" | head -10
+fi
 
 out=$(timeout 120 nice "$LOOMRUN" -n 3 --keep-going --timeout 110 "$PY" "$here/torch_backend.py" kill 2>&1)
 rc=$?

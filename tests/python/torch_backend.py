@@ -6,6 +6,10 @@ against references computed on every rank (tests/python/test_torch.sh).
   torch_backend.py ddp      DDP over "loom" against DDP over "gloo" (a
                             gloo group of the same job), same model and
                             data; and DDP with loom.torch.compress_hook
+  torch_backend.py groups   (4 ranks) new_group of {0,1}, {2,3} and
+                            {1,2,3}: collectives right, at once too, and
+                            each made from the default group's
+                            communicator (loom.torch.stats: no rendezvous)
   torch_backend.py kill     rank 2 of 3 SIGKILLs itself during DDP
                             training: the others must raise, not hang
   torch_backend.py calls,ddp   both, in one job
@@ -303,8 +307,47 @@ def kill():
             check(True, "all_reduce after the failure raises: %s" % str(e2).splitlines()[0][:120])
 
 
+def groups():
+    if size != 4:
+        check(False, "groups: 4 ranks, not %d" % size)
+        return
+    before = dict(loom.torch.stats)
+    lists = [[0, 1], [2, 3], [1, 2, 3]]
+    gs = [dist.new_group(lst) for lst in lists]  # every rank, in the same order
+    mine = [(lst, g) for lst, g in zip(lists, gs) if rank in lst]
+    for lst, g in mine:
+        c = loom.torch.communicator(g)
+        check(c.size == len(lst) and c.rank == lst.index(rank) and dist.get_rank(g) == c.rank,
+              "new_group(%s): %r" % (lst, c))
+        t = torch.full((5,), float(rank + 1))
+        dist.all_reduce(t, group=g)
+        want = float(sum(q + 1 for q in lst))
+        check(torch.equal(t, torch.full((5,), want)), "new_group(%s): all_reduce %s" % (lst, want))
+        outs = [torch.empty(2) for _ in lst]
+        dist.all_gather(outs, torch.full((2,), float(rank)), group=g)
+        check(all(torch.equal(o, torch.full((2,), float(q))) for o, q in zip(outs, lst)),
+              "new_group(%s): all_gather in the list's order" % lst)
+        x = torch.full((3,), float(rank))
+        dist.broadcast(x, lst[-1], group=g)
+        check(torch.equal(x, torch.full((3,), float(lst[-1]))),
+              "new_group(%s): broadcast from %d" % (lst, lst[-1]))
+    # The groups of this rank and the default group at once.
+    works, want = [], []
+    for lst, g in mine + [(list(range(size)), None)]:
+        t = torch.full((1000,), float(rank * rank))
+        works.append((dist.all_reduce(t, group=g, async_op=True), t))
+        want.append(float(sum(q * q for q in lst)))
+    for (w, t), v in zip(works, want):
+        w.wait()
+        check(torch.equal(t, torch.full((1000,), v)), "async all_reduce at once: %s" % v)
+    got = {k: loom.torch.stats[k] - before[k] for k in before}
+    check(got == {"rendezvous": 0, "derived": len(mine)} and loom.torch.stats["rendezvous"] == 1,
+          "new_group x3 made %d communicator(s) from the default one, %d rendezvous (stats %s)"
+          % (got["derived"], got["rendezvous"], loom.torch.stats))
+
+
 for m in mode.split(","):
-    {"calls": calls, "ddp": ddp, "kill": kill}[m]()
+    {"calls": calls, "ddp": ddp, "kill": kill, "groups": groups}[m]()
 if "kill" not in mode:
     dist.destroy_process_group()
 if rank == 0:

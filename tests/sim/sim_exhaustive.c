@@ -52,6 +52,7 @@
 #include "reduce/reduce.h"
 #include "coll/validate.h"
 #include "comm/local.h"
+#include "tests/elem.h"
 #include "tests/sim/harness.h"
 
 #define GUARD 64  /* bytes checked on each side of every buffer */
@@ -187,40 +188,6 @@ static double rval(loom_datatype_t t, loom_op_t op, int q, size_t i)
     if (t == LOOM_FLOAT16 || t == LOOM_FLOAT32 || t == LOOM_FLOAT64)
         return ((double)(h % 33) - 16) / 4;
     return (double)(h % 9) - 4; /* signed integers, bf16 */
-}
-
-static void put(void *buf, size_t i, loom_datatype_t t, double v)
-{
-    switch (t) {
-    case LOOM_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case LOOM_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case LOOM_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case LOOM_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case LOOM_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case LOOM_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case LOOM_FLOAT16: ((uint16_t *)buf)[i] = loomi_fp32_to_fp16((float)v); break;
-    case LOOM_BFLOAT16: ((uint16_t *)buf)[i] = loomi_fp32_to_bf16((float)v); break;
-    case LOOM_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case LOOM_FLOAT64: ((double *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static double get(const void *buf, size_t i, loom_datatype_t t)
-{
-    switch (t) {
-    case LOOM_INT8: return ((const int8_t *)buf)[i];
-    case LOOM_UINT8: return ((const uint8_t *)buf)[i];
-    case LOOM_INT32: return ((const int32_t *)buf)[i];
-    case LOOM_UINT32: return ((const uint32_t *)buf)[i];
-    case LOOM_INT64: return (double)((const int64_t *)buf)[i];
-    case LOOM_UINT64: return (double)((const uint64_t *)buf)[i];
-    case LOOM_FLOAT16: return loomi_fp16_to_fp32(((const uint16_t *)buf)[i]);
-    case LOOM_BFLOAT16: return loomi_bf16_to_fp32(((const uint16_t *)buf)[i]);
-    case LOOM_FLOAT32: return ((const float *)buf)[i];
-    case LOOM_FLOAT64: return ((const double *)buf)[i];
-    default: return NAN;
-    }
 }
 
 /* Unit roundoff of each float type. */
