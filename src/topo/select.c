@@ -762,14 +762,16 @@ double loomi_select_worst(int coll, int algo, size_t bytes, const struct loomi_j
 }
 
 /* The choice at `bytes`; where it was a near-tie, *tie says with what
- * (tie->chosen 0: none). */
+ * (tie->chosen 0: none).  tie NULL: the least estimate, no near-ties
+ * (the tables that loom-info cannot mark: the windows' and the slower
+ * reductions' allreduce). */
 static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
                      const struct loomi_links *l, int prev, struct loomi_tie *tie)
 {
     int best = LOOMI_ALGO_AUTO;
     double bt = 0, tprev = -1;
     double ta[LOOMI_NUM_ALGOS];
-    memset(tie, 0, sizeof *tie);
+    if (tie) memset(tie, 0, sizeof *tie);
     /* Compare each with its handicap: phased ones at cost / margin. */
     for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
         ta[a] = -1;
@@ -788,7 +790,7 @@ static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
         best = prev;
         bt = tprev;
     }
-    if (best == LOOMI_ALGO_AUTO) return best;
+    if (best == LOOMI_ALGO_AUTO || !tie) return best;
     /* Near-ties: the better worst case among those within LOOMI_TIE_NEAR. */
     int pick = best, near = 0;
     double wa[LOOMI_NUM_ALGOS], wpick = 0;
@@ -869,11 +871,12 @@ static void build_ranges(struct loomi_ranges *t, struct loomi_ties *ts, int c,
     for (int k = 0; k <= 60; k++) {
         if (k == 1) continue; /* 1.5 B */
         const size_t bytes = table_size(k);
-        struct loomi_tie tie;
-        int a = best_algo(c, bytes, j, l, t->n ? t->r[t->n - 1].algo : LOOMI_ALGO_AUTO, &tie);
+        struct loomi_tie tie = {0};
+        int a = best_algo(c, bytes, j, l, t->n ? t->r[t->n - 1].algo : LOOMI_ALGO_AUTO,
+                          ts ? &tie : NULL);
         if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
         if (push_range(t, bytes, a, loomi_select_chunk(c, a, bytes, j, l))) break;
-        if (ts && tie.chosen == a)
+        if (ts && tie.chosen && tie.chosen == a)
             note_tie(ts, &tie, bytes, k == 0 ? 2 : k < 60 ? table_size(k + 1) : 0);
     }
 }
