@@ -729,7 +729,9 @@ static int phased(int algo, const struct loomi_job_shape *j)
  * and such a near-tie goes unmarked).  The figures are the links that every rank has from
  * rank 0 and the job's shape, which every rank has alike: every rank
  * builds the same table, ties and all.  Two algorithms whose estimates
- * are equal (within TIE) run the same exchange and are no near-tie. */
+ * are equal (within TIE) run the same exchange and are no near-tie.
+ * Measured, noisily, on 2 x 2 ranks: perf/NOTES.md, "select.c,
+ * near-ties". */
 #define WORSE 0.01
 
 double loomi_select_worst(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
