@@ -25,6 +25,11 @@
 # auto is more than 10% slower but every algorithm it ran has its own
 # median within 10% of the best, the choice was good and auto's time is
 # a second, noisier sample: marked "~", met.
+# Below each table, the near-ties that the jobs' tables marked for the
+# collective (their rank 0's "selection: tie" lines: sizes where the
+# model chose between two estimates within 10% by their worst case; see
+# loom(7)), each with the number of jobs that logged it; the rows of
+# those sizes are where the choice is expected to be close.
 # With -s, each algorithm runs in a job of its own instead (the order
 # still rotates from one repeat to the next): over TCP, one algorithm's
 # traffic can leave the sockets in a state that slows the next one's
@@ -232,6 +237,13 @@ for coll in $colls; do
         for (a in wrong) { print "# " a ": #wrong was not 0"; bad = 1 }
         exit bad
     }' || status=1
+    # The near-ties of each job's table, as its rank 0 logged them.
+    for ((k = 0; k < reps; k++)); do
+        awk -v lc="$lc" '/rank 0\] INFO [0-9 :.-]+ selection: tie / {
+            l = $0; sub(/.* selection: tie /, "", l)
+            if (index(l, lc " ") == 1) print substr(l, length(lc) + 2) }' "$tmp/$coll.$k" | sort -u
+    done | sort | uniq -c | awk 'NR == 1 { print "# near-ties marked (jobs: span: tie):" }
+                                 { n = $1; sub(/^ *[0-9]+ /, ""); printf "#   %d: %s\n", n, $0 }'
     echo
 done
 exit $status

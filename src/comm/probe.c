@@ -339,6 +339,13 @@ loom_result_t loomi_comm_tune(struct loom_comm *c, const struct loomi_links *kno
             loomi_ranges_format(line, sizeof line, &c->sel->coll[k]);
             LOOMI_INFO(c->rank, "selection: %s %s", loomi_coll_name(k), line);
         }
+        /* Near-ties on lines of their own ("selection: tie allreduce from
+         * ..."), which select_check.sh's reading of the lines above skips. */
+        for (int k = 0; k < LOOMI_NUM_COLLS; k++)
+            for (int i = 0; i < c->sel->ties[k].n; i++) {
+                loomi_tie_format(line, sizeof line, &c->sel->ties[k].t[i]);
+                LOOMI_INFO(c->rank, "selection: tie %s %s", loomi_coll_name(k), line);
+            }
         if (c->small_max) {
             /* The bytes a rank puts in a slot (small.c), per collective. */
             int used = 0;

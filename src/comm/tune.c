@@ -304,6 +304,8 @@ static loom_result_t time_sizes(struct loom_comm *c, size_t lo, uint64_t budget_
             const int was = loomi_ranges_algo(t, tsz[k]), now = tpick[k][q];
             if (now < 0 || now == was || loomi_ranges_set(t, tsz[k], 2 * tsz[k], now) != 0)
                 continue;
+            /* A near-tie that the model broke there is the timing's now. */
+            if (!q) loomi_select_untie(c->sel, coll, tsz[k], 2 * tsz[k]);
             if (c->ntuned < LOOMI_TUNED) {
                 c->tuned[c->ntuned].cls = q;
                 c->tuned[c->ntuned].from = tsz[k];

@@ -715,24 +715,119 @@ static int phased(int algo, const struct loomi_job_shape *j)
  * else it goes to the lower enum value. */
 #define TIE 1e-9
 
+/* Near-ties.  Around a crossover the two estimates are close, and which
+ * algorithm runs faster there is decided by what the model has least
+ * hold of: a probe's alpha or beta off by its noise, the cores the other
+ * jobs of the machine take, the caches.  Measured, such pairs swap
+ * places from one job to the next.  Where another algorithm's estimate
+ * is within LOOMI_TIE_NEAR (10%) of the least, the model cannot tell
+ * them apart (its error at the crossovers measured is larger than
+ * that), and either one costs at most that much by the model's own
+ * account: so among them the one with the better worst case is chosen,
+ * its estimate under the pessimistic figures of loomi_select_worst() —
+ * alpha doubled (a message's cost is what the probe measures worst and
+ * what oversubscribed cores raise most), beta doubled (another job's
+ * traffic), or half the cores (ranks that take turns on them: copies
+ * and reductions slower) — the largest of the three.  The least
+ * estimate keeps its place unless the other's worst case is better by
+ * more than WORSE (1%: closer, the estimates say nothing either way,
+ * and such a near-tie goes unmarked).  The figures are the links that every rank has from
+ * rank 0 and the job's shape, which every rank has alike: every rank
+ * builds the same table, ties and all.  Two algorithms whose estimates
+ * are equal (within TIE) run the same exchange and are no near-tie.
+ * Measured, noisily, on 2 x 2 ranks: perf/NOTES.md, "select.c,
+ * near-ties". */
+#define WORSE 0.01
+
+double loomi_select_worst(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                          const struct loomi_links *l)
+{
+    double w = loomi_select_cost(coll, algo, bytes, j, l);
+    if (w < 0) return w;
+    struct loomi_links x = *l;
+    for (int k = 0; k < LOOMI_LINKS; k++) {
+        x.alpha[k] *= 2;
+        x.chunk_cost[k] *= 2;
+    }
+    w = fmax(w, loomi_select_cost(coll, algo, bytes, j, &x));
+    x = *l;
+    for (int k = 0; k < LOOMI_LINKS; k++) x.beta[k] *= 2;
+    w = fmax(w, loomi_select_cost(coll, algo, bytes, j, &x));
+    /* Half the cores: the fewest of a host halved (where unknown, the
+     * most ranks of a host, a core each, halved); on one core, twice the
+     * ranks on the machine. */
+    struct loomi_job_shape jh = *j;
+    int most = 1;
+    if (j->hosts)
+        for (int h = 0; h < j->hosts->nhosts; h++)
+            if (loomi_host_size(j->hosts, h) > most) most = loomi_host_size(j->hosts, h);
+    const int cores = j->cores_per_host > 0 ? j->cores_per_host : most;
+    jh.cores_per_host = cores > 1 ? cores / 2 : 1;
+    if (cores <= 1) jh.machine_ranks = 2 * (j->machine_ranks > most ? j->machine_ranks : most);
+    w = fmax(w, loomi_select_cost(coll, algo, bytes, &jh, l));
+    return w;
+}
+
+/* The choice at `bytes`; where it was a near-tie, *tie says with what
+ * (tie->chosen 0: none).  tie NULL: the least estimate, no near-ties
+ * (the tables that loom-info cannot mark: the windows' and the slower
+ * reductions' allreduce). */
 static int best_algo(int coll, size_t bytes, const struct loomi_job_shape *j,
-                     const struct loomi_links *l, int prev)
+                     const struct loomi_links *l, int prev, struct loomi_tie *tie)
 {
     int best = LOOMI_ALGO_AUTO;
     double bt = 0, tprev = -1;
+    double ta[LOOMI_NUM_ALGOS];
+    if (tie) memset(tie, 0, sizeof *tie);
     /* Compare each with its handicap: phased ones at cost / margin. */
     for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+        ta[a] = -1;
         if (!loomi_algo_gen(coll, a)) continue;
         double t = loomi_select_cost(coll, a, bytes, j, l);
         if (t < 0) continue;
         if (phased(a, j)) t /= PHASED_MARGIN;
+        ta[a] = t;
         if (a == prev) tprev = t;
         if (best == LOOMI_ALGO_AUTO || t < bt * (1 - TIE)) {
             best = a;
             bt = t;
         }
     }
-    return tprev >= 0 && tprev <= bt * (1 + TIE) ? prev : best;
+    if (tprev >= 0 && tprev <= bt * (1 + TIE)) {
+        best = prev;
+        bt = tprev;
+    }
+    if (best == LOOMI_ALGO_AUTO || !tie) return best;
+    /* Near-ties: the better worst case among those within LOOMI_TIE_NEAR. */
+    int pick = best, near = 0;
+    double wa[LOOMI_NUM_ALGOS], wpick = 0;
+    for (int a = 1; a < LOOMI_NUM_ALGOS; a++) {
+        if (a == best || ta[a] < 0 || ta[a] > bt * (1 + LOOMI_TIE_NEAR) ||
+            ta[a] <= bt * (1 + TIE))
+            continue;
+        if (!near) {
+            wa[best] = loomi_select_worst(coll, best, bytes, j, l);
+            if (phased(best, j)) wa[best] /= PHASED_MARGIN;
+            wpick = wa[best];
+        }
+        wa[a] = loomi_select_worst(coll, a, bytes, j, l);
+        if (phased(a, j)) wa[a] /= PHASED_MARGIN;
+        /* The nearest, for the record where the least estimate stays. */
+        if (!near || ta[a] < ta[near]) near = a;
+        if (wa[a] < wpick * (1 - WORSE)) {
+            pick = a;
+            wpick = wa[a];
+        }
+    }
+    if (!near) return best;
+    const int other = pick != best ? best : near;
+    /* Worst cases as close as WORSE give nothing to choose on: no mark. */
+    if (pick == best && wa[other] > 0 && wa[pick] > wa[other] * (1 - WORSE)) return best;
+    tie->chosen = pick;
+    tie->other = other;
+    tie->ratio = ta[pick] / ta[other];
+    tie->worst = wa[other] > 0 ? wa[pick] / wa[other] : 1;
+    return pick;
 }
 
 /* Append "from this size on, algo in chunks of `chunk`" unless the last
@@ -750,16 +845,46 @@ static int push_range(struct loomi_ranges *t, size_t from, int algo, size_t chun
 
 /* One collective's ranges, over 1 B .. 1 GiB at powers of two and the
  * points halfway between. */
-static void build_ranges(struct loomi_ranges *t, int c, const struct loomi_job_shape *j,
-                         const struct loomi_links *l)
+static size_t table_size(int k)
+{
+    return k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
+}
+
+/* Record the near-tie at `bytes` (the sizes up to `to`, 0: no end),
+ * joined to the one before where it goes on with the same pair. */
+static void note_tie(struct loomi_ties *ts, const struct loomi_tie *tie, size_t bytes, size_t to)
+{
+    struct loomi_tie *e = ts->n ? &ts->t[ts->n - 1] : NULL;
+    if (e && e->to == bytes && e->chosen == tie->chosen && e->other == tie->other) {
+        e->to = to;
+        e->ratio = fmax(e->ratio, tie->ratio);
+        e->worst = fmax(e->worst, tie->worst);
+        return;
+    }
+    if (ts->n == LOOMI_SELECT_MAX_TIES) return;
+    e = &ts->t[ts->n++];
+    *e = *tie;
+    e->from = bytes;
+    e->to = to;
+}
+
+/* One collective's ranges, over 1 B .. 1 GiB at powers of two and the
+ * points halfway between; its near-ties into ts (NULL: not kept). */
+static void build_ranges(struct loomi_ranges *t, struct loomi_ties *ts, int c,
+                         const struct loomi_job_shape *j, const struct loomi_links *l)
 {
     t->n = 0;
+    if (ts) ts->n = 0;
     for (int k = 0; k <= 60; k++) {
         if (k == 1) continue; /* 1.5 B */
-        size_t bytes = k % 2 ? (size_t)3 << (k / 2 - 1) : (size_t)1 << (k / 2);
-        int a = best_algo(c, bytes, j, l, t->n ? t->r[t->n - 1].algo : LOOMI_ALGO_AUTO);
+        const size_t bytes = table_size(k);
+        struct loomi_tie tie = {0};
+        int a = best_algo(c, bytes, j, l, t->n ? t->r[t->n - 1].algo : LOOMI_ALGO_AUTO,
+                          ts ? &tie : NULL);
         if (a == LOOMI_ALGO_AUTO) a = loomi_algo_default(c, j->nranks, bytes);
         if (push_range(t, bytes, a, loomi_select_chunk(c, a, bytes, j, l))) break;
+        if (ts && tie.chosen && tie.chosen == a)
+            note_tie(ts, &tie, bytes, k == 0 ? 2 : k < 60 ? table_size(k + 1) : 0);
     }
 }
 
@@ -767,13 +892,13 @@ void loomi_select_build(struct loomi_selection *sel, const struct loomi_job_shap
                         const struct loomi_links *l)
 {
     memset(sel, 0, sizeof *sel);
-    for (int c = 0; c < LOOMI_NUM_COLLS; c++) build_ranges(&sel->coll[c], c, j, l);
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) build_ranges(&sel->coll[c], &sel->ties[c], c, j, l);
     for (int k = 0; k < LOOMI_RED_CLASSES; k++)
         sel->allreduce_red[k] = sel->coll[LOOMI_COLL_ALLREDUCE];
     struct loomi_job_shape jw = *j;
     for (int ip = 0; ip < 2; ip++) {
         jw.window = ip ? LOOMI_WINDOW_IN : LOOMI_WINDOW_OUT;
-        build_ranges(&sel->window[ip], LOOMI_COLL_ALLREDUCE, &jw, l);
+        build_ranges(&sel->window[ip], NULL, LOOMI_COLL_ALLREDUCE, &jw, l);
     }
 }
 
@@ -821,7 +946,7 @@ void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_
         if (!(excess[q] > 0)) continue;
         struct loomi_links lq = *l;
         lq.gamma += excess[q] * 1e-9;
-        build_ranges(&sel->allreduce_red[q], LOOMI_COLL_ALLREDUCE, j, &lq);
+        build_ranges(&sel->allreduce_red[q], NULL, LOOMI_COLL_ALLREDUCE, j, &lq);
     }
 }
 
@@ -880,9 +1005,39 @@ static void print_ranges(FILE *f, const char *label, const struct loomi_ranges *
     fprintf(f, "  %-15s%s\n", label, line);
 }
 
+void loomi_select_untie(struct loomi_selection *sel, int coll, size_t from, size_t to)
+{
+    if (coll < 0 || coll >= LOOMI_NUM_COLLS) return;
+    struct loomi_ties *ts = &sel->ties[coll];
+    int n = 0;
+    for (int i = 0; i < ts->n; i++) {
+        const struct loomi_tie *e = &ts->t[i];
+        const int overlaps = (!to || e->from < to) && (!e->to || e->to > from);
+        if (!overlaps) ts->t[n++] = *e;
+    }
+    ts->n = n;
+}
+
+void loomi_tie_format(char *buf, size_t n, const struct loomi_tie *t)
+{
+    char b[32], b2[32];
+    if (t->to) size_str(t->to, b2, sizeof b2);
+    snprintf(buf, n, "from %s%s%s: tie: %s %.2fx %s; chose %s, worst case %.2fx",
+             size_str(t->from, b, sizeof b), t->to ? " to " : " on", t->to ? b2 : "",
+             loomi_algo_name(t->chosen), t->ratio, loomi_algo_name(t->other),
+             loomi_algo_name(t->chosen), t->worst);
+}
+
 void loomi_select_print(FILE *f, const struct loomi_selection *sel)
 {
-    for (int c = 0; c < LOOMI_NUM_COLLS; c++) print_ranges(f, loomi_coll_name(c), &sel->coll[c]);
+    char line[160];
+    for (int c = 0; c < LOOMI_NUM_COLLS; c++) {
+        print_ranges(f, loomi_coll_name(c), &sel->coll[c]);
+        for (int i = 0; i < sel->ties[c].n; i++) {
+            loomi_tie_format(line, sizeof line, &sel->ties[c].t[i]);
+            fprintf(f, "    %s\n", line);
+        }
+    }
 }
 
 void loomi_select_print_red(FILE *f, const struct loomi_selection *sel, int cls)

@@ -123,8 +123,26 @@ struct loomi_ranges {
  * two from LOOMI_CHUNK_MIN to LOOMI_CHUNK_MAX. */
 #define LOOMI_CHUNK_MIN ((size_t)64 << 10)
 #define LOOMI_CHUNK_MAX ((size_t)16 << 20)
+/* Near-ties (select.c, "near-ties"): sizes from..to-1 (to 0: no end)
+ * where the model put `other` within LOOMI_TIE_NEAR of `chosen` and the
+ * choice went to the one whose worst case is better.  ratio: chosen's
+ * estimate over other's (above 1: chosen is estimated slower), worst:
+ * the same under the pessimistic figures; the largest over the span. */
+#define LOOMI_TIE_NEAR 0.10
+#define LOOMI_SELECT_MAX_TIES 16
+struct loomi_tie {
+    size_t from, to;
+    int chosen, other;
+    double ratio, worst;
+};
+struct loomi_ties {
+    int n;
+    struct loomi_tie t[LOOMI_SELECT_MAX_TIES];
+};
 struct loomi_selection {
     struct loomi_ranges coll[LOOMI_NUM_COLLS];
+    /* The near-ties of coll[]'s tables. */
+    struct loomi_ties ties[LOOMI_NUM_COLLS];
     /* Allreduce with its buffers in windows: [0] out of place, [1] in
      * place (job_shape's window LOOMI_WINDOW_OUT, LOOMI_WINDOW_IN). */
     struct loomi_ranges window[2];
@@ -158,6 +176,17 @@ void loomi_select_build_red(struct loomi_selection *sel, const struct loomi_job_
  * -1, with t unchanged, where that takes more than
  * LOOMI_SELECT_MAX_RANGES ranges. */
 int loomi_ranges_set(struct loomi_ranges *t, size_t from, size_t to, int algo);
+/* The estimate of (coll, algo) at `bytes` under the pessimistic figures
+ * (select.c, "near-ties"): the largest of its estimates with alpha
+ * doubled, with beta doubled, and with half the cores. */
+double loomi_select_worst(int coll, int algo, size_t bytes, const struct loomi_job_shape *j,
+                          const struct loomi_links *l);
+/* Drop the near-ties of coll that overlap sizes from..to-1 (the timing at
+ * init replaced the choice there). */
+void loomi_select_untie(struct loomi_selection *sel, int coll, size_t from, size_t to);
+/* "tie: ring 1.04x recursive_doubling; chose ring, worst case 0.80x" for
+ * tie t into buf, cut at n. */
+void loomi_tie_format(char *buf, size_t n, const struct loomi_tie *t);
 /* "ring from 0, shared from 256K (chunks of 1M)" into buf, cut at n. */
 void loomi_ranges_format(char *buf, size_t n, const struct loomi_ranges *t);
 void loomi_select_print(FILE *f, const struct loomi_selection *sel);

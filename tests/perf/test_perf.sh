@@ -269,6 +269,9 @@ for k in 0 1; do
         echo "loom[h:1 rank 1] INFO 1.0 selection: allreduce ring from 0"
         echo "loom[h:1 rank 0] INFO 1.0 selection: allgather ring from 0"
         echo "loom[h:1 rank 0] INFO 1.0 selection: allreduce ${tables[$k]}"
+        [ $k = 1 ] && echo "loom[h:1 rank 0] INFO 1.0 selection: tie allreduce from 1K to 2K:" \
+            "tie: ring 1.05x shared; chose ring, worst case 0.90x"
+        echo "loom[h:1 rank 0] INFO 1.0 selection: tie allgather from 8 to 12: tie: x 1.01x y"
         echo "loom[h:1 rank 0] INFO 1.0 selection: slots (blocking calls, bytes put in)" \
             "allreduce 512, reduce_scatter 0"
         for r in "512 10 11 10.2" "1024 10 12 11.5" "4096 10 9 9.5" "8192 10 9 9.2"; do
@@ -289,6 +292,10 @@ check "select_check -p: auto ran what each job's logged table says" \
               END { exit s != \"512:slots- 1024:shared/ring! 4096:shared= 8192:shared= \" }" <<<"$1"' \
     _ "$sc" "$rc"
 [ $? -eq 0 ] || echo "$sc" | tail -7
+# The near-ties that the jobs logged, the allreduce's only, per job count.
+check "select_check -p: lists the near-ties the jobs' tables marked" \
+    bash -c 'grep -qxF "#   1: from 1K to 2K: tie: ring 1.05x shared; chose ring, worst case 0.90x" <<<"$1" &&
+             ! grep -q "x 1.01x y" <<<"$1"' _ "$sc"
 
 # "auto ran" says slots up to the collective's own limit, measured at
 # init, not the slot size (2 ranks: allgather's 2K a rank is 4K in all).

@@ -42,6 +42,17 @@ check "plain: 8 ranks on one host take the slots up to 32K" \
     grep -q 'blocking calls with input up to 32K: slots' "$T/out"
 run --ranks 4 --hosts 2 >"$T/out" 2>&1
 check "2 hosts: no slots" [ "$(grep -c 'slots in the shared arenas' "$T/out")" -eq 0 ]
+# Near-ties (the default links give some on 2 x 2): each under its
+# collective's line, in the documented form, the chosen algorithm the
+# one that its table runs at the span's start.
+check "2 hosts: near-ties marked under their collectives, the table's choice" \
+    awk '/^selection/ { s = 1 } /^once/ { s = 0 } !s { next }
+         /^  [a-z_]+ / { c = $1; line = $0; next }
+         /tie:/ { n++
+                  if ($0 !~ /^    from [0-9]+[KMG]? (to [0-9]+[KMG]?|on): tie: [a-z_]+ [0-9.]+x [a-z_]+; chose [a-z_]+, worst case [0-9.]+x$/) bad++
+                  from = $2; ch = $0; sub(/.*chose /, "", ch); sub(/,.*/, "", ch)
+                  if (index(line, ch " from ") == 0) bad++ }
+         END { exit !(n > 0 && !bad) }' "$T/out"
 LOOM_SHM_SMALL=1K run --ranks 4 >"$T/out" 2>&1
 check "LOOM_SHM_SMALL=1K: slots up to 1K" grep -q 'blocking calls with input up to 1K: slots' "$T/out"
 
