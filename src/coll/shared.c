@@ -212,10 +212,6 @@ static loom_result_t rail_round(struct loomi_sched *s, const struct loomi_coll_a
  * and their own work (LOOMI_RS_SAVE, LOOMI_COPY_SAVE; streamed as the
  * staged form's, above).
  *
- * That is the form with rails; on one host in place the reducers push
- * as out of place, after saves of their own by the ranks pushed into
- * (gen_window_inplace_push).
- *
  * Why every copied-out line is saved, not only my slice: a rank that
  * had every "red" could finish its copy-out even if a peer then failed
  * (roll forward, no save needed), but the slices it copies are in the
@@ -225,73 +221,6 @@ static loom_result_t rail_round(struct loomi_sched *s, const struct loomi_coll_a
  * Results that outlive a restore would need shared memory of n/L per
  * rank beside the window.
  */
-/* In place on one host, with windows: each reducer pushes its slice of
- * a round into every rank's RECV, as out of place (LOOMI_RS_PUSH), which
- * overwrites there only the slice that it alone reads.  Before that, each
- * rank saves its own range of the round into SCRATCH (one streamed copy,
- * which leaves the range in the caches for the reducers) and tells the
- * host ("saved", the SYNC_OUT tag, unused here otherwise); a reducer
- * pushes a round only once every rank has saved it.  Per rank: a read of
- * n and a write of n for the save, a write of n for the results; the
- * reductions read what the saves have just read.  On a failure the engine
- * restores every range this rank saved (peers wrote at most those) once
- * no peer pushes into its window any more (window_close). */
-static loom_result_t gen_window_inplace_push(struct loomi_sched *s,
-                                             const struct loomi_coll_args *a, int L, int li,
-                                             const int *local, size_t R, size_t roff)
-{
-    const size_t n = a->count, es = s->esize;
-    const size_t nrounds = (n + R - 1) / R;
-    const size_t saved = n * es;
-    const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
-    const int stream = loomi_shared_streams(a->stream_bytes, L, n * es);
-    s->win_push_off = roff;
-    s->saves_input = 1;
-    if (s->buf_bytes[LOOMI_BUF_SCRATCH] < dend) s->buf_bytes[LOOMI_BUF_SCRATCH] = dend;
-    uint32_t *tmp = malloc((size_t)(2 * L + 4) * sizeof *tmp);
-    uint32_t *outs = malloc(nrounds * sizeof *outs);
-    uint32_t *saves = malloc(nrounds * sizeof *saves);
-    if (!tmp || !outs || !saves) {
-        free(tmp);
-        free(outs);
-        free(saves);
-        return loomi_fail(LOOM_ERR_NO_MEMORY, s->rank, "shared allreduce: out of memory");
-    }
-    const uint32_t none = LOOMI_NO_DEP;
-    uint32_t chk = exchange_desc(s, a, L, li, local, saved, &none, tmp, tmp + L);
-    for (size_t k = 0; k < nrounds; k++) {
-        const size_t b = k * R, len = n - b < R ? n - b : R;
-        const uint32_t tag = (uint32_t)k * SYNC_KINDS;
-        const struct loomi_seg g = loomi_seg_make(len, L);
-        const size_t my0 = loomi_seg_start(&g, li), mylen = loomi_seg_len(&g, li);
-        const size_t mine = (b + my0) * es;
-        /* The saves form a chain: each becomes ready only when the one
-         * before is done, so it queues behind the pushes that became
-         * ready meanwhile, and the pushes run between the saves. */
-        saves[k] = loomi_sched_copy(s, LOOMI_BUF_SCRATCH, b * es, LOOMI_BUF_RECV, b * es, len,
-                                    k ? &saves[k - 1] : NULL, k ? 1 : 0);
-        /* "saved": my range of round k is in SCRATCH; pushes may come. */
-        uint32_t *rsv = tmp; /* [L] */
-        sync_host(s, local, L, li, tag + SYNC_OUT, saves[k], rsv);
-        uint32_t last = saves[k];
-        if (mylen) {
-            uint32_t d[2] = {chk, loomi_sched_join(s, rsv, (size_t)L)};
-            last = loomi_sched_reduce_shared(s, LOOMI_BUF_RECV, mine, LOOMI_BUF_RECV, mine,
-                                             roff + mine, li, mylen, d, 2);
-            s->steps[last].flags |= LOOMI_RS_PUSH | (stream ? LOOMI_RS_STREAM : 0);
-        }
-        /* "red": my slice is in every RECV; theirs in mine. */
-        uint32_t *rred = tmp + L; /* [L] */
-        sync_host(s, local, L, li, tag + SYNC_RED, last, rred);
-        outs[k] = loomi_sched_join(s, rred, (size_t)L);
-    }
-    loomi_sched_join(s, outs, nrounds);
-    free(tmp);
-    free(outs);
-    free(saves);
-    return LOOM_SUCCESS;
-}
-
 static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_args *a)
 {
     const size_t n = a->count, es = s->esize;
@@ -312,8 +241,6 @@ static loom_result_t gen_window(struct loomi_sched *s, const struct loomi_coll_a
     s->nshared = L;
     s->win_id = a->win_id;
     s->shared_bytes = top + n * es;
-    if (a->inplace && H == 1)
-        return gen_window_inplace_push(s, a, L, li, local, R, roff);
     const size_t saved = a->inplace ? n * es : 0;
     const size_t dend = saved + (size_t)(L + 1) * DESC_BYTES;
     /* Big vectors' results (out of place) skip the cache; in place their

@@ -98,23 +98,14 @@ void loomi_op_expect_failed(struct loomi_op *op, const struct loomi_step *st)
 
 /* A failed saves_input operation: put back, from SCRATCH, each range of
  * RECV that a step already started wrote (or was receiving into).  The
- * schedule saved every such range before that step could start.  Also
- * each range that a save already run (a copy from RECV to the same
- * offset of SCRATCH) holds: peers may have written those into this
- * rank's window (shared.c, in place with windows), and a range saved
- * but not yet overwritten gets its own bytes back.  Local steps run
- * whole once started, so a started save is complete. */
+ * schedule saved every such range before that step could start. */
 void loomi_op_restore_written(struct loomi_op *op)
 {
     const struct loomi_sched *s = &op->s;
     const unsigned char *saved = op->bufs[LOOMI_BUF_SCRATCH];
     for (uint32_t k = 0; k < op->rhead; k++) {
         const struct loomi_step *st = &s->steps[op->ready[k]];
-        if (st->kind == LOOMI_STEP_SEND || !st->count) continue;
-        const int save = st->kind == LOOMI_STEP_COPY && st->dst == LOOMI_BUF_SCRATCH &&
-                         st->src == LOOMI_BUF_RECV && st->src_off == st->dst_off &&
-                         !(st->flags & (LOOMI_COPY_ALSO | LOOMI_COPY_SAVE));
-        if (st->dst != LOOMI_BUF_RECV && !save) continue;
+        if (st->kind == LOOMI_STEP_SEND || st->dst != LOOMI_BUF_RECV || !st->count) continue;
         size_t len = st->count * s->esize;
         if (st->dst_off > op->inplace_len || len > op->inplace_len - st->dst_off) continue;
         memcpy((unsigned char *)op->inplace_buf + st->dst_off, saved + st->dst_off, len);

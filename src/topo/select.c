@@ -210,12 +210,7 @@ static double shared_intra(int L, double n, const struct loomi_job_shape *j,
          * still there: as slow as a transfer within the host, for up to
          * PRIVATE_CACHE bytes (on 2 ranks in place the ring beat shared
          * up to 512K, and shared won from 1M on: perf/NOTES.md,
-         * "select.c, windows in place").  On one host the form now
-         * saves each round's range and then pushes as out of place
-         * (shared.c, gen_window_inplace_push): n saved plus (L-1)/L of
-         * n pushed, "saved" and "red" per round.  The charge above is
-         * the copy-out form's, whose crossovers were measured; it stays
-         * until those are measured again. */
+         * "select.c, windows in place"). */
         sync = (rounds + 2) * per_round;
         double work = cf * (l->gamma_copy * n * (1.0 / L + 2 * f) + l->gamma * n * f);
         double hot = f * hot_lines(l, 2 * n);
