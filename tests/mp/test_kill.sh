@@ -75,11 +75,10 @@ done
 # allreduce: the victim acts once the element at 5%, 50% or 95% of its
 # own buffer holds its result (so late phases are reached however fast
 # the host is), and every element has its own value, so that a restore
-# that misses a range or takes bytes from the wrong place shows.  With
-# windows the reducers push their slices into every rank's buffer once
-# each rank has saved that round's range; the restore puts back every
-# range saved.  With heap buffers, the staged form's saves.  A revoking
-# victim must fail with its buffer restored too.
+# that misses a range or takes bytes from the wrong place shows: with
+# windows, the saves the reductions and copy-outs make as they go; with
+# heap buffers, the staged form's saves.  A revoking victim must fail
+# with its buffer restored too.
 for win in window heap; do
     for n in 2 4; do
         for f in 0.05 0.5 0.95; do
