@@ -392,7 +392,9 @@ loom_result_t loom_comm_create_group(loom_comm_t h, int n, const int *ranks, int
         snprintf(why, sizeof why, "%s", loom_get_last_error());
         if (strncmp(why, fn, strlen(fn)) != 0) {
             char was[300];
-            snprintf(was, sizeof was, "%s", why);
+            const size_t wl = strnlen(why, sizeof was - 1);
+            memcpy(was, why, wl);
+            was[wl] = '\0';
             snprintf(why, sizeof why, "%s: building the new communicator (ranks numbered in "
                      "it): %s", fn, was);
         }
