@@ -481,10 +481,20 @@ loom_result_t loomi_devbuf_pipeline(struct loom_comm *comm, const char *fn, void
     /* Chunk k's collective starts once its input is here; meanwhile the
      * earlier chunks progress, and go back as they finish. */
     size_t k = 0;
+    const uint64_t deadline = loomi_now_ms() + (uint64_t)comm->set.timeout_ms;
     for (; k < p->n; k++) {
         const size_t off = k * chunk;
-        while (slen && (e = d->EventQuery(p->ev[k])) == LOOMI_CUDA_ERROR_NOT_READY)
+        int late = 0;
+        while (slen && (e = d->EventQuery(p->ev[k])) == LOOMI_CUDA_ERROR_NOT_READY &&
+               !(late = loomi_now_ms() >= deadline))
             pipe_poll(p, k, 0);
+        if (late) {
+            if (p->r == LOOM_SUCCESS)
+                p->r = loomi_fail(LOOM_ERR_TIMEOUT, comm->rank,
+                                  "%s: input chunk %zu of %zu not copied from the device within "
+                                  "%d ms (LOOM_TIMEOUT)", fn, k, p->n, comm->set.timeout_ms);
+            break;
+        }
         if (slen && e) {
             if (p->r == LOOM_SUCCESS) p->r = cu_fail(comm, fn, "cuEventQuery", e);
             break;

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "loom.h"
 #include "../mp/check.h"
@@ -711,10 +712,39 @@ static int pipe_all(void)
     return 0;
 }
 
+/* A device that never finishes the input copies (each event 100 s
+ * after the one before): the pipelined call must fail by LOOM_TIMEOUT
+ * (set to 1500 ms by the test), not wait for the copies. */
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+static int stuck(void)
+{
+    const size_t count = 3 * 4096 / 4, len = count * 4;
+    unsigned long long s;
+    CHECK(cu_alloc(&s, len) == 0, "cuMemAlloc");
+    fake_copy_us(100000000L);
+    const long long t0 = now_ms();
+    loom_result_t r = loom_allreduce((void *)(uintptr_t)s, (void *)(uintptr_t)s, count,
+                                     LOOM_INT32, LOOM_SUM, comm);
+    const long long took = now_ms() - t0;
+    fake_copy_us(0);
+    CHECK(r == LOOM_ERR_TIMEOUT && strstr(loom_get_last_error(), "LOOM_TIMEOUT"),
+          "a device that never copies: %s (%s)", loom_strerror(r), loom_get_last_error());
+    CHECK(took < 10000, "a device that never copies: failed after %lld ms", took);
+    cu_free(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "pipe"))) {
-        fprintf(stderr, "usage: mp_devbuf all|pipe\n");
+    if (argc < 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "pipe") &&
+                     strcmp(argv[1], "stuck"))) {
+        fprintf(stderr, "usage: mp_devbuf all|pipe|stuck\n");
         return 2;
     }
     if (load_fake()) {
@@ -723,7 +753,7 @@ int main(int argc, char **argv)
     }
     cu_init(0);
     mp_join(&comm, &rank, &nranks);
-    int rc = strcmp(argv[1], "pipe") ? all() : pipe_all();
+    int rc = !strcmp(argv[1], "stuck") ? stuck() : strcmp(argv[1], "pipe") ? all() : pipe_all();
     loom_comm_destroy(comm);
     CHECK(fake_count("free_host") == fake_count("alloc_host"),
           "pinned buffers: %ld allocated, %ld freed by loom_comm_destroy",

@@ -37,6 +37,14 @@ for tr in shm tcp; do
         [ $rc = 0 ] || echo "$out" | grep -v ': ok$' | head -30
     done
 done
+# A device whose input copies never finish: the pipelined call fails by
+# LOOM_TIMEOUT instead of waiting for them (staged, not CUDA IPC).
+out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LOOM_CUDA_IPC=0 \
+    LOOM_CUDA_PIPELINE_CHUNK=4096 LOOM_TIMEOUT=1500 timeout 60 \
+    "$LOOMRUN" -n 2 --timeout 30 "$prog" stuck 2>&1); rc=$?
+check "pipelined: input copies that never finish fail by LOOM_TIMEOUT, not a hang (exit $rc)" \
+    [ $rc = 0 ]
+[ $rc = 0 ] || echo "$out" | head -10
 # LOOM_CUDA_PIPELINE_CHUNK=0 turns the pipeline off: the large calls of
 # "all" staged whole; a bad value is refused at init, naming it.
 out=$(LD_LIBRARY_PATH=$tmp/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LOOM_CUDA_PIPELINE_CHUNK=0 \
