@@ -23,7 +23,6 @@
  *                     (the fake's log) shows that they overlap; a failed
  *                     copy back leaves recvbuf as it was
  */
-#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,51 +32,10 @@
 
 #include "loom.h"
 #include "../mp/check.h"
+#include "cuda_dl.h"
 
 static int rank, nranks, failures, nruns;
 static loom_comm_t comm;
-
-static int (*cu_init)(unsigned);
-static int (*cu_alloc)(unsigned long long *, size_t);
-static int (*cu_free)(unsigned long long);
-static int (*cu_dtoh)(void *, unsigned long long, size_t);
-static int (*cu_htod_async)(unsigned long long, const void *, size_t, void *);
-static int (*cu_stream_create)(void **, unsigned);
-static long (*fake_count)(const char *);
-static long (*fake_syncs)(void *);
-static int (*fake_queued)(void *);
-static int (*fake_oplog)(int, char *, unsigned long long *, size_t *);
-static void (*fake_oplog_reset)(void);
-static void (*fake_fail_htod_async)(int);
-static void (*fake_copy_us)(long);
-static void (*fake_hold_event)(int);
-
-static int load_fake(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-#define L(v, n) *(void **)&v = dlsym(h, n)
-    L(cu_init, "cuInit");
-    L(cu_alloc, "cuMemAlloc_v2");
-    L(cu_free, "cuMemFree_v2");
-    L(cu_dtoh, "cuMemcpyDtoH_v2");
-    L(cu_htod_async, "cuMemcpyHtoDAsync_v2");
-    L(cu_stream_create, "cuStreamCreate");
-    L(fake_count, "fake_cuda_count");
-    L(fake_syncs, "fake_cuda_syncs");
-    L(fake_queued, "fake_cuda_queued");
-    L(fake_oplog, "fake_cuda_oplog");
-    L(fake_oplog_reset, "fake_cuda_oplog_reset");
-    L(fake_fail_htod_async, "fake_cuda_fail_htod_async");
-    L(fake_copy_us, "fake_cuda_copy_us");
-    L(fake_hold_event, "fake_cuda_hold_event");
-#undef L
-    return cu_init && cu_alloc && cu_free && cu_dtoh && cu_htod_async && cu_stream_create &&
-                   fake_count && fake_syncs && fake_queued && fake_oplog && fake_oplog_reset &&
-                   fake_fail_htod_async && fake_copy_us && fake_hold_event
-               ? 0
-               : -1;
-}
 
 enum { ALLREDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALLGATHER, ALLTOALL, ALLTOALLV, GATHER,
        SCATTER, NCOLLS };
@@ -747,7 +705,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: mp_devbuf all|pipe|stuck\n");
         return 2;
     }
-    if (load_fake()) {
+    if (cuda_load_fake()) {
         fprintf(stderr, "libcuda.so.1 is not tests/gpu/cuda_fake.c\n");
         return 2;
     }
