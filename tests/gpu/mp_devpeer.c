@@ -338,13 +338,7 @@ int main(int argc, char **argv)
         return 2;
     }
     cu_init(0);
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     const char *ipc = getenv("LOOM_CUDA_IPC"), *ex = getenv("EXPECT");
     int direct = !(ipc && !strcmp(ipc, "0")) && !(ex && !strcmp(ex, "staged"));
     if (!strcmp(mode, "all")) {
@@ -366,7 +360,7 @@ int main(int argc, char **argv)
         }
         loom_barrier(comm); /* every rank past init: the call is what is tested */
         double t0 = now_ms();
-        r = loom_allreduce(b, b, count, LOOM_INT32, LOOM_SUM, comm);
+        loom_result_t r = loom_allreduce(b, b, count, LOOM_INT32, LOOM_SUM, comm);
         double dt = now_ms() - t0;
         if (b != h) cu_dtoh(h, (uintptr_t)b, count * 4);
         int right = 1;

@@ -341,13 +341,7 @@ int main(int argc, char **argv)
         printf("skipped: no CUDA driver or device\n");
         return 77;
     }
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     if (!strcmp(argv[1], "bench")) {
         const char *c = getenv("LOOM_CUDA_PIPELINE_CHUNK");
         char label[96];
