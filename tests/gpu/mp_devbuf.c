@@ -23,7 +23,6 @@
  *                     (the fake's log) shows that they overlap; a failed
  *                     copy back leaves recvbuf as it was
  */
-#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,51 +32,10 @@
 
 #include "loom.h"
 #include "../mp/check.h"
+#include "cuda_dl.h"
 
 static int rank, nranks, failures, nruns;
 static loom_comm_t comm;
-
-static int (*cu_init)(unsigned);
-static int (*cu_alloc)(unsigned long long *, size_t);
-static int (*cu_free)(unsigned long long);
-static int (*cu_dtoh)(void *, unsigned long long, size_t);
-static int (*cu_htod_async)(unsigned long long, const void *, size_t, void *);
-static int (*cu_stream_create)(void **, unsigned);
-static long (*fake_count)(const char *);
-static long (*fake_syncs)(void *);
-static int (*fake_queued)(void *);
-static int (*fake_oplog)(int, char *, unsigned long long *, size_t *);
-static void (*fake_oplog_reset)(void);
-static void (*fake_fail_htod_async)(int);
-static void (*fake_copy_us)(long);
-static void (*fake_hold_event)(int);
-
-static int load_fake(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-#define L(v, n) *(void **)&v = dlsym(h, n)
-    L(cu_init, "cuInit");
-    L(cu_alloc, "cuMemAlloc_v2");
-    L(cu_free, "cuMemFree_v2");
-    L(cu_dtoh, "cuMemcpyDtoH_v2");
-    L(cu_htod_async, "cuMemcpyHtoDAsync_v2");
-    L(cu_stream_create, "cuStreamCreate");
-    L(fake_count, "fake_cuda_count");
-    L(fake_syncs, "fake_cuda_syncs");
-    L(fake_queued, "fake_cuda_queued");
-    L(fake_oplog, "fake_cuda_oplog");
-    L(fake_oplog_reset, "fake_cuda_oplog_reset");
-    L(fake_fail_htod_async, "fake_cuda_fail_htod_async");
-    L(fake_copy_us, "fake_cuda_copy_us");
-    L(fake_hold_event, "fake_cuda_hold_event");
-#undef L
-    return cu_init && cu_alloc && cu_free && cu_dtoh && cu_htod_async && cu_stream_create &&
-                   fake_count && fake_syncs && fake_queued && fake_oplog && fake_oplog_reset &&
-                   fake_fail_htod_async && fake_copy_us && fake_hold_event
-               ? 0
-               : -1;
-}
 
 enum { ALLREDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALLGATHER, ALLTOALL, ALLTOALLV, GATHER,
        SCATTER, NCOLLS };
@@ -494,6 +452,57 @@ static void check_order(const char *what, const void *sb, const void *rb, size_t
     }
 }
 
+/* A copy back that fails on rank 0: that rank's call fails (an
+ * allreduce's naming cuMemcpyHtoDAsync) and its recvbuf is as it was,
+ * the chunks already back put back; the others succeed.  allreduce (ag
+ * 0, in place where ip): the copy that fails is the second chunk's;
+ * allgather (ag 1, out of place): the second chunk's first block, the
+ * first chunk, all its blocks back, put back whole. */
+static void failed_copy_back(int ag, int ip, void *stream)
+{
+    const size_t count = (pchunk * 3 + pchunk / 2) / 4, len = count * 4;
+    const size_t rcount = ag ? (size_t)nranks * count : count, rlen = rcount * 4;
+    const char *what = ag ? "an allgather's failed copy back" : ip ? "a failed copy back in place"
+                                                                 : "a failed copy back";
+    const char *coll = ag ? "allgather" : "allreduce";
+    int32_t *in = malloc(len), *got = malloc(rlen), *sent = malloc(rlen);
+    for (size_t i = 0; i < count; i++) in[i] = (int32_t)i + rank;
+    for (size_t i = 0; i < rcount; i++) sent[i] = SENTINEL;
+    unsigned long long s, d;
+    CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, rlen) == 0, "cuMemAlloc");
+    cu_htod_async(s, in, len, stream);
+    cu_htod_async(d, sent, rlen, stream);
+    void *sb = (void *)(uintptr_t)s, *rb = ip ? sb : (void *)(uintptr_t)d;
+    loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
+    o.stream = stream;
+    if (rank == 0) fake_fail_htod_async(ag ? nranks + 1 : 2);
+    loom_result_t r = ag ? loom_allgather_opts(sb, rb, count, LOOM_INT32, comm, &o)
+                         : loom_allreduce_opts(sb, rb, count, LOOM_INT32, LOOM_SUM, comm, &o);
+    fake_fail_htod_async(0);
+    rd(got, rb, rcount, 1);
+    if (rank == 0) {
+        CHECK(r == LOOM_ERR_SYSTEM &&
+                  (ag || strstr(loom_get_last_error(), "cuMemcpyHtoDAsync")),
+              "%s: %s (%s)", what, loom_strerror(r), loom_get_last_error());
+        CHECK(!memcmp(got, ip ? in : sent, rlen), "%s: recvbuf changed", what);
+    } else {
+        CHECK(r == LOOM_SUCCESS, "%s beside a failed copy back: %s", coll, loom_strerror(r));
+        for (size_t i = 0; i < rcount; i++) {
+            const int32_t want = ag ? (int32_t)(i % count) + (int32_t)(i / count)
+                                    : (int32_t)(nranks * (int)i + nranks * (nranks - 1) / 2);
+            if (got[i] != want) {
+                CHECK(0, "%s beside a failed copy back: [%zu] %d", coll, i, (int)got[i]);
+                break;
+            }
+        }
+    }
+    cu_free(s);
+    cu_free(d);
+    free(in);
+    free(got);
+    free(sent);
+}
+
 static int pipe_all(void)
 {
     void *stream;
@@ -629,81 +638,10 @@ static int pipe_all(void)
         free(sent);
         free(hbuf);
     }
-    /* A copy back that fails (rank 0's second chunk): that rank's call
-     * fails, naming it, and its recvbuf is as it was, the first chunk put
-     * back; the others succeed; the communicator goes on. */
-    for (int ip = 0; ip < 2; ip++) {
-        const size_t count = (pchunk * 3 + pchunk / 2) / 4, len = count * 4;
-        int32_t *in = malloc(len), *got = malloc(len), *sent = malloc(len);
-        for (size_t i = 0; i < count; i++) in[i] = (int32_t)i + rank, sent[i] = SENTINEL;
-        unsigned long long s, d;
-        CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, len) == 0, "cuMemAlloc");
-        cu_htod_async(s, in, len, stream);
-        cu_htod_async(d, sent, len, stream);
-        void *sb = (void *)(uintptr_t)s, *rb = ip ? sb : (void *)(uintptr_t)d;
-        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
-        o.stream = stream;
-        if (rank == 0) fake_fail_htod_async(2);
-        loom_result_t r = loom_allreduce_opts(sb, rb, count, LOOM_INT32, LOOM_SUM, comm, &o);
-        fake_fail_htod_async(0);
-        rd(got, rb, count, 1);
-        if (rank == 0) {
-            CHECK(r == LOOM_ERR_SYSTEM && strstr(loom_get_last_error(), "cuMemcpyHtoDAsync"),
-                  "a failed copy back%s: %s (%s)", ip ? " in place" : "", loom_strerror(r),
-                  loom_get_last_error());
-            CHECK(!memcmp(got, ip ? in : sent, len), "a failed copy back%s: recvbuf changed",
-                  ip ? " in place" : "");
-        } else {
-            CHECK(r == LOOM_SUCCESS, "allreduce beside a failed copy back: %s", loom_strerror(r));
-            for (size_t i = 0; i < count; i++)
-                if (got[i] != (int32_t)(nranks * (int)i + nranks * (nranks - 1) / 2)) {
-                    CHECK(0, "allreduce beside a failed copy back: [%zu] %d", i, (int)got[i]);
-                    break;
-                }
-        }
-        cu_free(s);
-        cu_free(d);
-        free(in);
-        free(got);
-        free(sent);
-    }
-    /* The same for allgather, out of place: the copy back that fails is
-     * the second chunk's first block; the first chunk, all its blocks
-     * back, is put back whole. */
-    {
-        const size_t count = (pchunk * 3 + pchunk / 2) / 4, len = count * 4;
-        const size_t P = (size_t)nranks;
-        int32_t *in = malloc(len), *got = malloc(P * len), *sent = malloc(P * len);
-        for (size_t i = 0; i < count; i++) in[i] = (int32_t)i + rank;
-        for (size_t i = 0; i < P * count; i++) sent[i] = SENTINEL;
-        unsigned long long s, d;
-        CHECK(cu_alloc(&s, len) == 0 && cu_alloc(&d, P * len) == 0, "cuMemAlloc");
-        cu_htod_async(s, in, len, stream);
-        cu_htod_async(d, sent, P * len, stream);
-        loom_coll_options_t o = LOOM_COLL_OPTIONS_INITIALIZER;
-        o.stream = stream;
-        if (rank == 0) fake_fail_htod_async(nranks + 1);
-        loom_result_t r = loom_allgather_opts((void *)(uintptr_t)s, (void *)(uintptr_t)d, count,
-                                              LOOM_INT32, comm, &o);
-        fake_fail_htod_async(0);
-        rd(got, (void *)(uintptr_t)d, P * count, 1);
-        if (rank == 0) {
-            CHECK(r == LOOM_ERR_SYSTEM, "an allgather's failed copy back: %s", loom_strerror(r));
-            CHECK(!memcmp(got, sent, P * len), "an allgather's failed copy back: recvbuf changed");
-        } else {
-            CHECK(r == LOOM_SUCCESS, "allgather beside a failed copy back: %s", loom_strerror(r));
-            for (size_t i = 0; i < P * count; i++)
-                if (got[i] != (int32_t)(i % count) + (int32_t)(i / count)) {
-                    CHECK(0, "allgather beside a failed copy back: [%zu] %d", i, (int)got[i]);
-                    break;
-                }
-        }
-        cu_free(s);
-        cu_free(d);
-        free(in);
-        free(got);
-        free(sent);
-    }
+    /* A copy back that fails: the allreduce's, out of place and in
+     * place, then the allgather's; the communicator goes on. */
+    for (int ip = 0; ip < 2; ip++) failed_copy_back(0, ip, stream);
+    failed_copy_back(1, 0, stream);
     int32_t x = 1, y = 0;
     loom_result_t r = loom_allreduce(&x, &y, 1, LOOM_INT32, LOOM_SUM, comm);
     CHECK(r == LOOM_SUCCESS && y == nranks, "an allreduce after: %s", loom_strerror(r));
@@ -747,7 +685,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: mp_devbuf all|pipe|stuck\n");
         return 2;
     }
-    if (load_fake()) {
+    if (cuda_load_fake()) {
         fprintf(stderr, "libcuda.so.1 is not tests/gpu/cuda_fake.c\n");
         return 2;
     }

@@ -27,7 +27,6 @@
  *                        launch: every other rank fails within LIMIT_MS
  *                        (argv[2]) and says "ok after N ms"
  */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,42 +36,12 @@
 
 #include "loom.h"
 #include "../mp/check.h"
+#include "cuda_dl.h"
 
 static int rank, nranks, failures;
 static long test_dtoh; /* the test's own reads of device results */
 static long want_launch; /* kernels the device path launches on this rank */
 static loom_comm_t comm;
-
-static int (*cu_init)(unsigned);
-static int (*cu_alloc)(unsigned long long *, size_t);
-static int (*cu_free)(unsigned long long);
-static int (*cu_dtoh)(void *, unsigned long long, size_t);
-static int (*cu_htod)(unsigned long long, const void *, size_t);
-static int (*cu_htod_async)(unsigned long long, const void *, size_t, void *);
-static int (*cu_stream_create)(void **, unsigned);
-static int (*cu_stream_sync)(void *);
-static long (*fake_count)(const char *);
-
-static int load_fake(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-#define L(v, n) *(void **)&v = dlsym(h, n)
-    L(cu_init, "cuInit");
-    L(cu_alloc, "cuMemAlloc_v2");
-    L(cu_free, "cuMemFree_v2");
-    L(cu_dtoh, "cuMemcpyDtoH_v2");
-    L(cu_htod, "cuMemcpyHtoD_v2");
-    L(cu_htod_async, "cuMemcpyHtoDAsync_v2");
-    L(cu_stream_create, "cuStreamCreate");
-    L(cu_stream_sync, "cuStreamSynchronize");
-    L(fake_count, "fake_cuda_count");
-#undef L
-    return cu_init && cu_alloc && cu_free && cu_dtoh && cu_htod && cu_htod_async &&
-                   cu_stream_create && cu_stream_sync && fake_count
-               ? 0
-               : -1;
-}
 
 static double now_ms(void)
 {
@@ -364,18 +333,12 @@ static int all(int expect_direct)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
-    if (load_fake()) {
+    if (cuda_load_fake()) {
         fprintf(stderr, "libcuda.so.1 is not tests/gpu/cuda_fake.c\n");
         return 2;
     }
     cu_init(0);
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     const char *ipc = getenv("LOOM_CUDA_IPC"), *ex = getenv("EXPECT");
     int direct = !(ipc && !strcmp(ipc, "0")) && !(ex && !strcmp(ex, "staged"));
     if (!strcmp(mode, "all")) {
@@ -397,7 +360,7 @@ int main(int argc, char **argv)
         }
         loom_barrier(comm); /* every rank past init: the call is what is tested */
         double t0 = now_ms();
-        r = loom_allreduce(b, b, count, LOOM_INT32, LOOM_SUM, comm);
+        loom_result_t r = loom_allreduce(b, b, count, LOOM_INT32, LOOM_SUM, comm);
         double dt = now_ms() - t0;
         if (b != h) cu_dtoh(h, (uintptr_t)b, count * 4);
         int right = 1;

@@ -18,7 +18,6 @@
  *
  * Exit status 77 where there is no driver or no device (a skip).
  */
-#include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,41 +27,15 @@
 
 #include "loom.h"
 #include "../mp/check.h"
+#include "cuda_dl.h"
 
 static int rank, nranks, failures, nruns;
 static loom_comm_t comm;
 static void *stream;
 
-static int (*cu_init)(unsigned);
-static int (*cu_device_get)(int *, int);
-static int (*cu_ctx_retain)(void **, int);
-static int (*cu_ctx_set)(void *);
-static int (*cu_alloc)(unsigned long long *, size_t);
-static int (*cu_free)(unsigned long long);
-static int (*cu_htod)(unsigned long long, const void *, size_t);
-static int (*cu_dtoh)(void *, unsigned long long, size_t);
-static int (*cu_stream_create)(void **, unsigned);
-static int (*cu_stream_sync)(void *);
-
 static int load(void)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return -1;
-#define L(v, n) *(void **)&v = dlsym(h, n)
-    L(cu_init, "cuInit");
-    L(cu_device_get, "cuDeviceGet");
-    L(cu_ctx_retain, "cuDevicePrimaryCtxRetain");
-    L(cu_ctx_set, "cuCtxSetCurrent");
-    L(cu_alloc, "cuMemAlloc_v2");
-    L(cu_free, "cuMemFree_v2");
-    L(cu_htod, "cuMemcpyHtoD_v2");
-    L(cu_dtoh, "cuMemcpyDtoH_v2");
-    L(cu_stream_create, "cuStreamCreate");
-    L(cu_stream_sync, "cuStreamSynchronize");
-#undef L
-    if (!cu_init || !cu_device_get || !cu_ctx_retain || !cu_ctx_set || !cu_alloc || !cu_free ||
-        !cu_htod || !cu_dtoh || !cu_stream_create || !cu_stream_sync)
-        return -1;
+    if (cuda_load()) return -1;
     int dev;
     void *ctx;
     if (cu_init(0) || cu_device_get(&dev, 0) || cu_ctx_retain(&ctx, dev) || cu_ctx_set(ctx))
@@ -368,13 +341,7 @@ int main(int argc, char **argv)
         printf("skipped: no CUDA driver or device\n");
         return 77;
     }
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        fprintf(stderr, "init: %s: %s\n", loom_strerror(r), loom_get_last_error());
-        return 2;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    mp_join(&comm, &rank, &nranks);
     if (!strcmp(argv[1], "bench")) {
         const char *c = getenv("LOOM_CUDA_PIPELINE_CHUNK");
         char label[96];

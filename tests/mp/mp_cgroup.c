@@ -37,36 +37,9 @@
 #include <unistd.h>
 
 #include "loom.h"
+#include "fail.h"
 
 static int rank, nranks;
-
-#define FAIL(...)                                                                              \
-    do {                                                                                       \
-        printf("FAIL rank %d line %d: ", rank, __LINE__);                                      \
-        printf(__VA_ARGS__);                                                                   \
-        printf(" [%s]\n", loom_get_last_error());                                              \
-        exit(1);                                                                               \
-    } while (0)
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        loom_result_t r_ = (call);                                                             \
-        if (r_ != LOOM_SUCCESS) FAIL("%s: %s", #call, loom_strerror(r_));                      \
-    } while (0)
-#define EXPECT(call, code, word)                                                               \
-    do {                                                                                       \
-        loom_result_t r_ = (call);                                                             \
-        if (r_ != (code))                                                                      \
-            FAIL("%s gave %s, expected %s", #call, loom_strerror(r_), loom_strerror(code));    \
-        if (!strstr(loom_get_last_error(), (word)))                                            \
-            FAIL("%s: message does not name '%s'", #call, (word));                             \
-    } while (0)
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int index_of(const int *l, int n, int q)
 {
@@ -319,12 +292,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argv[1];
     loom_comm_t comm;
-    if (loom_comm_init_env(&comm, NULL) != LOOM_SUCCESS) {
-        printf("FAIL init: %s\n", loom_get_last_error());
-        return 1;
-    }
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &nranks);
+    fail_join(&comm, &rank, &nranks);
     if (nranks != 4) FAIL("4 ranks, not %d", nranks);
     if (!strcmp(mode, "basic")) basic(comm);
     else if (!strcmp(mode, "mismatch")) mismatch(comm);

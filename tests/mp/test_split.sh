@@ -11,23 +11,7 @@
 # with an error, not a hang.
 . "$(dirname "$0")/../lib.sh"
 prog=$BUILDDIR/tests/mp/mp_split
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export LOOM_HEARTBEAT_MS=100 LOOM_TIMEOUT=10000
-
-job() { # job N ARGS...: rank outputs in $tmp/out
-    local n=$1; shift
-    rm -rf "$tmp/out"
-    timeout 120 "$LOOMRUN" -n "$n" --keep-going --timeout 100 --output "$tmp/out" \
-        "$prog" "$@" >/dev/null 2>&1
-}
-all_ok() { # all_ok PREFIX RANKS...: each rank's last line starts with PREFIX
-    local p=$1 r; shift
-    for r in "$@"; do
-        tail -1 "$tmp/out/rank.$r.out" 2>/dev/null | grep -q "^$p" || return 1
-    done
-}
-why() { grep -h -m2 -v '^OK\|^E ' "$tmp"/out/rank.*.out 2>/dev/null | head -3; }
+. "$(dirname "$0")/lib_group.sh"
 
 for tr in shm tcp; do
     export LOOM_TRANSPORT=$tr
