@@ -21,6 +21,7 @@
 #include "comm/comm.h"
 #include "core/hostmap.h"
 #include "core/internal.h"
+#include "sched/copy.h"
 
 struct queued {
     loom_comm_t h; /* looked up again at the end: it may be gone by then */
@@ -247,7 +248,9 @@ static size_t out_bytes(int coll, size_t total, size_t es, int nranks)
 /* Between the members' buffers and a staging buffer st: in, their
  * inputs into it (for reduce-scatter block by block of the ranks: block
  * r holds every member's block r); out, their results from it (for
- * allgather likewise). */
+ * allgather likewise).  Past LOOMI_FUSE_STREAM_BYTES in all, the stores
+ * stream (loomi_copy_stream_nf: pieces under 4K, and a piece's unaligned
+ * head and tail, are ordinary copies), fenced once at the end. */
 static void stage(const struct unit *u, const struct queued *q, unsigned char *st, int nranks,
                   int out)
 {
@@ -255,17 +258,22 @@ static void stage(const struct unit *u, const struct queued *q, unsigned char *s
     const size_t es = loom_datatype_size(f->dtype), C = u->total * es;
     const int blocks = f->coll == (out ? LOOMI_COLL_ALLGATHER : LOOMI_COLL_REDUCE_SCATTER)
                        ? nranks : 1;
+    const int nt = C * (size_t)blocks >= LOOMI_FUSE_STREAM_BYTES;
     size_t off = 0;
     for (size_t j = 0; j < u->nmem; j++) {
         const struct queued *e = &q[u->mem[j]];
         const size_t b = e->count * es;
         for (int r = 0; r < blocks; r++) {
             unsigned char *at = st + (size_t)r * C + off;
-            if (out) memcpy((unsigned char *)e->recvbuf + (size_t)r * b, at, b);
-            else memcpy(at, (const unsigned char *)e->sendbuf + (size_t)r * b, b);
+            unsigned char *d = out ? (unsigned char *)e->recvbuf + (size_t)r * b : at;
+            const unsigned char *src =
+                out ? at : (const unsigned char *)e->sendbuf + (size_t)r * b;
+            if (nt) loomi_copy_stream_nf(d, NULL, src, b, 0);
+            else memcpy(d, src, b);
         }
         off += b;
     }
+    loomi_copy_fence(nt);
 }
 
 /* Whether comm's fused allreduces are staged in a window of its own

@@ -32,6 +32,12 @@ loom_result_t loomi_group_queue(struct loom_comm *comm, struct loomi_sched *s,
 /* A fused operation stages at most this many bytes (more calls of one
  * kind start another). */
 #define LOOMI_FUSE_BUCKET_MAX ((size_t)64 << 20)
+/* A fused operation that stages this many bytes of input (or of output)
+ * packs them into the staging buffer (or unpacks them into the callers'
+ * buffers) with streaming stores, which do not first read the lines they
+ * overwrite: past what a core's caches keep, those reads are a third of
+ * the copy's memory traffic (perf/NOTES.md, "group.c, streamed packing"). */
+#define LOOMI_FUSE_STREAM_BYTES ((size_t)2 << 20)
 
 /* Whether a call of coll with count elements of es bytes on nranks
  * ranks (no codec, no window) may fuse. */

@@ -8,7 +8,9 @@
  * float64, int32, float16 and bfloat16, sum, max and prod, in place and
  * out of place, from 1 element to 1 MiB; buffers each allocated apart
  * (packed), and runs of allreduces that are views into one buffer (fused
- * with no copy); in the same group a compressed allreduce (codec bf16,
+ * with no copy); in two of the groups, runs of float32 calls apart that
+ * stage more than 2 MiB each (streamed packing and unpacking, pieces at
+ * odd offsets); in the same group a compressed allreduce (codec bf16,
  * kept apart), a broadcast and a ring of send/receive.  Every output is
  * compared with the exact result, every out-of-place input must be
  * unchanged.  The same group is then run again (the staging buffer
@@ -137,7 +139,7 @@ struct call {
     void *orig; /* a copy of the input, out of place */
 };
 
-#define MAXC 200
+#define MAXC 256
 static struct call calls[MAXC];
 static int ncalls;
 /* The views' buffers. */
@@ -183,8 +185,32 @@ static void setup(struct call *c, int idx)
 }
 
 /* Draw a group: calls apart, then a run of views, both with the same
- * draws on every rank. */
-static void draw(uint64_t seed, int nviews, int views_inplace)
+ * draws on every rank; with big, then runs of float32 calls apart that
+ * stage more than 2 MiB each (packed and unpacked with streaming stores:
+ * group.h's LOOMI_FUSE_STREAM_BYTES), odd counts among them so that
+ * pieces start unaligned in the staging buffer. */
+static void draw_big(void)
+{
+    static const struct { enum kind k; loom_op_t op; int n; } runs[] = {
+        {AR, LOOM_SUM, 24}, {RS, LOOM_MAX, 8}, {AG, LOOM_SUM, 8}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++)
+        for (int i = 0; i < runs[r].n; i++) {
+            struct call *c = &calls[ncalls];
+            memset(c, 0, sizeof *c);
+            c->kind = runs[r].k;
+            c->t = LOOM_FLOAT32;
+            c->op = runs[r].op;
+            c->inplace = rnd() % 2;
+            /* An allreduce of up to 1 MiB; a reduce-scatter's or an
+             * allgather's nranks blocks of up to 1 MiB in all. */
+            const size_t most = (c->kind == AR ? (size_t)1 << 18 : ((size_t)1 << 18) / nranks);
+            c->count = most / 4 + rnd() % (most - most / 4);
+            setup(c, ncalls);
+            ncalls++;
+        }
+}
+
+static void draw(uint64_t seed, int nviews, int views_inplace, int big)
 {
     rng = seed;
     ncalls = 0;
@@ -223,6 +249,7 @@ static void draw(uint64_t seed, int nviews, int views_inplace)
         setup(c, ncalls);
         ncalls++;
     }
+    if (big) draw_big();
     /* Calls that do not fuse: a compressed allreduce and a broadcast. */
     struct call *c = &calls[ncalls];
     memset(c, 0, sizeof *c);
@@ -393,10 +420,10 @@ int main(int argc, char **argv)
     loom_comm_size(comm, &nranks);
     const int last = rank == nranks - 1;
     if (!strcmp(mode, "ok")) {
-        static const struct { uint64_t seed; int views, inplace; } g[] = {
-            {1, 40, 0}, {2, 64, 1}, {3, 2, 0}, {4, 0, 1}};
+        static const struct { uint64_t seed; int views, inplace, big; } g[] = {
+            {1, 40, 0, 1}, {2, 64, 1, 0}, {3, 2, 0, 0}, {4, 0, 1, 1}};
         for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) {
-            draw(g[k].seed, g[k].views, g[k].inplace);
+            draw(g[k].seed, g[k].views, g[k].inplace, g[k].big);
             char what[64];
             snprintf(what, sizeof what, "group %zu", k);
             r = run_group(comm, -1, 0, -1);
@@ -404,7 +431,7 @@ int main(int argc, char **argv)
             if (r == LOOM_SUCCESS) verify(what);
             /* Again, the same calls (inputs restored where in place). */
             free_calls();
-            draw(g[k].seed, g[k].views, g[k].inplace);
+            draw(g[k].seed, g[k].views, g[k].inplace, g[k].big);
             snprintf(what, sizeof what, "group %zu again", k);
             r = run_group(comm, -1, 0, -1);
             CHECK(r == LOOM_SUCCESS, "%s: %s: %s", what, loom_strerror(r), loom_get_last_error());
@@ -419,7 +446,7 @@ int main(int argc, char **argv)
         if (rank == 0 && !failures)
             printf("rank 0 of %d: 8 fused groups of %d+ calls matched\n", nranks, 100);
     } else {
-        draw(7, 10, 0);
+        draw(7, 10, 0, 0);
         int skew_call = -1, skew = 0, extra = -1, flip = 0;
         /* A call in the middle that fuses (apart, not in place, one
          * element still under the limit). */
