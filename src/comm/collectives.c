@@ -37,6 +37,10 @@ struct call {
     int sdev, rdev;
     size_t slen, rlen;
     void *stream;
+    /* A fused group operation over a staging buffer whose results are
+     * copied out again at once: they stream whatever their size
+     * (loomi_group_build's stream_results). */
+    int stream_results;
 };
 
 static loom_result_t bad(const struct call *c, const char *fmt, const char *what)
@@ -363,7 +367,7 @@ static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_
     c->a.chunk_bytes = chunk && !c->cz.codec ? chunk : comm->set.chunk_bytes;
     c->a.hosts = comm->hosts;
     c->a.shared_bytes = comm->shared_bytes;
-    c->a.stream_bytes = comm->set.shm_stream;
+    c->a.stream_bytes = c->stream_results && comm->set.shm_stream ? 1 : comm->set.shm_stream;
     /* Shared allreduces: streamed or cached stores where the first such
      * blocking calls measure which (coll.h): in place past LOOM_SHM_STREAM
      * the saves, staged the copy-in.  One at a time: while the saves are
@@ -592,12 +596,13 @@ static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom
 loom_result_t loomi_group_build(struct loom_comm *comm, const char *fn, int coll,
                                 const void *sendbuf, void *recvbuf, size_t count,
                                 loom_datatype_t dtype, loom_op_t op, int inplace,
-                                uint32_t members, uint32_t shape, struct loomi_sched *s,
-                                int *save)
+                                uint32_t members, uint32_t shape, int stream_results,
+                                struct loomi_sched *s, int *save)
 {
     struct call c = call_init(fn, coll, sendbuf, recvbuf, count, dtype, op, 0);
     c.comm = comm;
     c.a.inplace = inplace;
+    c.stream_results = stream_results;
     if (coll == LOOMI_COLL_ALLREDUCE) find_window(&c, count * loom_datatype_size(dtype));
     const struct loomi_call d =
         members > 1 ? loomi_call_make_fused(coll, count, dtype, op, members, shape)

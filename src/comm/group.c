@@ -429,7 +429,7 @@ static loom_result_t build_unit(struct unit *x, struct queued *q, struct loom_co
         x->sendbuf = f->sendbuf;
         x->recvbuf = f->recvbuf;
         return loomi_group_build(c, f->fn, f->coll, f->sendbuf, f->recvbuf, f->count, f->dtype,
-                                 f->op, f->inplace, 1, 0, &x->s, &x->save);
+                                 f->op, f->inplace, 1, 0, 0, &x->s, &x->save);
     }
     size_t *counts = malloc(x->nmem * sizeof *counts);
     if (!counts)
@@ -443,7 +443,7 @@ static loom_result_t build_unit(struct unit *x, struct queued *q, struct loom_co
         LOOMI_TRACE(c->rank, "loom_group_end: %zu %s calls fused in place of the callers' "
                     "buffers (count %zu in all)", x->nmem, loomi_coll_name(f->coll), x->total);
         return loomi_group_build(c, f->fn, f->coll, f->sendbuf, f->recvbuf, x->total, f->dtype,
-                                 f->op, f->sendbuf == f->recvbuf, (uint32_t)x->nmem, shape,
+                                 f->op, f->sendbuf == f->recvbuf, (uint32_t)x->nmem, shape, 0,
                                  &x->s, &x->save);
     }
     const size_t es = loom_datatype_size(f->dtype);
@@ -455,9 +455,12 @@ static loom_result_t build_unit(struct unit *x, struct queued *q, struct loom_co
      * "group.c, staging out of place"). */
     x->sendbuf = in;
     x->recvbuf = out;
+    /* Results that the unpack copies out at once, past what the caches
+     * keep: streamed, as the unpack's stores (stage()). */
+    const int nt = out_bytes(f->coll, x->total, es, c->nranks) >= LOOMI_FUSE_STREAM_BYTES;
     loom_result_t r = loomi_group_build(c, f->fn, f->coll, x->sendbuf, x->recvbuf, x->total,
-                                        f->dtype, f->op, 0, (uint32_t)x->nmem, shape, &x->s,
-                                        &x->save);
+                                        f->dtype, f->op, 0, (uint32_t)x->nmem, shape, nt,
+                                        &x->s, &x->save);
     x->save = 0;
     LOOMI_TRACE(c->rank, "loom_group_end: %zu %s calls fused (count %zu in all)", x->nmem,
                 loomi_coll_name(f->coll), x->total);

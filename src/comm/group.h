@@ -36,7 +36,9 @@ loom_result_t loomi_group_queue(struct loom_comm *comm, struct loomi_sched *s,
  * packs them into the staging buffer (or unpacks them into the callers'
  * buffers) with streaming stores, which do not first read the lines they
  * overwrite: past what a core's caches keep, those reads are a third of
- * the copy's memory traffic (perf/NOTES.md, "group.c, streamed packing"). */
+ * the copy's memory traffic.  The shared allreduce of such an operation
+ * writes its results (into every rank's window) with streaming stores too
+ * (perf/NOTES.md, "group.c, streamed packing"). */
 #define LOOMI_FUSE_STREAM_BYTES ((size_t)2 << 20)
 
 /* Whether a call of coll with count elements of es bytes on nranks
@@ -70,11 +72,14 @@ loom_result_t loomi_group_queue_call(struct loom_comm *comm, const char *fn, int
 
 /* Build (collectives.c) the schedule of a group's call, or of `members`
  * fused calls (> 1: count is their total, shape their loomi_fuse_shape),
- * taking its call number now; *save as loomi_op_start's. */
+ * taking its call number now; *save as loomi_op_start's.  stream_results:
+ * the shared allreduce writes the results with streaming stores at any
+ * size (unless LOOM_SHM_STREAM is 0), as for a staged fused operation
+ * past LOOMI_FUSE_STREAM_BYTES, whose results are unpacked at once. */
 loom_result_t loomi_group_build(struct loom_comm *comm, const char *fn, int coll,
                                 const void *sendbuf, void *recvbuf, size_t count,
                                 loom_datatype_t dtype, loom_op_t op, int inplace,
-                                uint32_t members, uint32_t shape, struct loomi_sched *s,
-                                int *save);
+                                uint32_t members, uint32_t shape, int stream_results,
+                                struct loomi_sched *s, int *save);
 
 #endif
