@@ -177,6 +177,9 @@ struct loomi_tctx {
         /* The device the topology gives this rank (the NIC closest to its
          * GPU or cores), or NULL; LOOM_IB_HCA overrides it. */
         const char *nic_hint;
+        /* LOOM_GPUDIRECT (LOOMI_GPUDIRECT_*, core/internal.h): whether
+         * device memory is registered through dmabuf. */
+        int gpudirect;
     } verbs;
 };
 
