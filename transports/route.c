@@ -55,6 +55,12 @@ const char *loomi_route_rdma_device(void *state)
     return r->ops[T_VERBS] && r->st[T_VERBS] ? loomi_verbs_device(r->st[T_VERBS]) : NULL;
 }
 
+void *loomi_route_verbs_state(void *state)
+{
+    const struct route *r = state;
+    return r->ops[T_VERBS] ? r->st[T_VERBS] : NULL;
+}
+
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
 {
     *mask = 0;

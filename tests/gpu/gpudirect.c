@@ -17,6 +17,14 @@
  * freed and made again at the same address, deregistration of each),
  * mem_register of device memory.  `gpudirect env`: LOOM_GPUDIRECT as
  * read (the script sets it); `gpudirect badenv`: a bad value refused.
+ *
+ * `gpudirect real` (tests/gpu/run_on_gpu.sh, under loomrun, on a real GPU
+ * with the real driver): says whether the driver exports device memory
+ * as a dmabuf, then registers 8 MiB of device memory with
+ * loom_mem_register and says which path it took: registered with the
+ * NIC through dmabuf (GPUDirect RDMA), or not, and why (the verbs
+ * transport's counters and reason).  Exits 77 without a GPU or without
+ * a verbs device; under LOOM_GPUDIRECT=1 a refusal fails it.
  */
 #include "config.h"
 
@@ -28,9 +36,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "core/cuda.h"
 #include "core/internal.h"
 #include "loom.h"
+#include "transports/route.h"
+#include "transports/verbs/verbs.h"
 
 #ifdef HAVE_VERBS_H
 #include "transports/verbs/verbs_internal.h"
@@ -339,9 +350,91 @@ static int verbs(void)
 }
 #endif
 
+/* On a real GPU: which path device memory takes with the NIC. */
+static int real(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    int (*dev_get)(int *, int) = NULL;
+    int (*retain)(void **, int) = NULL;
+    int (*set)(void *) = NULL;
+    if (h) {
+        *(void **)&cu_init = dlsym(h, "cuInit");
+        *(void **)&cu_alloc = dlsym(h, "cuMemAlloc_v2");
+        *(void **)&cu_free = dlsym(h, "cuMemFree_v2");
+        *(void **)&dev_get = dlsym(h, "cuDeviceGet");
+        *(void **)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+        *(void **)&set = dlsym(h, "cuCtxSetCurrent");
+    }
+    int dev;
+    void *ctx;
+    if (!cu_init || !cu_alloc || !cu_free || !dev_get || !retain || !set || cu_init(0) ||
+        dev_get(&dev, 0) || retain(&ctx, dev) || set(ctx)) {
+        printf("gpudirect skipped: no CUDA driver or device\n");
+        return 77;
+    }
+    const size_t n = 8u << 20;
+    char *d = dalloc(n);
+    if (!d) {
+        printf("gpudirect FAIL cuMemAlloc of %zu bytes\n", n);
+        return 1;
+    }
+    char why[256] = "";
+    int fd;
+    size_t off;
+    if (loomi_cuda_dmabuf(d, n, &fd, &off, why, sizeof why) == 0) {
+        printf("gpudirect driver: exports device memory as a dmabuf\n");
+        close(fd);
+    } else {
+        printf("gpudirect driver: no dmabuf: %s\n", why);
+    }
+    if (!loomi_verbs_available(why, sizeof why)) {
+        printf("gpudirect skipped: no verbs device (%s): GPUDirect RDMA not checked\n", why);
+        cu_free((uintptr_t)d);
+        return 77;
+    }
+    loom_comm_t comm;
+    loom_result_t r = loom_comm_init_env(&comm, NULL);
+    if (r != LOOM_SUCCESS) {
+        printf("gpudirect FAIL init: %s: %s\n", loom_strerror(r), loom_get_last_error());
+        return 1;
+    }
+    struct loom_comm *c = NULL;
+    loomi_comm_check(comm, "gpudirect", &c);
+    void *vs = c && c->eng.tops == &loomi_route_ops ? loomi_route_verbs_state(c->eng.tstate) : NULL;
+    int rc = 0;
+    if (!vs) {
+        printf("gpudirect skipped: the verbs transport was not opened (LOOM_TRANSPORT?): GPUDirect RDMA "
+               "not checked\n");
+        rc = 77;
+    } else {
+        loom_mem_t mh = NULL;
+        r = loom_mem_register(comm, d, n, &mh);
+        struct loomi_verbs_gd_stats st;
+        loomi_verbs_gd_stats(vs, &st);
+        if (r != LOOM_SUCCESS) {
+            printf("gpudirect FAIL loom_mem_register of device memory: %s\n", loom_get_last_error());
+            rc = 1;
+        } else if (st.regs) {
+            printf("gpudirect path: GPUDirect RDMA: device memory registered with %s through dmabuf "
+                   "(tries %llu, regs %llu)\n",
+                   loomi_route_rdma_device(c->eng.tstate), st.tries, st.regs);
+        } else {
+            printf("gpudirect path: staged through host memory: %s (tries %llu, refused %llu, skipped "
+                   "%llu)\n",
+                   loomi_verbs_gd_why(vs)[0] ? loomi_verbs_gd_why(vs) : "LOOM_GPUDIRECT=0",
+                   st.tries, st.refused, st.skipped);
+        }
+        if (mh) loom_mem_deregister(comm, mh);
+    }
+    loom_comm_destroy(comm);
+    cu_free((uintptr_t)d);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
+    if (!strcmp(what, "real")) return real();
     if (!strcmp(what, "env") || !strcmp(what, "badenv")) {
         struct loomi_settings s;
         loom_result_t r = loomi_settings_resolve(&s, NULL, "test");

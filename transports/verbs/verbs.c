@@ -92,6 +92,12 @@ void loomi_verbs_gd_stats(void *state, struct loomi_verbs_gd_stats *st)
     memset(st, 0, sizeof *st);
 }
 
+const char *loomi_verbs_gd_why(void *state)
+{
+    (void)state;
+    return "";
+}
+
 int loomi_verbs_gd_probe(void *state, const char *fn, void *p, size_t len, char *why, size_t n)
 {
     (void)state, (void)fn, (void)p, (void)len;
@@ -178,7 +184,7 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     uintptr_t a = (uintptr_t)addr;
     for (struct mrent *e = t->mrs; e; e = e->next) {
         uintptr_t b = (uintptr_t)e->addr;
-        if (!e->doomed && a >= b && a + len <= b + e->len) {
+        if (!e->doomed && !e->dev && a >= b && a + len <= b + e->len) {
             e->refs++;
             e->used = ++t->mr_clock;
             return e;
@@ -319,6 +325,12 @@ void loomi_verbs_gd_stats(void *state, struct loomi_verbs_gd_stats *st)
     const struct verbs *t = state;
     if (t) *st = t->gd;
     else memset(st, 0, sizeof *st);
+}
+
+const char *loomi_verbs_gd_why(void *state)
+{
+    const struct verbs *t = state;
+    return t && t->gd_refused ? t->gd_why : "";
 }
 
 int loomi_verbs_gd_probe(void *state, const char *fn, void *p, size_t len, char *why, size_t n)

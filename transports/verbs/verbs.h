@@ -28,6 +28,9 @@ struct loomi_verbs_gd_stats {
     unsigned long long tries, regs, refused, skipped, hits, stale, deregs;
 };
 void loomi_verbs_gd_stats(void *state, struct loomi_verbs_gd_stats *st);
+/* Why device memory is not registered (auto, after the first refusal),
+ * or "". */
+const char *loomi_verbs_gd_why(void *state);
 /* Whether device memory [p, p + len) can be moved straight from or to
  * the NIC: 1 (registered, and kept in the cache), 0 (auto: refused,
  * why says why; the caller stages through host memory), or -1 where
