@@ -74,6 +74,7 @@ static void load(void)
         S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
         S(EventQuery, "cuEventQuery"),
         S(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
+        S(Memcpy, "cuMemcpy"),
 #undef S
     };
     _Static_assert(offsetof(struct loomi_cuda_drv, IpcGetMemHandle) ==
@@ -238,5 +239,21 @@ int loomi_cuda_dmabuf(const void *p, size_t len, int *fd, size_t *off, char *why
     }
     *fd = h;
     *off = (size_t)(a - lo);
+    return 0;
+}
+
+int loomi_cuda_copy(void *dst, const void *src, size_t n, char *why, size_t wn)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (!n) return 0;
+    if (!d || !d->Memcpy) {
+        snprintf(why, wn, "the CUDA driver lacks cuMemcpy");
+        return -1;
+    }
+    loomi_cu_t e = d->Memcpy((loomi_cuptr_t)(uintptr_t)dst, (loomi_cuptr_t)(uintptr_t)src, n);
+    if (e) {
+        snprintf(why, wn, "cuMemcpy of %zu bytes: %s", n, loomi_cuda_strerror(e));
+        return -1;
+    }
     return 0;
 }

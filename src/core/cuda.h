@@ -99,7 +99,14 @@ struct loomi_cuda_drv {
      * driver lacks it (before CUDA 11.7). */
     loomi_cu_t (*MemGetHandleForAddressRange)(void *handle, loomi_cuptr_t p, size_t bytes,
                                               int type, unsigned long long flags);
+    /* Any direction (unified addressing): the device-direct schedules'
+     * copies and the verbs transport's eager copies (GPUDirect). */
+    loomi_cu_t (*Memcpy)(loomi_cuptr_t dst, loomi_cuptr_t src, size_t bytes);
 };
+
+/* Copy n bytes, either side CUDA device memory (cuMemcpy): 0, or -1 with
+ * the driver's message in why. */
+int loomi_cuda_copy(void *dst, const void *src, size_t n, char *why, size_t wn);
 
 /* The driver's table, loaded on the first call; NULL when libcuda.so.1
  * is absent or lacks cuPointerGetAttribute (loomi_cuda_why says which). */

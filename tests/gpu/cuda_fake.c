@@ -63,7 +63,7 @@ static struct {
     struct { uintptr_t dst; void *src; size_t n; } q[MAX_QUEUED];
 } streams[MAX_STREAMS]; /* [0]: the legacy default stream */
 static long n_dtoh, n_htod, n_alloc_host, n_free_host, n_stale, n_bad, n_sync;
-static long n_launch, n_dtod, n_ipc_open, n_ipc_close, n_ipc_get, n_dmabuf, n_dmabuf_bad;
+static long n_launch, n_dtod, n_ipc_open, n_ipc_close, n_ipc_get, n_dmabuf, n_dmabuf_bad, n_memcpy;
 
 static int is_dev(uintptr_t p, size_t n)
 {
@@ -97,6 +97,7 @@ long fake_cuda_count(const char *what)
     if (!strcmp(what, "ipc_get")) return n_ipc_get;
     if (!strcmp(what, "dmabuf")) return n_dmabuf;
     if (!strcmp(what, "dmabuf_bad")) return n_dmabuf_bad;
+    if (!strcmp(what, "memcpy")) return n_memcpy;
     return -1;
 }
 
@@ -784,6 +785,15 @@ int cuDeviceGetAttribute(int *v, int attr, int d)
         const char *e = getenv("FAKE_CUDA_DMABUF");
         *v = !(e && !strcmp(e, "0"));
     }
+    return 0;
+}
+
+/* cuMemcpy (unified addressing): either side may be device memory. */
+int cuMemcpy(unsigned long long dst, unsigned long long src, size_t n)
+{
+    if (!initialised) return 3;
+    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    n_memcpy++;
     return 0;
 }
 

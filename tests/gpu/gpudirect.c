@@ -25,6 +25,18 @@
  * NIC through dmabuf (GPUDirect RDMA), or not, and why (the verbs
  * transport's counters and reason).  Exits 77 without a GPU or without
  * a verbs device; under LOOM_GPUDIRECT=1 a refusal fails it.
+ *
+ * `gpudirect direct` (the verbs VM suite, under loomrun over
+ * LOOM_TRANSPORT=verbs, with the fake driver): the collectives' device-
+ * direct path.  The fake's device memory is host memory, so a stand-in
+ * for ibv_reg_dmabuf_mr registers it with ibv_reg_mr on the real (soft-
+ * RoCE) device: every alltoall, allgather and broadcast below, eager and
+ * rendezvous sizes, runs on the device buffers through the NIC (the
+ * communicator's count of direct calls says so; the fake counts cuMemcpy
+ * for the eager messages and the schedules' own copies), and the results
+ * are checked.  GD_MIXED=1: rank 1 runs with LOOM_GPUDIRECT=0 (staged)
+ * while the others go direct: the results stay right.  A broadcast that
+ * staging would pipeline is staged by every rank.
  */
 #include "config.h"
 
@@ -431,10 +443,152 @@ static int real(void)
     return rc;
 }
 
+#ifdef HAVE_VERBS_H
+/* ibv_reg_dmabuf_mr for the fake driver: its device memory is host
+ * memory at the iova, which ibv_reg_mr registers. */
+static struct ibv_mr *(*plain_reg)(struct ibv_pd *, void *, size_t, int);
+static long n_standin;
+static struct ibv_mr *standin_reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t length,
+                                         uint64_t iova, int fd, int access)
+{
+    (void)offset;
+    if (fcntl(fd, F_GETFD) == -1) {
+        errno = EBADF;
+        return NULL;
+    }
+    n_standin++;
+    return plain_reg(pd, (void *)(uintptr_t)iova, length, access);
+}
+#endif
+
+static int direct(void)
+{
+#ifndef HAVE_VERBS_H
+    printf("built without verbs.h\n");
+    return 77;
+#else
+    int (*htod)(unsigned long long, const void *, size_t) = NULL;
+    int (*dtoh)(void *, unsigned long long, size_t) = NULL;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        *(void **)&htod = dlsym(h, "cuMemcpyHtoD_v2");
+        *(void **)&dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+    }
+    if (load_fake() != 0 || !htod || !dtoh) {
+        printf("no fake libcuda.so.1\n");
+        return 77;
+    }
+    const char *mixed = getenv("GD_MIXED");
+    const char *rs = getenv("LOOM_RANK");
+    if (mixed && !strcmp(mixed, "1") && rs && !strcmp(rs, "1")) setenv("LOOM_GPUDIRECT", "0", 1);
+    loom_comm_t comm;
+    loom_result_t r = loom_comm_init_env(&comm, NULL);
+    if (r != LOOM_SUCCESS) {
+        printf("FAIL init: %s\n", loom_get_last_error());
+        return 1;
+    }
+    int rank, n;
+    loom_comm_rank(comm, &rank);
+    loom_comm_size(comm, &n);
+    struct loom_comm *c = NULL;
+    loomi_comm_check(comm, "gpudirect", &c);
+    void *vs = loomi_route_verbs_state(c->eng.tstate);
+    if (!vs) {
+        printf("FAIL rank %d: the verbs transport is not in use\n", rank);
+        return 1;
+    }
+    plain_reg = loomi_verbs_ib.reg_mr;
+    loomi_verbs_ib.reg_dmabuf_mr = standin_reg_dmabuf;
+    const int staged_rank = mixed && !strcmp(mixed, "1") && rank == 1;
+    const size_t sizes[] = {16, 3000, 70000}; /* int32s: eager and rendezvous */
+    char what[160];
+    unsigned long long calls = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const size_t cnt = sizes[si];
+        const size_t bytes = cnt * (size_t)n * 4;
+        int32_t *hs = malloc(bytes), *hr = malloc(bytes), *want = malloc(bytes);
+        char *ds = dalloc(bytes), *dr = dalloc(bytes);
+        for (int coll = 0; coll < 4; coll++) {
+            for (size_t i = 0; i < cnt * (size_t)n; i++) hs[i] = rank * 1000003 + (int32_t)i;
+            memset(hr, 0x5a, bytes);
+            htod((uintptr_t)ds, hs, bytes);
+            htod((uintptr_t)dr, hr, bytes);
+            const char *name;
+            size_t check = cnt * (size_t)n;
+            if (coll == 0) {
+                name = "alltoall";
+                r = loom_alltoall(ds, dr, cnt, LOOM_INT32, comm);
+                for (int q = 0; q < n; q++)
+                    for (size_t i = 0; i < cnt; i++)
+                        want[(size_t)q * cnt + i] = q * 1000003 + (int32_t)((size_t)rank * cnt + i);
+            } else if (coll == 1) {
+                name = "allgather";
+                r = loom_allgather(ds, dr, cnt, LOOM_INT32, comm);
+                for (int q = 0; q < n; q++)
+                    for (size_t i = 0; i < cnt; i++)
+                        want[(size_t)q * cnt + i] = q * 1000003 + (int32_t)i;
+            } else {
+                const int root = coll == 2 ? 0 : n - 1;
+                name = coll == 2 ? "broadcast from 0" : "broadcast from the last rank";
+                r = loom_broadcast(ds, dr, cnt, LOOM_INT32, root, comm);
+                check = cnt;
+                for (size_t i = 0; i < cnt; i++) want[i] = root * 1000003 + (int32_t)i;
+            }
+            calls++;
+            dtoh(hr, (uintptr_t)dr, bytes);
+            snprintf(what, sizeof what, "rank %d: %s of %zu int32s on device buffers", rank, name,
+                     cnt);
+            truth(r == LOOM_SUCCESS && !memcmp(hr, want, check * 4), what,
+                  r == LOOM_SUCCESS ? "" : loom_get_last_error());
+        }
+        cu_free((uintptr_t)ds);
+        cu_free((uintptr_t)dr);
+        free(hs);
+        free(hr);
+        free(want);
+    }
+    struct loomi_verbs_gd_stats st;
+    loomi_verbs_gd_stats(vs, &st);
+    snprintf(what, sizeof what,
+             "rank %d: %llu of %llu calls direct, %llu staged; dmabuf regs %llu (stand-in %ld), "
+             "cuMemcpy %ld",
+             rank, c->gd_direct, calls, c->gd_staged, st.regs, n_standin, fake_count("memcpy"));
+    if (staged_rank)
+        truth(c->gd_direct == 0 && st.tries == 0 && n_standin == 0,
+              "LOOM_GPUDIRECT=0 on this rank: every call staged", what);
+    else
+        truth(c->gd_direct == calls && c->gd_staged == 0 && st.regs > 0 && n_standin > 0 &&
+                  fake_count("memcpy") > 0,
+              "every call ran on the device buffers through the NIC", what);
+    /* Large enough that staging pipelines it: staged by every rank. */
+    const size_t big = 2u << 20;
+    char *db = dalloc(big);
+    int32_t *hb = malloc(big);
+    for (size_t i = 0; i < big / 4; i++) hb[i] = rank == 0 ? (int32_t)(i * 7) : -1;
+    htod((uintptr_t)db, hb, big);
+    char *db2 = dalloc(big);
+    unsigned long long before = c->gd_direct;
+    r = loom_broadcast(db, db2, big / 4, LOOM_INT32, 0, comm);
+    dtoh(hb, (uintptr_t)db2, big);
+    int good = r == LOOM_SUCCESS;
+    for (size_t i = 0; good && i < big / 4; i++) good = hb[i] == (int32_t)(i * 7);
+    snprintf(what, sizeof what, "rank %d: a 2 MiB broadcast (LOOM_CUDA_PIPELINE_CHUNK=%s): staged",
+             rank, getenv("LOOM_CUDA_PIPELINE_CHUNK") ? getenv("LOOM_CUDA_PIPELINE_CHUNK") : "4M");
+    truth(good && c->gd_direct == before, what, r == LOOM_SUCCESS ? "" : loom_get_last_error());
+    cu_free((uintptr_t)db);
+    cu_free((uintptr_t)db2);
+    free(hb);
+    loom_comm_destroy(comm);
+    printf("%d passed, %d failed\n", passes, fails);
+    return fails ? 1 : 0;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
     if (!strcmp(what, "real")) return real();
+    if (!strcmp(what, "direct")) return direct();
     if (!strcmp(what, "env") || !strcmp(what, "badenv")) {
         struct loomi_settings s;
         loom_result_t r = loomi_settings_resolve(&s, NULL, "test");

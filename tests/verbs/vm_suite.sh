@@ -332,6 +332,18 @@ if [ -f /loom/cuda/libcuda.so.1 ]; then
     if [ $rc -ne 0 ] && echo "$out" | grep -q 'LOOM_GPUDIRECT=1'; then
         ok "GPUDirect =1 on rxe: the refusal is an error naming LOOM_GPUDIRECT (exit $rc)"
     else bad "GPUDirect =1 on rxe (exit $rc)"; echo "$out" | tail -8; fi
+    # The device-direct path itself, the NIC's dmabuf registration stood
+    # in for (gpudirect.c): alltoall, allgather, broadcast on device
+    # buffers through rxe0, results checked; then one rank staged.
+    for mixed in 0 1; do
+        for n in 2 3; do
+            out=$(LD_LIBRARY_PATH=/loom/cuda:$LD_LIBRARY_PATH LOOM_TRANSPORT=verbs LOOM_CUDA_IPC=0 GD_MIXED=$mixed \
+                LOOM_CUDA_PIPELINE_CHUNK=1M timeout 180 loomrun -n $n --timeout 170 gpudirect direct 2>&1); rc=$?
+            if [ $rc -eq 0 ]; then
+                ok "GPUDirect path on $n ranks over verbs$([ $mixed = 1 ] && echo ', rank 1 staged'): $(echo "$out" | grep -m1 'calls direct' | sed 's/^ok *//')"
+            else bad "GPUDirect path on $n ranks over verbs, mixed=$mixed (exit $rc)"; echo "$out" | grep -v '^ok' | tail -12; fi
+        done
+    done
 else
     echo "# no fake CUDA driver in the VM: GPUDirect not checked"
 fi

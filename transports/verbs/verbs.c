@@ -320,6 +320,15 @@ struct mrent *loomi_verbs_mr_get_dev(struct verbs *t, void *addr, size_t len, ch
     return e;
 }
 
+struct mrent *loomi_verbs_mr_recv_dev(struct verbs *t, void *addr, size_t len, char *why,
+                                      size_t n)
+{
+    struct mrent *e =
+        mr_new_dev(t, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, why, n);
+    if (e) e->remote = 1;
+    return e;
+}
+
 void loomi_verbs_gd_stats(void *state, struct loomi_verbs_gd_stats *st)
 {
     const struct verbs *t = state;

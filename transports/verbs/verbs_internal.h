@@ -346,6 +346,10 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len);
 struct mrent *loomi_verbs_mr_get_dev(struct verbs *t, void *addr, size_t len, char *why,
                                      size_t n);
 struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len);
+/* A rendezvous receive's registration of device memory (remote write,
+ * never cached), or NULL with why. */
+struct mrent *loomi_verbs_mr_recv_dev(struct verbs *t, void *addr, size_t len, char *why,
+                                      size_t n);
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e);
 void loomi_verbs_mr_trim(struct verbs *t, int all, size_t extra);
 
