@@ -583,7 +583,8 @@ static int gd_try(struct call *c, const struct loomi_call *d, loom_request_t *re
     if (c->slen)
         ok = loomi_verbs_gd_probe(vs, c->fn, (void *)(uintptr_t)c->sendbuf, c->slen, why,
                                   sizeof why);
-    if (ok == 1 && c->rlen) ok = loomi_verbs_gd_probe(vs, c->fn, c->recvbuf, c->rlen, why, sizeof why);
+    if (ok == 1 && c->rlen)
+        ok = loomi_verbs_gd_probe(vs, c->fn, c->recvbuf, c->rlen, why, sizeof why);
     loomi_comm_unlock(comm);
     if (ok < 0) {
         *r = LOOM_ERR_UNSUPPORTED; /* set by the probe, naming LOOM_GPUDIRECT */

@@ -437,6 +437,35 @@ static int real(void)
                    st.tries, st.refused, st.skipped);
         }
         if (mh) loom_mem_deregister(comm, mh);
+        /* One alltoall on device buffers (LOOM_CUDA_IPC=0 where the
+         * ranks share a host): which path it took, and its result. */
+        int (*htod)(unsigned long long, const void *, size_t) = NULL;
+        int (*dtoh)(void *, unsigned long long, size_t) = NULL;
+        *(void **)&htod = dlsym(h, "cuMemcpyHtoD_v2");
+        *(void **)&dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+        int rank, np;
+        loom_comm_rank(comm, &rank);
+        loom_comm_size(comm, &np);
+        const size_t cnt = 65536, bytes = cnt * (size_t)np * 4;
+        int32_t *hb = malloc(bytes);
+        char *dr = dalloc(bytes);
+        if (htod && dtoh && hb && dr && bytes <= n) {
+            for (size_t i = 0; i < cnt * (size_t)np; i++) hb[i] = rank * 1000003 + (int32_t)i;
+            htod((uintptr_t)d, hb, bytes);
+            const unsigned long long before = c->gd_direct;
+            r = loom_alltoall(d, dr, cnt, LOOM_INT32, comm);
+            dtoh(hb, (uintptr_t)dr, bytes);
+            int good = r == LOOM_SUCCESS;
+            for (int q = 0; good && q < np; q++)
+                for (size_t i = 0; good && i < cnt; i++)
+                    good = hb[(size_t)q * cnt + i] == q * 1000003 + (int32_t)((size_t)rank * cnt + i);
+            printf("gpudirect alltoall: %s, %s\n",
+                   c->gd_direct > before ? "device-direct through the NIC" : "staged",
+                   good ? "right" : r == LOOM_SUCCESS ? "WRONG" : loom_get_last_error());
+            if (!good) rc = 1;
+        }
+        free(hb);
+        if (dr) cu_free((uintptr_t)dr);
     }
     loom_comm_destroy(comm);
     cu_free((uintptr_t)d);
