@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "transports/route.h"
+#include "core/cuda.h"
 #include "core/internal.h"
 #include "transports/shm/shm.h"
 #include "transports/verbs/verbs.h"
@@ -52,6 +53,12 @@ const char *loomi_route_rdma_device(void *state)
 {
     const struct route *r = state;
     return r->ops[T_VERBS] && r->st[T_VERBS] ? loomi_verbs_device(r->st[T_VERBS]) : NULL;
+}
+
+void *loomi_route_verbs_state(void *state)
+{
+    const struct route *r = state;
+    return r->ops[T_VERBS] ? r->st[T_VERBS] : NULL;
 }
 
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank)
@@ -387,8 +394,13 @@ loom_result_t loomi_route_mem_register(void *state, void *addr, size_t len, stru
     const struct loomi_transport_ops *vb = r->ops[T_VERBS];
     *done = 0;
     if (!vb || !vb->mem_register || !(vb->caps & LOOMI_TCAP_MEM_REG)) return LOOM_SUCCESS;
-    loom_result_t rc = vb->mem_register(r->st[T_VERBS], addr, len, LOOMI_MEM_HOST, mr);
-    *done = rc == LOOM_SUCCESS;
+    /* Device memory goes to the NIC through a dmabuf (GPUDirect RDMA),
+     * where LOOM_GPUDIRECT, the driver and the NIC allow; verbs answers
+     * success with no registration where they do not (auto). */
+    const enum loomi_mem_kind kind =
+        loomi_mem_kind(addr) == LOOMI_MEM_DEVICE ? LOOMI_MEM_DEVICE : LOOMI_MEM_HOST;
+    loom_result_t rc = vb->mem_register(r->st[T_VERBS], addr, len, kind, mr);
+    *done = rc == LOOM_SUCCESS && mr->handle;
     return rc;
 }
 

@@ -15,6 +15,9 @@ extern const struct loomi_transport_ops loomi_route_ops;
 const char *loomi_route_names(void);
 /* The RDMA device the route's verbs transport opened, or NULL. */
 const char *loomi_route_rdma_device(void *state);
+/* The verbs transport's state, or NULL where verbs was not opened (its
+ * GPUDirect counters: verbs.h). */
+void *loomi_route_verbs_state(void *state);
 /* LOOM_TRANSPORT ("tcp", "shm", "tcp,shm"; empty: all) into a mask;
  * an unknown name is an error listing the known ones. */
 loom_result_t loomi_route_parse(const char *spec, unsigned *mask, int rank);

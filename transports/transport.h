@@ -127,6 +127,7 @@ struct loomi_xfer {
     void *owner; /* for complete(): the engine's step */
     uint32_t chk; /* the collective call's check, carried with the message (0: p2p) */
     uint64_t post_ns; /* the engine's: when a timed receive was posted (telemetry) */
+    int dev; /* buf is CUDA device memory (GPUDirect: the verbs transport only) */
 
     /* Transport-private state. */
     size_t t_done;  /* bytes fully sent or received */
@@ -177,6 +178,9 @@ struct loomi_tctx {
         /* The device the topology gives this rank (the NIC closest to its
          * GPU or cores), or NULL; LOOM_IB_HCA overrides it. */
         const char *nic_hint;
+        /* LOOM_GPUDIRECT (LOOMI_GPUDIRECT_*, core/internal.h): whether
+         * device memory is registered through dmabuf. */
+        int gpudirect;
     } verbs;
 };
 

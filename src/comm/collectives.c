@@ -21,6 +21,8 @@
 #include "comm/group.h"
 #include "core/cuda.h"
 #include "core/internal.h"
+#include "transports/route.h"
+#include "transports/verbs/verbs.h"
 
 /* What one call asks for, after its arguments were checked. */
 struct call {
@@ -41,6 +43,7 @@ struct call {
      * copied out again at once: they stream whatever their size
      * (loomi_group_build's stream_results). */
     int stream_results;
+    int direct; /* GPUDirect RDMA: the schedule runs on the device buffers themselves */
 };
 
 static loom_result_t bad(const struct call *c, const char *fmt, const char *what)
@@ -413,6 +416,7 @@ static loom_result_t launch_as(struct call *c, const struct loomi_call *d, loom_
     s.algo = algo;
     s.call = no;
     s.chk = chk;
+    s.dev = c->direct;
     LOOMI_TRACE(comm->rank, "%s: count %zu %s, %s, chunks of %zu, %u steps%s%s", c->fn,
                 c->a.count, loomi_dtype_name(c->dtype), loomi_algo_name(algo), c->a.chunk_bytes,
                 s.nsteps,
@@ -543,6 +547,73 @@ static loom_result_t launch_chunk(void *ctx, const void *hs, void *hr, size_t co
     return launch(&cc, req);
 }
 
+/* GPUDirect RDMA (LOOM_GPUDIRECT): an alltoall, allgather or broadcast,
+ * out of place, whose buffers with bytes are all device memory, on a
+ * communicator whose every peer is reached through verbs, runs on the
+ * device buffers themselves where this rank's NIC registers them
+ * (dmabuf): the NIC reads and writes device memory, eager messages and
+ * the schedule's own copies go through the driver.  Calls that staging
+ * would pipeline (LOOM_CUDA_PIPELINE_CHUNK) and calls small enough for
+ * the shared arenas are left to staging, so that the messages on the
+ * wire are the same whichever path each rank takes: ranks decide alone.
+ * Returns 1 (taken: *r its result), 0 (staged), or -1 (*r an error:
+ * LOOM_GPUDIRECT=1 and the NIC or driver refused). */
+static int gd_try(struct call *c, const struct loomi_call *d, loom_request_t *req,
+                  loom_result_t *r)
+{
+    struct loom_comm *comm = c->comm;
+    const int coll = c->a.coll;
+    if (comm->set.gpudirect == LOOMI_GPUDIRECT_OFF || d || c->cz.codec || c->a.win_id ||
+        c->a.inplace || (coll != LOOMI_COLL_ALLTOALL && coll != LOOMI_COLL_ALLGATHER &&
+                         coll != LOOMI_COLL_BROADCAST))
+        return 0;
+    if ((c->slen && !c->sdev) || (c->rlen && !c->rdev) || (!c->slen && !c->rlen) ||
+        (c->slen && c->rlen && (const void *)c->recvbuf == c->sendbuf))
+        return 0;
+    const size_t es = loom_datatype_size(c->dtype), p = (size_t)comm->nranks;
+    if (coll != LOOMI_COLL_ALLTOALL &&
+        loomi_devbuf_pipe_chunk(coll == LOOMI_COLL_ALLGATHER ? c->rlen / p : c->rlen, es))
+        return 0;
+    if (loomi_small_fits(comm, coll, c->a.count * es, c->dtype, c->op)) return 0;
+    if (comm->eng.tops != &loomi_route_ops) return 0;
+    for (int q = 0; q < comm->nranks; q++)
+        if (q != comm->rank && loomi_route_peer_transport(comm->eng.tstate, q, NULL) != 2)
+            return 0;
+    void *vs = loomi_route_verbs_state(comm->eng.tstate);
+    if (!vs) return 0;
+    char why[256] = "";
+    loomi_comm_lock(comm);
+    int ok = 1;
+    if (c->slen)
+        ok = loomi_verbs_gd_probe(vs, c->fn, (void *)(uintptr_t)c->sendbuf, c->slen, why,
+                                  sizeof why);
+    if (ok == 1 && c->rlen)
+        ok = loomi_verbs_gd_probe(vs, c->fn, c->recvbuf, c->rlen, why, sizeof why);
+    loomi_comm_unlock(comm);
+    if (ok < 0) {
+        *r = LOOM_ERR_UNSUPPORTED; /* set by the probe, naming LOOM_GPUDIRECT */
+        return -1;
+    }
+    if (!ok) {
+        comm->gd_staged++;
+        LOOMI_TRACE(comm->rank, "%s: device buffers staged: %s", c->fn, why);
+        return 0;
+    }
+    /* The work queued on the call's stream first, as staging does. */
+    const struct loomi_cuda_drv *drv = loomi_cuda_driver();
+    loomi_cu_t e = drv && drv->StreamSynchronize ? drv->StreamSynchronize(c->stream) : 0;
+    if (e) {
+        *r = loomi_fail(LOOM_ERR_SYSTEM, comm->rank, "%s: cuStreamSynchronize: %s", c->fn,
+                        loomi_cuda_strerror(e));
+        return 1;
+    }
+    comm->gd_direct++;
+    c->direct = 1;
+    *r = launch(c, req);
+    c->direct = 0;
+    return 1;
+}
+
 static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom_request_t *req)
 {
     if (!c->sdev && !c->rdev) return d ? launch_as(c, d, req, 0, NULL, NULL) : launch(c, req);
@@ -555,6 +626,10 @@ static loom_result_t launch_dev(struct call *c, const struct loomi_call *d, loom
             loomi_devpeer_call(c->comm, c->fn, c->a.coll, c->sendbuf, c->recvbuf, c->a.count,
                                c->dtype, c->op, c->a.root, c->stream, &taken);
         if (r != LOOM_SUCCESS || taken) return r;
+    }
+    {
+        loom_result_t gr = LOOM_SUCCESS;
+        if (gd_try(c, d, req, &gr)) return gr;
     }
     /* Large element-wise calls on device buffers alone: pipelined, the
      * copies overlapping the host collective (reduce-scatter's sendbuf and

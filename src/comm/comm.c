@@ -354,7 +354,8 @@ loom_result_t loomi_comm_prepare(struct loom_comm *c, const struct loomi_topo_ra
                  .bind_hint = &c->bind_addr,
                  .bind_hint_len = c->bind_len},
         .shm = {.bytes = c->set.shm_bytes, .cma_min = c->set.shm_cma_min},
-        .verbs = {.nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL},
+        .verbs = {.nic_hint = nic >= 0 ? me->host.nics[nic].name : NULL,
+                  .gpudirect = c->set.gpudirect},
     };
     loom_result_t r = loomi_route_create(&ctx, c->route_mask, &c->eng.xfer_events, &c->eng.tstate);
     if (r != LOOM_SUCCESS) return r;

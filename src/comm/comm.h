@@ -46,6 +46,9 @@ struct loom_comm {
     int machine_ranks;         /* ranks of the job on this machine */
     struct loomi_sched_cache *sched_cache; /* small schedules, built once (collectives.c) */
     struct loomi_devpool *devpool; /* pinned staging for device buffers (devbuf.c) */
+    /* GPUDirect RDMA (collectives.c): calls run on device buffers through
+     * the NIC, and calls that could have but were staged (a refusal). */
+    unsigned long long gd_direct, gd_staged;
     struct loomi_devpeer *devpeer; /* device-direct calls through CUDA IPC (devpeer.c) */
     /* loom_allreduce_quorum's call count and, on rank 0, the transfers
      * its decisions left behind (quorum.c); NULL until the first call. */

@@ -48,6 +48,7 @@ static const struct var vars[] = {
     {"LOOM_ENCRYPT", K_INT, 0, 1, OFF(encrypt), "0"},
     {"LOOM_STATS", K_INT, 0, 1, OFF(stats), "1"},
     {"LOOM_CUDA_IPC", K_INT, 0, 1, OFF(cuda_ipc), "1"},
+    {"LOOM_GPUDIRECT", K_STR, 0, 0, OFF(gpudirect), NULL},
     {"LOOM_CUDA_PIPELINE_CHUNK", K_SIZE, 0, 1LL << 40, OFF(cuda_pipe_chunk), "4M"},
 };
 
@@ -170,6 +171,14 @@ loom_result_t loomi_settings_resolve(struct loomi_settings *out,
     out->encrypt = e->encrypt;
     out->stats = e->stats;
     out->cuda_ipc = e->cuda_ipc;
+    if (e->gpudirect && strcmp(e->gpudirect, "auto") && strcmp(e->gpudirect, "0") &&
+        strcmp(e->gpudirect, "1"))
+        return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
+                          "%s: LOOM_GPUDIRECT=%s is invalid (expected auto, 0 or 1)", caller,
+                          e->gpudirect);
+    out->gpudirect = !e->gpudirect || !strcmp(e->gpudirect, "auto") ? LOOMI_GPUDIRECT_AUTO
+                     : !strcmp(e->gpudirect, "1")                   ? LOOMI_GPUDIRECT_ON
+                                                                    : LOOMI_GPUDIRECT_OFF;
     if (e->quorum && strcmp(e->quorum, "majority") && strcmp(e->quorum, "any"))
         return loomi_fail(LOOM_ERR_INVALID_ARGUMENT, -1,
                           "%s: LOOM_QUORUM=%s is invalid (expected majority or any)", caller,

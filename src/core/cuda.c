@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "core/cuda.h"
 #include "core/internal.h"
@@ -72,6 +73,8 @@ static void load(void)
         S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
         S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
         S(EventQuery, "cuEventQuery"),
+        S(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
+        S(Memcpy, "cuMemcpy"),
 #undef S
     };
     _Static_assert(offsetof(struct loomi_cuda_drv, IpcGetMemHandle) ==
@@ -162,4 +165,95 @@ enum loomi_mem_kind loomi_mem_kind(const void *p)
 const char *loomi_mem_kind_name(enum loomi_mem_kind k)
 {
     return k == LOOMI_MEM_DEVICE ? "device" : k == LOOMI_MEM_MANAGED ? "managed" : "host";
+}
+
+int loomi_cuda_dmabuf(const void *p, size_t len, int *fd, size_t *off, char *why, size_t n)
+{
+    *fd = -1;
+    *off = 0;
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (!d) {
+        snprintf(why, n, "%s", loomi_cuda_why());
+        return -1;
+    }
+    if (!p || !len || (uintptr_t)p + len < (uintptr_t)p) {
+        snprintf(why, n, "the range %p + %zu is empty or wraps", p, len);
+        return -1;
+    }
+    if (loomi_mem_kind(p) != LOOMI_MEM_DEVICE) {
+        snprintf(why, n, "%p is not CUDA device memory", p);
+        return -1;
+    }
+    if (!d->MemGetHandleForAddressRange || !d->MemGetAddressRange) {
+        snprintf(why, n, "the CUDA driver lacks %s (CUDA 11.7 or later has it)",
+                 d->MemGetHandleForAddressRange ? "cuMemGetAddressRange"
+                                                : "cuMemGetHandleForAddressRange");
+        return -1;
+    }
+    const loomi_cuptr_t a = (loomi_cuptr_t)(uintptr_t)p;
+    int ordinal = -1, ok = 0;
+    loomi_cu_t e = d->PointerGetAttribute(&ordinal, LOOMI_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a);
+    if (e == 0 && d->DeviceGetAttribute)
+        e = d->DeviceGetAttribute(&ok, LOOMI_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, ordinal);
+    if (e != 0) {
+        snprintf(why, n, "cannot ask the driver whether device %d supports dmabuf: %s", ordinal,
+                 loomi_cuda_strerror(e));
+        return -1;
+    }
+    if (!ok) {
+        snprintf(why, n,
+                 "device %d does not support dmabuf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: "
+                 "an older GPU, driver or kernel, or the proprietary module without it)",
+                 ordinal);
+        return -1;
+    }
+    loomi_cuptr_t base = 0;
+    size_t size = 0;
+    if ((e = d->MemGetAddressRange(&base, &size, a)) != 0) {
+        snprintf(why, n, "cuMemGetAddressRange(%p): %s", p, loomi_cuda_strerror(e));
+        return -1;
+    }
+    long pg = sysconf(_SC_PAGESIZE);
+    const loomi_cuptr_t page = pg > 0 ? (loomi_cuptr_t)pg : 4096;
+    const loomi_cuptr_t lo = a & ~(page - 1);
+    const loomi_cuptr_t end = a + len;
+    if (end < a || end > base + size || end + page - 1 < end) {
+        snprintf(why, n, "%p + %zu runs past its allocation", p, len);
+        return -1;
+    }
+    const loomi_cuptr_t hi = (end + page - 1) & ~(page - 1);
+    /* Allocations are page-aligned and whole pages in practice; one that
+     * is not cannot be exported around this range. */
+    if (lo < base || hi > ((base + size + page - 1) & ~(page - 1))) {
+        snprintf(why, n, "%p + %zu widened to whole pages leaves its allocation", p, len);
+        return -1;
+    }
+    int h = -1;
+    e = d->MemGetHandleForAddressRange(&h, lo, (size_t)(hi - lo),
+                                       LOOMI_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (e != 0 || h < 0) {
+        if (h >= 0) close(h);
+        snprintf(why, n, "cuMemGetHandleForAddressRange(%p, %llu bytes): %s", (void *)(uintptr_t)lo,
+                 (unsigned long long)(hi - lo), e ? loomi_cuda_strerror(e) : "no descriptor");
+        return -1;
+    }
+    *fd = h;
+    *off = (size_t)(a - lo);
+    return 0;
+}
+
+int loomi_cuda_copy(void *dst, const void *src, size_t n, char *why, size_t wn)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    if (!n) return 0;
+    if (!d || !d->Memcpy) {
+        snprintf(why, wn, "the CUDA driver lacks cuMemcpy");
+        return -1;
+    }
+    loomi_cu_t e = d->Memcpy((loomi_cuptr_t)(uintptr_t)dst, (loomi_cuptr_t)(uintptr_t)src, n);
+    if (e) {
+        snprintf(why, wn, "cuMemcpy of %zu bytes: %s", n, loomi_cuda_strerror(e));
+        return -1;
+    }
+    return 0;
 }

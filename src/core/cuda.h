@@ -32,7 +32,10 @@ enum {
     LOOMI_CU_IPC_HANDLE_SIZE = 64,
     LOOMI_CU_STREAM_NON_BLOCKING = 1,
     LOOMI_CU_EVENT_DISABLE_TIMING = 2,
-    LOOMI_CUDA_ERROR_NOT_READY = 600
+    LOOMI_CUDA_ERROR_NOT_READY = 600,
+    /* GPUDirect RDMA: device memory exported as a dmabuf (CUDA 11.7+). */
+    LOOMI_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
+    LOOMI_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1
 };
 
 /* CUipcMemHandle: 64 opaque bytes, passed by value. */
@@ -92,7 +95,18 @@ struct loomi_cuda_drv {
     loomi_cu_t (*MemcpyHtoDAsync)(loomi_cuptr_t dst, const void *src, size_t bytes,
                                   loomi_cuh_t stream);
     loomi_cu_t (*EventQuery)(loomi_cuh_t e);
+    /* GPUDirect RDMA (loomi_cuda_dmabuf): optional, NULL where the
+     * driver lacks it (before CUDA 11.7). */
+    loomi_cu_t (*MemGetHandleForAddressRange)(void *handle, loomi_cuptr_t p, size_t bytes,
+                                              int type, unsigned long long flags);
+    /* Any direction (unified addressing): the device-direct schedules'
+     * copies and the verbs transport's eager copies (GPUDirect). */
+    loomi_cu_t (*Memcpy)(loomi_cuptr_t dst, loomi_cuptr_t src, size_t bytes);
 };
+
+/* Copy n bytes, either side CUDA device memory (cuMemcpy): 0, or -1 with
+ * the driver's message in why. */
+int loomi_cuda_copy(void *dst, const void *src, size_t n, char *why, size_t wn);
 
 /* The driver's table, loaded on the first call; NULL when libcuda.so.1
  * is absent or lacks cuPointerGetAttribute (loomi_cuda_why says which). */
@@ -113,6 +127,17 @@ const char *loomi_cuda_strerror(loomi_cu_t e);
  * driver, NULL, and every pointer when the driver is not initialised. */
 enum loomi_mem_kind { LOOMI_MEM_HOST = 0, LOOMI_MEM_DEVICE = 1, LOOMI_MEM_MANAGED = 2 };
 enum loomi_mem_kind loomi_mem_kind(const void *p);
+
+/* GPUDirect RDMA: the device memory [p, p + len) as a dmabuf that a NIC
+ * can register (ibv_reg_dmabuf_mr).  The driver exports page-aligned
+ * ranges only: the range exported is [p, p + len) widened to whole host
+ * pages, which must lie within p's allocation.  Returns 0 with *fd (the
+ * caller closes it) and *off (p's offset in the dmabuf); or -1 with why
+ * the driver cannot (no driver, p not device memory, the driver lacks
+ * cuMemGetHandleForAddressRange, the device does not support dmabuf
+ * (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), the range leaves its
+ * allocation once widened, the export failed) written into why. */
+int loomi_cuda_dmabuf(const void *p, size_t len, int *fd, size_t *off, char *why, size_t n);
 const char *loomi_mem_kind_name(enum loomi_mem_kind k);
 
 #endif

@@ -111,6 +111,7 @@ struct loomi_env {
     int progress_thread;       /* 1: a thread progresses non-blocking operations */
     const char *quorum;        /* LOOM_QUORUM: "majority" (NULL) or "any" */
     int cuda_ipc;              /* LOOM_CUDA_IPC: device buffers between a host's ranks */
+    const char *gpudirect;     /* LOOM_GPUDIRECT: "auto" (NULL), "0" or "1" */
     int encrypt;               /* LOOM_ENCRYPT: 1 seals tcp and control records (AEAD) */
     int stats;                 /* LOOM_STATS: 1 records straggler telemetry */
     size_t cuda_pipe_chunk;    /* LOOM_CUDA_PIPELINE_CHUNK: device collectives staged in
@@ -159,7 +160,13 @@ struct loomi_settings {
     int encrypt;    /* LOOM_ENCRYPT=1: tcp streams and control frames sealed (AES-256-GCM) */
     int stats;      /* LOOM_STATS=1: straggler telemetry (loom_comm_get_stats) */
     int cuda_ipc;   /* LOOM_CUDA_IPC=1: device-direct collectives on one host (devpeer.c) */
+    int gpudirect;  /* LOOM_GPUDIRECT: LOOMI_GPUDIRECT_* (verbs' dmabuf registrations) */
 };
+
+/* LOOM_GPUDIRECT: device memory registered with the NIC through dmabuf
+ * never (OFF), where the driver and NIC accept it (AUTO), or as a must
+ * (ON: a refusal is an error). */
+enum { LOOMI_GPUDIRECT_OFF = 0, LOOMI_GPUDIRECT_ON = 1, LOOMI_GPUDIRECT_AUTO = 2 };
 
 loom_result_t loomi_settings_resolve(struct loomi_settings *out,
                                      const loom_config_t *cfg,

@@ -198,6 +198,11 @@ static void self_cancel(struct loomi_engine *e, struct loomi_xfer *x)
             }
 }
 
+static int is_send_step(const struct loomi_step *st)
+{
+    return st->kind == LOOMI_STEP_SEND;
+}
+
 /* Run ready steps until none is left. */
 static void op_run_ready(struct loomi_op *op)
 {
@@ -221,6 +226,7 @@ static void op_run_ready(struct loomi_op *op)
             x->len = bytes;
             x->complete = xfer_complete;
             x->owner = op;
+            x->dev = s->dev && (is_send_step(st) ? st->src : st->dst) < LOOMI_BUF_SCRATCH;
             op->posted[i] = 1;
             loom_result_t r;
             /* Zero-length messages (barriers) may name a buffer that is
@@ -442,6 +448,18 @@ static loom_result_t op_start(struct loomi_engine *e, struct loomi_sched *s,
     if (r != LOOM_SUCCESS) {
         loomi_sched_free(s);
         return r;
+    }
+    /* Device buffers (GPUDirect): only what touches them through the
+     * transport or the driver; the owner chooses such schedules only. */
+    for (uint32_t i = 0; s->dev && i < s->nsteps; i++) {
+        const int k = s->steps[i].kind;
+        if (inplace || s->nshared ||
+            (k != LOOMI_STEP_SEND && k != LOOMI_STEP_RECV && k != LOOMI_STEP_COPY)) {
+            loomi_sched_free(s);
+            return loomi_fail(LOOM_ERR_INTERNAL, *e->rank,
+                              "engine: a schedule on device buffers has a host step (kind %d%s)",
+                              k, inplace ? ", in place" : "");
+        }
     }
     /* The operation and its per-step arrays in one block; the last block
      * freed is kept for the next operation that fits in it, so a stream of

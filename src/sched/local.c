@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "core/cuda.h"
 #include "reduce/reduce.h"
 #include "sched/copy.h"
 #include "sched/op.h"
@@ -197,6 +198,28 @@ static void reduce_keep(struct loomi_op *op, const struct loomi_step *st)
     loomi_copy_fence(nt);
 }
 
+/* A copy step of a schedule on device buffers (GPUDirect): every copy
+ * through the driver (either side may be device memory); a failure
+ * fails the operation. */
+static void copy_dev(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
+{
+    unsigned char *dst = bufp(op, st->dst) + st->dst_off;
+    const unsigned char *src = bufp(op, st->src) + st->src_off;
+    unsigned char *src2 = (st->flags & (LOOMI_COPY_SAVE | LOOMI_COPY_ALSO))
+                              ? bufp(op, st->src2) + st->src2_off
+                              : NULL;
+    char why[160];
+    int bad = 0;
+    if (st->flags & LOOMI_COPY_SAVE) bad = loomi_cuda_copy(src2, dst, bytes, why, sizeof why);
+    if (!bad && dst != src) bad = loomi_cuda_copy(dst, src, bytes, why, sizeof why);
+    if (!bad && (st->flags & LOOMI_COPY_ALSO) && !(st->flags & LOOMI_COPY_SAVE))
+        bad = loomi_cuda_copy(src2, src, bytes, why, sizeof why);
+    if (bad && op->status == LOOM_SUCCESS) {
+        op->status = LOOM_ERR_SYSTEM;
+        snprintf(op->errmsg, sizeof op->errmsg, "a copy on device buffers failed: %s", why);
+    }
+}
+
 /* A reduce, copy or avg step on at least one element. */
 void loomi_op_run_local(struct loomi_op *op, const struct loomi_step *st, size_t bytes)
 {
@@ -207,6 +230,10 @@ void loomi_op_run_local(struct loomi_op *op, const struct loomi_step *st, size_t
                          bufp(op, st->src2) + st->src2_off, st->count, s->dtype, s->op);
         break;
     case LOOMI_STEP_COPY:
+        if (s->dev) {
+            copy_dev(op, st, bytes);
+            break;
+        }
         if (st->flags & LOOMI_COPY_SAVE)
             loomi_copy_save(bufp(op, st->dst) + st->dst_off, bufp(op, st->src2) + st->src2_off,
                       bufp(op, st->src) + st->src_off, bytes, (st->flags & LOOMI_COPY_STREAM) != 0);

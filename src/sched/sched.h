@@ -157,6 +157,11 @@ struct loomi_sched {
     int ok; /* 0 after an allocation failure: finish() reports it */
     /* Point-to-point: not a collective, so it takes no collective sequence
      * number; each step's tag is the per-peer message counter. */
+    /* The operation's own buffers (SEND, RECV) are CUDA device memory
+     * (GPUDirect RDMA, the verbs transport): sends and receives are
+     * marked so (loomi_xfer.dev), copies go through the driver, and the
+     * schedule may hold nothing else, nor run in place. */
+    int dev;
     int p2p;
     /* In place: the engine copies RECV's bytes to SCRATCH offset 0 before
      * any step runs, and restores RECV from there if the operation fails,

@@ -32,6 +32,10 @@
  * it has no IPC functions (an old driver); FAKE_CUDA_IPC_FAIL=1 in the
  * environment makes cuIpcGetMemHandle fail (read at each call), and
  * FAKE_CUDA_KILL_AT_LAUNCH=1 makes cuLaunchKernel SIGKILL its process.
+ * GPUDirect RDMA: cuMemGetHandleForAddressRange hands out a duplicate of
+ * the allocation's memfd as its "dmabuf" (FAKE_CUDA_DMABUF=0: the device
+ * says it has no dmabuf support; =fail: every export fails; built with
+ * -DFAKE_NO_DMABUF the function is absent, an old driver).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -59,7 +63,7 @@ static struct {
     struct { uintptr_t dst; void *src; size_t n; } q[MAX_QUEUED];
 } streams[MAX_STREAMS]; /* [0]: the legacy default stream */
 static long n_dtoh, n_htod, n_alloc_host, n_free_host, n_stale, n_bad, n_sync;
-static long n_launch, n_dtod, n_ipc_open, n_ipc_close, n_ipc_get;
+static long n_launch, n_dtod, n_ipc_open, n_ipc_close, n_ipc_get, n_dmabuf, n_dmabuf_bad, n_memcpy;
 
 static int is_dev(uintptr_t p, size_t n)
 {
@@ -91,6 +95,9 @@ long fake_cuda_count(const char *what)
     if (!strcmp(what, "ipc_open")) return n_ipc_open;
     if (!strcmp(what, "ipc_close")) return n_ipc_close;
     if (!strcmp(what, "ipc_get")) return n_ipc_get;
+    if (!strcmp(what, "dmabuf")) return n_dmabuf;
+    if (!strcmp(what, "dmabuf_bad")) return n_dmabuf_bad;
+    if (!strcmp(what, "memcpy")) return n_memcpy;
     return -1;
 }
 
@@ -773,8 +780,53 @@ int cuDeviceGetAttribute(int *v, int attr, int d)
 {
     (void)d;
     *v = attr == 75 ? 9 : 0;
+    /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: yes unless FAKE_CUDA_DMABUF=0. */
+    if (attr == 124) {
+        const char *e = getenv("FAKE_CUDA_DMABUF");
+        *v = !(e && !strcmp(e, "0"));
+    }
     return 0;
 }
+
+/* cuMemcpy (unified addressing): either side may be device memory. */
+int cuMemcpy(unsigned long long dst, unsigned long long src, size_t n)
+{
+    if (!initialised) return 3;
+    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    n_memcpy++;
+    return 0;
+}
+
+#ifndef FAKE_NO_DMABUF
+/* GPUDirect RDMA: the range's "dmabuf" is a duplicate of its allocation's
+ * memfd.  The range must be page-aligned and within its allocation
+ * (rounded up to whole pages), as the driver demands; a range that is
+ * not is counted (fake_cuda_count("dmabuf_bad")) and refused.
+ * FAKE_CUDA_DMABUF=fail makes every export fail (CUDA_ERROR_NOT_SUPPORTED). */
+int cuMemGetHandleForAddressRange(void *handle, unsigned long long p, size_t n, int type,
+                                  unsigned long long flags)
+{
+    const char *e = getenv("FAKE_CUDA_DMABUF");
+    if (!initialised) return 3;
+    if (e && !strcmp(e, "fail")) return 801;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (type != 1 || flags || !n || p % pg || n % pg) {
+        n_dmabuf_bad++;
+        return 1;
+    }
+    for (int i = 0; i < ndev; i++)
+        if (p >= dev[i].lo && p < dev[i].hi && !dev[i].opened) {
+            if (p + n > (dev[i].hi + pg - 1) / pg * pg) break;
+            int fd = dup(dev[i].fd);
+            if (fd < 0) return 2;
+            *(int *)handle = fd;
+            n_dmabuf++;
+            return 0;
+        }
+    n_dmabuf_bad++;
+    return 1;
+}
+#endif
 static int ctx_token;
 int cuDevicePrimaryCtxRetain(void **ctx, int d) { (void)d; *ctx = &ctx_token; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }

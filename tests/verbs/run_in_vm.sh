@@ -111,7 +111,8 @@ echo "127.0.0.1 localhost" >"$root/etc/hosts"
 # Loom's binaries: the real ELF files behind libtool's wrappers.
 for b in loomrun loom-info all_reduce_perf reduce_scatter_perf all_gather_perf alltoall_perf broadcast_perf \
     reduce_perf gather_perf scatter_perf sendrecv_perf tests/mp/mp_allreduce tests/mp/mp_kill \
-    tests/mp/mp_p2p tests/mp/mp_boot tests/mp/mp_memreg tests/mp/mp_mismatch tests/verbs/verbs_access; do
+    tests/mp/mp_p2p tests/mp/mp_boot tests/mp/mp_memreg tests/mp/mp_mismatch tests/verbs/verbs_access \
+    tests/gpu/gpudirect; do
     d=$(dirname "$b") n=$(basename "$b") src=
     for c in "$BUILDDIR/$d/.libs/$n" "$BUILDDIR/$b"; do
         if [[ -f $c ]] && head -c4 "$c" | grep -q ELF; then src=$c; break; fi
@@ -121,6 +122,11 @@ for b in loomrun loom-info all_reduce_perf reduce_scatter_perf all_gather_perf a
     copy_libs "$src"
 done
 for l in "$BUILDDIR"/.libs/libloom.so*; do [[ -e $l ]] && cp -L "$l" "$root/loom/lib/"; done
+# The fake CUDA driver (tests/gpu/cuda_fake.c) for the suite's GPUDirect
+# section, apart from /loom/lib so that only that section loads it.
+mkdir -p "$root/loom/cuda"
+${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fake.c" \
+    -o "$root/loom/cuda/libcuda.so.1" || rm -rf "$root/loom/cuda"
 cp "$here/vm_suite.sh" "$root/loom/"
 # A GPU server whose second NIC is the VM's rxe0 (the suite's section 7).
 sed 's/"mlx5_1"/"rxe0"/' "$here/../topo/dgx_2s8g4n.xml" >"$root/loom/topo_rxe.xml"

@@ -24,7 +24,9 @@
 #  9. what a peer can reach through the transport's registrations
 #     (verbs_access): a receive buffer only by RDMA write and only until
 #     its transfer ends, send buffers and loom_mem_register's memory not
-#     at all, and only its own credit word.
+#     at all, and only its own credit word;
+# 10. GPUDirect RDMA (dmabuf registrations of device memory) on rxe, with
+#     a fake CUDA driver: auto falls back cleanly, =1 fails clearly.
 # LOOM_VM_QUICK=1 skips 3 and 6; LOOM_VM_SECTIONS="N ..." runs only those.  Ends with "N passed, N failed".
 pass=0 fail=0
 # LOOM_VM_SECTIONS="5 6": only those sections (default: all).
@@ -308,6 +310,44 @@ echo "$out" | grep -E '^(ok|FAIL) ' | sed 's/ - / - verbs_access: /'
 pass=$((pass + okn))
 fail=$((fail + badn))
 if [ $rc -ne 0 ] && [ "$badn" = 0 ]; then bad "verbs_access (exit $rc)"; echo "$out" | tail -5; fi
+fi
+
+# 10. GPUDirect RDMA on rxe (tests/gpu/gpudirect real, with the fake CUDA
+#     driver of tests/gpu/cuda_fake.c, whose "dmabuf" is a memfd): the
+#     soft-RoCE driver cannot register a dmabuf, so under the default
+#     LOOM_GPUDIRECT=auto device memory falls back to staging, with the
+#     reason, and no error; under LOOM_GPUDIRECT=1 the refusal is an
+#     error naming the variable.
+if want 10; then
+if [ -f /loom/cuda/libcuda.so.1 ]; then
+    out=$(LD_LIBRARY_PATH=/loom/cuda:$LD_LIBRARY_PATH LOOM_TRANSPORT=verbs timeout 120 \
+        loomrun -n 2 --timeout 100 gpudirect real 2>&1); rc=$?
+    path=$(echo "$out" | grep -m1 '^gpudirect path: ')
+    if [ $rc -eq 0 ] && echo "$path" | grep -q 'staged through host memory' &&
+        echo "$path" | grep -q 'ibv_reg_dmabuf_mr'; then
+        ok "GPUDirect auto on rxe: falls back to staging, no error: ${path#gpudirect path: }"
+    else bad "GPUDirect auto on rxe (exit $rc)"; echo "$out" | tail -8; fi
+    out=$(LD_LIBRARY_PATH=/loom/cuda:$LD_LIBRARY_PATH LOOM_TRANSPORT=verbs LOOM_GPUDIRECT=1 \
+        timeout 120 loomrun -n 2 --timeout 100 gpudirect real 2>&1); rc=$?
+    if [ $rc -ne 0 ] && echo "$out" | grep -q 'loom_mem_register.*LOOM_GPUDIRECT=1' &&
+        echo "$out" | grep -q 'loom_alltoall: LOOM_GPUDIRECT=1'; then
+        ok "GPUDirect =1 on rxe: loom_mem_register and an alltoall on device buffers fail, naming LOOM_GPUDIRECT (exit $rc)"
+    else bad "GPUDirect =1 on rxe (exit $rc)"; echo "$out" | tail -8; fi
+    # The device-direct path itself, the NIC's dmabuf registration stood
+    # in for (gpudirect.c): alltoall, allgather, broadcast on device
+    # buffers through rxe0, results checked; then one rank staged.
+    for mixed in 0 1; do
+        for n in 2 3; do
+            out=$(LD_LIBRARY_PATH=/loom/cuda:$LD_LIBRARY_PATH LOOM_TRANSPORT=verbs LOOM_CUDA_IPC=0 GD_MIXED=$mixed \
+                LOOM_CUDA_PIPELINE_CHUNK=1M timeout 180 loomrun -n $n --timeout 170 gpudirect direct 2>&1); rc=$?
+            if [ $rc -eq 0 ]; then
+                ok "GPUDirect path on $n ranks over verbs$([ $mixed = 1 ] && echo ', rank 1 staged'): $(echo "$out" | grep -m1 'calls direct' | sed 's/^ok *//')"
+            else bad "GPUDirect path on $n ranks over verbs, mixed=$mixed (exit $rc)"; echo "$out" | grep -v '^ok' | tail -12; fi
+        done
+    done
+else
+    echo "# no fake CUDA driver in the VM: GPUDirect not checked"
+fi
 fi
 
 echo "$pass passed, $fail failed"

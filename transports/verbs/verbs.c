@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cuda.h"
 #include "core/internal.h"
 #include "transports/verbs/verbs.h"
 
@@ -85,6 +86,25 @@ static loom_result_t stub_create(const struct loomi_tctx *ctx, void **state)
                       "verbs: this build has no verbs support (infiniband/verbs.h was not "
                       "found at configure time)");
 }
+void loomi_verbs_gd_stats(void *state, struct loomi_verbs_gd_stats *st)
+{
+    (void)state;
+    memset(st, 0, sizeof *st);
+}
+
+const char *loomi_verbs_gd_why(void *state)
+{
+    (void)state;
+    return "";
+}
+
+int loomi_verbs_gd_probe(void *state, const char *fn, void *p, size_t len, char *why, size_t n)
+{
+    (void)state, (void)fn, (void)p, (void)len;
+    snprintf(why, n, "this build has no verbs support");
+    return 0;
+}
+
 /* The ops table: only create, which fails; route.c drops a transport
  * whose create fails and calls none of its other members. */
 const struct loomi_transport_ops loomi_verbs_ops = {
@@ -123,6 +143,7 @@ static void mr_unlink_free(struct verbs *t, struct mrent *e)
     t->nmr--;
     t->mr_bytes -= e->len;
     if (e->mr) loomi_verbs_ib.dereg_mr(e->mr);
+    if (e->dev) t->gd.deregs++;
     free(e);
 }
 
@@ -163,7 +184,7 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     uintptr_t a = (uintptr_t)addr;
     for (struct mrent *e = t->mrs; e; e = e->next) {
         uintptr_t b = (uintptr_t)e->addr;
-        if (!e->doomed && a >= b && a + len <= b + e->len) {
+        if (!e->doomed && !e->dev && a >= b && a + len <= b + e->len) {
             e->refs++;
             e->used = ++t->mr_clock;
             return e;
@@ -190,12 +211,160 @@ struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len)
     return e;
 }
 
+/* ------------------------------------------------- GPUDirect RDMA */
+
+/* The allocation p belongs to, as the driver names it (0: unknown): an
+ * allocation freed and made again at the same address gets a new id. */
+static unsigned long long dev_bufid(const void *p)
+{
+    const struct loomi_cuda_drv *d = loomi_cuda_driver();
+    unsigned long long id = 0;
+    if (!d || d->PointerGetAttribute(&id, LOOMI_CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                     (loomi_cuptr_t)(uintptr_t)p) != 0)
+        return 0;
+    return id;
+}
+
+/* A new registration of device memory [addr, addr + len) through a
+ * dmabuf, or NULL with why (and, in auto mode, the refusal kept: device
+ * memory is then never tried again by this state, and the reason is
+ * logged once, at info). */
+static struct mrent *mr_new_dev(struct verbs *t, void *addr, size_t len, int access, char *why,
+                                size_t n)
+{
+    if (t->gd_mode == LOOMI_GPUDIRECT_OFF) {
+        t->gd.skipped++;
+        snprintf(why, n, "LOOM_GPUDIRECT=0");
+        return NULL;
+    }
+    if (t->gd_refused) {
+        t->gd.skipped++;
+        snprintf(why, n, "%s", t->gd_why);
+        return NULL;
+    }
+    t->gd.tries++;
+    struct ibv_mr *mr = NULL;
+    int fd = -1;
+    size_t off = 0;
+    if (!loomi_verbs_ib.reg_dmabuf_mr)
+        snprintf(why, n, "libibverbs.so.1 lacks ibv_reg_dmabuf_mr (rdma-core 34 or later has it)");
+    else if (loomi_cuda_dmabuf(addr, len, &fd, &off, why, n) == 0) {
+        /* iova = the device address, so that peers' RDMA addresses are
+         * the device pointers themselves, as with host memory. */
+        mr = loomi_verbs_ib.reg_dmabuf_mr(t->pd, off, len ? len : 1, (uint64_t)(uintptr_t)addr,
+                                          fd, access);
+        int err = errno;
+        close(fd); /* the registration holds the dmabuf */
+        if (!mr)
+            snprintf(why, n, "ibv_reg_dmabuf_mr on %s refused %zu bytes of device memory: %s",
+                     t->dev.name, len, strerror(err));
+    }
+    struct mrent *e = mr ? calloc(1, sizeof *e) : NULL;
+    if (!e) {
+        if (mr) {
+            loomi_verbs_ib.dereg_mr(mr);
+            snprintf(why, n, "out of memory");
+        }
+        t->gd.refused++;
+        if (t->gd_mode == LOOMI_GPUDIRECT_AUTO && !t->gd_refused) {
+            t->gd_refused = 1;
+            snprintf(t->gd_why, sizeof t->gd_why, "%s", why);
+            LOOMI_INFO(t->ctx.rank,
+                       "verbs: GPUDirect RDMA not available (%s): device buffers are staged "
+                       "through host memory",
+                       why);
+        }
+        return NULL;
+    }
+    t->gd.regs++;
+    e->mr = mr;
+    e->addr = addr;
+    e->len = len;
+    e->refs = 1;
+    e->dev = 1;
+    e->bufid = dev_bufid(addr);
+    return e;
+}
+
+struct mrent *loomi_verbs_mr_get_dev(struct verbs *t, void *addr, size_t len, char *why,
+                                     size_t n)
+{
+    uintptr_t a = (uintptr_t)addr;
+    for (struct mrent *e = t->mrs; e; e = e->next) {
+        uintptr_t b = (uintptr_t)e->addr;
+        if (!e->doomed && e->dev && a >= b && a + len <= b + e->len) {
+            /* The same addresses, another allocation: the entry pins
+             * memory the application freed; it goes when unused. */
+            if (e->bufid != dev_bufid(addr)) {
+                e->doomed = 1;
+                t->gd.stale++;
+                if (!e->refs && !e->user) mr_unlink_free(t, e);
+                break;
+            }
+            e->refs++;
+            e->used = ++t->mr_clock;
+            t->gd.hits++;
+            return e;
+        }
+    }
+    loomi_verbs_mr_trim(t, 0, len);
+    /* Local access, as the host cache's; a receive's remote access is
+     * its own registration, as for host memory. */
+    struct mrent *e = mr_new_dev(t, addr, len, IBV_ACCESS_LOCAL_WRITE, why, n);
+    if (!e) return NULL;
+    e->used = ++t->mr_clock;
+    e->next = t->mrs;
+    t->mrs = e;
+    t->nmr++;
+    t->mr_bytes += len;
+    return e;
+}
+
+struct mrent *loomi_verbs_mr_recv_dev(struct verbs *t, void *addr, size_t len, char *why,
+                                      size_t n)
+{
+    struct mrent *e =
+        mr_new_dev(t, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, why, n);
+    if (e) e->remote = 1;
+    return e;
+}
+
+void loomi_verbs_gd_stats(void *state, struct loomi_verbs_gd_stats *st)
+{
+    const struct verbs *t = state;
+    if (t) *st = t->gd;
+    else memset(st, 0, sizeof *st);
+}
+
+const char *loomi_verbs_gd_why(void *state)
+{
+    const struct verbs *t = state;
+    return t && t->gd_refused ? t->gd_why : "";
+}
+
+int loomi_verbs_gd_probe(void *state, const char *fn, void *p, size_t len, char *why, size_t n)
+{
+    struct verbs *t = state;
+    struct mrent *e = loomi_verbs_mr_get_dev(t, p, len, why, n);
+    if (e) {
+        loomi_verbs_mr_put(t, e); /* stays cached */
+        return 1;
+    }
+    if (t->gd_mode != LOOMI_GPUDIRECT_ON) return 0;
+    loomi_fail(LOOM_ERR_UNSUPPORTED, t->ctx.rank,
+               "%s: LOOM_GPUDIRECT=1 but device memory %p (%zu bytes) cannot be registered with "
+               "%s: %s (set LOOM_GPUDIRECT=auto to stage it through host memory instead)",
+               fn, p, len, t->dev.name, why);
+    return -1;
+}
+
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e)
 {
     if (!e) return;
     if (e->remote) {
         if (--e->refs == 0) {
             loomi_verbs_ib.dereg_mr(e->mr);
+            if (e->dev) t->gd.deregs++;
             free(e);
         }
         return;
@@ -228,6 +397,7 @@ static loom_result_t verbs_create(const struct loomi_tctx *ctx, void **state)
         return loomi_fail(LOOM_ERR_NO_MEMORY, ctx->rank, "verbs: out of memory");
     }
     t->ctx = *ctx;
+    t->gd_mode = ctx->verbs.gpudirect;
     loomi_match_init(&t->match, &t->ctx, sizeof(struct loomi_unexp), UNEXP_LIMIT,
                      loomi_verbs_match_fail, t);
     t->dev = d;
@@ -631,9 +801,28 @@ static loom_result_t verbs_mem_register(void *state, void *addr, size_t len,
                                        enum loomi_mem_kind kind, struct loomi_mr *mr)
 {
     struct verbs *t = state;
-    if (kind != LOOMI_MEM_HOST)
-        return loomi_fail(LOOM_ERR_UNSUPPORTED, t->ctx.rank, "verbs: only host memory");
-    struct mrent *e = loomi_verbs_mr_get(t, addr, len);
+    if (kind == LOOMI_MEM_MANAGED)
+        return loomi_fail(LOOM_ERR_UNSUPPORTED, t->ctx.rank, "verbs: not managed memory");
+    struct mrent *e;
+    if (kind == LOOMI_MEM_DEVICE) {
+        /* GPUDirect RDMA: refused where LOOM_GPUDIRECT, the driver or the
+         * NIC says no: an error under LOOM_GPUDIRECT=1 only; otherwise
+         * success with no registration (mr->handle NULL), which the
+         * caller (route.c) reports as none done. */
+        char why[256];
+        e = loomi_verbs_mr_get_dev(t, addr, len, why, sizeof why);
+        if (!e) {
+            if (t->gd_mode == LOOMI_GPUDIRECT_ON)
+                return loomi_fail(LOOM_ERR_UNSUPPORTED, t->ctx.rank,
+                                  "verbs: LOOM_GPUDIRECT=1 but device memory %p (%zu bytes) "
+                                  "cannot be registered with %s: %s",
+                                  addr, len, t->dev.name, why);
+            memset(mr, 0, sizeof *mr);
+            return LOOM_SUCCESS;
+        }
+    } else {
+        e = loomi_verbs_mr_get(t, addr, len);
+    }
     if (!e)
         return loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank, "verbs: cannot register %zu bytes", len);
     e->user++;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "transports/verbs/verbs_internal.h"
 #include "transports/net.h"
 
@@ -205,6 +206,7 @@ static void pump(struct verbs *t, struct peer *p)
             if (!credits(t, p) || !p->free_sb) return;
             struct slot *s = p->free_sb;
             p->free_sb = s->next_free;
+            int copy_failed = 0;
             struct vhdr h;
             memset(&h, 0, sizeof h);
             h.magic = V_MAGIC;
@@ -218,7 +220,15 @@ static void pump(struct verbs *t, struct peer *p)
                 h.rkey = o->rkey;
                 h.rid = o->rid;
             } else if (o->len) {
-                memcpy(s->mem + sizeof h, o->x->buf, o->len);
+                char why[160];
+                if (!o->x->dev) memcpy(s->mem + sizeof h, o->x->buf, o->len);
+                else if (loomi_cuda_copy(s->mem + sizeof h, o->x->buf, o->len, why, sizeof why)) {
+                    /* The message goes (the peer expects it); this
+                     * rank's send fails with the driver's word. */
+                    loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank,
+                               "verbs: eager send from device memory: %s", why);
+                    copy_failed = 1;
+                }
                 n += o->len;
             }
             memcpy(s->mem, &h, sizeof h);
@@ -247,7 +257,7 @@ static void pump(struct verbs *t, struct peer *p)
                 p->nposted--;
                 t->nposted--;
                 op_free(t, o);
-                complete_once(x, LOOM_SUCCESS);
+                complete_once(x, copy_failed ? LOOM_ERR_SYSTEM : LOOM_SUCCESS);
             } else {
                 op_free(t, o);
             }
@@ -348,6 +358,22 @@ static void note_op(struct verbs *t, const struct loomi_xfer *x)
     }
 }
 
+/* An eager message's bytes into a receive's buffer: the driver's copy
+ * where that is device memory (GPUDirect); its failure fails the
+ * receive. */
+static loom_result_t copy_in(struct verbs *t, struct loomi_xfer *x, const void *data, size_t n)
+{
+    char why[160];
+    if (!n) return LOOM_SUCCESS;
+    if (!x->dev) {
+        memcpy(x->buf, data, n);
+        return LOOM_SUCCESS;
+    }
+    if (!loomi_cuda_copy(x->buf, data, n, why, sizeof why)) return LOOM_SUCCESS;
+    return loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank, "verbs: eager receive into device memory: %s",
+                      why);
+}
+
 static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, const char *data)
 {
     struct loomi_xfer *x = loomi_mq_recv_find(&p->mq, h->tag);
@@ -355,10 +381,10 @@ static void on_eager(struct verbs *t, struct peer *p, const struct vhdr *h, cons
         /* One that disagrees stays listed and fails with the peer. */
         if (loomi_match_pair(&t->match, p->rank, h->tag, h->chk, h->len, x)) return;
         loomi_mq_recv_del(&p->mq, x);
-        if (h->len) memcpy(x->buf, data, h->len);
+        loom_result_t st = copy_in(t, x, data, h->len);
         p->nposted--;
         t->nposted--;
-        complete_once(x, LOOM_SUCCESS);
+        complete_once(x, st);
         return;
     }
     if (rr_has_tag(p, h->tag)) {
@@ -807,11 +833,14 @@ loom_result_t loomi_verbs_isend(void *state, struct loomi_xfer *x)
         q_push(&p->fifo, o);
     } else {
         o->type = OP_RNDV;
-        o->mr = loomi_verbs_mr_get(t, x->buf, x->len);
+        char why[256] = "";
+        o->mr = x->dev ? loomi_verbs_mr_get_dev(t, x->buf, x->len, why, sizeof why)
+                       : loomi_verbs_mr_get(t, x->buf, x->len);
         if (!o->mr) {
             op_free(t, o);
             return loomi_fail(LOOM_ERR_SYSTEM, t->ctx.rank,
-                              "verbs: cannot register a %zu-byte send buffer", x->len);
+                              "verbs: cannot register a %zu-byte send buffer%s%s%s", x->len,
+                              why[0] ? " (" : "", why, why[0] ? ")" : "");
         }
         struct op *c = q_find_tag(&p->ucts, x->tag);
         if (c && c->chk != x->chk) {
@@ -879,11 +908,11 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x)
     if (loomi_match_post(&t->match, &p->mq, p->rank, x, &u)) return LOOM_SUCCESS;
     if (u) { /* an early eager message with this tag, all of it in */
         loomi_mq_unexp_del(&p->mq, u);
-        if (u->total) memcpy(x->buf, u->buf, u->total);
+        loom_result_t st = copy_in(t, x, u->buf, u->total);
         loomi_match_unexp_free(&t->match, u);
         p->nposted--;
         t->nposted--;
-        complete_once(x, LOOM_SUCCESS);
+        complete_once(x, st);
         return LOOM_SUCCESS;
     }
     if (x->len <= EAGER_MAX) return LOOM_SUCCESS; /* listed */
@@ -898,14 +927,18 @@ loom_result_t loomi_verbs_irecv(void *state, struct loomi_xfer *x)
         }
     }
     struct op *o = idx >= 0 ? op_new(t) : NULL;
-    struct mrent *e = o ? loomi_verbs_mr_recv(t, x->buf, x->len) : NULL;
+    char why[256] = "";
+    struct mrent *e = !o       ? NULL
+                      : x->dev ? loomi_verbs_mr_recv_dev(t, x->buf, x->len, why, sizeof why)
+                               : loomi_verbs_mr_recv(t, x->buf, x->len);
     if (!e) {
         if (o) op_free(t, o);
         p->nposted--;
         t->nposted--;
         return loomi_fail(idx < 0 ? LOOM_ERR_NO_MEMORY : LOOM_ERR_SYSTEM, t->ctx.rank,
-                          "verbs: cannot set up a %zu-byte receive from rank %d (%s)", x->len,
-                          p->rank, idx < 0 ? "too many in flight" : "registration failed");
+                          "verbs: cannot set up a %zu-byte receive from rank %d (%s%s%s)",
+                          x->len, p->rank, idx < 0 ? "too many in flight" : "registration failed",
+                          why[0] ? ": " : "", why);
     }
     p->rr_next = (idx + 1) % RR_MAX;
     struct rrecv *rr = &p->rr[idx];

@@ -61,6 +61,9 @@ static void ib_load(void)
     SYM(destroy_qp, "ibv_destroy_qp");
     SYM(wc_status_str, "ibv_wc_status_str");
 #undef SYM
+    /* Optional: rdma-core 34 and later (GPUDirect RDMA through dmabuf,
+     * verbs.c); NULL where the library is older. */
+    *(void **)&loomi_verbs_ib.reg_dmabuf_mr = dlsym(loomi_verbs_ib.lib, "ibv_reg_dmabuf_mr");
 }
 
 static int port_query(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a)

@@ -55,6 +55,10 @@ struct loomi_verbs_lib {
     int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
     int (*destroy_qp)(struct ibv_qp *);
     const char *(*wc_status_str)(enum ibv_wc_status);
+    /* Optional (NULL where libibverbs lacks it): device memory through a
+     * dmabuf (GPUDirect RDMA). */
+    struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t offset, size_t length,
+                                    uint64_t iova, int fd, int access);
 };
 extern struct loomi_verbs_lib loomi_verbs_ib; /* verbs_dev.c */
 
@@ -163,6 +167,8 @@ struct mrent {
     int doomed; /* no new users; deregistered when the last one goes */
     int user;   /* registered through mem_register */
     int remote; /* a receive's: REMOTE_WRITE, not in the cache */
+    int dev;    /* CUDA device memory, registered through a dmabuf */
+    unsigned long long bufid; /* dev: the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID */
     uint64_t used;
     struct mrent *next;
 };
@@ -262,6 +268,13 @@ struct verbs {
     int destroying;  /* in destroy(): nobody to tell of failures */
     unsigned polls;
     struct mrent *mrs;
+    /* GPUDirect RDMA (LOOM_GPUDIRECT): the mode (LOOMI_GPUDIRECT_*), and
+     * once the driver or the NIC refused a device registration in auto
+     * mode, why (no device registration is tried again). */
+    int gd_mode;
+    int gd_refused;
+    char gd_why[256];
+    struct loomi_verbs_gd_stats gd;
     int nmr;
     size_t mr_bytes;
     uint64_t mr_clock;
@@ -326,7 +339,17 @@ static inline void op_free(struct verbs *t, struct op *o)
  * peer may RDMA-write, for one receive only (never cached: its release
  * deregisters it); the release of either; dropping unused entries. */
 struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len);
+/* The same for CUDA device memory (GPUDirect RDMA through dmabuf): from
+ * the cache (an entry whose allocation was freed and made again is
+ * dropped, not reused) or new; NULL with why where the mode, the driver
+ * or the NIC refuses (verbs.c says which, and when that is final). */
+struct mrent *loomi_verbs_mr_get_dev(struct verbs *t, void *addr, size_t len, char *why,
+                                     size_t n);
 struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len);
+/* A rendezvous receive's registration of device memory (remote write,
+ * never cached), or NULL with why. */
+struct mrent *loomi_verbs_mr_recv_dev(struct verbs *t, void *addr, size_t len, char *why,
+                                      size_t n);
 void loomi_verbs_mr_put(struct verbs *t, struct mrent *e);
 void loomi_verbs_mr_trim(struct verbs *t, int all, size_t extra);
 
