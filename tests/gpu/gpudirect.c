@@ -286,6 +286,7 @@ static int verbs(void)
     truth(st.regs == st.deregs && n_dereg == n_reg + n_plain,
           "every registration released, device and host", NULL);
     drop(t);
+    free(hbuf);
 
     /* auto, the NIC refuses (soft-RoCE's answer): kept, never tried again. */
     t = state(LOOMI_GPUDIRECT_AUTO);
