@@ -179,6 +179,19 @@ static struct mrent *mr_new(struct verbs *t, void *addr, size_t len, int access)
     return e;
 }
 
+/* A new registration e (NULL: none was made) of len bytes joins the
+ * cache, most recently used. */
+static struct mrent *cache_add(struct verbs *t, struct mrent *e, size_t len)
+{
+    if (!e) return NULL;
+    e->used = ++t->mr_clock;
+    e->next = t->mrs;
+    t->mrs = e;
+    t->nmr++;
+    t->mr_bytes += len;
+    return e;
+}
+
 struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -193,14 +206,7 @@ struct mrent *loomi_verbs_mr_get(struct verbs *t, void *addr, size_t len)
     loomi_verbs_mr_trim(t, 0, len);
     /* Local access only (LOCAL_WRITE: a writable pin, so that the pages
      * stay the ones the process writes). */
-    struct mrent *e = mr_new(t, addr, len, IBV_ACCESS_LOCAL_WRITE);
-    if (!e) return NULL;
-    e->used = ++t->mr_clock;
-    e->next = t->mrs;
-    t->mrs = e;
-    t->nmr++;
-    t->mr_bytes += len;
-    return e;
+    return cache_add(t, mr_new(t, addr, len, IBV_ACCESS_LOCAL_WRITE), len);
 }
 
 struct mrent *loomi_verbs_mr_recv(struct verbs *t, void *addr, size_t len)
@@ -310,14 +316,7 @@ struct mrent *loomi_verbs_mr_get_dev(struct verbs *t, void *addr, size_t len, ch
     loomi_verbs_mr_trim(t, 0, len);
     /* Local access, as the host cache's; a receive's remote access is
      * its own registration, as for host memory. */
-    struct mrent *e = mr_new_dev(t, addr, len, IBV_ACCESS_LOCAL_WRITE, why, n);
-    if (!e) return NULL;
-    e->used = ++t->mr_clock;
-    e->next = t->mrs;
-    t->mrs = e;
-    t->nmr++;
-    t->mr_bytes += len;
-    return e;
+    return cache_add(t, mr_new_dev(t, addr, len, IBV_ACCESS_LOCAL_WRITE, why, n), len);
 }
 
 struct mrent *loomi_verbs_mr_recv_dev(struct verbs *t, void *addr, size_t len, char *why,
