@@ -5,14 +5,13 @@
 # memory" in host memory and carries out copies queued on a stream only
 # when the stream is synchronised (see mp_devbuf.c for what is checked).
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/lib_fake.sh"
 prog=$BUILDDIR/tests/gpu/mp_devbuf
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-mkdir -p "$tmp/cuda"
-if ! ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fake.c" \
-        -o "$tmp/cuda/libcuda.so.1"; then
+if ! fake_cuda "$tmp/cuda"; then
     bad "build the fake libcuda.so.1"
     finish
 fi

@@ -5,6 +5,7 @@
 # memory" between processes (memfd) and runs the kernels on the CPU
 # (see mp_devpeer.c for what is checked).
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/lib_fake.sh"
 prog=$BUILDDIR/tests/gpu/mp_devpeer
 [ -x "$prog" ] || { echo "missing $prog"; exit 99; }
 # Built without CUDA (configure --without-cuda, as the sanitizer builds
@@ -17,11 +18,7 @@ grep -q '^#define HAVE_CUDA 1' "$BUILDDIR/config.h" 2>/dev/null || {
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-mkdir -p "$tmp/cuda" "$tmp/old"
-if ! ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fake.c" \
-        -o "$tmp/cuda/libcuda.so.1" ||
-   ! ${CC:-cc} -shared -fPIC -DFAKE_NO_IPC -Wl,-soname,libcuda.so.1 \
-        "$SRCDIR/tests/gpu/cuda_fake.c" -o "$tmp/old/libcuda.so.1"; then
+if ! fake_cuda "$tmp/cuda" || ! fake_cuda "$tmp/old" -DFAKE_NO_IPC; then
     bad "build the fake libcuda.so.1"
     finish
 fi

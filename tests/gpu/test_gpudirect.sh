@@ -6,17 +6,14 @@
 # collectives (mp_devbuf) under every LOOM_GPUDIRECT value, whose results
 # must not change.
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/lib_fake.sh"
 prog=$BUILDDIR/tests/gpu/gpudirect
 mp=$BUILDDIR/tests/gpu/mp_devbuf
 [ -x "$prog" ] && [ -x "$mp" ] || { echo "missing $prog or $mp"; exit 99; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-mkdir -p "$tmp/cuda" "$tmp/old"
-if ! ${CC:-cc} -shared -fPIC -Wl,-soname,libcuda.so.1 "$SRCDIR/tests/gpu/cuda_fake.c" \
-        -o "$tmp/cuda/libcuda.so.1" ||
-   ! ${CC:-cc} -shared -fPIC -DFAKE_NO_DMABUF -Wl,-soname,libcuda.so.1 \
-        "$SRCDIR/tests/gpu/cuda_fake.c" -o "$tmp/old/libcuda.so.1"; then
+if ! fake_cuda "$tmp/cuda" || ! fake_cuda "$tmp/old" -DFAKE_NO_DMABUF; then
     bad "build the fake libcuda.so.1"
     finish
 fi
