@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "loom.h"
+#include "../mp/check.h"
 
 static int (*cuInit_)(unsigned);
 static int (*cuDeviceGetCount_)(int *);
@@ -87,14 +88,9 @@ int main(int argc, char **argv)
     CU(cuDevicePrimaryCtxRetain_(&ctx, dev));
     CU(cuCtxSetCurrent_(ctx));
     loom_comm_t comm;
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        printf("FAIL init: %s\n", loom_get_last_error());
-        return 1;
-    }
     int rank, n;
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &n);
+    mp_join(&comm, &rank, &n);
+    loom_result_t r;
     const size_t bytes = mib << 20, count = bytes / 4;
     float *host = malloc(bytes);
     for (size_t i = 0; i < count; i++) host[i] = (float)(rank + 1) + (float)(i % 1024);

@@ -54,6 +54,7 @@
 #include "loom.h"
 #include "transports/route.h"
 #include "transports/verbs/verbs.h"
+#include "../mp/check.h"
 
 #ifdef HAVE_VERBS_H
 #include "transports/verbs/verbs_internal.h"
@@ -512,14 +513,9 @@ static int direct(void)
     const char *rs = getenv("LOOM_RANK");
     if (mixed && !strcmp(mixed, "1") && rs && !strcmp(rs, "1")) setenv("LOOM_GPUDIRECT", "0", 1);
     loom_comm_t comm;
-    loom_result_t r = loom_comm_init_env(&comm, NULL);
-    if (r != LOOM_SUCCESS) {
-        printf("FAIL init: %s\n", loom_get_last_error());
-        return 1;
-    }
     int rank, n;
-    loom_comm_rank(comm, &rank);
-    loom_comm_size(comm, &n);
+    mp_join(&comm, &rank, &n);
+    loom_result_t r;
     struct loom_comm *c = NULL;
     loomi_comm_check(comm, "gpudirect", &c);
     void *vs = loomi_route_verbs_state(c->eng.tstate);
